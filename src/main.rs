@@ -1,1 +1,58 @@
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use compaction_proxy::app::App;
+use compaction_proxy::cli::{CheckArgs, Cli, Command, ServeArgs};
+use compaction_proxy::config::{Config, Overrides};
+use compaction_proxy::{logging, server};
+
+/// Exit status for a configuration the proxy cannot run with.
+const EXIT_BAD_CONFIG: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Serve(args)) => serve(&args),
+        Some(Command::Check(args)) => check(&args),
+        None => serve(&cli.serve),
+    }
+}
+
+fn serve(args: &ServeArgs) -> ExitCode {
+    let config = match Config::load(args.config.as_deref(), &args.overrides()) {
+        Ok(config) => config,
+        Err(e) => return fail(EXIT_BAD_CONFIG, &e),
+    };
+    logging::init(&config.log);
+    let app = match App::new(config) {
+        Ok(app) => app,
+        Err(e) => return fail(EXIT_BAD_CONFIG, &e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(1, &e),
+    };
+    match runtime.block_on(server::run(app)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(1, &e),
+    }
+}
+
+fn check(args: &CheckArgs) -> ExitCode {
+    match Config::load(args.config.as_deref(), &Overrides::default()) {
+        Ok(config) => {
+            print!("{}", config.to_toml());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(EXIT_BAD_CONFIG, &e),
+    }
+}
+
+fn fail(code: u8, error: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("compaction-proxy: {error}");
+    ExitCode::from(code)
+}

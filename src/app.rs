@@ -1,0 +1,44 @@
+//! The shared state every request sees: settings, the upstream client, client keys and
+//! metrics. Built once at start; read-only afterwards apart from atomics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::auth::Auth;
+use crate::config::{Config, ConfigError};
+use crate::metrics::Metrics;
+use crate::upstream::{Upstream, UpstreamInitError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamInitError),
+}
+
+pub struct App {
+    pub config: Config,
+    pub upstream: Upstream,
+    pub auth: Auth,
+    pub metrics: Metrics,
+    next_id: AtomicU64,
+}
+
+impl App {
+    pub fn new(config: Config) -> Result<Self, AppError> {
+        let upstream = Upstream::new(&config)?;
+        let auth = Auth::from_config(&config.auth)?;
+        Ok(Self {
+            config,
+            upstream,
+            auth,
+            metrics: Metrics::default(),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// A process-unique id for log lines of one request.
+    pub fn next_request_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+}

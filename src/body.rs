@@ -1,0 +1,111 @@
+//! The body type every response is built from, and the idle timeout that guards the
+//! upstream's body while it streams to the client.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use tokio::time::{Instant, Sleep};
+
+use crate::error::BoxError;
+
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    Full::new(bytes.into())
+        .map_err(|e| match e {})
+        .boxed_unsync()
+}
+
+pub fn empty() -> ProxyBody {
+    Empty::new().map_err(|e| match e {}).boxed_unsync()
+}
+
+/// Fails the body when no frame arrives for `idle`. The clock restarts on every frame,
+/// so a stream that keeps producing runs for as long as it likes.
+pub struct IdleTimeout<B> {
+    inner: B,
+    idle: Duration,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl<B> IdleTimeout<B> {
+    pub fn new(inner: B, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            sleep: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+}
+
+/// The error a body ends with when the upstream went silent mid-stream.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream sent nothing for {} s mid-stream", .0.as_secs_f64())]
+pub struct StreamIdle(pub Duration);
+
+impl<B> Body for IdleTimeout<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let deadline = Instant::now() + this.idle;
+                this.sleep.as_mut().reset(deadline);
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => match this.sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(StreamIdle(this.idle))))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::stream;
+    use http_body_util::StreamBody;
+
+    #[tokio::test(start_paused = true)]
+    async fn silent_body_fails_after_idle() {
+        let silent = StreamBody::new(stream::pending::<Result<Frame<Bytes>, BoxError>>());
+        let mut body = IdleTimeout::new(silent, Duration::from_secs(5));
+        let err = body.frame().await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("5 s"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn frames_pass_and_end_cleanly() {
+        let chunks = stream::iter(vec![
+            Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"a"))),
+            Ok(Frame::data(Bytes::from_static(b"b"))),
+        ]);
+        let body = IdleTimeout::new(StreamBody::new(chunks), Duration::from_secs(5));
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"ab");
+    }
+}

@@ -1,0 +1,54 @@
+//! The compaction path: `POST .../chat/completions`. The body is read (bounded) so a
+//! request that is too long for its model can be rewritten; one that needs nothing goes
+//! upstream as the client's original bytes.
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap};
+use http::{Request, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use crate::app::App;
+use crate::body::{self, ProxyBody};
+use crate::error::ProxyError;
+
+pub async fn handle(
+    app: &App,
+    request: Request<Incoming>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let (parts, incoming) = request.into_parts();
+    let original = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
+    app.metrics.upstream_attempt();
+    app.upstream
+        .send(
+            parts.method,
+            &parts.uri,
+            &parts.headers,
+            body::full(original),
+        )
+        .await
+}
+
+/// Reads the whole body, refusing early when `Content-Length` already says it is over
+/// the limit, and stopping as soon as a body without one crosses it.
+async fn read_body(
+    incoming: Incoming,
+    headers: &HeaderMap,
+    limit: u64,
+) -> Result<Bytes, ProxyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(ProxyError::BodyTooLarge { limit });
+    }
+    let max = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(incoming, max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ProxyError::BodyTooLarge { limit })
+        }
+        Err(e) => Err(ProxyError::ClientBody(e.to_string())),
+    }
+}

@@ -1,0 +1,400 @@
+//! Typed configuration: `proxy.toml` parsed into structs with defaults, unknown keys
+//! rejected, then command-line flags applied on top and the whole validated once.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Where the proxy listens when nothing else says so (the contract's default).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Where requests go when nothing else says so (the contract's default).
+pub const DEFAULT_UPSTREAM: &str = "https://api.openai.com/v1";
+/// Read when `--config` is not given, if it exists.
+pub const DEFAULT_CONFIG_FILE: &str = "proxy.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file named with `--config` could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// TOML syntax errors, unknown keys and wrongly typed values; toml's message names
+    /// the key and its line.
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// A value that parses but cannot work; the message names the key.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on, `host:port`.
+    pub listen: String,
+    pub upstream: UpstreamConfig,
+    pub models: Vec<ModelRule>,
+    pub summarizer: SummarizerConfig,
+    pub limits: LimitsConfig,
+    pub auth: AuthConfig,
+    pub log: LogConfig,
+    pub server: ServerConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.to_owned(),
+            upstream: UpstreamConfig::default(),
+            models: Vec::new(),
+            summarizer: SummarizerConfig::default(),
+            limits: LimitsConfig::default(),
+            auth: AuthConfig::default(),
+            log: LogConfig::default(),
+            server: ServerConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Base URL every request path is appended to.
+    pub base_url: String,
+    /// Sidecar mode: name of an environment variable holding the upstream API key, which
+    /// the proxy then sends instead of the client's credentials.
+    pub api_key_env: Option<String>,
+    /// Time allowed to open a TCP (and TLS) connection to the upstream.
+    pub connect_timeout_ms: u64,
+    /// Longest silence tolerated while waiting for the upstream's headers or between two
+    /// chunks of its body. Reasoning models can think for minutes before the first token,
+    /// so the default is generous; there is deliberately no total timeout.
+    pub idle_timeout_ms: u64,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            base_url: DEFAULT_UPSTREAM.to_owned(),
+            api_key_env: None,
+            connect_timeout_ms: 10_000,
+            idle_timeout_ms: 600_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRule {
+    /// Glob (`*`, `?`) matched against the request's `model`.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// The model's context window in tokens.
+    pub context_window: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SummarizerConfig {
+    /// Empty: the upstream.
+    pub base_url: String,
+    /// Empty: the request's own model.
+    pub model: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest chat request body the proxy reads into memory; larger ones get 413.
+    /// Other routes stream and have no limit of the proxy's own.
+    pub max_body_bytes: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        // Chat bodies carrying a few base64 images reach tens of megabytes.
+        Self {
+            max_body_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Keys clients must present (`Authorization: Bearer KEY` or `x-api-key: KEY`).
+    /// Prefer `keys_env` so keys stay out of the file.
+    #[serde(skip_serializing)]
+    pub keys: Vec<String>,
+    /// Name of an environment variable holding comma-separated client keys.
+    pub keys_env: Option<String>,
+    /// With `upstream.api_key_env` set and no client keys, start anyway and let anyone
+    /// use the injected key. Only for a proxy reachable by trusted processes alone.
+    pub allow_unauthenticated: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A `tracing` filter such as `info` or `compaction_proxy=debug`; `RUST_LOG` wins.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            level: "info".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// On SIGINT/SIGTERM, how long in-flight requests may take to finish before the
+    /// process exits anyway.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            shutdown_grace_ms: 30_000,
+        }
+    }
+}
+
+/// Values given on the command line; each one present replaces the file's.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub upstream: Option<String>,
+    pub log_format: Option<LogFormat>,
+}
+
+impl Config {
+    /// Reads the config (the named file, else `./proxy.toml` if present, else defaults),
+    /// applies the overrides and validates the result.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let mut config = match path {
+            Some(path) => Self::from_file(path)?,
+            None if Path::new(DEFAULT_CONFIG_FILE).is_file() => {
+                Self::from_file(Path::new(DEFAULT_CONFIG_FILE))?
+            }
+            None => Self::default(),
+        };
+        config.apply(overrides);
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses TOML text; the error message names the offending key.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())
+    }
+
+    fn apply(&mut self, overrides: &Overrides) {
+        if let Some(listen) = &overrides.listen {
+            self.listen.clone_from(listen);
+        }
+        if let Some(upstream) = &overrides.upstream {
+            self.upstream.base_url.clone_from(upstream);
+        }
+        if let Some(format) = overrides.log_format {
+            self.log.format = format;
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.listen_addr()?;
+        validate_base_url("upstream.base_url", &self.upstream.base_url)?;
+        if !self.summarizer.base_url.is_empty() {
+            validate_base_url("summarizer.base_url", &self.summarizer.base_url)?;
+        }
+        if self.upstream.connect_timeout_ms == 0 || self.upstream.idle_timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "upstream.connect_timeout_ms and upstream.idle_timeout_ms must be above 0".into(),
+            ));
+        }
+        if self.limits.max_body_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.max_body_bytes must be above 0".into(),
+            ));
+        }
+        for rule in &self.models {
+            if rule.pattern.is_empty() || rule.context_window == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "models: each entry needs a non-empty `match` and a `context_window` above 0 (got match = {:?}, context_window = {})",
+                    rule.pattern, rule.context_window
+                )));
+            }
+        }
+        self.validate_auth()
+    }
+
+    fn validate_auth(&self) -> Result<(), ConfigError> {
+        let injects_key = self.upstream.api_key_env.is_some();
+        let has_client_keys = !self.auth.keys.is_empty() || self.auth.keys_env.is_some();
+        if injects_key && !has_client_keys && !self.auth.allow_unauthenticated {
+            return Err(ConfigError::Invalid(
+                "upstream.api_key_env is set but no client keys are configured (auth.keys or auth.keys_env): \
+                 anyone reaching the proxy could spend the upstream key. Configure client keys, or set \
+                 auth.allow_unauthenticated = true if only trusted processes can reach it"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.listen.parse().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "listen: {:?} is not an address like 127.0.0.1:8080",
+                self.listen
+            ))
+        })
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream.connect_timeout_ms)
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream.idle_timeout_ms)
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.server.shutdown_grace_ms)
+    }
+
+    /// The effective settings as TOML, for `check`. Client keys are never printed.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot render settings: {e}\n"))
+    }
+}
+
+fn validate_base_url(key: &str, url: &str) -> Result<(), ConfigError> {
+    let ok = match url.parse::<http::Uri>() {
+        Ok(uri) => {
+            matches!(uri.scheme_str(), Some("http" | "https"))
+                && uri.authority().is_some()
+                && uri.query().is_none()
+        }
+        Err(_) => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "{key}: {url:?} is not an http(s) base URL like https://api.openai.com/v1"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_contract_defaults() {
+        let config = Config::from_toml("").unwrap();
+        assert_eq!(config.listen, "127.0.0.1:8080");
+        assert_eq!(config.upstream.base_url, "https://api.openai.com/v1");
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn unknown_top_level_key_is_named() {
+        let err = Config::from_toml("listne = \"127.0.0.1:1\"\n").unwrap_err();
+        assert!(err.contains("listne"), "{err}");
+    }
+
+    #[test]
+    fn unknown_nested_key_is_named() {
+        let err = Config::from_toml("[upstream]\nbase_ulr = \"http://x\"\n").unwrap_err();
+        assert!(err.contains("base_ulr"), "{err}");
+        let err = Config::from_toml("[[models]]\nmatch = \"a*\"\ncontext_window = 1\nwindow = 2\n")
+            .unwrap_err();
+        assert!(err.contains("window"), "{err}");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let mut config = Config::from_toml("listen = \"127.0.0.1:1\"\n").unwrap();
+        config.apply(&Overrides {
+            listen: Some("127.0.0.1:2".into()),
+            upstream: Some("http://u:9/v1".into()),
+            log_format: Some(LogFormat::Json),
+        });
+        assert_eq!(config.listen, "127.0.0.1:2");
+        assert_eq!(config.upstream.base_url, "http://u:9/v1");
+        assert_eq!(config.log.format, LogFormat::Json);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let mut config = Config::default();
+        config.upstream.base_url = "ftp://x".into();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("upstream.base_url"), "{err}");
+
+        let config = Config {
+            listen: "localhost".into(),
+            ..Config::default()
+        };
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("listen"));
+    }
+
+    #[test]
+    fn injected_key_requires_client_keys() {
+        let mut config = Config::default();
+        config.upstream.api_key_env = Some("UPSTREAM_KEY".into());
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("auth"), "{err}");
+        config.auth.keys_env = Some("CLIENT_KEYS".into());
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn client_keys_are_not_printed() {
+        let mut config = Config::default();
+        config.auth.keys = vec!["sk-very-secret".into()];
+        assert!(!config.to_toml().contains("sk-very-secret"));
+    }
+
+    #[test]
+    fn example_config_is_valid() {
+        let text = include_str!("../proxy.toml");
+        let config = Config::from_toml(text).unwrap();
+        assert!(config.validate().is_ok());
+    }
+}

@@ -1,0 +1,104 @@
+//! The proxy's own errors, rendered once as OpenAI-style JSON. Errors the upstream
+//! returns are never turned into these: they pass through as the upstream sent them.
+
+use std::time::Duration;
+
+use http::{header, HeaderValue, Response, StatusCode};
+
+use crate::body::{self, ProxyBody};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The upstream could not be connected to, or dropped the connection before answering.
+    #[error("the upstream could not be reached: {0}")]
+    UpstreamUnreachable(String),
+    /// The upstream sent no answer within the idle timeout.
+    #[error("the upstream sent nothing for {} s", .0.as_secs_f64())]
+    UpstreamTimeout(Duration),
+    /// A chat request body larger than `limits.max_body_bytes`.
+    #[error("the request body is larger than this proxy's limit of {limit} bytes")]
+    BodyTooLarge { limit: u64 },
+    /// The client's body could not be read (connection cut, bad framing).
+    #[error("the request body could not be read: {0}")]
+    ClientBody(String),
+    /// A client key was required and the request had none, or an unknown one.
+    #[error("invalid or missing API key for this proxy")]
+    Unauthorized,
+}
+
+impl ProxyError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::UpstreamUnreachable(_) => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::ClientBody(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+        }
+    }
+
+    /// OpenAI's `type` and `code` for this error, so SDKs raise their usual exceptions.
+    fn kind(&self) -> (&'static str, &'static str) {
+        match self {
+            Self::UpstreamUnreachable(_) => ("upstream_error", "upstream_unreachable"),
+            Self::UpstreamTimeout(_) => ("upstream_error", "upstream_timeout"),
+            Self::BodyTooLarge { .. } => ("invalid_request_error", "request_too_large"),
+            Self::ClientBody(_) => ("invalid_request_error", "invalid_body"),
+            Self::Unauthorized => ("invalid_request_error", "invalid_api_key"),
+        }
+    }
+
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let (kind, code) = self.kind();
+        let payload = serde_json::json!({
+            "error": {
+                "message": format!("compaction-proxy: {self}"),
+                "type": kind,
+                "param": null,
+                "code": code,
+            }
+        });
+        let mut response = Response::new(body::full(payload.to_string()));
+        *response.status_mut() = self.status();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn renders_openai_shaped_json() {
+        let response = ProxyError::BodyTooLarge { limit: 10 }.into_response();
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(value["error"]["code"], "request_too_large");
+        assert_eq!(value["error"]["type"], "invalid_request_error");
+        assert!(value["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("10 bytes"));
+    }
+
+    #[test]
+    fn status_follows_origin() {
+        assert_eq!(
+            ProxyError::UpstreamUnreachable("refused".into()).status(),
+            StatusCode::BAD_GATEWAY
+        );
+        assert_eq!(
+            ProxyError::UpstreamTimeout(Duration::from_secs(1)).status(),
+            StatusCode::GATEWAY_TIMEOUT
+        );
+        assert_eq!(ProxyError::Unauthorized.status(), StatusCode::UNAUTHORIZED);
+    }
+}

@@ -1,0 +1,121 @@
+//! Where each request goes: the proxy's own endpoints, the compaction path for chat
+//! completions, or plain pass-through. Also the one place a request is counted, its
+//! client key checked and its outcome logged.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use tracing::Instrument;
+
+use crate::app::App;
+use crate::body::{self, ProxyBody};
+use crate::{chat, passthrough};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Health,
+    Metrics,
+    Chat,
+    Passthrough,
+}
+
+impl Route {
+    fn of<B>(request: &Request<B>) -> Self {
+        let path = request.uri().path();
+        match (request.method(), path) {
+            (&Method::GET, "/healthz") => Self::Health,
+            (&Method::GET, "/metrics") => Self::Metrics,
+            (&Method::POST, p) if p.ends_with("/chat/completions") => Self::Chat,
+            _ => Self::Passthrough,
+        }
+    }
+}
+
+pub async fn handle(
+    app: Arc<App>,
+    request: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let started = Instant::now();
+    let id = app.next_request_id();
+    let route = Route::of(&request);
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let span = tracing::info_span!("request", id);
+    let response = dispatch(&app, route, request)
+        .instrument(span.clone())
+        .await;
+    span.in_scope(|| {
+        tracing::info!(
+            %method,
+            path,
+            status = response.status().as_u16(),
+            ms = started.elapsed().as_secs_f64() * 1000.0,
+            "answered"
+        );
+    });
+    Ok(response)
+}
+
+async fn dispatch(app: &App, route: Route, request: Request<Incoming>) -> Response<ProxyBody> {
+    match route {
+        Route::Health => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
+        Route::Metrics => text(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            app.metrics.render(),
+        ),
+        Route::Chat | Route::Passthrough => {
+            app.metrics.request();
+            let result = match app.auth.check(request.headers()) {
+                Err(e) => Err(e),
+                Ok(()) if route == Route::Chat => chat::handle(app, request).await,
+                Ok(()) => passthrough::forward(app, request).await,
+            };
+            result.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "proxy error");
+                e.into_response()
+            })
+        }
+    }
+}
+
+fn text(status: StatusCode, content_type: &'static str, text: String) -> Response<ProxyBody> {
+    let mut response = Response::new(body::full(text));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(method: Method, uri: &str) -> Route {
+        Route::of(&Request::builder().method(method).uri(uri).body(()).unwrap())
+    }
+
+    #[test]
+    fn routes_by_method_and_path() {
+        assert_eq!(route(Method::GET, "/healthz"), Route::Health);
+        assert_eq!(route(Method::GET, "/metrics"), Route::Metrics);
+        assert_eq!(route(Method::POST, "/v1/chat/completions"), Route::Chat);
+        assert_eq!(
+            route(
+                Method::POST,
+                "/openai/deployments/x/chat/completions?api-version=1"
+            ),
+            Route::Chat
+        );
+        assert_eq!(
+            route(Method::GET, "/v1/chat/completions"),
+            Route::Passthrough
+        );
+        assert_eq!(route(Method::POST, "/v1/responses"), Route::Passthrough);
+        assert_eq!(route(Method::POST, "/healthz"), Route::Passthrough);
+    }
+}

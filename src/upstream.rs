@@ -1,0 +1,226 @@
+//! Sending a request to the upstream: where it goes (the path-join rule), which headers
+//! travel, the connection pool, and the timeouts suited to LLM traffic.
+
+use std::time::Duration;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, Uri};
+use http_body_util::BodyExt;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::body::{IdleTimeout, ProxyBody};
+use crate::config::Config;
+use crate::error::ProxyError;
+
+/// Hop-by-hop headers (RFC 9110 section 7.6.1) plus `expect`: they describe one
+/// connection, not the message, so they never cross the proxy. `host` is set anew for
+/// the upstream by the client.
+const HOP_BY_HOP: [HeaderName; 10] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::EXPECT,
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamInitError {
+    #[error("upstream.api_key_env names {0}, which is not set in the environment")]
+    MissingKey(String),
+    #[error("the upstream key in {0} is not a valid header value")]
+    BadKey(String),
+}
+
+pub struct Upstream {
+    client: Client<HttpsConnector<HttpConnector>, ProxyBody>,
+    base: String,
+    idle: Duration,
+    api_key: Option<HeaderValue>,
+}
+
+impl Upstream {
+    pub fn new(config: &Config) -> Result<Self, UpstreamInitError> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(config.connect_timeout()));
+        // Keep-alive probes find dead peers; no TCP user timeout is set, so a slow model
+        // that keeps the socket quiet for minutes is not cut off by the kernel.
+        http.set_keepalive(Some(Duration::from_secs(30)));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(https);
+        Ok(Self {
+            client,
+            base: config.upstream.base_url.trim_end_matches('/').to_owned(),
+            idle: config.idle_timeout(),
+            api_key: upstream_key(config.upstream.api_key_env.as_deref())?,
+        })
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends one request and returns the upstream's answer with its body still streaming.
+    /// Only the proxy's own failures are errors; any status the upstream answers is `Ok`.
+    pub async fn send(
+        &self,
+        method: Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: ProxyBody,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let target = join(&self.base, uri);
+        let target: Uri = target
+            .parse()
+            .map_err(|e| ProxyError::UpstreamUnreachable(format!("bad upstream URL: {e}")))?;
+        let mut request = Request::new(body);
+        *request.method_mut() = method;
+        *request.uri_mut() = target;
+        *request.headers_mut() = forwarded_headers(headers);
+        if let Some(key) = &self.api_key {
+            request
+                .headers_mut()
+                .insert(header::AUTHORIZATION, key.clone());
+        }
+        let response = tokio::time::timeout(self.idle, self.client.request(request))
+            .await
+            .map_err(|_| ProxyError::UpstreamTimeout(self.idle))?
+            .map_err(|e| ProxyError::UpstreamUnreachable(error_chain(&e)))?;
+        let (mut parts, body) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        let body = IdleTimeout::new(body, self.idle).boxed_unsync();
+        Ok(Response::from_parts(parts, body))
+    }
+}
+
+fn upstream_key(env_name: Option<&str>) -> Result<Option<HeaderValue>, UpstreamInitError> {
+    let Some(name) = env_name else {
+        return Ok(None);
+    };
+    let key = std::env::var(name).map_err(|_| UpstreamInitError::MissingKey(name.to_owned()))?;
+    let mut value = HeaderValue::try_from(format!("Bearer {}", key.trim()))
+        .map_err(|_| UpstreamInitError::BadKey(name.to_owned()))?;
+    value.set_sensitive(true);
+    Ok(Some(value))
+}
+
+/// The upstream URL for a client's request URI: the path appended to the base URL, with
+/// a `/v1` that ends the base and starts the path counted once; the query kept as is.
+pub fn join(base: &str, uri: &Uri) -> String {
+    let path = uri.path();
+    let path = match base.ends_with("/v1") {
+        true if path == "/v1" || path.starts_with("/v1/") => &path[3..],
+        _ => path,
+    };
+    let mut url = String::with_capacity(base.len() + path.len() + 64);
+    url.push_str(base);
+    url.push_str(path);
+    if let Some(query) = uri.query() {
+        url.push('?');
+        url.push_str(query);
+    }
+    url
+}
+
+/// The client's headers minus those that describe its connection to us.
+fn forwarded_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut out = headers.clone();
+    strip_hop_by_hop(&mut out);
+    out.remove(header::HOST);
+    out
+}
+
+/// Removes hop-by-hop headers, including any named in `Connection`.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+/// hyper's top-level client errors say little ("client error (Connect)"); the causes
+/// say what happened.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn joined(base: &str, uri: &str) -> String {
+        join(base, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn v1_counted_once() {
+        assert_eq!(joined("http://h/v1", "/v1/models"), "http://h/v1/models");
+        assert_eq!(
+            joined("http://h/v1", "/v1/chat/completions?x=1"),
+            "http://h/v1/chat/completions?x=1"
+        );
+    }
+
+    #[test]
+    fn path_appended_to_base_without_v1() {
+        assert_eq!(
+            joined("http://h:8000", "/v1/models"),
+            "http://h:8000/v1/models"
+        );
+        assert_eq!(
+            joined("https://openrouter.ai/api/v1", "/v1/models"),
+            "https://openrouter.ai/api/v1/models"
+        );
+        assert_eq!(joined("http://h/v1", "/models"), "http://h/v1/models");
+        assert_eq!(joined("http://h/v1", "/v1beta/x"), "http://h/v1/v1beta/x");
+    }
+
+    #[test]
+    fn hop_by_hop_and_connection_named_headers_dropped() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("close, x-secret-hop"),
+        );
+        headers.insert("x-secret-hop", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        headers.insert(header::HOST, HeaderValue::from_static("proxy:8080"));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        headers.insert("x-session-id", HeaderValue::from_static("s1"));
+        let out = forwarded_headers(&headers);
+        let names: Vec<&str> = out.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["authorization", "x-session-id"]);
+    }
+}
