@@ -1,0 +1,199 @@
+//! The proxy as a service: its own endpoints, sidecar keys, the CLI and shutdown.
+
+mod support;
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use support::{client, Mock, Proxy};
+
+#[tokio::test]
+async fn healthz_and_metrics() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    let response = client().get(proxy.url("/healthz")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    client().get(proxy.url("/v1/models")).send().await.unwrap();
+    client()
+        .post(proxy.url("/v1/chat/completions"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let response = client().get(proxy.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = response.text().await.unwrap();
+    assert!(
+        text.contains("\ncompaction_proxy_requests_total 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\ncompaction_proxy_upstream_attempts_total 2\n"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn sidecar_mode_injects_the_upstream_key_and_requires_client_keys() {
+    let mock = Mock::start().await;
+    let env = HashMap::from([
+        ("UPSTREAM_KEY", "sk-upstream-secret"),
+        ("CLIENT_KEYS", "ck-1, ck-2"),
+    ]);
+    let config = "[upstream]\napi_key_env = \"UPSTREAM_KEY\"\n[auth]\nkeys_env = \"CLIENT_KEYS\"\n";
+    let proxy = Proxy::start_with_env(&mock.url("/v1"), config, &env);
+
+    for auth in [
+        None,
+        Some("Bearer wrong"),
+        Some("Bearer sk-upstream-secret"),
+    ] {
+        let mut request = client().post(proxy.url("/v1/chat/completions")).body("{}");
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 401, "{auth:?}");
+        let error: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "invalid_api_key");
+    }
+    assert!(
+        mock.recorded().is_empty(),
+        "a rejected request reached the upstream"
+    );
+
+    let response = client()
+        .get(proxy.url("/v1/models"))
+        .header("authorization", "Bearer ck-2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        mock.last().headers["authorization"],
+        "Bearer sk-upstream-secret"
+    );
+    assert!(!proxy.logs().contains("sk-upstream-secret"));
+    assert!(!proxy.logs().contains("ck-2"));
+}
+
+#[test]
+fn refuses_to_be_an_open_relay() {
+    let output = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"))
+        .args(["check", "--config", "/dev/stdin"])
+        .stdin(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "empty config must be valid");
+
+    let dir = support::tempdir();
+    let path = dir.join("p.toml");
+    std::fs::write(&path, "[upstream]\napi_key_env = \"K\"\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("auth"));
+}
+
+#[test]
+fn check_names_an_unknown_key_and_prints_effective_settings() {
+    let dir = support::tempdir();
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[upstream]\nbase_url = \"http://x/v1\"\nidle_timeout = 5\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"))
+        .args(["check", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("idle_timeout"));
+
+    // With no --config, ./proxy.toml is read when it exists.
+    std::fs::write(dir.join("proxy.toml"), "listen = \"127.0.0.1:9999\"\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"))
+        .arg("check")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("listen = \"127.0.0.1:9999\""), "{printed}");
+    assert!(
+        printed.contains("base_url = \"https://api.openai.com/v1\""),
+        "{printed}"
+    );
+}
+
+#[test]
+fn the_example_config_is_valid() {
+    let output = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"))
+        .args([
+            "check",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/proxy.toml"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test]
+async fn sigterm_drains_in_flight_requests_then_exits_zero() {
+    let mock = Mock::start().await;
+    let mut proxy = Proxy::start(&mock.url("/v1"), "");
+    let response = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .header("x-mock", "sse-gated")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let mut stream = response.bytes_stream();
+    stream.next().await.unwrap().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &proxy.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // New connections are refused once shutdown has begun.
+    let mut refused = false;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(proxy.addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused, "the proxy still accepts connections after SIGTERM");
+    mock.state.gate.notify_one();
+    let mut rest = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        rest.extend_from_slice(&chunk.unwrap());
+    }
+    assert!(String::from_utf8(rest)
+        .unwrap()
+        .ends_with("data: [DONE]\n\n"));
+    let exit = tokio::task::spawn_blocking(move || proxy.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+}

@@ -1,0 +1,368 @@
+//! Test harness: a mock OpenAI-compatible upstream on loopback that records what it
+//! receives, and the real `compaction-proxy` binary started against it on port 0.
+//!
+//! The mock's behaviour for a request is chosen by its `x-mock` header (the proxy
+//! forwards it untouched), so one mock serves every scenario.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Notify};
+
+type MockBody = UnsyncBoxBody<Bytes, Infallible>;
+
+/// One request as the upstream saw it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    /// Path and query.
+    pub uri: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+#[derive(Default)]
+pub struct MockState {
+    pub recorded: Mutex<Vec<Recorded>>,
+    /// Released by a test to let a gated stream finish.
+    pub gate: Notify,
+    /// Signalled when the proxy dropped a stream the mock was still writing.
+    pub stream_cancelled: Notify,
+    /// Bytes received by the `sink` behaviour, for uploads too big to record.
+    pub sunk: Mutex<Vec<(u64, u64)>>,
+}
+
+pub struct Mock {
+    pub addr: SocketAddr,
+    pub state: Arc<MockState>,
+}
+
+impl Mock {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(MockState::default());
+        let shared = Arc::clone(&state);
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                stream.set_nodelay(true).unwrap();
+                let state = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| respond(Arc::clone(&state), req));
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self { addr, state }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn recorded(&self) -> Vec<Recorded> {
+        self.state.recorded.lock().unwrap().clone()
+    }
+
+    pub fn last(&self) -> Recorded {
+        self.recorded()
+            .pop()
+            .expect("the upstream received no request")
+    }
+}
+
+async fn respond(
+    state: Arc<MockState>,
+    req: Request<Incoming>,
+) -> Result<Response<MockBody>, Infallible> {
+    let behaviour = req
+        .headers()
+        .get("x-mock")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("echo")
+        .to_owned();
+    if behaviour == "sink" {
+        return Ok(sink(&state, req).await);
+    }
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    state.recorded.lock().unwrap().push(Recorded {
+        method: parts.method.to_string(),
+        uri: parts.uri.to_string(),
+        headers: parts.headers.clone(),
+        body: body.clone(),
+    });
+    let response = match behaviour.as_str() {
+        "echo" => echo(&parts.headers, body),
+        "error" => error_answer(&parts.headers),
+        "sse-gated" => sse_gated(state),
+        "sse-forever" => sse_forever(state),
+        "silent" => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            plain(StatusCode::OK, "late")
+        }
+        other => plain(StatusCode::BAD_REQUEST, &format!("unknown x-mock {other}")),
+    };
+    Ok(response)
+}
+
+/// Answers with the request body as it came, and its content type.
+fn echo(headers: &HeaderMap, body: Bytes) -> Response<MockBody> {
+    let mut response = Response::new(full(body));
+    if let Some(ct) = headers.get("content-type") {
+        response.headers_mut().insert("content-type", ct.clone());
+    }
+    response
+}
+
+/// Answers with the status in `x-mock-status`, an OpenAI-style error and a header the
+/// test can look for.
+fn error_answer(headers: &HeaderMap) -> Response<MockBody> {
+    let status: u16 = headers
+        .get("x-mock-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let body = format!(
+        "{{\"error\":{{\"message\":\"mock error {status}\",\"type\":\"mock\",\"code\":\"mock_{status}\"}}}}\n"
+    );
+    let mut response = Response::new(full(body));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    response
+        .headers_mut()
+        .insert("retry-after", "7".parse().unwrap());
+    response
+        .headers_mut()
+        .insert("x-upstream-marker", "kept".parse().unwrap());
+    response
+}
+
+pub const SSE_FIRST: &str =
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+pub const SSE_REST: &str =
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+
+/// Sends the first event at once and the rest only when the test opens the gate: a
+/// proxy that buffered would never deliver the first event.
+fn sse_gated(state: Arc<MockState>) -> Response<MockBody> {
+    let (tx, body) = channel_body();
+    tokio::spawn(async move {
+        let _ = tx.send(Bytes::from_static(SSE_FIRST.as_bytes())).await;
+        state.gate.notified().await;
+        let _ = tx.send(Bytes::from_static(SSE_REST.as_bytes())).await;
+    });
+    sse_response(body)
+}
+
+/// Streams an event every 20 ms until the reader goes away, then says so.
+fn sse_forever(state: Arc<MockState>) -> Response<MockBody> {
+    let (tx, body) = channel_body();
+    tokio::spawn(async move {
+        loop {
+            if tx
+                .send(Bytes::from_static(SSE_FIRST.as_bytes()))
+                .await
+                .is_err()
+            {
+                state.stream_cancelled.notify_one();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    sse_response(body)
+}
+
+/// Counts and checksums an upload without keeping it, answering `len checksum`.
+async fn sink(state: &MockState, req: Request<Incoming>) -> Response<MockBody> {
+    let mut body = req.into_body();
+    let (mut len, mut sum) = (0u64, 0u64);
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { break };
+        if let Some(data) = frame.data_ref() {
+            len += data.len() as u64;
+            sum = checksum(sum, data);
+        }
+    }
+    state.sunk.lock().unwrap().push((len, sum));
+    plain(StatusCode::OK, &format!("{len} {sum}"))
+}
+
+/// A cheap order-sensitive checksum (FNV-1a) for comparing large bodies.
+pub fn checksum(mut hash: u64, data: &[u8]) -> u64 {
+    if hash == 0 {
+        hash = 0xcbf2_9ce4_8422_2325;
+    }
+    for byte in data {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+fn channel_body() -> (mpsc::Sender<Bytes>, MockBody) {
+    let (tx, rx) = mpsc::channel::<Bytes>(1);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    });
+    (tx, StreamBody::new(stream).boxed_unsync())
+}
+
+fn sse_response(body: MockBody) -> Response<MockBody> {
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert("content-type", "text/event-stream".parse().unwrap());
+    response
+        .headers_mut()
+        .insert("cache-control", "no-cache".parse().unwrap());
+    response
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<MockBody> {
+    let mut response = Response::new(full(Bytes::from(text.to_owned())));
+    *response.status_mut() = status;
+    response
+}
+
+fn full(bytes: impl Into<Bytes>) -> MockBody {
+    Full::new(bytes.into()).boxed_unsync()
+}
+
+/// The real binary, listening on a free loopback port.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    pub child: Child,
+    pub stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proxy {
+    /// Starts the proxy with `config` (TOML) written to a file, pointed at `upstream`.
+    pub fn start(upstream: &str, config: &str) -> Self {
+        Self::start_with_env(upstream, config, &HashMap::new())
+    }
+
+    pub fn start_with_env(upstream: &str, config: &str, env: &HashMap<&str, &str>) -> Self {
+        let dir = tempdir();
+        let config_path = dir.join("proxy.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"));
+        command
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                upstream,
+                "--config",
+            ])
+            .arg(&config_path)
+            .current_dir(&dir)
+            .env_remove("RUST_LOG")
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("start compaction-proxy");
+        let stderr = child.stderr.take().unwrap();
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("listening on http://") {
+                    let addr = rest.split(' ').next().unwrap_or_default().to_owned();
+                    let _ = addr_tx.send(addr);
+                }
+                kept.lock().unwrap().push(line);
+            }
+        });
+        let addr = addr_rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("proxy did not start: {:?}", lines.lock().unwrap()));
+        Self {
+            addr: addr.parse().unwrap(),
+            child,
+            stderr: lines,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn logs(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh directory under the target dir (no tempfile dependency).
+pub fn tempdir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "t{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// An HTTP client that never pools, so each test sees fresh connections.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .no_proxy()
+        .build()
+        .unwrap()
+}
+
+/// Sends raw bytes on a new connection and returns everything read until the server
+/// closes it or `wait` passes.
+pub async fn raw(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(wait, stream.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
