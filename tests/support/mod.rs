@@ -120,6 +120,7 @@ async fn respond(
     });
     let response = match behaviour.as_str() {
         "echo" => echo(&parts.headers, body),
+        "openai" => openai(parts.method.as_str(), parts.uri.path(), &body),
         "error" => error_answer(&parts.headers),
         "sse-gated" => sse_gated(state),
         "sse-forever" => sse_forever(state),
@@ -138,6 +139,95 @@ fn echo(headers: &HeaderMap, body: Bytes) -> Response<MockBody> {
     if let Some(ct) = headers.get("content-type") {
         response.headers_mut().insert("content-type", ct.clone());
     }
+    response
+}
+
+/// Answers like OpenAI: a model list, and chat completions (JSON or SSE) that repeat
+/// the last user message.
+fn openai(method: &str, path: &str, body: &[u8]) -> Response<MockBody> {
+    if method == "GET" && path.ends_with("/models") {
+        let list = serde_json::json!({"object": "list", "data": [
+            {"id": "mock-model", "object": "model", "created": 1, "owned_by": "mock"}
+        ]});
+        return json(list.to_string());
+    }
+    let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return plain(StatusCode::BAD_REQUEST, "not json");
+    };
+    let said = last_user_text(&request);
+    let reply = format!("you said: {said}");
+    let model = request["model"].as_str().unwrap_or("mock-model").to_owned();
+    if request["stream"] == true {
+        return openai_stream(
+            &model,
+            &reply,
+            request["stream_options"]["include_usage"] == true,
+        );
+    }
+    json(
+        serde_json::json!({
+            "id": "chatcmpl-mock", "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        })
+        .to_string(),
+    )
+}
+
+/// The text of the last user message, whether content is a string or parts.
+pub fn last_user_text(request: &serde_json::Value) -> String {
+    let Some(message) = request["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+    else {
+        return String::new();
+    };
+    match &message["content"] {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+fn openai_stream(model: &str, reply: &str, usage: bool) -> Response<MockBody> {
+    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+        let event = serde_json::json!({
+            "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+        });
+        format!("data: {event}\n\n")
+    };
+    let mut text = chunk(
+        serde_json::json!({"role": "assistant", "content": ""}),
+        serde_json::Value::Null,
+    );
+    for word in reply.split_inclusive(' ') {
+        text.push_str(&chunk(
+            serde_json::json!({"content": word}),
+            serde_json::Value::Null,
+        ));
+    }
+    text.push_str(&chunk(serde_json::json!({}), serde_json::json!("stop")));
+    if usage {
+        let event = serde_json::json!({
+            "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": model,
+            "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        });
+        text.push_str(&format!("data: {event}\n\n"));
+    }
+    text.push_str("data: [DONE]\n\n");
+    sse_response(full(text))
+}
+
+fn json(text: String) -> Response<MockBody> {
+    let mut response = Response::new(full(text));
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
     response
 }
 
