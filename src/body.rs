@@ -84,6 +84,52 @@ where
     }
 }
 
+/// A body whose first bytes were already read (to look at them) and are sent first,
+/// followed by the rest of the original body untouched.
+pub struct Replay {
+    head: Option<Bytes>,
+    rest: ProxyBody,
+}
+
+impl Replay {
+    pub fn new(head: Bytes, rest: ProxyBody) -> Self {
+        Self {
+            head: (!head.is_empty()).then_some(head),
+            rest,
+        }
+    }
+}
+
+impl Body for Replay {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(head) = self.head.take() {
+            return Poll::Ready(Some(Ok(Frame::data(head))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.head.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let rest = self.rest.size_hint();
+        let extra = self.head.as_ref().map_or(0, |h| h.len() as u64);
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + extra);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + extra);
+        }
+        hint
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +142,14 @@ mod tests {
         let mut body = IdleTimeout::new(silent, Duration::from_secs(5));
         let err = body.frame().await.unwrap().unwrap_err();
         assert!(err.to_string().contains("5 s"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn replay_sends_the_head_then_the_rest() {
+        let body = Replay::new(Bytes::from_static(b"data: 1\n\n"), full("data: 2\n\n"));
+        assert_eq!(body.size_hint().exact(), Some(18));
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"data: 1\n\ndata: 2\n\n");
     }
 
     #[tokio::test(start_paused = true)]

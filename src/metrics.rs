@@ -1,13 +1,66 @@
 //! Counters exposed at `GET /metrics` in the Prometheus text format. Plain atomics: the
-//! request path pays one relaxed increment per event and nothing else.
+//! request path pays a relaxed increment per event and nothing else.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// What made the proxy compact a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// Predicted before the first upstream call.
+    Preflight,
+    /// The upstream answered with a context-overflow error.
+    Error,
+}
+
+impl Trigger {
+    pub const ALL: [Trigger; 2] = [Trigger::Preflight, Trigger::Error];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Preflight => "preflight",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// Where the summary of a compaction came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SummarySource {
+    Llm,
+    /// The deterministic summary, used when no LLM summary could be had.
+    Fallback,
+    /// A stored checkpoint from an earlier turn of the same conversation.
+    Cache,
+}
+
+impl SummarySource {
+    pub const ALL: [SummarySource; 3] = [Self::Llm, Self::Fallback, Self::Cache];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Llm => "llm",
+            Self::Fallback => "fallback",
+            Self::Cache => "cache",
+        }
+    }
+}
+
+/// Upper bounds (seconds) of the compaction-time histogram: compaction work is
+/// expected in the sub-millisecond to tens-of-milliseconds range.
+const BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
 
 #[derive(Debug, Default)]
 pub struct Metrics {
     requests: AtomicU64,
     upstream_attempts: AtomicU64,
+    compactions: [AtomicU64; 2],
+    summaries: [AtomicU64; 3],
+    tokens_saved: AtomicU64,
+    compaction_time: Histogram,
 }
 
 impl Metrics {
@@ -19,12 +72,29 @@ impl Metrics {
         self.upstream_attempts.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub fn compaction(&self, trigger: Trigger) {
+        self.compactions[trigger as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn summary(&self, source: SummarySource) {
+        self.summaries[source as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn tokens_saved(&self, tokens: u64) {
+        self.tokens_saved.fetch_add(tokens, Ordering::Relaxed);
+    }
+
+    /// Time spent compacting, excluding any summariser call.
+    pub fn compaction_time(&self, elapsed: Duration) {
+        self.compaction_time.observe(elapsed.as_secs_f64());
+    }
+
     pub fn render(&self) -> String {
-        let mut out = String::with_capacity(512);
+        let mut out = String::with_capacity(2048);
         counter(
             &mut out,
             "compaction_proxy_requests_total",
-            "Requests received from clients, all routes.",
+            "Requests received from clients, own endpoints excluded.",
             self.requests.load(Ordering::Relaxed),
         );
         counter(
@@ -33,16 +103,95 @@ impl Metrics {
             "Requests sent to the upstream, retries included.",
             self.upstream_attempts.load(Ordering::Relaxed),
         );
+        header(
+            &mut out,
+            "compaction_proxy_compactions_total",
+            "Chat requests the proxy compacted, by what triggered it.",
+            "counter",
+        );
+        for trigger in Trigger::ALL {
+            let value = self.compactions[trigger as usize].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "compaction_proxy_compactions_total{{trigger=\"{}\"}} {value}",
+                trigger.as_str()
+            );
+        }
+        header(
+            &mut out,
+            "compaction_proxy_summaries_total",
+            "Summaries used in compactions, by source.",
+            "counter",
+        );
+        for source in SummarySource::ALL {
+            let value = self.summaries[source as usize].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "compaction_proxy_summaries_total{{source=\"{}\"}} {value}",
+                source.as_str()
+            );
+        }
+        counter(
+            &mut out,
+            "compaction_proxy_tokens_saved_total",
+            "Prompt tokens removed by compaction (by the proxy's own count).",
+            self.tokens_saved.load(Ordering::Relaxed),
+        );
+        self.compaction_time.render(
+            &mut out,
+            "compaction_proxy_compaction_seconds",
+            "Time spent compacting a request, excluding the summariser call.",
+        );
         out
     }
 }
 
-fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+/// A fixed-bucket histogram; the sum is kept in microseconds to stay an integer.
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, seconds: f64) {
+        for (bucket, bound) in self.buckets.iter().zip(BUCKETS) {
+            if seconds <= bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        header(out, name, help, "histogram");
+        for (bucket, bound) in self.buckets.iter().zip(BUCKETS) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{le=\"+Inf\"}} {count}\n{name}_sum {sum}\n{name}_count {count}"
+        );
+    }
+}
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
     // Writing to a String cannot fail.
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-    );
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    header(out, name, help, "counter");
+    let _ = writeln!(out, "{name} {value}");
 }
 
 #[cfg(test)]
@@ -55,10 +204,31 @@ mod tests {
         metrics.request();
         metrics.request();
         metrics.upstream_attempt();
+        metrics.compaction(Trigger::Error);
+        metrics.summary(SummarySource::Fallback);
+        metrics.tokens_saved(1200);
         let text = metrics.render();
         assert!(text.contains(
             "# TYPE compaction_proxy_requests_total counter\ncompaction_proxy_requests_total 2\n"
         ));
         assert!(text.contains("compaction_proxy_upstream_attempts_total 1\n"));
+        assert!(text.contains("compaction_proxy_compactions_total{trigger=\"error\"} 1\n"));
+        assert!(text.contains("compaction_proxy_compactions_total{trigger=\"preflight\"} 0\n"));
+        assert!(text.contains("compaction_proxy_summaries_total{source=\"fallback\"} 1\n"));
+        assert!(text.contains("compaction_proxy_tokens_saved_total 1200\n"));
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let metrics = Metrics::default();
+        metrics.compaction_time(Duration::from_micros(300));
+        metrics.compaction_time(Duration::from_millis(20));
+        let text = metrics.render();
+        assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.0001\"} 0\n"));
+        assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.0005\"} 1\n"));
+        assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.025\"} 2\n"));
+        assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(text.contains("compaction_proxy_compaction_seconds_count 2\n"));
+        assert!(text.contains("compaction_proxy_compaction_seconds_sum 0.0203\n"));
     }
 }
