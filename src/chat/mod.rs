@@ -12,6 +12,9 @@ use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::error::ProxyError;
 
+pub mod request;
+pub mod x_compaction;
+
 pub async fn handle(
     app: &App,
     request: Request<Incoming>,

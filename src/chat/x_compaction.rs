@@ -1,0 +1,96 @@
+//! The `x-compaction` response header: absent when the request went upstream as sent,
+//! `applied; ...` when a rewritten request succeeded, `failed; ...` when no attempt did.
+
+use std::fmt::Write;
+
+use http::HeaderValue;
+
+use crate::metrics::{SummarySource, Trigger};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XCompaction {
+    pub outcome: Outcome,
+    pub trigger: Trigger,
+    /// Upstream calls made for this request.
+    pub attempts: u32,
+    pub messages_before: usize,
+    pub messages_after: usize,
+    /// `None` when no summary was made (only lossless passes ran).
+    pub summary: Option<SummarySource>,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+}
+
+impl XCompaction {
+    pub fn to_header(&self) -> HeaderValue {
+        let mut text = String::from(match self.outcome {
+            Outcome::Applied => "applied",
+            Outcome::Failed => "failed",
+        });
+        let summary = self.summary.map_or("none", SummarySource::as_str);
+        // Writing to a String cannot fail.
+        let _ = write!(
+            text,
+            "; trigger={}; attempts={}; messages={}->{}; summary={}; tokens={}->{}",
+            self.trigger.as_str(),
+            self.attempts,
+            self.messages_before,
+            self.messages_after,
+            summary,
+            self.tokens_before,
+            self.tokens_after,
+        );
+        // Only ASCII digits, letters and punctuation go in, so this cannot fail.
+        HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static("applied"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_the_contract_fields_in_order() {
+        let header = XCompaction {
+            outcome: Outcome::Applied,
+            trigger: Trigger::Error,
+            attempts: 2,
+            messages_before: 120,
+            messages_after: 14,
+            summary: Some(SummarySource::Fallback),
+            tokens_before: 150_000,
+            tokens_after: 30_000,
+        }
+        .to_header();
+        assert_eq!(
+            header,
+            "applied; trigger=error; attempts=2; messages=120->14; summary=fallback; tokens=150000->30000"
+        );
+    }
+
+    #[test]
+    fn failed_without_summary() {
+        let header = XCompaction {
+            outcome: Outcome::Failed,
+            trigger: Trigger::Preflight,
+            attempts: 3,
+            messages_before: 3,
+            messages_after: 3,
+            summary: None,
+            tokens_before: 10,
+            tokens_after: 10,
+        }
+        .to_header();
+        assert!(header
+            .to_str()
+            .unwrap()
+            .starts_with("failed; trigger=preflight; attempts=3;"));
+        assert!(header.to_str().unwrap().contains("summary=none"));
+    }
+}
