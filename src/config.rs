@@ -43,6 +43,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub log: LogConfig,
     pub server: ServerConfig,
+    pub compaction: CompactionConfig,
 }
 
 impl Default for Config {
@@ -56,6 +57,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             log: LogConfig::default(),
             server: ServerConfig::default(),
+            compaction: CompactionConfig::default(),
         }
     }
 }
@@ -178,6 +180,34 @@ impl Default for ServerConfig {
     }
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactionConfig {
+    /// Compact before the first upstream call when the estimated prompt plus the
+    /// completion budget exceeds this share of a known context window.
+    pub threshold: f64,
+    /// Upstream calls allowed for one chat request, the first included.
+    pub max_attempts: u32,
+    /// Completion budget assumed when a request sets neither `max_completion_tokens`
+    /// nor `max_tokens` (at most a quarter of the window is reserved).
+    pub output_reserve_tokens: u64,
+    /// How long a streamed answer's status line may be held back while waiting for its
+    /// first event, which is where some servers report an overflow. Past it, the
+    /// stream is passed on as it is.
+    pub first_event_timeout_ms: u64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        Self {
+            threshold: 0.9,
+            max_attempts: 3,
+            output_reserve_tokens: 4096,
+            first_event_timeout_ms: 30_000,
+        }
+    }
+}
+
 /// Values given on the command line; each one present replaces the file's.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -246,6 +276,18 @@ impl Config {
                 "limits.max_body_bytes must be above 0".into(),
             ));
         }
+        let compaction = &self.compaction;
+        if !(compaction.threshold > 0.0 && compaction.threshold <= 1.0) {
+            return Err(ConfigError::Invalid(format!(
+                "compaction.threshold must be above 0 and at most 1 (got {})",
+                compaction.threshold
+            )));
+        }
+        if compaction.max_attempts == 0 {
+            return Err(ConfigError::Invalid(
+                "compaction.max_attempts must be at least 1".into(),
+            ));
+        }
         for rule in &self.models {
             if rule.pattern.is_empty() || rule.context_window == 0 {
                 return Err(ConfigError::Invalid(format!(
@@ -286,6 +328,10 @@ impl Config {
 
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_millis(self.upstream.idle_timeout_ms)
+    }
+
+    pub fn first_event_timeout(&self) -> Duration {
+        Duration::from_millis(self.compaction.first_event_timeout_ms)
     }
 
     pub fn shutdown_grace(&self) -> Duration {

@@ -47,6 +47,8 @@ pub struct MockState {
     pub stream_cancelled: Notify,
     /// Bytes received by the `sink` behaviour, for uploads too big to record.
     pub sunk: Mutex<Vec<(u64, u64)>>,
+    /// Problems the `window` behaviour found in requests it received (pairing, order).
+    pub violations: Mutex<Vec<String>>,
 }
 
 pub struct Mock {
@@ -118,9 +120,18 @@ async fn respond(
         headers: parts.headers.clone(),
         body: body.clone(),
     });
+    let delay = parts
+        .headers
+        .get("x-mock-delay-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    if let Some(ms) = delay {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
     let response = match behaviour.as_str() {
         "echo" => echo(&parts.headers, body),
         "openai" => openai(parts.method.as_str(), parts.uri.path(), &body),
+        "window" => window(&state, &parts.headers, &body),
         "error" => error_answer(&parts.headers),
         "sse-gated" => sse_gated(state),
         "sse-forever" => sse_forever(state),
@@ -228,6 +239,163 @@ fn json(text: String) -> Response<MockBody> {
     response
         .headers_mut()
         .insert("content-type", "application/json".parse().unwrap());
+    response
+}
+
+/// The mock's own token count, deliberately not tiktoken and deliberately higher than
+/// it (about one token per three characters), as a real upstream's tokenizer differs.
+pub fn mock_tokens(request: &serde_json::Value) -> u64 {
+    let mut chars = 0usize;
+    let mut messages = 0u64;
+    for message in request["messages"].as_array().into_iter().flatten() {
+        messages += 1;
+        chars += json_text_len(&message["content"]);
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            chars += call["function"]["arguments"].as_str().map_or(0, str::len);
+            chars += call["function"]["name"].as_str().map_or(0, str::len);
+        }
+    }
+    chars as u64 / 3 + messages * 6
+}
+
+fn json_text_len(content: &serde_json::Value) -> usize {
+    match content {
+        serde_json::Value::String(s) => s.len(),
+        serde_json::Value::Array(parts) => parts
+            .iter()
+            .map(|p| {
+                p["text"].as_str().map_or(0, str::len)
+                    + if p["type"] == "image_url" { 3000 } else { 0 }
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// Checks what a strict provider checks: known roles, every tool call answered right
+/// after its assistant message, no tool result without its call, and no two user or
+/// two assistant messages in a row.
+pub fn strict_violations(request: &serde_json::Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Some(messages) = request["messages"].as_array() else {
+        return vec!["no messages".into()];
+    };
+    let mut open: Vec<String> = Vec::new();
+    let mut previous = "";
+    for (i, message) in messages.iter().enumerate() {
+        let role = message["role"].as_str().unwrap_or("");
+        if role != "tool" && !open.is_empty() {
+            problems.push(format!("messages[{i}]: tool calls {open:?} unanswered"));
+            open.clear();
+        }
+        match role {
+            "system" | "developer" => {}
+            "user" | "assistant" if role == previous && message["tool_calls"].is_null() => {
+                problems.push(format!("messages[{i}]: two {role} messages in a row"));
+            }
+            "user" | "assistant" => {}
+            "tool" => {
+                let id = message["tool_call_id"].as_str().unwrap_or("");
+                match open.iter().position(|o| o == id) {
+                    Some(at) => {
+                        open.remove(at);
+                    }
+                    None => problems.push(format!(
+                        "messages[{i}]: tool result {id:?} without its call"
+                    )),
+                }
+            }
+            other => problems.push(format!("messages[{i}]: unknown role {other:?}")),
+        }
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            open.push(call["id"].as_str().unwrap_or("").to_owned());
+        }
+        previous = role;
+    }
+    if !open.is_empty() {
+        problems.push(format!("tool calls {open:?} unanswered at the end"));
+    }
+    problems
+}
+
+/// An upstream with a context window (`x-mock-window`, in its own tokens) that refuses
+/// longer requests in the shape of the provider named by `x-mock-shape`, and answers
+/// the rest like OpenAI after checking the conversation is valid.
+fn window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    };
+    let limit: u64 = header("x-mock-window").parse().unwrap_or(4096);
+    let shape = header("x-mock-shape").to_owned();
+    let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return plain(StatusCode::BAD_REQUEST, "not json");
+    };
+    let problems = strict_violations(&request);
+    if !problems.is_empty() {
+        state
+            .violations
+            .lock()
+            .unwrap()
+            .extend(problems.iter().cloned());
+        return plain(StatusCode::UNPROCESSABLE_ENTITY, &problems.join("\n"));
+    }
+    let tokens = mock_tokens(&request);
+    let output = request["max_completion_tokens"]
+        .as_u64()
+        .or(request["max_tokens"].as_u64())
+        .unwrap_or(0);
+    let stream = request["stream"] == true;
+    let too_big = if shape == "html413" {
+        body.len() as u64 > limit * 3
+    } else {
+        tokens + output > limit
+    };
+    if !too_big {
+        return openai("POST", "/v1/chat/completions", body);
+    }
+    overflow(&shape, tokens, output, limit, stream)
+}
+
+fn overflow(shape: &str, tokens: u64, output: u64, limit: u64, stream: bool) -> Response<MockBody> {
+    let total = tokens + output;
+    let (status, content_type, body) = match shape {
+        "openai" => (400, "application/json", serde_json::json!({"error": {
+            "message": format!("This model's maximum context length is {limit} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}).to_string()),
+        "vllm-old" => (400, "application/json", serde_json::json!({"object": "error",
+            "message": format!("This model's maximum context length is {limit} tokens. However, you requested {total} tokens ({tokens} in the messages, {output} in the completion). Please reduce the length of the messages or completion."),
+            "type": "BadRequestError", "param": null, "code": 400}).to_string()),
+        "vllm-new" => (400, "application/json", serde_json::json!({"error": {
+            "message": format!("This model's maximum context length is {limit} tokens. However, your request has {tokens} input tokens. Please reduce the length of the input messages. (parameter=input_tokens, value={tokens})"),
+            "type": "BadRequestError", "param": "input_tokens", "code": 400}}).to_string()),
+        "llamacpp" => (400, "application/json; charset=utf-8", serde_json::json!({"error": {
+            "code": 400, "message": format!("request ({tokens} tokens) exceeds the available context size ({limit} tokens), try increasing it"),
+            "type": "exceed_context_size_error", "n_prompt_tokens": tokens, "n_ctx": limit}}).to_string()),
+        "anthropic" => (400, "application/json", serde_json::json!({"type": "error", "error": {
+            "type": "invalid_request_error", "message": format!("prompt is too long: {tokens} tokens > {limit} maximum")},
+            "request_id": "req_mock"}).to_string()),
+        "sglang" => {
+            let error = serde_json::json!({"object": "error",
+                "message": format!("The input ({tokens} tokens) is longer than the model's context length ({limit} tokens)."),
+                "type": "BadRequestError", "param": null, "code": 400});
+            if stream {
+                let mut response = sse_response(full(format!("data: {error}\n\ndata: [DONE]\n\n")));
+                response.headers_mut().insert("content-type", "text/event-stream; charset=utf-8".parse().unwrap());
+                return response;
+            }
+            (400, "application/json", error.to_string())
+        }
+        "html413" => (413, "text/html", "<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n".to_owned()),
+        other => (400, "text/plain", format!("unknown x-mock-shape {other}")),
+    };
+    let mut response = Response::new(full(body));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+    response
+        .headers_mut()
+        .insert("content-type", content_type.parse().unwrap());
     response
 }
 
