@@ -1,0 +1,1 @@
+//! What an upstream's answer to a chat request means.

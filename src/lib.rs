@@ -1,0 +1,2 @@
+pub mod classify;
+pub mod models;
