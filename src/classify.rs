@@ -1,1 +1,333 @@
-//! What an upstream's answer to a chat request means.
+//! What an upstream's answer to a chat request means: the one place that decides whether an
+//! answer is a context overflow, a body too large, an output-cap problem, or anything else
+//! (passed through untouched).
+//!
+//! Order of decision, first match wins:
+//! 1. statuses that never mean overflow (401, 402, 403, 404, 429, other 4xx): `Other`;
+//! 2. structured overflow markers (`context_length_exceeded`, llama.cpp's `n_ctx`, ...);
+//! 3. structured and textual vetoes (rate limits, quota, auth, unknown model, bad parameter);
+//! 4. byte-size wording (`request_too_large`, `payload too large`): `BodyTooLarge`;
+//! 5. overflow wording, by phrase or by meaning (subject + excess + unit in one clause), or
+//!    wording that blames `max_tokens`: `ContextOverflow` or `OutputCap`, told apart by the
+//!    upstream's numbers when it gives them;
+//! 6. a 413 without other signal: `BodyTooLarge`.
+//!
+//! 2xx answers are only read for in-band errors (an `error` object, an SSE error event, a
+//! `response.failed`, MiniMax's `base_resp`) and finish reasons, never for the model's text.
+//!
+//! Silent truncations: a 200 whose `finish_reason` is `model_context_window_exceeded` (z.ai),
+//! or `length` with zero completion tokens and no output (vLLM V0, Xiaomi MiMo), carries no
+//! usable answer and can only mean the window was full: it is a `ContextOverflow` (with the
+//! prompt count as a lower bound). A 200 with a real answer from a server that cut the prompt
+//! (Ollama) or an empty answer with `finish_reason: stop` (LM Studio) cannot be told from a
+//! genuine answer by its body: it is `Other`; the proxy avoids it by preflight with a known
+//! window.
+
+mod numbers;
+mod signals;
+mod sse;
+mod text;
+
+use serde_json::Value;
+
+use signals::Signals;
+pub use sse::{classify_event, inspect_stream_head, next_event, EventClass, SseEvent, StreamHead};
+
+/// Only this many bytes of a body are read: errors state their case up front.
+pub const SCAN_LIMIT: usize = 64 * 1024;
+
+/// What an answer means for the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The prompt does not fit the model's window: compact and retry.
+    ContextOverflow,
+    /// The prompt fits (by the upstream's numbers) but prompt + requested completion does not,
+    /// or the requested completion is above the model's cap: a smaller `max_tokens` fixes it
+    /// when that still leaves a useful budget; otherwise compact as for an overflow.
+    OutputCap,
+    /// The HTTP body is too large in bytes (413-style): drop bulk (old media) first.
+    BodyTooLarge,
+    /// Anything else: pass through untouched.
+    Other,
+}
+
+/// Token numbers stated by the upstream (absent when it did not say).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Numbers {
+    /// The model's context window (for some providers the prompt cap, e.g. Copilot).
+    pub context_window: Option<u64>,
+    /// Prompt tokens by the upstream's count (messages + tools when reported apart).
+    pub prompt_tokens: Option<u64>,
+    /// `prompt_tokens` is a lower bound (vLLM stops counting at the limit; silent truncation).
+    pub prompt_is_lower_bound: bool,
+    /// Completion tokens the request asked for (`max_tokens`).
+    pub completion_tokens: Option<u64>,
+    /// Prompt + completion as the upstream summed them.
+    pub requested_total: Option<u64>,
+    /// How many tokens over the limit the request was (Ollama, Cohere).
+    pub overflow_by: Option<u64>,
+    /// The most completion tokens the model accepts, when the error names it.
+    pub completion_limit: Option<u64>,
+}
+
+/// The verdict on one upstream answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Classification {
+    /// What the answer means.
+    pub kind: Kind,
+    /// Numbers stated by the upstream (only for `ContextOverflow` and `OutputCap`).
+    pub numbers: Numbers,
+    /// Which rule decided, for logs.
+    pub reason: &'static str,
+}
+
+impl Classification {
+    fn other(reason: &'static str) -> Self {
+        Self {
+            kind: Kind::Other,
+            numbers: Numbers::default(),
+            reason,
+        }
+    }
+
+    fn body_too_large(reason: &'static str) -> Self {
+        Self {
+            kind: Kind::BodyTooLarge,
+            ..Self::other(reason)
+        }
+    }
+}
+
+/// Classifies an upstream answer to a chat request from its status, `content-type` and the
+/// head of its body (for a 200 stream, the bytes of its first event(s)). Never panics; reads
+/// at most [`SCAN_LIMIT`] bytes.
+pub fn classify(status: u16, content_type: Option<&str>, body: &[u8]) -> Classification {
+    let body = &body[..body.len().min(SCAN_LIMIT)];
+    let success = (200..300).contains(&status);
+    if success && is_event_stream(content_type, body) {
+        return match inspect_stream_head(body, true) {
+            StreamHead::Error(c) => c,
+            _ => Classification::other("stream without in-band error"),
+        };
+    }
+    let parsed = parse_json(body);
+    if success {
+        return parsed
+            .as_ref()
+            .and_then(classify_ok_json)
+            .unwrap_or(Classification::other("success"));
+    }
+    let signals = match &parsed {
+        Some(v) => Signals::from_json(v),
+        None => Signals::from_text(&String::from_utf8_lossy(body)),
+    };
+    decide(Some(status), &signals, body)
+}
+
+fn is_event_stream(content_type: Option<&str>, body: &[u8]) -> bool {
+    if content_type.is_some_and(|ct| ct.to_ascii_lowercase().contains("text/event-stream")) {
+        return true;
+    }
+    let head = body.trim_ascii_start();
+    ["data:", "event:", "error:", ":"]
+        .iter()
+        .any(|p| head.starts_with(p.as_bytes()))
+}
+
+/// The body as JSON; for an error sent as an event stream, the first event's data.
+fn parse_json(body: &[u8]) -> Option<Value> {
+    serde_json::from_slice(body).ok().or_else(|| {
+        let (ev, _) = next_event(&[body, b"\n\n"].concat())?;
+        serde_json::from_str(ev.error.as_deref().unwrap_or(&ev.data)).ok()
+    })
+}
+
+/// Statuses an overflow can arrive with: 2xx (in band), 400, 413, 422 and 5xx.
+fn eligible(status: u16) -> bool {
+    matches!(status, 200..=299 | 400 | 413 | 422 | 500..=599)
+}
+
+/// Codes and types that name an overflow outright.
+const OVERFLOW_CODES: &[&str] = &[
+    "context_length_exceeded",
+    "context_window_exceeded",
+    "model_context_window_exceeded",
+    "model_max_prompt_tokens_exceeded",
+    "max_prompt_tokens_exceeded",
+    "exceed_context_size_error",
+    "context_exceeded",
+    "prompt_too_long",
+    "input_tokens",
+    "input_text",
+    "40303",
+    "1039",
+];
+
+/// Codes and types that rule overflow out.
+const NEGATIVE_CODES: &[&str] = &[
+    "rate_limit_exceeded",
+    "rate_limit_error",
+    "ratelimiterror",
+    "too_many_requests",
+    "resource_exhausted",
+    "tokens",
+    "requests",
+    "insufficient_quota",
+    "quota_exceeded",
+    "billing_hard_limit_reached",
+    "billing_not_active",
+    "invalid_api_key",
+    "authentication_error",
+    "permission_error",
+    "permission_denied",
+    "unauthenticated",
+    "model_not_found",
+    "not_found_error",
+    "unsupported_parameter",
+    "unknown_parameter",
+    "unsupported_value",
+    "string_above_max_length",
+    "overloaded_error",
+    "server_is_overloaded",
+    "slow_down",
+    "throttlingexception",
+];
+
+const BODY_CODES: &[&str] = &[
+    "request_too_large",
+    "payload_too_large",
+    "request_entity_too_large",
+];
+
+/// Decides on an error's signals. `body` is the raw head, read only when no message was found.
+fn decide(status: Option<u16>, signals: &Signals, body: &[u8]) -> Classification {
+    if status.is_some_and(|s| !eligible(s)) {
+        return Classification::other("status never means overflow");
+    }
+    let mut text = signals.text();
+    if text.is_empty() {
+        text = text::normalize(&String::from_utf8_lossy(body));
+    }
+    if signals.has_code(OVERFLOW_CODES) || signals.n_ctx.is_some() {
+        return overflow(signals, &text, "overflow code");
+    }
+    if signals.has_code(NEGATIVE_CODES) {
+        return Classification::other("code rules out overflow");
+    }
+    if text::vetoed(&text) {
+        return Classification::other("wording rules out overflow");
+    }
+    let body_words = text::says_body_too_large(&text) || signals.has_code(BODY_CODES);
+    let overflow_words = text::says_overflow(&text);
+    if body_words && !overflow_words {
+        return Classification::body_too_large("body size wording");
+    }
+    if overflow_words || text::blames_output(&text) {
+        return overflow(signals, &text, "overflow wording");
+    }
+    if status == Some(413) {
+        return Classification::body_too_large("status 413");
+    }
+    Classification::other("no overflow signal")
+}
+
+/// Decides on an error found inside a 2xx answer, trusting a status written in the body.
+fn decide_in_band(signals: &Signals) -> Classification {
+    decide(signals.embedded_status, signals, b"")
+}
+
+/// An overflow-family verdict: numbers decide between the prompt and the completion budget.
+fn overflow(signals: &Signals, text: &str, reason: &'static str) -> Classification {
+    let mut numbers = numbers::extract(text);
+    if signals.n_ctx.is_some() {
+        numbers.context_window = signals.n_ctx;
+    }
+    if signals.n_prompt_tokens.is_some() {
+        numbers.prompt_tokens = signals.n_prompt_tokens;
+        numbers.prompt_is_lower_bound = false;
+    }
+    let kind = settle(&numbers, text::blames_output(text));
+    Classification {
+        kind,
+        numbers,
+        reason,
+    }
+}
+
+/// `OutputCap` when the upstream's own numbers say the prompt fits and only the completion
+/// budget overflows (or, without numbers, when the wording blames `max_tokens`).
+fn settle(n: &Numbers, blames_output: bool) -> Kind {
+    let prompt = n.prompt_tokens.or_else(|| {
+        n.requested_total
+            .zip(n.completion_tokens)
+            .and_then(|(t, c)| t.checked_sub(c))
+    });
+    match (prompt, n.context_window, n.completion_tokens) {
+        (Some(p), Some(w), _) if p >= w => Kind::ContextOverflow,
+        (Some(p), Some(w), Some(c)) if p.saturating_add(c) > w => Kind::OutputCap,
+        _ if blames_output => Kind::OutputCap,
+        _ => Kind::ContextOverflow,
+    }
+}
+
+/// An in-band error of a 2xx JSON answer or event, or `None` when it is a normal answer.
+fn in_band_error(v: &Value) -> Option<Classification> {
+    let is_error = !v["error"].is_null()
+        || v["object"] == "error"
+        || v["type"]
+            .as_str()
+            .is_some_and(|t| t == "error" || t == "response.failed" || t == "response.error")
+        || v["base_resp"]["status_code"]
+            .as_i64()
+            .is_some_and(|c| c != 0);
+    is_error.then(|| decide_in_band(&Signals::from_json(v)))
+}
+
+/// A whole 2xx JSON answer: an in-band error or a silent overflow, else `None`.
+fn classify_ok_json(v: &Value) -> Option<Classification> {
+    let v = match v {
+        Value::Array(items) => items.first()?,
+        v => v,
+    };
+    in_band_error(v).or_else(|| {
+        let choice = v["choices"].as_array()?.first()?;
+        silent_overflow(choice, &v["usage"])
+    })
+}
+
+/// A choice that produced nothing because the window was full (see the module docs).
+fn silent_overflow(choice: &Value, usage: &Value) -> Option<Classification> {
+    let reason = choice["finish_reason"].as_str()?;
+    let empty = !has_output(&choice["delta"])
+        && !has_output(&choice["message"])
+        && choice["text"].as_str().is_none_or(str::is_empty);
+    // After a `length` stop the server may have cut the prompt to fit, so its count is a floor.
+    let truncated = match reason {
+        "model_context_window_exceeded" if empty => false,
+        "length" if empty && usage["completion_tokens"].as_u64() == Some(0) => true,
+        _ => return None,
+    };
+    let prompt_tokens = usage["prompt_tokens"].as_u64();
+    Some(Classification {
+        kind: Kind::ContextOverflow,
+        numbers: Numbers {
+            prompt_tokens,
+            prompt_is_lower_bound: truncated && prompt_tokens.is_some(),
+            ..Numbers::default()
+        },
+        reason: "finish reason",
+    })
+}
+
+/// True when a message or delta carries any output (text, reasoning, tool calls, refusal).
+fn has_output(m: &Value) -> bool {
+    let text = |k: &str| m[k].as_str().is_some_and(|s| !s.is_empty());
+    let list = |k: &str| m[k].as_array().is_some_and(|a| !a.is_empty());
+    text("content")
+        || text("reasoning_content")
+        || text("reasoning")
+        || text("refusal")
+        || list("tool_calls")
+        || m["function_call"].is_object()
+        || list("content")
+}
