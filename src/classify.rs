@@ -331,3 +331,78 @@ fn has_output(m: &Value) -> bool {
         || m["function_call"].is_object()
         || list("content")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OVERFLOW: &str = r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","code":"context_length_exceeded"}}"#;
+
+    #[test]
+    fn status_scope() {
+        for status in [400, 413, 422, 500, 502, 503, 504] {
+            let c = classify(status, Some("application/json"), OVERFLOW.as_bytes());
+            assert_eq!(c.kind, Kind::ContextOverflow, "{status}");
+        }
+        for status in [401, 402, 403, 404, 408, 409, 429, 301] {
+            let c = classify(status, Some("application/json"), OVERFLOW.as_bytes());
+            assert_eq!(c.kind, Kind::Other, "{status}");
+        }
+        // An error object in a 200 is read; the model's own text never is.
+        let c = classify(200, None, OVERFLOW.as_bytes());
+        assert_eq!(c.kind, Kind::ContextOverflow);
+    }
+
+    #[test]
+    fn numbers_decide_between_prompt_and_completion() {
+        let n = |p, w, c| Numbers {
+            prompt_tokens: Some(p),
+            context_window: Some(w),
+            completion_tokens: c,
+            ..Numbers::default()
+        };
+        assert_eq!(
+            settle(&n(9000, 8192, Some(10)), false),
+            Kind::ContextOverflow
+        );
+        assert_eq!(settle(&n(8192, 8192, None), true), Kind::ContextOverflow);
+        assert_eq!(settle(&n(5000, 8192, Some(4000)), false), Kind::OutputCap);
+        assert_eq!(settle(&n(5000, 8192, None), false), Kind::ContextOverflow);
+        assert_eq!(settle(&n(5000, 8192, None), true), Kind::OutputCap);
+        let derived = Numbers {
+            requested_total: Some(9000),
+            completion_tokens: Some(2000),
+            context_window: Some(8192),
+            ..Numbers::default()
+        };
+        assert_eq!(settle(&derived, false), Kind::OutputCap);
+        assert_eq!(settle(&Numbers::default(), false), Kind::ContextOverflow);
+    }
+
+    #[test]
+    fn huge_and_hostile_bodies_are_bounded() {
+        let mut body = OVERFLOW.as_bytes().to_vec();
+        body.extend(std::iter::repeat_n(b' ', 10 * SCAN_LIMIT));
+        // Cut at the scan limit the JSON no longer parses; the text still says overflow.
+        assert_eq!(classify(400, None, &body).kind, Kind::ContextOverflow);
+        let junk: Vec<u8> = (0..SCAN_LIMIT * 3)
+            .map(|i| (i * 7919 % 256) as u8)
+            .collect();
+        assert_eq!(classify(400, None, &junk).kind, Kind::Other);
+        assert_eq!(
+            classify(200, Some("text/event-stream"), &junk).kind,
+            Kind::Other
+        );
+        let nested = "[".repeat(100_000);
+        assert_eq!(classify(400, None, nested.as_bytes()).kind, Kind::Other);
+    }
+
+    #[test]
+    fn error_events_in_non_2xx_event_streams() {
+        let body =
+            b"data: {\"error\":{\"message\":\"prompt is too long: 9 tokens > 8 maximum\"}}\n\n";
+        let c = classify(400, Some("text/event-stream"), body);
+        assert_eq!(c.kind, Kind::ContextOverflow);
+        assert_eq!(c.numbers.context_window, Some(8));
+    }
+}

@@ -211,3 +211,139 @@ fn json_head(buf: &[u8], eof: bool) -> StreamHead {
         _ => StreamHead::Pass,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::Kind;
+
+    /// Parses a stream the way the proxy sees it: bytes arrive in pieces, complete events are
+    /// taken off the front of the buffer.
+    fn feed(chunks: &[&[u8]]) -> Vec<SseEvent> {
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            buf.extend_from_slice(chunk);
+            while let Some((ev, used)) = next_event(&buf) {
+                out.push(ev);
+                buf.drain(..used);
+            }
+        }
+        out
+    }
+
+    const STREAM: &[u8] = b": keep-alive\r\n\r\nevent: response.created\r\ndata: {\"type\":\"response.created\"}\r\n\r\ndata: line one\ndata:line two\nid: 7\nretry: 10\n\n: only a comment\n\nerror: {\"code\":400}\n\ndata: a\r\rdata: b\r\r\nevent: ping\n\ndata: \xe2\x9c\x93\n\n";
+
+    #[test]
+    fn framing_variants() {
+        let events = feed(&[STREAM]);
+        let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
+        assert_eq!(
+            data,
+            [
+                "{\"type\":\"response.created\"}",
+                "line one\nline two",
+                "",
+                "a",
+                "b",
+                "",
+                "\u{2713}"
+            ]
+        );
+        assert_eq!(events[0].event.as_deref(), Some("response.created"));
+        assert_eq!(events[2].error.as_deref(), Some("{\"code\":400}"));
+        assert_eq!(events[5].event.as_deref(), Some("ping"));
+    }
+
+    #[test]
+    fn every_split_yields_the_same_events() {
+        let whole = feed(&[STREAM]);
+        for k in 0..=STREAM.len() {
+            assert_eq!(feed(&[&STREAM[..k], &STREAM[k..]]), whole, "split at {k}");
+        }
+        let bytes: Vec<&[u8]> = STREAM.chunks(1).collect();
+        assert_eq!(feed(&bytes), whole);
+    }
+
+    #[test]
+    fn incomplete_events_wait() {
+        assert_eq!(next_event(b""), None);
+        assert_eq!(next_event(b": comment\n\n"), None);
+        assert_eq!(next_event(b"data: {\"a\":1}\n"), None);
+        assert_eq!(next_event(b"data: x\r\n\r"), None);
+        assert!(next_event(b"data: x\r\n\r\n").is_some());
+    }
+
+    fn ev(data: &str) -> SseEvent {
+        SseEvent {
+            data: data.to_string(),
+            ..SseEvent::default()
+        }
+    }
+
+    #[test]
+    fn content_and_preamble_chunks() {
+        let role = r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#;
+        assert_eq!(classify_event(&ev(role)), EventClass::Preamble);
+        let tool = r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"f","arguments":""}}]},"finish_reason":null}]}"#;
+        assert_eq!(classify_event(&ev(tool)), EventClass::Content);
+        let think =
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"Hm"},"finish_reason":null}]}"#;
+        assert_eq!(classify_event(&ev(think)), EventClass::Content);
+        let stop = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+        assert_eq!(classify_event(&ev(stop)), EventClass::Content);
+        assert_eq!(classify_event(&ev("[DONE]")), EventClass::Content);
+        assert_eq!(classify_event(&ev("not json")), EventClass::Content);
+        assert_eq!(
+            classify_event(&ev(r#"{"choices":[],"usage":{}}"#)),
+            EventClass::Content
+        );
+        assert_eq!(classify_event(&ev("")), EventClass::Preamble);
+    }
+
+    #[test]
+    fn error_events() {
+        let named = SseEvent {
+            event: Some("error".into()),
+            data: "Context size has been exceeded.".into(),
+            error: None,
+        };
+        match classify_event(&named) {
+            EventClass::Error(c) => assert_eq!(c.kind, Kind::ContextOverflow),
+            other => panic!("{other:?}"),
+        }
+        let limited = ev(r#"{"error":{"code":429,"message":"prompt is too long"}}"#);
+        match classify_event(&limited) {
+            EventClass::Error(c) => assert_eq!(c.kind, Kind::Other),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn head_waits_then_decides() {
+        let role = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"},\"finish_reason\":null}]}\n\n";
+        assert_eq!(inspect_stream_head(role, false), StreamHead::NeedMore);
+        assert_eq!(inspect_stream_head(role, true), StreamHead::Pass);
+        assert_eq!(inspect_stream_head(b"", false), StreamHead::NeedMore);
+        assert_eq!(inspect_stream_head(b"", true), StreamHead::Pass);
+        assert_eq!(
+            inspect_stream_head(b"{\"error\":", false),
+            StreamHead::NeedMore
+        );
+        let tail = b"data: {\"error\":{\"message\":\"the context window is full\"}}";
+        assert_eq!(inspect_stream_head(tail, false), StreamHead::NeedMore);
+        assert!(matches!(
+            inspect_stream_head(tail, true),
+            StreamHead::Error(_)
+        ));
+    }
+
+    #[test]
+    fn head_is_bounded() {
+        let mut big = b"data: ".to_vec();
+        big.extend(std::iter::repeat_n(b'x', SCAN_LIMIT * 2));
+        assert_eq!(inspect_stream_head(&big, false), StreamHead::Pass);
+        let comments = b": pad\n\n".repeat(SCAN_LIMIT / 4);
+        assert_eq!(inspect_stream_head(&comments, false), StreamHead::Pass);
+    }
+}
