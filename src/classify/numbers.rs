@@ -64,20 +64,26 @@ const TEMPLATES: &[&str] = &[
     "limit for this model is {w} tokens",
     // Moonshot, DashScope, Volcengine.
     "token limit: {w} (requested: {p})",
+    "exceeded model token limit: {w}",
     "range of input length should be [1, {w}]",
     "input length {p} exceeds the maximum length {w}",
     // LiteLLM pre-call check, Bedrock Mantle, ds4.
     "max input tokens={w}, got={p}",
     "prompt tokens ({p}) exceed model maximum ({w})",
     "prompt has {p} tokens, but the configured context size is {w} tokens",
+    // SiliconFlow.
+    "length of prompt_tokens ({p}) must be less than max_seq_len ({w})",
     // Completion caps.
     "max_completion_tokens' is too large: {c}",
     "max_tokens is too large: {c}",
     "supports at most {l} completion tokens",
     "max_tokens: {c} > {l}",
     "max_tokens must be less than or equal to {l}",
+    "max tokens must be less than or equal to {l}",
     "range of max_tokens should be [1, {l}]",
     "maximum tokens you requested exceeds the model limit of {l}",
+    "max_tokens ({c}) exceeds",
+    "maximum output length of {l}",
     // Generic window statements.
     "context window of {w} tokens",
     "context window ({w} tokens)",

@@ -76,7 +76,7 @@ impl Signals {
             | "errormessage" | "raw" | "error" | "errors" | "response" | "metadata"
             | "base_resp" => self.collect(v, depth + 1),
             "code" | "type" | "error_type" | "status" | "status_code" | "param" | "reason"
-            | "http_code" => self.add_code(v),
+            | "http_code" | "error_code" | "errorcode" | "statuscode" => self.add_code(v),
             "n_ctx" => self.n_ctx = v.as_u64(),
             "n_prompt_tokens" => self.n_prompt_tokens = v.as_u64(),
             _ => {}

@@ -49,7 +49,6 @@ const VETOES: &[&str] = &[
     "insufficient balance",
     "credit",
     "please wait before",
-    "try again in",
     "service unavailable",
     "overloaded",
     "unsupported parameter",
@@ -79,6 +78,18 @@ const VETOES: &[&str] = &[
 /// True when the message is about something compaction cannot fix.
 pub(super) fn vetoed(text: &str) -> bool {
     VETOES.iter().any(|v| text.contains(v))
+        || asks_to_wait(text, "try again in ")
+        || asks_to_wait(text, "retry after ")
+}
+
+/// "try again in 20s" is a rate limit; "try again in a new chat" is not.
+fn asks_to_wait(text: &str, lead: &str) -> bool {
+    text.match_indices(lead).any(|(at, _)| {
+        text[at + lead.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+    })
 }
 
 /// Overflow wordings too short for the meaning matcher (no unit, or no excess word).
@@ -101,6 +112,9 @@ const OVERFLOW_PHRASES: &[&str] = &[
     "exceed_context_size_error",
     "while limit is",
     "range of input length",
+    "input length should be",
+    "prompt exceeds max length",
+    "input exceeds max length",
     "configured context size",
     "超过最大长度",
     "上下文长度",
@@ -121,6 +135,10 @@ const SUBJECTS: &[&str] = &[
     "sequence",
     "query",
     "n_keep",
+    "prompt_tokens",
+    "input_tokens",
+    "requested",
+    "total",
 ];
 
 /// Words saying "too much".
@@ -159,6 +177,9 @@ const UNITS: &[&str] = &[
     "input length",
     "prompt length",
     "n_ctx",
+    "max_seq_len",
+    "max context",
+    "maximum context",
 ];
 
 /// True when the message says the prompt or context is over the model's limit.
@@ -194,6 +215,7 @@ fn chinese_overflow(text: &str) -> bool {
 /// Words naming the completion budget.
 const OUTPUT_WORDS: &[&str] = &[
     "max_tokens",
+    "max tokens",
     "max_completion_tokens",
     "max_new_tokens",
     "max_output_tokens",
