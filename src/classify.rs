@@ -272,7 +272,7 @@ fn settle(n: &Numbers, blames_output: bool) -> Kind {
 
 /// An in-band error of a 2xx JSON answer or event, or `None` when it is a normal answer.
 fn in_band_error(v: &Value) -> Option<Classification> {
-    let is_error = !v["error"].is_null()
+    let is_error = says_something(&v["error"])
         || v["object"] == "error"
         || v["type"]
             .as_str()
@@ -281,6 +281,16 @@ fn in_band_error(v: &Value) -> Option<Classification> {
             .as_i64()
             .is_some_and(|c| c != 0);
     is_error.then(|| decide_in_band(&Signals::from_json(v)))
+}
+
+/// An `error` field that is present and not empty (`null`, `""` and `{}` say nothing).
+fn says_something(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::String(s) => !s.trim().is_empty(),
+        Value::Object(m) => !m.is_empty(),
+        _ => true,
+    }
 }
 
 /// A whole 2xx JSON answer: an in-band error or a silent overflow, else `None`.

@@ -168,6 +168,7 @@ fn classify_json_event(v: &Value) -> EventClass {
 /// blank line counts as complete. Work is bounded by [`SCAN_LIMIT`].
 pub fn inspect_stream_head(buf: &[u8], eof: bool) -> StreamHead {
     let buf = &buf[..buf.len().min(SCAN_LIMIT)];
+    let buf = buf.strip_prefix(b"\xef\xbb\xbf").unwrap_or(buf);
     let start = buf.iter().position(|b| !b.is_ascii_whitespace());
     if let Some(i) = start.filter(|&i| matches!(buf[i], b'{' | b'[')) {
         return json_head(&buf[i..], eof);
@@ -336,6 +337,14 @@ mod tests {
             inspect_stream_head(tail, true),
             StreamHead::Error(_)
         ));
+    }
+
+    #[test]
+    fn head_skips_bom_and_empty_errors() {
+        let bom = b"\xef\xbb\xbfdata: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+        assert_eq!(inspect_stream_head(bom, false), StreamHead::Pass);
+        let empty = b"data: {\"error\":null,\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+        assert_eq!(inspect_stream_head(empty, false), StreamHead::Pass);
     }
 
     #[test]

@@ -265,7 +265,7 @@ pub(super) fn says_body_too_large(text: &str) -> bool {
 
 /// Splits at sentence ends so that co-occurrence stays local to one statement.
 pub(super) fn clauses(text: &str) -> impl Iterator<Item = &str> {
-    text.split([';', '|', '\n', '!', '?'])
+    text.split([';', '|', '!', '?'])
         .flat_map(|part| part.split(". "))
         .filter(|c| !c.is_empty())
 }
