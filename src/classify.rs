@@ -58,7 +58,8 @@ pub struct Numbers {
     pub context_window: Option<u64>,
     /// Prompt tokens by the upstream's count (messages + tools when reported apart).
     pub prompt_tokens: Option<u64>,
-    /// `prompt_tokens` is a lower bound (vLLM stops counting at the limit; silent truncation).
+    /// `prompt_tokens` is a lower bound (vLLM stops counting at the limit; a silent truncation
+    /// reports what was kept): not a count to calibrate against.
     pub prompt_is_lower_bound: bool,
     /// Completion tokens the request asked for (`max_tokens`).
     pub completion_tokens: Option<u64>,
@@ -222,8 +223,11 @@ fn decide(status: Option<u16>, signals: &Signals, body: &[u8]) -> Classification
     if body_words && !overflow_words {
         return Classification::body_too_large("body size wording");
     }
-    if overflow_words || text::blames_output(&text) {
+    if overflow_words {
         return overflow(signals, &text, "overflow wording");
+    }
+    if text::blames_output(&text) {
+        return overflow(signals, &text, "output-cap wording");
     }
     if status == Some(413) {
         return Classification::body_too_large("status 413");

@@ -151,8 +151,12 @@ fn classify_json_event(v: &Value) -> EventClass {
     {
         return EventClass::Preamble;
     }
-    let Some(choice) = v["choices"].as_array().and_then(|c| c.first()) else {
+    let Some(choices) = v["choices"].as_array() else {
         return EventClass::Content;
+    };
+    // Azure opens with an empty `choices` carrying filter results: not output yet.
+    let Some(choice) = choices.first() else {
+        return EventClass::Preamble;
     };
     if let Some(c) = silent_overflow(choice, &v["usage"]) {
         return EventClass::Error(c);
@@ -165,7 +169,9 @@ fn classify_json_event(v: &Value) -> EventClass {
 
 /// Reads the head of a streaming answer: skips preamble events and returns at the first
 /// content or error event. `eof` says the upstream closed, so a last event without its
-/// blank line counts as complete. Work is bounded by [`SCAN_LIMIT`].
+/// blank line counts as complete. Each call scans from the start of `buf`, at most
+/// [`SCAN_LIMIT`] bytes; a caller fed many tiny chunks can instead walk [`next_event`] and
+/// [`classify_event`] from its own offset.
 pub fn inspect_stream_head(buf: &[u8], eof: bool) -> StreamHead {
     let buf = &buf[..buf.len().min(SCAN_LIMIT)];
     let buf = buf.strip_prefix(b"\xef\xbb\xbf").unwrap_or(buf);
@@ -295,10 +301,10 @@ mod tests {
         assert_eq!(classify_event(&ev(stop)), EventClass::Content);
         assert_eq!(classify_event(&ev("[DONE]")), EventClass::Content);
         assert_eq!(classify_event(&ev("not json")), EventClass::Content);
-        assert_eq!(
-            classify_event(&ev(r#"{"choices":[],"usage":{}}"#)),
-            EventClass::Content
-        );
+        let azure = r#"{"choices":[],"prompt_filter_results":[]}"#;
+        assert_eq!(classify_event(&ev(azure)), EventClass::Preamble);
+        let gemini = r#"{"candidates":[{"content":{}}]}"#;
+        assert_eq!(classify_event(&ev(gemini)), EventClass::Content);
         assert_eq!(classify_event(&ev("")), EventClass::Preamble);
     }
 
