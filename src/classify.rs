@@ -419,4 +419,100 @@ mod tests {
         assert_eq!(c.kind, Kind::ContextOverflow);
         assert_eq!(c.numbers.context_window, Some(8));
     }
+
+    fn verdict(message: &str) -> Kind {
+        let body = serde_json::json!({"error": {"message": message, "type": "x"}}).to_string();
+        classify(400, Some("application/json"), body.as_bytes()).kind
+    }
+
+    /// Wordings from no provider list: the meaning matcher must catch them.
+    #[test]
+    fn unlisted_wordings_are_caught() {
+        let messages = [
+        "Context length exceeded",
+        "context overflow",
+        "The prompt exceeds the model's context length.",
+        "Prompt exceeds maximum context length of 8192",
+        "Error: prompt (12000) exceeds context (8192)",
+        "input too large for context window",
+        "The input is too long for the model",
+        "Your input is too long. Max allowed: 32000 tokens",
+        "Too many input tokens",
+        "Number of input tokens exceeds the maximum allowed",
+        "Token count exceeds limit",
+        "Exceeded max sequence length",
+        "sequence length 9000 exceeds maximum 8192",
+        "The sequence length exceeds the maximum allowed for this model",
+        "input_ids length 9000 is larger than max_position_embeddings 8192",
+        "Requested tokens exceed context window",
+        "Messages exceed the maximum context size",
+        "Your prompt has 9000 tokens which is more than the 8192 the model supports",
+        "The combined length of messages exceeds the model's token limit.",
+        "KV cache is full",
+        "not enough context space for the prompt",
+        "the context is full",
+        "prompt too large",
+        "Prompt is larger than the context window",
+        "request too long for model context",
+        "Input length (in tokens) exceeds model limit",
+        "Token limit exceeded",
+        "maximum context window reached",
+        "history is too long",
+        "The message you submitted was too long, please reload the conversation and submit something shorter.",
+    ];
+        for m in messages {
+            assert_ne!(verdict(m), Kind::Other, "{m}");
+        }
+    }
+
+    /// Errors that mention prompts, tokens, limits or context but are not overflows.
+    #[test]
+    fn unrelated_errors_pass_through() {
+        let messages = [
+        "Invalid 'messages[3].tool_calls': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: call_abc",
+        "messages.2: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_01. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+        "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.",
+        "max_tokens: Input should be greater than or equal to 1",
+        "temperature: Input should be less than or equal to 2",
+        "Invalid value for 'max_tokens': expected an integer, but got a string instead.",
+        "The request was rejected because it was considered high risk",
+        "Conversation roles must alternate user/assistant/user/assistant/...",
+        "Input should be a valid dictionary or object to extract fields from",
+        "Extra inputs are not permitted",
+        "prompt must be a string, array of strings, array of tokens, or array of token arrays",
+        "Request contains an invalid argument.",
+        "Please ensure that multiturn requests alternate between user and model.",
+        "The input is empty",
+        "The number of tokens in the request must be a positive integer",
+        "messages: text content blocks must be non-empty",
+        "image is too large, maximum is 20MB",
+        "Too many images: maximum of 5 images per request",
+        "Invalid image: the image exceeds the maximum size of 2048x2048 pixels",
+        "Your request was blocked. Too many requests from your IP.",
+        "Tokenizer error: invalid UTF-8 in input",
+        "stop: at most 4 stop sequences are allowed",
+        "Input exceeds maximum of 2048 stop sequences",
+        "logit_bias: too many tokens, maximum is 300",
+        "n: must be less than or equal to 128",
+        "tools: maximum number of tools is 128",
+        "Model is not loaded. Please load the model with a larger context or a different model.",
+        "The model is currently loading, please retry shortly",
+        "CUDA out of memory. Tried to allocate 2.00 GiB",
+        "Request timed out",
+        "upstream connect error or disconnect/reset before headers",
+        "Invalid schema for function 'f': In context=('properties', 'x'), 'additionalProperties' is required to be supplied and to be false.",
+        "stop sequence too long",
+        "Request line is too long",
+        "function name is too long, maximum is 64 characters",
+        "Invalid 'messages[0].name': string too long. Expected a string with maximum length 64",
+        "You exceeded your current quota, please check your plan and billing details.",
+        "This model is not available in your region",
+        "response_format json_schema exceeds the maximum of 100 properties",
+        "Too many tokens, please wait before trying again.",
+    ];
+        for m in messages {
+            assert_eq!(verdict(m), Kind::Other, "{m}");
+        }
+    }
 }

@@ -60,6 +60,7 @@ const VETOES: &[&str] = &[
     "string_above_max_length",
     "string too long",
     "invalid 'user'",
+    "logit_bias",
     "media exceeds size limit",
     "model not found",
     "model_not_found",
@@ -96,6 +97,10 @@ fn asks_to_wait(text: &str, lead: &str) -> bool {
 const OVERFLOW_PHRASES: &[&str] = &[
     "prompt is too long",
     "prompt too long",
+    "prompt is too large",
+    "prompt too large",
+    "kv cache is full",
+    "n_ctx_slot",
     "input is too long",
     "input too long",
     "context is too long",
@@ -137,6 +142,7 @@ const SUBJECTS: &[&str] = &[
     "n_keep",
     "prompt_tokens",
     "input_tokens",
+    "input_ids",
     "requested",
     "total",
 ];
@@ -164,6 +170,7 @@ const EXCESS: &[&str] = &[
     "over",
     "beyond",
     "full",
+    "enough",
 ];
 
 /// Phrases naming the unit a window is measured in (besides the words token/tokens).
@@ -180,6 +187,9 @@ const UNITS: &[&str] = &[
     "max_seq_len",
     "max context",
     "maximum context",
+    "sequence length",
+    "max sequence",
+    "max_position_embeddings",
 ];
 
 /// True when the message says the prompt or context is over the model's limit.
@@ -190,18 +200,71 @@ pub(super) fn says_overflow(text: &str) -> bool {
         || clauses(text).any(means_overflow)
 }
 
-/// A clause means overflow when it names a subject, an excess and a unit: this catches
-/// wordings in no list ("the conversation is longer than the model's context window").
-fn means_overflow(clause: &str) -> bool {
-    let mut subject = false;
-    let mut excess = clause.contains('>') || clause.contains("<=");
-    let mut tokens = false;
-    for w in words(clause) {
-        subject |= SUBJECTS.contains(&w);
-        excess |= EXCESS.contains(&w);
-        tokens |= w == "token" || w == "tokens";
+/// What one clause mentions, word by word.
+#[derive(Default)]
+struct Mentions {
+    /// A subject other than "context" (prompt, input, messages, ...).
+    subject: bool,
+    /// The word "context" itself.
+    context: bool,
+    excess: bool,
+    tokens: bool,
+    /// A word for a window that is used up: "full", "overflow", "exceeded".
+    spent: bool,
+    /// A subject that can be "too long" without meaning a field or header.
+    long_subject: bool,
+}
+
+impl Mentions {
+    fn of(clause: &str) -> Self {
+        let mut m = Self {
+            excess: clause.contains('>') || clause.contains("<="),
+            ..Self::default()
+        };
+        for w in words(clause) {
+            m.context |= w == "context";
+            m.subject |= w != "context" && SUBJECTS.contains(&w);
+            m.long_subject |= LONG_SUBJECTS.contains(&w);
+            m.excess |= EXCESS.contains(&w);
+            m.tokens |= w == "token" || w == "tokens";
+            m.spent |= SPENT.contains(&w);
+        }
+        m
     }
-    subject && excess && (tokens || UNITS.iter().any(|u| clause.contains(u)))
+}
+
+/// Subjects for "... is too long" ("request" is left out: "request line too long" is HTTP).
+const LONG_SUBJECTS: &[&str] = &[
+    "prompt",
+    "input",
+    "context",
+    "conversation",
+    "history",
+    "message",
+    "messages",
+    "query",
+];
+
+const SPENT: &[&str] = &["full", "overflow", "overflowed", "overflows", "exceeded"];
+
+/// Phrases counting tokens without naming what they belong to ("token count exceeds limit").
+const TOKEN_COUNTS: &[&str] = &[
+    "token count",
+    "number of tokens",
+    "tokens count",
+    "token usage",
+];
+
+/// A clause means overflow when it names what overflowed, says "too much" and names a unit,
+/// or says the context itself is spent or exceeded: this catches wordings in no list
+/// ("the conversation is longer than the model's context window", "prompt exceeds context").
+fn means_overflow(clause: &str) -> bool {
+    let m = Mentions::of(clause);
+    let unit = m.tokens || UNITS.iter().any(|u| clause.contains(u));
+    ((m.subject || m.context) && m.excess && unit)
+        || (m.context && m.excess && (m.subject || m.spent))
+        || (m.long_subject && clause.contains("too long"))
+        || (m.excess && TOKEN_COUNTS.iter().any(|t| clause.contains(t)))
 }
 
 fn chinese_overflow(text: &str) -> bool {
