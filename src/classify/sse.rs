@@ -57,7 +57,7 @@ pub fn next_event(buf: &[u8]) -> Option<(SseEvent, usize)> {
             }
             continue;
         }
-        if line[0] == b':' {
+        if line.first() == Some(&b':') {
             continue;
         }
         has_field |= add_field(&mut ev, line, &mut has_data);
