@@ -124,6 +124,7 @@ impl ModelWindows {
         let bare = strip_provider(model);
         self.rules
             .iter()
+            .filter(|r| r.context_window > 0)
             .find(|r| glob_match(&r.pattern, model) || glob_match(&r.pattern, bare))
             .map(|r| r.context_window)
     }
@@ -459,6 +460,12 @@ mod tests {
             windows.window_for("u", "qwen2-72b").map(|w| w.tokens),
             Some(32_000)
         );
+        let zero = ModelWindows::new(vec![ModelRule {
+            pattern: "*".into(),
+            context_window: 0,
+        }]);
+        let source = zero.window_for("u", "gpt-4o").map(|w| w.source);
+        assert_eq!(source, Some(WindowSource::BuiltIn));
     }
 
     #[test]
