@@ -15,6 +15,14 @@
 //! 2xx answers are only read for in-band errors (an `error` object, an SSE error event, a
 //! `response.failed`, MiniMax's `base_resp`) and finish reasons, never for the model's text.
 //!
+//! How the proxy uses it:
+//! - any non-2xx answer, and a non-streamed 2xx JSON answer (its first [`SCAN_LIMIT`] bytes):
+//!   [`classify`];
+//! - a streamed 2xx answer: hold the bytes, call [`inspect_stream_head`] as they grow, commit
+//!   the status line on `Pass` (or when the proxy's own byte/time bound is hit), act on `Error`;
+//! - numbers are the upstream's own: learn `context_window` per (upstream, model) and calibrate
+//!   against `prompt_tokens` unless it is a lower bound. A verdict of `Other` carries none.
+//!
 //! Silent truncations: a 200 whose `finish_reason` is `model_context_window_exceeded` (z.ai),
 //! or `length` with zero completion tokens and no output (vLLM V0, Xiaomi MiMo), carries no
 //! usable answer and can only mean the window was full: it is a `ContextOverflow` (with the
