@@ -1,17 +1,20 @@
 //! compaction-proxy: a transparent OpenAI-compatible reverse proxy that compacts chat
 //! conversations too long for their model. The modules follow a request's path:
 //! `server` (listen) -> `router` (route, auth, log) -> `chat` (the compaction path) or
-//! `passthrough` -> `upstream` (send) -> `body` (stream back).
+//! `passthrough` -> `upstream` (send) -> `body` (stream back). `classify` decides what
+//! an upstream's refusal means; `models` knows context windows.
 
 pub mod app;
 pub mod auth;
 pub mod body;
 pub mod chat;
+pub mod classify;
 pub mod cli;
 pub mod config;
 pub mod error;
 pub mod logging;
 pub mod metrics;
+pub mod models;
 pub mod passthrough;
 pub mod router;
 pub mod server;

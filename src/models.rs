@@ -1,0 +1,522 @@
+//! Context windows by model, and how far the upstream's token counts drift from ours.
+//!
+//! A window is looked up in this order, first answer wins:
+//! 1. the config's `[[models]]` rules, in file order: the user's word beats anything guessed;
+//! 2. windows learned at run time from the upstream's own errors, per (upstream, model);
+//! 3. the built-in table of common models.
+//!
+//! The learned map and the calibration map are bounded, so clients sending endless distinct
+//! model names cannot grow memory without limit.
+
+use std::collections::HashMap;
+use std::sync::{PoisonError, RwLock};
+
+/// Entries kept per run-time map before an arbitrary old one is dropped.
+const MAX_ENTRIES: usize = 4096;
+/// Calibration factors are clamped to this range: beyond it the estimate, not the tokenizer, is wrong.
+const FACTOR_MIN: f64 = 0.5;
+const FACTOR_MAX: f64 = 3.0;
+/// Weight of a new observation in the smoothed calibration factor.
+const SMOOTHING: f64 = 0.3;
+
+/// One `[[models]]` entry of the config: a glob on the request's `model` and its window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelRule {
+    /// Glob with `*` (any run) and `?` (one character), matched case-insensitively.
+    pub pattern: String,
+    /// Context window in tokens.
+    pub context_window: u64,
+}
+
+/// Where a window came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowSource {
+    /// A `[[models]]` rule of the config.
+    Config,
+    /// An upstream error of this run reported it.
+    Learned,
+    /// The built-in table.
+    BuiltIn,
+}
+
+/// A model's context window in tokens and where that number came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Context window in tokens.
+    pub tokens: u64,
+    /// Where the number came from.
+    pub source: WindowSource,
+}
+
+type Key = (String, String);
+
+/// Context windows and token-count calibration, shared by all requests.
+#[derive(Debug, Default)]
+pub struct ModelWindows {
+    rules: Vec<ModelRule>,
+    learned: RwLock<HashMap<Key, u64>>,
+    factors: RwLock<HashMap<Key, f64>>,
+}
+
+impl ModelWindows {
+    /// Builds the table from the config's rules (first matching rule wins).
+    pub fn new(rules: Vec<ModelRule>) -> Self {
+        Self {
+            rules,
+            ..Self::default()
+        }
+    }
+
+    /// The window for `model` behind `upstream` (its base URL): config, then learned, then built-in.
+    pub fn window_for(&self, upstream: &str, model: &str) -> Option<Window> {
+        self.config_window(model)
+            .map(|tokens| Window {
+                tokens,
+                source: WindowSource::Config,
+            })
+            .or_else(|| {
+                self.learned_window(upstream, model).map(|tokens| Window {
+                    tokens,
+                    source: WindowSource::Learned,
+                })
+            })
+            .or_else(|| {
+                builtin_window(model).map(|tokens| Window {
+                    tokens,
+                    source: WindowSource::BuiltIn,
+                })
+            })
+    }
+
+    /// Remembers the window an upstream reported for `model`; the latest report wins because a
+    /// local server may be restarted with another context size. Zero is ignored.
+    pub fn learn(&self, upstream: &str, model: &str, tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
+        let mut map = self.learned.write().unwrap_or_else(PoisonError::into_inner);
+        insert_bounded(&mut map, key(upstream, model), tokens);
+    }
+
+    /// Records one request's prompt size as counted by us (`ours`) and by the upstream
+    /// (`theirs`). The factor moves smoothly so one odd request cannot swing it.
+    pub fn calibrate(&self, upstream: &str, model: &str, ours: u64, theirs: u64) {
+        if ours == 0 || theirs == 0 {
+            return;
+        }
+        let sample = clamp_factor(theirs as f64 / ours as f64);
+        let mut map = self.factors.write().unwrap_or_else(PoisonError::into_inner);
+        let k = key(upstream, model);
+        let next = match map.get(&k) {
+            Some(old) => clamp_factor(old + SMOOTHING * (sample - old)),
+            None => sample,
+        };
+        insert_bounded(&mut map, k, next);
+    }
+
+    /// How many upstream tokens one of our estimated tokens is worth (1.0 until calibrated).
+    pub fn factor(&self, upstream: &str, model: &str) -> f64 {
+        let map = self.factors.read().unwrap_or_else(PoisonError::into_inner);
+        map.get(&key(upstream, model)).copied().unwrap_or(1.0)
+    }
+
+    fn config_window(&self, model: &str) -> Option<u64> {
+        let bare = strip_provider(model);
+        self.rules
+            .iter()
+            .filter(|r| r.context_window > 0)
+            .find(|r| glob_match(&r.pattern, model) || glob_match(&r.pattern, bare))
+            .map(|r| r.context_window)
+    }
+
+    fn learned_window(&self, upstream: &str, model: &str) -> Option<u64> {
+        let map = self.learned.read().unwrap_or_else(PoisonError::into_inner);
+        map.get(&key(upstream, model)).copied()
+    }
+}
+
+fn key(upstream: &str, model: &str) -> Key {
+    (
+        upstream.trim_end_matches('/').to_string(),
+        model.to_string(),
+    )
+}
+
+fn clamp_factor(f: f64) -> f64 {
+    if f.is_finite() {
+        f.clamp(FACTOR_MIN, FACTOR_MAX)
+    } else {
+        1.0
+    }
+}
+
+fn insert_bounded<V>(map: &mut HashMap<Key, V>, k: Key, v: V) {
+    if map.len() >= MAX_ENTRIES && !map.contains_key(&k) {
+        if let Some(victim) = map.keys().next().cloned() {
+            map.remove(&victim);
+        }
+    }
+    map.insert(k, v);
+}
+
+/// Matches `text` against a glob where `*` is any run and `?` one character, ignoring ASCII case.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().map(|c| c.to_ascii_lowercase()).collect();
+    let t: Vec<char> = text.chars().map(|c| c.to_ascii_lowercase()).collect();
+    // Greedy with one backtrack point: linear in practice, never exponential.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, ti));
+                pi += 1;
+            }
+            Some(&c) if c == '?' || c == t[ti] => {
+                pi += 1;
+                ti += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    pi = sp + 1;
+                    ti = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// The part of a model name after any `provider/` prefix (`openai/gpt-4o` -> `gpt-4o`).
+fn strip_provider(model: &str) -> &str {
+    model.rsplit('/').next().unwrap_or(model)
+}
+
+/// Cloud vendor prefixes of dotted model ids (`us.anthropic.claude-...`, `meta.llama3-...`).
+const DOTTED_VENDORS: &[&str] = &[
+    "us",
+    "eu",
+    "apac",
+    "global",
+    "anthropic",
+    "meta",
+    "mistral",
+    "amazon",
+    "deepseek",
+    "qwen",
+    "openai",
+    "google",
+];
+
+/// Lower-cased model name without provider prefix, dotted vendor prefix or `:tag` suffix.
+fn normalize(model: &str) -> String {
+    let mut name = strip_provider(model.trim()).to_ascii_lowercase();
+    if let Some(i) = name.find(':') {
+        name.truncate(i);
+    }
+    while let Some((head, rest)) = name.split_once('.') {
+        if !DOTTED_VENDORS.contains(&head) {
+            break;
+        }
+        name = rest.to_string();
+    }
+    name
+}
+
+/// Built-in windows, most specific pattern first. Where a model caps its input below its
+/// total window (GPT-5: 272k in, 400k total) the table holds the input cap, since that is
+/// what the upstream enforces on the prompt.
+const BUILTIN: &[(&str, u64)] = &[
+    // OpenAI
+    ("gpt-5*-chat*", 128_000),
+    ("gpt-5*", 272_000),
+    ("gpt-4.1*", 1_047_576),
+    ("gpt-4.5*", 128_000),
+    ("gpt-4o*", 128_000),
+    ("chatgpt-4o*", 128_000),
+    ("gpt-4-turbo*", 128_000),
+    ("gpt-4-1106*", 128_000),
+    ("gpt-4-0125*", 128_000),
+    ("gpt-4-vision*", 128_000),
+    ("gpt-4-32k*", 32_768),
+    ("gpt-4*", 8_192),
+    ("gpt-3.5-turbo-instruct*", 4_096),
+    ("gpt-3.5-turbo-0301*", 4_096),
+    ("gpt-3.5-turbo-0613*", 4_096),
+    ("gpt-3.5*", 16_385),
+    ("gpt-oss*", 131_072),
+    ("o1-mini*", 128_000),
+    ("o1-preview*", 128_000),
+    ("o1*", 200_000),
+    ("o3*", 200_000),
+    ("o4-mini*", 200_000),
+    ("codex-mini*", 200_000),
+    // Anthropic
+    ("claude-2", 100_000),
+    ("claude-2.0*", 100_000),
+    ("claude-instant*", 100_000),
+    ("claude-*", 200_000),
+    // Google
+    ("gemini-1.5-pro*", 2_097_152),
+    ("gemini-1.0*", 32_760),
+    ("gemini-pro*", 32_760),
+    ("gemini-*", 1_048_576),
+    ("gemma-3*", 131_072),
+    ("gemma-2*", 8_192),
+    // Meta Llama (hosted names often carry a `meta-` prefix)
+    ("*llama-4-scout*", 10_000_000),
+    ("*llama-4*", 1_048_576),
+    ("*llama-3.1*", 131_072),
+    ("*llama-3.2*", 131_072),
+    ("*llama-3.3*", 131_072),
+    ("*llama3.1*", 131_072),
+    ("*llama3.2*", 131_072),
+    ("*llama3.3*", 131_072),
+    ("*llama3-1*", 131_072),
+    ("*llama3-2*", 131_072),
+    ("*llama3-3*", 131_072),
+    ("*llama-3*", 8_192),
+    ("*llama3*", 8_192),
+    ("*llama-2*", 4_096),
+    ("*llama2*", 4_096),
+    // Qwen
+    ("qwen3-coder*", 262_144),
+    ("qwen3-max*", 262_144),
+    ("qwen3-next*", 262_144),
+    ("qwen3-*2507*", 262_144),
+    ("qwen3*", 40_960),
+    ("qwq*", 131_072),
+    ("qwen-turbo*", 1_000_000),
+    ("qwen-plus*", 131_072),
+    ("qwen-max*", 32_768),
+    ("qwen2.5-coder*", 32_768),
+    ("qwen2*", 32_768),
+    ("qwen-2*", 32_768),
+    // DeepSeek
+    ("deepseek*", 131_072),
+    // Mistral
+    ("codestral*", 262_144),
+    ("*mixtral-8x22b*", 65_536),
+    ("*mixtral*", 32_768),
+    ("*mistral-7b*", 32_768),
+    ("mistral-tiny*", 32_768),
+    ("magistral*", 40_960),
+    ("mistral-*", 131_072),
+    ("open-mistral-nemo*", 131_072),
+    ("ministral*", 131_072),
+    ("devstral*", 131_072),
+    ("pixtral*", 131_072),
+];
+
+/// The built-in window for a model name, tolerant of provider prefixes, vendor prefixes of
+/// dotted ids, `:tag` suffixes and date suffixes.
+pub fn builtin_window(model: &str) -> Option<u64> {
+    let name = normalize(model);
+    BUILTIN
+        .iter()
+        .find(|(pattern, _)| glob_match(pattern, &name))
+        .map(|&(_, tokens)| tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_basics() {
+        assert!(glob_match("gpt-4o*", "gpt-4o"));
+        assert!(glob_match("gpt-4o*", "GPT-4o-2024-08-06"));
+        assert!(!glob_match("gpt-4o*", "gpt-4"));
+        assert!(glob_match("gpt-?o", "gpt-4o"));
+        assert!(!glob_match("gpt-?o", "gpt-40o"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a*b*c", "axxbyyc"));
+        assert!(!glob_match("a*b*c", "axxbyy"));
+        assert!(glob_match("*llama*", "meta-llama-3.1"));
+        assert!(glob_match("", ""));
+        assert!(!glob_match("", "x"));
+        assert!(glob_match("**a", "ba"));
+    }
+
+    #[test]
+    fn glob_is_not_exponential() {
+        let text = "a".repeat(5_000);
+        let pattern = format!("{}b", "*a".repeat(50));
+        assert!(!glob_match(&pattern, &text));
+    }
+
+    #[test]
+    fn builtin_families() {
+        let cases = [
+            ("gpt-4o", 128_000),
+            ("openai/gpt-4o-mini-2024-07-18", 128_000),
+            ("gpt-4.1-nano", 1_047_576),
+            ("gpt-4", 8_192),
+            ("gpt-4-0613", 8_192),
+            ("gpt-4-turbo-2024-04-09", 128_000),
+            ("gpt-4-32k", 32_768),
+            ("gpt-5", 272_000),
+            ("gpt-5-chat-latest", 128_000),
+            ("gpt-3.5-turbo", 16_385),
+            ("o3-mini", 200_000),
+            ("o1-mini", 128_000),
+            ("anthropic/claude-3.5-sonnet", 200_000),
+            ("claude-opus-4-5-20251101", 200_000),
+            ("us.anthropic.claude-3-5-sonnet-20240620-v1:0", 200_000),
+            ("google/gemini-2.5-pro", 1_048_576),
+            ("gemini-1.5-pro-002", 2_097_152),
+            ("meta-llama/Meta-Llama-3.1-8B-Instruct", 131_072),
+            ("llama-3.3-70b-versatile", 131_072),
+            ("llama3.1:8b", 131_072),
+            ("meta.llama3-8b-instruct-v1:0", 8_192),
+            ("Qwen/Qwen2.5-72B-Instruct", 32_768),
+            ("qwen3-coder-30b-a3b-instruct", 262_144),
+            ("Qwen/Qwen3-32B", 40_960),
+            ("deepseek-chat", 131_072),
+            ("deepseek/deepseek-r1:free", 131_072),
+            ("mistral-large-latest", 131_072),
+            ("mistralai/Mixtral-8x7B-Instruct-v0.1", 32_768),
+            ("codestral-2501", 262_144),
+            ("open-mixtral-8x22b", 65_536),
+            ("meta.llama3-1-70b-instruct-v1:0", 131_072),
+            ("qwen/qwen-2.5-coder-32b-instruct", 32_768),
+            ("claude-2", 100_000),
+            ("claude-2.1", 200_000),
+            ("gpt-3.5-turbo-0613", 4_096),
+            ("gpt-oss-120b", 131_072),
+            ("o4-mini-2025-04-16", 200_000),
+        ];
+        for (model, want) in cases {
+            assert_eq!(builtin_window(model), Some(want), "{model}");
+        }
+        assert_eq!(builtin_window("my-private-model"), None);
+        assert_eq!(builtin_window(""), None);
+    }
+
+    #[test]
+    fn order_is_config_then_learned_then_builtin() {
+        let windows = ModelWindows::new(vec![ModelRule {
+            pattern: "gpt-4o*".into(),
+            context_window: 64_000,
+        }]);
+        let up = "http://h/v1";
+        let config = windows.window_for(up, "gpt-4o");
+        assert_eq!(
+            config.map(|w| (w.tokens, w.source)),
+            Some((64_000, WindowSource::Config))
+        );
+        // A provider prefix does not hide the model from a bare config glob.
+        assert_eq!(
+            windows.window_for(up, "openai/gpt-4o").map(|w| w.tokens),
+            Some(64_000)
+        );
+        windows.learn(up, "gpt-4o", 30_000);
+        assert_eq!(
+            windows.window_for(up, "gpt-4o").map(|w| w.source),
+            Some(WindowSource::Config)
+        );
+
+        let builtin = windows.window_for(up, "claude-3-haiku");
+        assert_eq!(builtin.map(|w| w.source), Some(WindowSource::BuiltIn));
+        windows.learn(&format!("{up}/"), "claude-3-haiku", 100_000);
+        let learned = windows.window_for(up, "claude-3-haiku");
+        assert_eq!(
+            learned.map(|w| (w.tokens, w.source)),
+            Some((100_000, WindowSource::Learned))
+        );
+        // Learned windows are per upstream.
+        let other = windows.window_for("http://other", "claude-3-haiku");
+        assert_eq!(other.map(|w| w.source), Some(WindowSource::BuiltIn));
+
+        windows.learn(up, "local", 0);
+        assert_eq!(windows.window_for(up, "local"), None);
+        windows.learn(up, "local", 8_192);
+        windows.learn(up, "local", 4_096);
+        assert_eq!(
+            windows.window_for(up, "local").map(|w| w.tokens),
+            Some(4_096)
+        );
+    }
+
+    #[test]
+    fn first_matching_rule_wins() {
+        let windows = ModelWindows::new(vec![
+            ModelRule {
+                pattern: "qwen*-7b".into(),
+                context_window: 8_000,
+            },
+            ModelRule {
+                pattern: "qwen*".into(),
+                context_window: 32_000,
+            },
+        ]);
+        assert_eq!(
+            windows.window_for("u", "qwen2-7b").map(|w| w.tokens),
+            Some(8_000)
+        );
+        assert_eq!(
+            windows.window_for("u", "qwen2-72b").map(|w| w.tokens),
+            Some(32_000)
+        );
+        let zero = ModelWindows::new(vec![ModelRule {
+            pattern: "*".into(),
+            context_window: 0,
+        }]);
+        let source = zero.window_for("u", "gpt-4o").map(|w| w.source);
+        assert_eq!(source, Some(WindowSource::BuiltIn));
+    }
+
+    #[test]
+    fn calibration_smooths_and_clamps() {
+        let w = ModelWindows::new(Vec::new());
+        assert_eq!(w.factor("u", "m"), 1.0);
+        w.calibrate("u", "m", 1_000, 1_200);
+        assert!((w.factor("u", "m") - 1.2).abs() < 1e-9);
+        w.calibrate("u", "m", 1_000, 1_000);
+        let f = w.factor("u", "m");
+        assert!(f > 1.0 && f < 1.2, "{f}");
+        w.calibrate("u", "m", 0, 5);
+        w.calibrate("u", "m", 5, 0);
+        assert!((w.factor("u", "m") - f).abs() < 1e-12);
+
+        w.calibrate("u", "huge", 1, 1_000_000);
+        assert_eq!(w.factor("u", "huge"), FACTOR_MAX);
+        w.calibrate("u", "tiny", 1_000_000, 1);
+        assert_eq!(w.factor("u", "tiny"), FACTOR_MIN);
+        assert_eq!(w.factor("other", "m"), 1.0);
+    }
+
+    #[test]
+    fn maps_stay_bounded() {
+        let w = ModelWindows::new(Vec::new());
+        for i in 0..(MAX_ENTRIES + 10) {
+            w.learn("u", &format!("m{i}"), 1_000);
+        }
+        let len = w.learned.read().map(|m| m.len()).unwrap_or(0);
+        assert_eq!(len, MAX_ENTRIES);
+    }
+
+    #[test]
+    fn shared_across_threads() {
+        let w = std::sync::Arc::new(ModelWindows::new(Vec::new()));
+        let handles: Vec<_> = (0..4u64)
+            .map(|i| {
+                let w = w.clone();
+                std::thread::spawn(move || {
+                    for j in 0..100u64 {
+                        w.learn("u", "m", 1_000 + i * 100 + j);
+                        w.calibrate("u", "m", 100, 150);
+                        let _ = w.window_for("u", "m");
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            assert!(h.join().is_ok());
+        }
+        assert!(w.window_for("u", "m").is_some());
+        assert!((w.factor("u", "m") - 1.5).abs() < 1e-9);
+    }
+}
