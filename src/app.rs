@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::auth::Auth;
 use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
+use crate::models::ModelWindows;
 use crate::upstream::{Upstream, UpstreamInitError};
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +22,8 @@ pub struct App {
     pub upstream: Upstream,
     pub auth: Auth,
     pub metrics: Metrics,
+    /// Context windows: configured, learned from upstream errors, built in.
+    pub models: ModelWindows,
     next_id: AtomicU64,
 }
 
@@ -28,7 +31,9 @@ impl App {
     pub fn new(config: Config) -> Result<Self, AppError> {
         let upstream = Upstream::new(&config)?;
         let auth = Auth::from_config(&config.auth)?;
+        let models = ModelWindows::new(config.models.clone());
         Ok(Self {
+            models,
             config,
             upstream,
             auth,

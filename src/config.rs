@@ -89,7 +89,7 @@ impl Default for UpstreamConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelRule {
     /// Glob (`*`, `?`) matched against the request's `model`.

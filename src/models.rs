@@ -1,7 +1,10 @@
 //! Context windows by model, and how far the upstream's token counts drift from ours.
 //!
-//! A window is looked up in this order, first answer wins:
-//! 1. the config's `[[models]]` rules, in file order: the user's word beats anything guessed;
+//! A window is looked up in this order:
+//! 1. the config's `[[models]]` rules, in file order: the user's word beats anything guessed,
+//!    except that a smaller window learned from the upstream caps it (the upstream is the
+//!    one that refuses, and a user may set a smaller window on purpose but never a larger
+//!    one usefully);
 //! 2. windows learned at run time from the upstream's own errors, per (upstream, model);
 //! 3. the built-in table of common models.
 //!
@@ -19,14 +22,7 @@ const FACTOR_MAX: f64 = 3.0;
 /// Weight of a new observation in the smoothed calibration factor.
 const SMOOTHING: f64 = 0.3;
 
-/// One `[[models]]` entry of the config: a glob on the request's `model` and its window.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelRule {
-    /// Glob with `*` (any run) and `?` (one character), matched case-insensitively.
-    pub pattern: String,
-    /// Context window in tokens.
-    pub context_window: u64,
-}
+pub use crate::config::ModelRule;
 
 /// Where a window came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,25 +63,31 @@ impl ModelWindows {
         }
     }
 
-    /// The window for `model` behind `upstream` (its base URL): config, then learned, then built-in.
+    /// The window for `model` behind `upstream` (its base URL): config (capped by a
+    /// smaller learned window), then learned, then built-in.
     pub fn window_for(&self, upstream: &str, model: &str) -> Option<Window> {
-        self.config_window(model)
-            .map(|tokens| Window {
+        let learned = self.learned_window(upstream, model);
+        let window = |tokens, source| Some(Window { tokens, source });
+        match (self.config_window(model), learned) {
+            (Some(config), Some(learned)) if learned < config => {
+                window(learned, WindowSource::Learned)
+            }
+            (Some(config), _) => window(config, WindowSource::Config),
+            (None, Some(learned)) => window(learned, WindowSource::Learned),
+            (None, None) => builtin_window(model).map(|tokens| Window {
                 tokens,
-                source: WindowSource::Config,
-            })
-            .or_else(|| {
-                self.learned_window(upstream, model).map(|tokens| Window {
-                    tokens,
-                    source: WindowSource::Learned,
-                })
-            })
-            .or_else(|| {
-                builtin_window(model).map(|tokens| Window {
-                    tokens,
-                    source: WindowSource::BuiltIn,
-                })
-            })
+                source: WindowSource::BuiltIn,
+            }),
+        }
+    }
+
+    /// Lowers the learned window to `tokens` unless it is already at most that: for
+    /// refusals that give no numbers, where the size that was refused is an upper bound.
+    pub fn learn_at_most(&self, upstream: &str, model: &str, tokens: u64) {
+        let current = self.window_for(upstream, model).map(|w| w.tokens);
+        if tokens > 0 && current.is_none_or(|c| tokens < c) {
+            self.learn(upstream, model, tokens);
+        }
     }
 
     /// Remembers the window an upstream reported for `model`; the latest report wins because a
@@ -396,6 +398,28 @@ mod tests {
     }
 
     #[test]
+    fn learn_at_most_only_lowers() {
+        let windows = ModelWindows::new(Vec::new());
+        let up = "http://h/v1";
+        windows.learn_at_most(up, "local", 9_000);
+        windows.learn_at_most(up, "local", 12_000);
+        assert_eq!(
+            windows.window_for(up, "local").map(|w| w.tokens),
+            Some(9_000)
+        );
+        windows.learn_at_most(up, "local", 5_000);
+        assert_eq!(
+            windows.window_for(up, "local").map(|w| w.tokens),
+            Some(5_000)
+        );
+        windows.learn_at_most(up, "gpt-4o", 1_000_000);
+        assert_eq!(
+            windows.window_for(up, "gpt-4o").map(|w| w.source),
+            Some(WindowSource::BuiltIn)
+        );
+    }
+
+    #[test]
     fn order_is_config_then_learned_then_builtin() {
         let windows = ModelWindows::new(vec![ModelRule {
             pattern: "gpt-4o*".into(),
@@ -412,10 +436,18 @@ mod tests {
             windows.window_for(up, "openai/gpt-4o").map(|w| w.tokens),
             Some(64_000)
         );
-        windows.learn(up, "gpt-4o", 30_000);
+        windows.learn(up, "gpt-4o", 100_000);
         assert_eq!(
             windows.window_for(up, "gpt-4o").map(|w| w.source),
             Some(WindowSource::Config)
+        );
+        // The upstream refusing below the configured window caps it.
+        windows.learn(up, "gpt-4o", 30_000);
+        assert_eq!(
+            windows
+                .window_for(up, "gpt-4o")
+                .map(|w| (w.tokens, w.source)),
+            Some((30_000, WindowSource::Learned))
         );
 
         let builtin = windows.window_for(up, "claude-3-haiku");
