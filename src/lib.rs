@@ -1,0 +1,2 @@
+pub mod compact;
+pub mod offline;
