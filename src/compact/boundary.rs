@@ -6,6 +6,8 @@ use super::message::Message;
 
 /// End (exclusive) of the protected head: leading system/developer messages, then the first
 /// `first_n` other messages, extended past any results that answer a call inside the head.
+/// The head stops before the latest user message: the summary must come before it, or a
+/// model would take the summary for the newest request.
 pub fn head_end(messages: &[Message], first_n: usize) -> usize {
     let mut end = messages
         .iter()
@@ -15,7 +17,10 @@ pub fn head_end(messages: &[Message], first_n: usize) -> usize {
     while end < messages.len() && messages[end].role.is_result() {
         end += 1;
     }
-    end
+    match last_user(messages) {
+        Some(u) => end.min(u),
+        None => end,
+    }
 }
 
 /// Start of the protected tail. Walks back from the end adding whole messages while they
@@ -110,6 +115,11 @@ mod tests {
         assert_eq!(head_end(&m, 0), 2);
         assert_eq!(head_end(&m, 1), 3);
         assert_eq!(head_end(&m, 2), 5, "the call's result joins the head");
+        assert_eq!(
+            head_end(&m, 9),
+            5,
+            "the latest user message is never in the head"
+        );
     }
 
     #[test]

@@ -143,30 +143,54 @@ pub fn result_info(
     }
 }
 
-/// The first line of a tool output that reads like an error report.
+/// How a pruned tool output starts, and how it introduces the error it carries.
+pub const PRUNED_PREFIX: &str = "[output of ";
+pub const PRUNED_ERROR: &str = "; first error: ";
+
+/// The first line of a tool output that reads like an error report. Matching is kept
+/// narrow (tool-style prefixes and markers, not the bare word "error") because file
+/// contents mention errors all the time.
 pub fn first_error_line(text: &str) -> Option<String> {
-    const SIGNS: &[&str] = &[
+    // An output pruned earlier already names its first error, if it had one.
+    if let Some(line) = text.strip_prefix(PRUNED_PREFIX) {
+        return line
+            .split_once(PRUNED_ERROR)
+            .map(|(_, err)| err.trim_end_matches(']').to_string());
+    }
+    const STARTS: &[&str] = &[
         "error",
+        "fatal",
+        "traceback",
+        "exception",
+        "panic",
         "failed",
         "failure",
-        "exception",
-        "traceback",
-        "panicked",
-        "fatal",
-        "denied",
+    ];
+    const MARKERS: &[&str] = &[
+        "error: ",
+        "error[",
+        "Error: ",
+        "ERROR",
+        "FAILED",
+        "FAIL:",
+        "panicked at",
+        "Exception:",
+        "No such file",
         "not found",
+        "Permission denied",
+        "exit code",
+        "exit status",
     ];
     text.lines()
-        .find(|line| SIGNS.iter().any(|s| contains_ignore_case(line, s)))
+        .find(|line| {
+            let t = line.trim_start().as_bytes();
+            STARTS
+                .iter()
+                .any(|s| t.len() >= s.len() && t[..s.len()].eq_ignore_ascii_case(s.as_bytes()))
+                || MARKERS.iter().any(|m| line.contains(m))
+        })
         .map(|line| one_line(line, 200))
         .filter(|l| !l.is_empty())
-}
-
-fn contains_ignore_case(hay: &str, needle: &str) -> bool {
-    let n = needle.as_bytes();
-    hay.as_bytes()
-        .windows(n.len())
-        .any(|w| w.eq_ignore_ascii_case(n))
 }
 
 #[cfg(test)]
@@ -194,5 +218,15 @@ mod tests {
         );
         assert_eq!(first_error_line("all good\n3 passed"), None);
         assert!(first_error_line("test x ... FAILED").is_some());
+        assert_eq!(
+            first_error_line("let e = MyError::new();\nreturn error;"),
+            None
+        );
+        let pruned = crate::compact::prune::describe_output("bash", "ok\nerror: boom\n");
+        assert_eq!(first_error_line(&pruned).as_deref(), Some("error: boom"));
+        assert_eq!(
+            first_error_line(&crate::compact::prune::describe_output("bash", "ok")),
+            None
+        );
     }
 }

@@ -87,7 +87,9 @@ pub fn build_fitting(plan: &Plan, body: &str, opts: &Options) -> (Vec<Message>, 
 
     // 2. Prune tool outputs and arguments inside the tail as well.
     let stats = prune::prune(&mut tail, usize::MAX, opts, counter);
-    notes.push(format!("escalate: pruned {} in the tail", stats.total()));
+    if stats.total() > 0 {
+        notes.push(format!("escalate: pruned {} in the tail", stats.total()));
+    }
     let candidate = build(plan, &msgs[..head_end], &kept, &body, &tail, &mut notes);
     if best.offer(plan, candidate, &notes) {
         return (best.messages, best.notes);
@@ -103,7 +105,9 @@ pub fn build_fitting(plan: &Plan, body: &str, opts: &Options) -> (Vec<Message>, 
         }
     }
     let body = keep_ends(&body, budget_chars * 2 / 3, budget_chars / 3);
-    notes.push(format!("escalate: truncated {cut} messages"));
+    if cut > 0 {
+        notes.push(format!("escalate: truncated {cut} messages"));
+    }
     let candidate = build(plan, &msgs[..head_end], &kept, &body, &tail, &mut notes);
     if best.offer(plan, candidate, &notes) {
         return (best.messages, best.notes);

@@ -471,8 +471,7 @@ pub fn finish(plan: Plan, summary: Option<Summary>, opts: &Options) -> Outcome {
                 _ => summarize_deterministic(&plan, opts),
             };
             let mut notes = vec![format!(
-                "summary: {} of {} messages{}",
-                summary.source.as_str(),
+                "summarised {} messages{}",
                 plan.turns.len(),
                 if plan.previous_summary.is_some() {
                     ", earlier summary carried"

@@ -8,7 +8,7 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::Value;
 
-use super::calls::{first_error_line, index_calls, result_info};
+use super::calls::{first_error_line, index_calls, result_info, PRUNED_ERROR, PRUNED_PREFIX};
 use super::message::{clip, Message, Role};
 use super::summary::has_marker;
 use super::tokens::Counter;
@@ -95,11 +95,11 @@ fn find_duplicates(messages: &[Message], end: usize, min_chars: usize) -> Vec<us
 pub fn describe_output(label: &str, text: &str) -> String {
     let lines = text.lines().count();
     let mut line = format!(
-        "[output of {label} pruned by compaction: {} chars, {lines} lines",
+        "{PRUNED_PREFIX}{label} pruned by compaction: {} chars, {lines} lines",
         text.len()
     );
     if let Some(err) = first_error_line(text) {
-        line.push_str("; first error: ");
+        line.push_str(PRUNED_ERROR);
         line.push_str(&err);
     }
     line.push(']');

@@ -187,9 +187,9 @@ impl Sections {
             }));
         for info in infos {
             let label = one_line(&info.label(), 160);
-            match self.tools.last_mut() {
-                Some((l, n)) if *l == label => *n += 1,
-                _ => self.tools.push((label, 1)),
+            match self.tools.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, n)) => *n += 1,
+                None => self.tools.push((label, 1)),
             }
             for f in info.files {
                 push_unique(&mut self.files, one_line(&f, 200));
@@ -237,8 +237,11 @@ impl Sections {
                     let at = usize::from(self.asks.len() > 1);
                     self.asks.remove(at);
                 }
+                // The least used tool says the least about the session.
                 1 => {
-                    self.tools.remove(0);
+                    if let Some(at) = (0..self.tools.len()).min_by_key(|&i| self.tools[i].1) {
+                        self.tools.remove(at);
+                    }
                 }
                 2 => {
                     self.files.remove(0);
