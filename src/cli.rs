@@ -28,6 +28,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Validate the configuration and print the effective settings.
     Check(CheckArgs),
+    /// Compact a chat-completions request body offline (FILE or stdin to stdout).
+    Compact(crate::offline::CompactArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -2,7 +2,8 @@
 //! conversations too long for their model. The modules follow a request's path:
 //! `server` (listen) -> `router` (route, auth, log) -> `chat` (the compaction path) or
 //! `passthrough` -> `upstream` (send) -> `body` (stream back). `classify` decides what
-//! an upstream's refusal means; `models` knows context windows.
+//! an upstream's refusal means; `models` knows context windows; `compact` is the pure
+//! engine that rewrites a conversation; `offline` is the `compact` command.
 
 pub mod app;
 pub mod auth;
@@ -10,11 +11,13 @@ pub mod body;
 pub mod chat;
 pub mod classify;
 pub mod cli;
+pub mod compact;
 pub mod config;
 pub mod error;
 pub mod logging;
 pub mod metrics;
 pub mod models;
+pub mod offline;
 pub mod passthrough;
 pub mod router;
 pub mod server;

@@ -5,7 +5,7 @@ use clap::Parser;
 use compaction_proxy::app::App;
 use compaction_proxy::cli::{CheckArgs, Cli, Command, ServeArgs};
 use compaction_proxy::config::{Config, Overrides};
-use compaction_proxy::{logging, server};
+use compaction_proxy::{logging, offline, server};
 
 /// Exit status for a configuration the proxy cannot run with.
 const EXIT_BAD_CONFIG: u8 = 2;
@@ -15,6 +15,7 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Serve(args)) => serve(&args),
         Some(Command::Check(args)) => check(&args),
+        Some(Command::Compact(args)) => offline::run(&args),
         None => serve(&cli.serve),
     }
 }

@@ -1,0 +1,286 @@
+//! The engine's view of a chat message: the original JSON object, kept whole so that
+//! unknown fields and key order survive, plus the parsed role and a cached token count.
+
+use serde_json::{Map, Value};
+
+use super::tokens::Counter;
+use super::EngineError;
+
+/// The roles the chat-completions API accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+    /// Legacy result of an assistant `function_call`.
+    Function,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "system" => Role::System,
+            "developer" => Role::Developer,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            "function" => Role::Function,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::Developer => "developer",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+            Role::Function => "function",
+        }
+    }
+
+    /// System and developer messages carry the operator's instructions; the engine never
+    /// edits or drops them.
+    pub fn is_instruction(self) -> bool {
+        matches!(self, Role::System | Role::Developer)
+    }
+
+    /// Messages that answer a call made by the previous assistant message.
+    pub fn is_result(self) -> bool {
+        matches!(self, Role::Tool | Role::Function)
+    }
+}
+
+/// One message of the conversation being compacted.
+#[derive(Clone, Debug)]
+pub struct Message {
+    pub role: Role,
+    /// The whole JSON object as received (or as rewritten by a pass), `role` included.
+    pub body: Map<String, Value>,
+    /// Exact token cost of this message, kept current by every edit.
+    pub tokens: usize,
+}
+
+impl Message {
+    /// Wraps a request's message whose role and token count are already known.
+    pub fn from_parts(role: Role, value: &Value, tokens: usize) -> Message {
+        Message {
+            role,
+            body: value.as_object().cloned().unwrap_or_default(),
+            tokens,
+        }
+    }
+
+    /// Parses and counts `messages[index]`.
+    #[cfg(test)]
+    pub fn parse(index: usize, value: &Value, counter: &Counter) -> Result<Message, EngineError> {
+        let role = role_of(index, value)?;
+        let tokens = value.as_object().map_or(0, |m| counter.message(m));
+        Ok(Message::from_parts(role, value, tokens))
+    }
+
+    /// A message the engine creates (summary, stub result).
+    pub fn new(role: Role, mut fields: Map<String, Value>, counter: &Counter) -> Message {
+        let mut body = Map::new();
+        body.insert("role".into(), Value::String(role.as_str().into()));
+        body.append(&mut fields);
+        let tokens = counter.message(&body);
+        Message { role, body, tokens }
+    }
+
+    pub fn content(&self) -> Option<&Value> {
+        self.body.get("content")
+    }
+
+    /// Replaces `content` in place (the key keeps its position) and recounts this message.
+    pub fn set_content(&mut self, content: Value, counter: &Counter) {
+        self.body.insert("content".into(), content);
+        self.recount(counter);
+    }
+
+    pub fn recount(&mut self, counter: &Counter) {
+        self.tokens = counter.message(&self.body);
+    }
+
+    /// The message's text: a string content, or its text parts joined by newlines.
+    pub fn text(&self) -> String {
+        content_text(self.content())
+    }
+
+    pub fn tool_calls(&self) -> &[Value] {
+        match self.body.get("tool_calls") {
+            Some(Value::Array(calls)) => calls,
+            _ => &[],
+        }
+    }
+
+    /// An assistant message whose answer must be the following tool or function messages.
+    pub fn makes_calls(&self) -> bool {
+        self.role == Role::Assistant
+            && (!self.tool_calls().is_empty() || self.function_call().is_some())
+    }
+
+    pub fn function_call(&self) -> Option<&Map<String, Value>> {
+        self.body.get("function_call").and_then(Value::as_object)
+    }
+
+    pub fn tool_call_id(&self) -> Option<&str> {
+        self.body.get("tool_call_id").and_then(Value::as_str)
+    }
+
+    pub fn name(&self) -> Option<&str> {
+        self.body.get("name").and_then(Value::as_str)
+    }
+
+    /// Whether any content part is an image, audio clip or file.
+    pub fn has_media(&self) -> bool {
+        match self.content() {
+            Some(Value::Array(parts)) => parts.iter().any(is_media_part),
+            _ => false,
+        }
+    }
+}
+
+/// The role of `messages[index]`, or why it has none the engine knows.
+pub fn role_of(index: usize, value: &Value) -> Result<Role, EngineError> {
+    let body = value
+        .as_object()
+        .ok_or(EngineError::MessageNotObject { index })?;
+    match body.get("role") {
+        Some(Value::String(r)) => Role::parse(r).ok_or_else(|| EngineError::UnknownRole {
+            index,
+            role: r.clone(),
+        }),
+        Some(_) | None => Err(EngineError::MissingRole { index }),
+    }
+}
+
+/// The `id` of one entry of `tool_calls`.
+pub fn call_id(call: &Value) -> Option<&str> {
+    call.get("id").and_then(Value::as_str)
+}
+
+/// The function name and raw argument string of one tool call (or custom tool input).
+pub fn call_name_args(call: &Value) -> (&str, &str) {
+    let f = call.get("function").or_else(|| call.get("custom"));
+    let name = f
+        .and_then(|f| f.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("tool");
+    let args = f
+        .and_then(|f| f.get("arguments").or_else(|| f.get("input")))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    (name, args)
+}
+
+pub fn part_type(part: &Value) -> &str {
+    part.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+pub fn is_media_part(part: &Value) -> bool {
+    matches!(
+        part_type(part),
+        "image_url" | "input_image" | "image" | "input_audio" | "audio" | "file" | "input_file"
+    )
+}
+
+/// Text of a `content` value; media and unknown parts contribute nothing.
+pub fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => {
+            let texts: Vec<&str> = parts.iter().filter_map(part_text).collect();
+            texts.join("\n")
+        }
+        _ => String::new(),
+    }
+}
+
+/// The text of a `text` (or `refusal`) content part.
+pub fn part_text(part: &Value) -> Option<&str> {
+    match part_type(part) {
+        "text" | "input_text" | "output_text" => part.get("text").and_then(Value::as_str),
+        "refusal" => part.get("refusal").and_then(Value::as_str),
+        _ => None,
+    }
+}
+
+/// Cuts `s` to at most `max` bytes on a char boundary.
+pub fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The last at most `max` bytes of `s`, starting on a char boundary.
+pub fn clip_end(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// Keeps the beginning and the end of a long text with a note of how much was cut.
+pub fn keep_ends(s: &str, head: usize, tail: usize) -> String {
+    if s.len() <= head + tail + 64 {
+        return s.to_string();
+    }
+    let a = clip(s, head);
+    let b = clip_end(s, tail);
+    let cut = s.len() - a.len() - b.len();
+    format!("{a}\n[... {cut} characters omitted by compaction ...]\n{b}")
+}
+
+/// A short single-line preview of a text.
+pub fn one_line(s: &str, max: usize) -> String {
+    let flat: String = clip(s.trim(), max * 4)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.len() > max {
+        format!("{}...", clip(&flat, max))
+    } else {
+        flat
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clipping_respects_char_boundaries() {
+        assert_eq!(clip("héllo", 2), "h");
+        assert_eq!(clip_end("héllo", 4), "llo");
+        assert_eq!(clip("abc", 10), "abc");
+    }
+
+    #[test]
+    fn keep_ends_notes_the_cut() {
+        let s = "a".repeat(500) + &"b".repeat(500);
+        let kept = keep_ends(&s, 100, 100);
+        assert!(kept.starts_with(&"a".repeat(100)));
+        assert!(kept.ends_with(&"b".repeat(100)));
+        assert!(kept.contains("800 characters omitted"));
+    }
+
+    #[test]
+    fn one_line_flattens_whitespace() {
+        assert_eq!(one_line("  a\n\tb   c ", 80), "a b c");
+        assert_eq!(one_line("abcdef", 3), "abc...");
+    }
+}

@@ -1,0 +1,581 @@
+//! The compaction engine: pure transcript surgery that shrinks a chat-completions request
+//! to a token target while keeping what the model needs to continue.
+//!
+//! Two phases, so that an asynchronous LLM summariser can sit between them outside the
+//! engine:
+//!
+//! ```text
+//! let plan = compact::plan(&request, &opts)?;          // passes 1-4
+//! let summary = if plan.needs_summary() { Some(/* LLM or */ summarize_deterministic(&plan)) } else { None };
+//! let outcome = compact::finish(plan, summary, &opts);  // passes 5-8
+//! ```
+//!
+//! [`compact`] does both with the deterministic summary. Passes, cheapest first, stopping as
+//! soon as the request fits: merge same-role runs, strip old media, prune old tool traffic,
+//! then head/tail boundaries, summary, assembly, sanitising and bounded escalation.
+
+mod assemble;
+mod boundary;
+mod calls;
+mod escalate;
+mod media;
+mod merge;
+pub mod message;
+mod prune;
+mod sanitize;
+pub mod summary;
+pub mod tokens;
+mod validate;
+pub mod window;
+
+use serde_json::{Map, Value};
+
+pub use message::{Message, Role};
+pub use summary::{Summary, SummarySource, END_MARKER, MARKER};
+pub use tokens::{count_messages, count_request, Counter};
+pub use validate::{validate, ValidationError};
+
+use assemble::Placement;
+
+/// Why a request body cannot be compacted: it is not a chat-completions request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("request body is not a JSON object")]
+    NotAnObject,
+    #[error("request has no \"messages\" field")]
+    MissingMessages,
+    #[error("\"messages\" is not an array")]
+    MessagesNotArray,
+    #[error("\"messages\" is empty")]
+    NoMessages,
+    #[error("messages[{index}] is not an object")]
+    MessageNotObject { index: usize },
+    #[error("messages[{index}] has no string \"role\"")]
+    MissingRole { index: usize },
+    #[error("messages[{index}] has unknown role {role:?}")]
+    UnknownRole { index: usize, role: String },
+}
+
+/// Limits and knobs. Defaults suit real models; tests use small windows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    /// The model's context window in tokens (prompt plus completion).
+    pub context_window: usize,
+    /// Model whose tokenizer to count with; by default the request's own `model`.
+    pub model: Option<String>,
+    /// Prompt-token target to reach; by default the window minus the completion budget
+    /// and a safety margin.
+    pub target_tokens: Option<usize>,
+    /// Completion budget assumed when the request sets neither `max_completion_tokens` nor
+    /// `max_tokens` (capped at a quarter of the window).
+    pub default_output_reserve: usize,
+    /// Share of the window, in percent, left free because the upstream's own count of tool
+    /// definitions and framing can differ slightly from ours.
+    pub safety_margin_percent: usize,
+    /// Non-system messages kept verbatim at the start on a first compaction.
+    pub protect_first_n: usize,
+    /// Share of the target, in percent, the verbatim tail may use.
+    pub tail_percent: usize,
+    /// The tail keeps at least this many messages.
+    pub min_tail_messages: usize,
+    /// Tool outputs longer than this many characters are pruned outside the tail.
+    pub prune_min_chars: usize,
+    /// String values in old tool-call arguments are cut to this many characters.
+    pub arg_max_chars: usize,
+    /// Upper bound on the summary's size in tokens.
+    pub summary_max_tokens: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            context_window: window::DEFAULT_CONTEXT_WINDOW,
+            model: None,
+            target_tokens: None,
+            default_output_reserve: 4096,
+            safety_margin_percent: 2,
+            protect_first_n: 2,
+            tail_percent: 40,
+            min_tail_messages: 3,
+            prune_min_chars: 400,
+            arg_max_chars: 300,
+            summary_max_tokens: 4000,
+        }
+    }
+}
+
+impl Options {
+    pub fn with_window(context_window: usize) -> Options {
+        Options {
+            context_window,
+            ..Options::default()
+        }
+    }
+
+    /// The prompt-token target for this request.
+    pub fn target_for(&self, request: &Value) -> usize {
+        if let Some(t) = self.target_tokens {
+            return t;
+        }
+        let asked = ["max_completion_tokens", "max_tokens"]
+            .iter()
+            .find_map(|k| request.get(*k).and_then(Value::as_u64));
+        let reserve = match asked {
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            None => self.default_output_reserve.min(self.context_window / 4),
+        };
+        let margin = self.context_window / 100 * self.safety_margin_percent;
+        self.context_window
+            .saturating_sub(reserve)
+            .saturating_sub(margin)
+    }
+
+    fn tail_budget(&self, target: usize) -> usize {
+        target / 100 * self.tail_percent + target % 100 * self.tail_percent / 100
+    }
+
+    /// Summary budget: a tenth of the target, capped.
+    fn summary_budget(&self, target: usize) -> usize {
+        (target / 10).min(self.summary_max_tokens).max(64)
+    }
+}
+
+/// What happened, for logs, response headers and the offline command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub messages_before: usize,
+    pub messages_after: usize,
+    pub tokens_before: usize,
+    pub tokens_after: usize,
+    pub target_tokens: usize,
+    pub fits: bool,
+    /// The request was returned as it came: forward the original bytes.
+    pub unchanged: bool,
+    pub summary: SummarySource,
+    /// One short note per pass that changed something.
+    pub notes: Vec<String>,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verdict = if self.fits { "fits" } else { "DOES NOT FIT" };
+        let what = if self.unchanged {
+            "unchanged"
+        } else {
+            "compacted"
+        };
+        write!(
+            f,
+            "{what}: {} -> {} messages, {} -> {} tokens (target {}, {verdict}); summary {}",
+            self.messages_before,
+            self.messages_after,
+            self.tokens_before,
+            self.tokens_after,
+            self.target_tokens,
+            self.summary.as_str()
+        )?;
+        for n in &self.notes {
+            write!(f, "; {n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The result of a compaction.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The new request body; `None` when the original should be sent as it is (it already
+    /// fit, or nothing could be gained), so a proxy can forward the original bytes.
+    pub rewritten: Option<Value>,
+    pub report: Report,
+}
+
+impl Outcome {
+    /// The body to send: the rewrite, or the original.
+    pub fn body<'a>(&'a self, original: &'a Value) -> &'a Value {
+        self.rewritten.as_ref().unwrap_or(original)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Already under target.
+    Unchanged,
+    /// The cheap passes were enough.
+    Fits,
+    /// The middle must be summarised.
+    Summarize,
+}
+
+/// The state between the two phases: the conversation after passes 1-3 and the chosen
+/// head/tail boundaries.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    stage: Stage,
+    /// The request with `messages` emptied (so its key keeps its position).
+    envelope: Map<String, Value>,
+    counter: Counter,
+    overhead: usize,
+    target: usize,
+    messages_before: usize,
+    tokens_before: usize,
+    messages: Vec<Message>,
+    head_end: usize,
+    tail_start: usize,
+    /// System/developer messages found in the middle: kept, placed before the summary.
+    kept_instructions: Vec<Message>,
+    /// The middle without instructions or earlier summaries: what the summary replaces.
+    turns: Vec<Message>,
+    previous_summary: Option<String>,
+    notes: Vec<String>,
+}
+
+impl Plan {
+    /// Whether `finish` needs a summary (of [`Plan::turns`], carrying
+    /// [`Plan::previous_summary`] forward).
+    pub fn needs_summary(&self) -> bool {
+        self.stage == Stage::Summarize
+            && (!self.turns.is_empty() || self.previous_summary.is_some())
+    }
+
+    /// The messages the summary replaces, in order.
+    pub fn turns(&self) -> &[Message] {
+        &self.turns
+    }
+
+    /// The body of a compaction summary found among the replaced messages.
+    pub fn previous_summary(&self) -> Option<&str> {
+        self.previous_summary.as_deref()
+    }
+
+    /// The messages kept verbatim before the summary.
+    pub fn head(&self) -> &[Message] {
+        &self.messages[..self.head_end]
+    }
+
+    /// The messages kept verbatim after the summary.
+    pub fn tail(&self) -> &[Message] {
+        &self.messages[self.tail_start..]
+    }
+
+    pub fn target_tokens(&self) -> usize {
+        self.target
+    }
+
+    /// How long a summary may be, in tokens.
+    pub fn summary_budget_tokens(&self, opts: &Options) -> usize {
+        opts.summary_budget(self.target)
+    }
+
+    fn total(&self, messages: &[Message]) -> usize {
+        messages.iter().map(|m| m.tokens).sum::<usize>() + self.overhead
+    }
+
+    fn fits(&self) -> bool {
+        self.total(&self.messages) <= self.target
+    }
+}
+
+/// Parses a request body and compacts it with the deterministic summary.
+pub fn compact_bytes(body: &[u8], opts: &Options) -> Result<(Value, Outcome), EngineError> {
+    let request: Value =
+        serde_json::from_slice(body).map_err(|e| EngineError::InvalidJson(e.to_string()))?;
+    let outcome = compact(&request, opts)?;
+    Ok((request, outcome))
+}
+
+/// Passes 1-8 with the deterministic summary.
+pub fn compact(request: &Value, opts: &Options) -> Result<Outcome, EngineError> {
+    let plan = plan(request, opts)?;
+    let summary = plan
+        .needs_summary()
+        .then(|| summarize_deterministic(&plan, opts));
+    Ok(finish(plan, summary, opts))
+}
+
+/// The deterministic summary of a plan's middle.
+pub fn summarize_deterministic(plan: &Plan, opts: &Options) -> Summary {
+    Summary {
+        text: summary::digest(
+            plan.previous_summary(),
+            plan.turns(),
+            chars_for(plan.summary_budget_tokens(opts)),
+        ),
+        source: SummarySource::Fallback,
+    }
+}
+
+/// Code and JSON run about 3 characters per token; budgets in characters use that ratio so
+/// they err on the small side.
+fn chars_for(tokens: usize) -> usize {
+    tokens.saturating_mul(3)
+}
+
+/// Passes 1-4.
+pub fn plan(request: &Value, opts: &Options) -> Result<Plan, EngineError> {
+    plan_with_counts(request, None, opts)
+}
+
+/// Like [`plan`], reusing per-message token counts the caller already has (from
+/// [`count_messages`] on the same request), so nothing is counted twice.
+pub fn plan_with_counts(
+    request: &Value,
+    counts: Option<&[usize]>,
+    opts: &Options,
+) -> Result<Plan, EngineError> {
+    let obj = request.as_object().ok_or(EngineError::NotAnObject)?;
+    let raw = match obj.get("messages") {
+        None => return Err(EngineError::MissingMessages),
+        Some(Value::Array(raw)) if raw.is_empty() => return Err(EngineError::NoMessages),
+        Some(Value::Array(raw)) => raw,
+        Some(_) => return Err(EngineError::MessagesNotArray),
+    };
+    let counter = match &opts.model {
+        Some(m) => Counter::for_model(m),
+        None => Counter::for_request(request),
+    };
+    let counts: Vec<usize> = match counts {
+        Some(c) if c.len() == raw.len() => c.to_vec(),
+        _ => raw
+            .iter()
+            .map(|m| m.as_object().map_or(0, |m| counter.message(m)))
+            .collect(),
+    };
+    let roles = raw
+        .iter()
+        .enumerate()
+        .map(|(i, m)| message::role_of(i, m))
+        .collect::<Result<Vec<Role>, EngineError>>()?;
+    let overhead = counter.request_overhead(request);
+    let tokens_before = counts.iter().sum::<usize>() + overhead;
+    let target = opts.target_for(request);
+    let mut envelope = Map::new();
+    for (k, v) in obj {
+        let v = if k == "messages" {
+            Value::Null
+        } else {
+            v.clone()
+        };
+        envelope.insert(k.clone(), v);
+    }
+    let mut plan = Plan {
+        stage: Stage::Unchanged,
+        envelope,
+        counter,
+        overhead,
+        target,
+        messages_before: raw.len(),
+        tokens_before,
+        messages: Vec::new(),
+        head_end: 0,
+        tail_start: 0,
+        kept_instructions: Vec::new(),
+        turns: Vec::new(),
+        previous_summary: None,
+        notes: Vec::new(),
+    };
+    if tokens_before <= target {
+        return Ok(plan);
+    }
+    plan.messages = raw
+        .iter()
+        .zip(roles.into_iter().zip(counts))
+        .map(|(m, (role, tokens))| Message::from_parts(role, m, tokens))
+        .collect();
+    run_cheap_passes(&mut plan, opts);
+    Ok(plan)
+}
+
+fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
+    let counter = plan.counter;
+    let merged = merge::merge_same_role(&mut plan.messages, &counter);
+    if merged > 0 {
+        plan.notes.push(format!("merge: joined {merged}"));
+    }
+    plan.stage = Stage::Fits;
+    if plan.fits() {
+        return;
+    }
+    let stripped = media::strip_old_media(&mut plan.messages, &counter);
+    if stripped > 0 {
+        plan.notes.push(format!("media: stripped {stripped}"));
+    }
+    if plan.fits() {
+        return;
+    }
+    let already_compacted = plan.messages.iter().any(|m| summary::has_marker(&m.text()));
+    let first_n = if already_compacted {
+        0
+    } else {
+        opts.protect_first_n
+    };
+    plan.head_end = boundary::head_end(&plan.messages, first_n);
+    plan.tail_start = boundary::tail_start(
+        &plan.messages,
+        plan.head_end,
+        opts.tail_budget(plan.target),
+        opts.min_tail_messages,
+    );
+    let stats = prune::prune(&mut plan.messages, plan.tail_start, opts, &counter);
+    if stats.total() > 0 {
+        plan.notes.push(format!(
+            "prune: {} outputs, {} duplicates, {} arguments",
+            stats.summarized, stats.deduplicated, stats.arguments
+        ));
+    }
+    if plan.fits() {
+        return;
+    }
+    plan.stage = Stage::Summarize;
+    split_middle(plan);
+}
+
+/// Sorts the middle into kept instructions, an earlier summary, and turns to summarise.
+fn split_middle(plan: &mut Plan) {
+    for m in &plan.messages[plan.head_end..plan.tail_start] {
+        if m.role.is_instruction() {
+            plan.kept_instructions.push(m.clone());
+            continue;
+        }
+        let text = m.text();
+        match summary::extract(&text) {
+            Some((body, rest)) => {
+                plan.previous_summary = Some(body);
+                if !rest.is_empty() {
+                    let mut turn = m.clone();
+                    turn.set_content(Value::String(rest), &plan.counter);
+                    plan.turns.push(turn);
+                }
+            }
+            None => plan.turns.push(m.clone()),
+        }
+    }
+}
+
+/// Passes 5-8: assemble head + summary + tail, sanitise, validate, escalate if needed.
+/// `summary` is used when the plan needs one; an empty or missing one is replaced by the
+/// deterministic digest.
+pub fn finish(plan: Plan, summary: Option<Summary>, opts: &Options) -> Outcome {
+    match plan.stage {
+        Stage::Unchanged => unchanged(&plan, true, Vec::new()),
+        Stage::Fits => {
+            let mut notes = Vec::new();
+            let messages = repair(plan.messages.clone(), &plan.counter, &mut notes);
+            conclude(&plan, messages, SummarySource::None, notes)
+        }
+        Stage::Summarize => {
+            let summary = match summary {
+                Some(s) if !s.text.trim().is_empty() => s,
+                _ => summarize_deterministic(&plan, opts),
+            };
+            let mut notes = vec![format!(
+                "summarised {} messages{}",
+                plan.turns.len(),
+                if plan.previous_summary.is_some() {
+                    ", earlier summary carried"
+                } else {
+                    ""
+                }
+            )];
+            let (messages, more) = escalate::build_fitting(&plan, &summary.text, opts);
+            notes.extend(more);
+            conclude(&plan, messages, summary.source, notes)
+        }
+    }
+}
+
+/// Builds head + kept instructions + summary + tail and repairs the tool protocol.
+fn build(
+    plan: &Plan,
+    head: &[Message],
+    kept: &[Message],
+    body: &str,
+    tail: &[Message],
+    notes: &mut Vec<String>,
+) -> Vec<Message> {
+    let mut head_part: Vec<Message> = head.to_vec();
+    head_part.extend(kept.iter().cloned());
+    let latest_user = tail.iter().rposition(|m| m.role == Role::User);
+    let (assembled, placement) =
+        assemble::assemble(head_part, body, tail.to_vec(), latest_user, &plan.counter);
+    match placement {
+        Placement::Own(_) => {}
+        Placement::MergedIntoNext => notes.push("summary merged into the next message".into()),
+        Placement::MergedIntoPrevious => {
+            notes.push("summary merged into the previous message".into())
+        }
+    }
+    repair(assembled, &plan.counter, notes)
+}
+
+fn repair(messages: Vec<Message>, counter: &Counter, notes: &mut Vec<String>) -> Vec<Message> {
+    let (clean, stats) = sanitize::sanitize(messages, counter);
+    if stats.dropped_results + stats.stubbed_calls > 0 {
+        notes.push(format!(
+            "sanitize: dropped {} results, stubbed {} calls",
+            stats.dropped_results, stats.stubbed_calls
+        ));
+    }
+    clean
+}
+
+fn unchanged(plan: &Plan, fits: bool, notes: Vec<String>) -> Outcome {
+    Outcome {
+        rewritten: None,
+        report: Report {
+            messages_before: plan.messages_before,
+            messages_after: plan.messages_before,
+            tokens_before: plan.tokens_before,
+            tokens_after: plan.tokens_before,
+            target_tokens: plan.target,
+            fits,
+            unchanged: true,
+            summary: SummarySource::None,
+            notes,
+        },
+    }
+}
+
+/// Final checks: the result must validate and must be smaller than the input, otherwise
+/// the original goes out unchanged.
+fn conclude(
+    plan: &Plan,
+    messages: Vec<Message>,
+    source: SummarySource,
+    extra: Vec<String>,
+) -> Outcome {
+    let mut notes = plan.notes.clone();
+    notes.extend(extra);
+    let tokens_after = plan.total(&messages);
+    if tokens_after >= plan.tokens_before {
+        notes.push("no smaller form found".into());
+        return unchanged(plan, false, notes);
+    }
+    let values: Vec<Value> = messages
+        .into_iter()
+        .map(|m| Value::Object(m.body))
+        .collect();
+    if let Err(e) = validate(&values) {
+        notes.push(format!("result failed validation ({e}); sent unchanged"));
+        return unchanged(plan, false, notes);
+    }
+    let messages_after = values.len();
+    let mut body = plan.envelope.clone();
+    body.insert("messages".into(), Value::Array(values));
+    Outcome {
+        rewritten: Some(Value::Object(body)),
+        report: Report {
+            messages_before: plan.messages_before,
+            messages_after,
+            tokens_before: plan.tokens_before,
+            tokens_after,
+            target_tokens: plan.target,
+            fits: tokens_after <= plan.target,
+            unchanged: false,
+            summary: source,
+            notes,
+        },
+    }
+}

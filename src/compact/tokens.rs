@@ -1,0 +1,323 @@
+//! Token accounting with OpenAI's own encodings.
+//!
+//! Counts follow OpenAI's published recipe for chat messages (a fixed overhead per message,
+//! the encoded role, content and name, a few tokens to prime the reply). Images are charged
+//! a fixed cost by `detail` because their real cost depends on pixel dimensions the request
+//! does not carry, and never by the length of their base64 payload.
+//!
+//! `bpe-openai` is used rather than `tiktoken-rs`: it gives identical counts (checked in the
+//! tests) at about twice the throughput on this machine.
+
+use bpe_openai::Tokenizer;
+use serde_json::{Map, Value};
+
+use super::message::part_type;
+
+/// Every message costs this much beyond its fields.
+const PER_MESSAGE: usize = 3;
+/// A `name` field costs one token beyond its text.
+const PER_NAME: usize = 1;
+/// The reply is primed with `<|start|>assistant<|message|>`.
+const REPLY_PRIMING: usize = 3;
+/// Framing of one tool call inside an assistant message.
+const PER_TOOL_CALL: usize = 4;
+
+/// `detail: "low"` images are a single 512px tile.
+pub const IMAGE_LOW: usize = 85;
+/// `detail: "auto"` or absent: a 1024x1024 image at high detail (base + 4 tiles).
+pub const IMAGE_AUTO: usize = 765;
+/// `detail: "high"`: a 2048x768 image (base + 6 tiles), a conservative large case.
+pub const IMAGE_HIGH: usize = 1105;
+/// Audio and file parts: their real cost is unknowable here; charge a conservative flat rate.
+pub const AUDIO_PART: usize = 1000;
+pub const FILE_PART: usize = 1500;
+
+/// Which byte-pair encoding a model uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    O200k,
+    Cl100k,
+}
+
+impl Encoding {
+    /// cl100k for GPT-4 (before 4o), GPT-3.5 and the v3 embedding models; o200k for
+    /// everything newer and for unknown models, since those are most likely recent.
+    pub fn for_model(model: &str) -> Encoding {
+        let m = model.rsplit('/').next().unwrap_or(model);
+        let old = m.starts_with("gpt-3.5")
+            || m.starts_with("gpt-35")
+            || m.starts_with("text-embedding")
+            || (m.starts_with("gpt-4")
+                && !m.starts_with("gpt-4o")
+                && !m.starts_with("gpt-4.")
+                && !m.starts_with("gpt-4-o"));
+        if old {
+            Encoding::Cl100k
+        } else {
+            Encoding::O200k
+        }
+    }
+}
+
+/// A token counter bound to one encoding. Cheap to copy; the encoders are built once per
+/// process on first use.
+#[derive(Clone, Copy)]
+pub struct Counter {
+    tokenizer: &'static Tokenizer,
+}
+
+impl std::fmt::Debug for Counter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Counter")
+    }
+}
+
+impl Counter {
+    pub fn new(encoding: Encoding) -> Counter {
+        let tokenizer = match encoding {
+            Encoding::O200k => bpe_openai::o200k_base(),
+            Encoding::Cl100k => bpe_openai::cl100k_base(),
+        };
+        Counter { tokenizer }
+    }
+
+    pub fn for_model(model: &str) -> Counter {
+        Counter::new(Encoding::for_model(model))
+    }
+
+    /// The counter for a request body, chosen by its `model`.
+    pub fn for_request(request: &Value) -> Counter {
+        Counter::for_model(request.get("model").and_then(Value::as_str).unwrap_or(""))
+    }
+
+    pub fn text(&self, text: &str) -> usize {
+        if text.is_empty() {
+            0
+        } else {
+            self.tokenizer.count(text)
+        }
+    }
+
+    /// Tokens of one chat message (a JSON object).
+    pub fn message(&self, message: &Map<String, Value>) -> usize {
+        let mut total = PER_MESSAGE;
+        for (key, value) in message {
+            total += match key.as_str() {
+                "content" => self.content(value),
+                "tool_calls" => self.tool_calls(value),
+                "function_call" => self.call(value),
+                "name" => PER_NAME + self.json_text(value),
+                // Routing data the model never reads.
+                "tool_call_id" => 0,
+                // Role and any other field (reasoning text, refusal, unknown extensions):
+                // counted as text so that nothing the upstream might bill is left out.
+                _ => self.json_text(value),
+            };
+        }
+        total
+    }
+
+    /// Tokens of a whole request: its messages plus tool definitions plus reply priming.
+    pub fn request(&self, request: &Value) -> usize {
+        let messages = match request.get("messages") {
+            Some(Value::Array(messages)) => messages
+                .iter()
+                .map(|m| m.as_object().map_or(0, |m| self.message(m)))
+                .sum(),
+            _ => 0,
+        };
+        messages + self.request_overhead(request)
+    }
+
+    /// The part of a request's cost that compaction cannot change.
+    pub fn request_overhead(&self, request: &Value) -> usize {
+        let defs: usize = ["tools", "functions"]
+            .iter()
+            .filter_map(|k| request.get(*k))
+            .map(|v| self.json_text(v))
+            .sum();
+        REPLY_PRIMING + defs
+    }
+
+    fn content(&self, content: &Value) -> usize {
+        match content {
+            Value::Array(parts) => parts.iter().map(|p| self.part(p)).sum(),
+            other => self.json_text(other),
+        }
+    }
+
+    fn part(&self, part: &Value) -> usize {
+        match part_type(part) {
+            "text" | "input_text" | "output_text" => {
+                part.get("text").map_or(0, |t| self.json_text(t))
+            }
+            "refusal" => part.get("refusal").map_or(0, |t| self.json_text(t)),
+            "image_url" | "input_image" | "image" => image_cost(part),
+            "input_audio" | "audio" => AUDIO_PART,
+            "file" | "input_file" => FILE_PART,
+            _ => self.json_text(part),
+        }
+    }
+
+    fn tool_calls(&self, calls: &Value) -> usize {
+        match calls {
+            Value::Array(calls) => calls.iter().map(|c| self.call(c)).sum(),
+            other => self.json_text(other),
+        }
+    }
+
+    /// A tool call (or legacy function call): its name and argument text.
+    fn call(&self, call: &Value) -> usize {
+        let f = call
+            .get("function")
+            .or_else(|| call.get("custom"))
+            .unwrap_or(call);
+        let name = f.get("name").map_or(0, |v| self.json_text(v));
+        let args = f
+            .get("arguments")
+            .or_else(|| f.get("input"))
+            .map_or(0, |v| self.json_text(v));
+        PER_TOOL_CALL + name + args
+    }
+
+    /// Strings are counted as their text; anything else as its JSON rendering.
+    fn json_text(&self, value: &Value) -> usize {
+        match value {
+            Value::String(s) => self.text(s),
+            Value::Null => 0,
+            other => self.text(&other.to_string()),
+        }
+    }
+}
+
+fn image_cost(part: &Value) -> usize {
+    let detail = part
+        .get("image_url")
+        .and_then(|i| i.get("detail"))
+        .or_else(|| part.get("detail"))
+        .and_then(Value::as_str);
+    match detail {
+        Some("low") => IMAGE_LOW,
+        Some("high") => IMAGE_HIGH,
+        _ => IMAGE_AUTO,
+    }
+}
+
+/// Tokens of a request body, with the encoder chosen by its `model`. Cheap enough to run on
+/// every chat request.
+pub fn count_request(request: &Value) -> usize {
+    Counter::for_request(request).request(request)
+}
+
+/// Per-message token counts of a request body, in order (zero for a non-object entry).
+pub fn count_messages(request: &Value) -> Vec<usize> {
+    let counter = Counter::for_request(request);
+    match request.get("messages") {
+        Some(Value::Array(messages)) => messages
+            .iter()
+            .map(|m| m.as_object().map_or(0, |m| counter.message(m)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn encoding_follows_the_model_family() {
+        for m in [
+            "gpt-4o",
+            "gpt-4o-mini",
+            "gpt-4.1",
+            "gpt-5",
+            "o3-mini",
+            "o1",
+            "llama-3",
+            "",
+        ] {
+            assert_eq!(Encoding::for_model(m), Encoding::O200k, "{m}");
+        }
+        for m in [
+            "gpt-4",
+            "gpt-4-turbo",
+            "gpt-4-0613",
+            "gpt-3.5-turbo",
+            "openai/gpt-4",
+        ] {
+            assert_eq!(Encoding::for_model(m), Encoding::Cl100k, "{m}");
+        }
+    }
+
+    #[test]
+    fn counts_match_tiktoken() {
+        let samples = [
+            "hello world",
+            "  leading spaces\n\n\ttabs",
+            "日本語のテキスト and emoji 🎉",
+            "{\"path\": \"src/main.rs\", \"x\": [1,2,3]}",
+            "It's don't I'LL 123456789 ++--== <|endoftext|>",
+            "fn main() {\n    println!(\"{}\", 1);\n}\n",
+        ];
+        let o = tiktoken_rs::o200k_base_singleton();
+        let c = tiktoken_rs::cl100k_base_singleton();
+        for s in samples {
+            assert_eq!(
+                Counter::new(Encoding::O200k).text(s),
+                o.encode_ordinary(s).len()
+            );
+            assert_eq!(
+                Counter::new(Encoding::Cl100k).text(s),
+                c.encode_ordinary(s).len()
+            );
+        }
+    }
+
+    #[test]
+    fn message_overhead_matches_openai_recipe() {
+        // OpenAI's cookbook: "hello" as a user message costs 3 + 1 (role) + 1 (content).
+        let c = Counter::new(Encoding::O200k);
+        let m = json!({"role": "user", "content": "hello"});
+        assert_eq!(c.message(m.as_object().unwrap()), 5);
+        let named = json!({"role": "user", "name": "bob", "content": "hello"});
+        assert_eq!(c.message(named.as_object().unwrap()), 7);
+    }
+
+    #[test]
+    fn images_cost_by_detail_not_payload() {
+        let c = Counter::new(Encoding::O200k);
+        let big = format!("data:image/png;base64,{}", "A".repeat(200_000));
+        let low = json!({"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": big, "detail": "low"}}]});
+        let auto = json!({"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]});
+        assert_eq!(c.message(low.as_object().unwrap()), 3 + 1 + IMAGE_LOW);
+        assert_eq!(c.message(auto.as_object().unwrap()), 3 + 1 + IMAGE_AUTO);
+    }
+
+    #[test]
+    fn tool_calls_and_definitions_are_counted() {
+        let req = json!({
+            "model": "gpt-4o",
+            "tools": [{"type": "function", "function": {"name": "read_file", "parameters": {}}}],
+            "messages": [
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function",
+                     "function": {"name": "read_file", "arguments": "{\"path\": \"a.rs\"}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "fn main() {}"}
+            ]
+        });
+        let c = Counter::for_request(&req);
+        let bare = json!({"model": "gpt-4o", "messages": req["messages"].clone()});
+        assert!(count_request(&req) > count_request(&bare));
+        let per = count_messages(&req);
+        assert_eq!(per.len(), 2);
+        assert!(per[0] > 3 + 1 + PER_TOOL_CALL + c.text("read_file"));
+        assert_eq!(
+            count_request(&bare),
+            per.iter().sum::<usize>() + REPLY_PRIMING
+        );
+    }
+}

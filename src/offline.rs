@@ -1,0 +1,119 @@
+//! `compaction-proxy compact`: the engine on a request body from a file or stdin, with the
+//! deterministic summary and no network.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::compact::{self, window, Options};
+
+/// Exit status when the result fits the target.
+const FITS: u8 = 0;
+/// Exit status for unreadable or malformed input (nothing is written to stdout).
+const BAD_INPUT: u8 = 2;
+/// Exit status when no compaction could reach the target (the best effort is written).
+const DOES_NOT_FIT: u8 = 3;
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(
+    about = "Compact a chat-completions request body offline",
+    long_about = "Reads a chat-completions request body (FILE, or stdin when FILE is absent or -), \
+writes the compacted body to stdout and a one-line report to stderr. The summary is the \
+deterministic digest; nothing goes over the network. A body that already fits is written back \
+byte for byte.\n\nExit status: 0 the result fits, 3 it cannot be made to fit (the best effort \
+is still written), 2 bad input (nothing on stdout)."
+)]
+pub struct CompactArgs {
+    /// Model whose tokenizer and default context window apply [default: the request's "model"]
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// Context window in tokens [default: by model name prefix, else 128000]
+    #[arg(long, value_name = "N", long_help = context_window_help())]
+    pub context_window: Option<usize>,
+    /// Request body to read; stdin when absent or "-"
+    #[arg(value_name = "FILE")]
+    pub file: Option<PathBuf>,
+}
+
+fn context_window_help() -> String {
+    format!(
+        "Context window in tokens (prompt plus completion). Default: by model name prefix \
+         ({}), else {}.",
+        window::describe_table(),
+        window::DEFAULT_CONTEXT_WINDOW
+    )
+}
+
+pub fn run(args: &CompactArgs) -> ExitCode {
+    let input = match read_input(args) {
+        Ok(bytes) => bytes,
+        Err(msg) => return fail(&msg),
+    };
+    let request: serde_json::Value = match serde_json::from_slice(&input) {
+        Ok(v) => v,
+        Err(e) => return fail(&format!("request body is not valid JSON: {e}")),
+    };
+    let model = args.model.clone().or_else(|| {
+        request
+            .get("model")
+            .and_then(|m| m.as_str())
+            .map(str::to_string)
+    });
+    let window = args
+        .context_window
+        .unwrap_or_else(|| window::default_context_window(model.as_deref().unwrap_or("")));
+    let opts = Options {
+        model,
+        ..Options::with_window(window)
+    };
+    let outcome = match compact::compact(&request, &opts) {
+        Ok(o) => o,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let written = match &outcome.rewritten {
+        None => write_stdout(&input),
+        Some(body) => serde_json::to_vec(body)
+            .map_err(std::io::Error::other)
+            .and_then(|mut bytes| {
+                bytes.push(b'\n');
+                write_stdout(&bytes)
+            }),
+    };
+    if let Err(e) = written {
+        eprintln!("compaction-proxy compact: cannot write to stdout: {e}");
+        return ExitCode::FAILURE;
+    }
+    eprintln!("compaction-proxy compact: {}", outcome.report);
+    ExitCode::from(if outcome.report.fits {
+        FITS
+    } else {
+        DOES_NOT_FIT
+    })
+}
+
+fn read_input(args: &CompactArgs) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    match &args.file {
+        Some(path) if path.as_os_str() != "-" => {
+            bytes =
+                std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        }
+        _ => {
+            std::io::stdin()
+                .read_to_end(&mut bytes)
+                .map_err(|e| format!("cannot read stdin: {e}"))?;
+        }
+    }
+    Ok(bytes)
+}
+
+fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)?;
+    out.flush()
+}
+
+fn fail(msg: &str) -> ExitCode {
+    eprintln!("compaction-proxy compact: bad input: {msg}");
+    ExitCode::from(BAD_INPUT)
+}

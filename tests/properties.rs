@@ -1,0 +1,308 @@
+//! Any conversation the validator accepts comes out valid, smaller, deterministic, with its
+//! instructions and latest user message intact.
+
+use compaction_proxy::compact::{self, count_request, validate, Options};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+const WORDS: &[&str] = &[
+    "the",
+    "build",
+    "fails",
+    "in",
+    "src/net.rs",
+    "because",
+    "error:",
+    "cargo",
+    "test",
+    "passed",
+    "fn",
+    "main()",
+    "{",
+    "}",
+    "let",
+    "x",
+    "=",
+    "42;",
+    "日本語",
+    "🎉",
+    "\"quoted\"",
+    "\n",
+    "\t",
+    "TODO",
+    "refactor",
+    "the",
+    "parser",
+    "and",
+    "retry",
+    "with",
+    "backoff",
+];
+
+fn text(len: usize, seed: usize) -> String {
+    let mut out = String::new();
+    let mut i = seed;
+    while out.len() < len {
+        out.push_str(WORDS[i % WORDS.len()]);
+        out.push(' ');
+        i = i.wrapping_mul(31).wrapping_add(7);
+    }
+    out
+}
+
+/// One step of a generated session.
+#[derive(Debug, Clone)]
+enum Step {
+    User {
+        len: usize,
+        parts: bool,
+        image: bool,
+        name: bool,
+    },
+    Text {
+        len: usize,
+        null_parts: bool,
+        reasoning: bool,
+    },
+    Tools {
+        calls: Vec<(usize, usize)>,
+        reversed: bool,
+        parts: bool,
+        name: bool,
+    },
+    Function {
+        len: usize,
+    },
+    Developer {
+        len: usize,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (1usize..600, any::<bool>(), prop::bool::weighted(0.2), any::<bool>())
+            .prop_map(|(len, parts, image, name)| Step::User { len, parts, image, name }),
+        3 => (0usize..800, any::<bool>(), any::<bool>())
+            .prop_map(|(len, null_parts, reasoning)| Step::Text { len, null_parts, reasoning }),
+        5 => (prop::collection::vec((0usize..3000, 0usize..2000), 1..4), any::<bool>(), any::<bool>(), any::<bool>())
+            .prop_map(|(calls, reversed, parts, name)| Step::Tools { calls, reversed, parts, name }),
+        1 => (1usize..1500).prop_map(|len| Step::Function { len }),
+        1 => (1usize..200).prop_map(|len| Step::Developer { len }),
+    ]
+}
+
+fn build(system: bool, steps: &[Step], end_with_user: bool) -> Value {
+    let mut msgs = Vec::new();
+    if system {
+        msgs.push(json!({"role": "system", "content": text(300, 1), "x_cache": {"ttl": 5}}));
+    }
+    let mut call_no = 0;
+    for (k, s) in steps.iter().enumerate() {
+        match s {
+            Step::User {
+                len,
+                parts,
+                image,
+                name,
+            } => {
+                let mut content = if *parts {
+                    json!([{"type": "text", "text": text(*len, k)}])
+                } else {
+                    json!(text(*len, k))
+                };
+                if *image {
+                    content = json!([{"type": "text", "text": "see"}, {"type": "image_url",
+                        "image_url": {"url": format!("data:image/png;base64,{}", "QUFB".repeat(500)), "detail": "low"}}]);
+                }
+                let mut m = json!({"role": "user", "content": content});
+                if *name {
+                    m["name"] = json!("alice");
+                }
+                msgs.push(m);
+            }
+            Step::Text {
+                len,
+                null_parts,
+                reasoning,
+            } => {
+                let mut m = if *null_parts && *len % 2 == 0 {
+                    json!({"role": "assistant", "content": [{"type": "text", "text": text(*len, k)}]})
+                } else {
+                    json!({"role": "assistant", "content": text(*len + 1, k)})
+                };
+                if *reasoning {
+                    m["reasoning_content"] = json!(text(*len / 4, k + 1));
+                }
+                msgs.push(m);
+            }
+            Step::Tools {
+                calls,
+                reversed,
+                parts,
+                name,
+            } => {
+                let mut tool_calls = Vec::new();
+                let mut results = Vec::new();
+                for (arg_len, out_len) in calls {
+                    call_no += 1;
+                    let id = format!("call_{call_no}");
+                    let args = json!({"path": format!("src/f{call_no}.rs"), "content": text(*arg_len, call_no)});
+                    tool_calls.push(json!({"id": id, "type": "function",
+                        "function": {"name": if call_no % 2 == 0 { "write_file" } else { "bash" }, "arguments": args.to_string()}}));
+                    let out = if out_len % 3 == 0 {
+                        format!("error: failed {call_no}\n{}", text(*out_len, 3))
+                    } else {
+                        text(*out_len, 5)
+                    };
+                    let mut r = json!({"role": "tool", "tool_call_id": id,
+                        "content": if *parts { json!([{"type": "text", "text": out}]) } else { json!(out) }});
+                    if *name {
+                        r["name"] = json!("bash");
+                    }
+                    r["x_trace"] = json!(call_no);
+                    results.push(r);
+                }
+                if *reversed {
+                    results.reverse();
+                }
+                msgs.push(json!({"role": "assistant", "content": null, "tool_calls": tool_calls}));
+                msgs.extend(results);
+            }
+            Step::Function { len } => {
+                msgs.push(json!({"role": "assistant", "content": null,
+                    "function_call": {"name": "lookup", "arguments": json!({"query": text(40, k)}).to_string()}}));
+                msgs.push(json!({"role": "function", "name": "lookup", "content": text(*len, k)}));
+            }
+            Step::Developer { len } => {
+                msgs.push(json!({"role": "developer", "content": text(*len, k)}))
+            }
+        }
+    }
+    if end_with_user || msgs.is_empty() {
+        msgs.push(json!({"role": "user", "content": "and now finish the task, please"}));
+    }
+    json!({"model": "gpt-4o", "temperature": 0.2, "tools": [{"type": "function",
+        "function": {"name": "bash", "parameters": {"type": "object"}}}], "x_unknown": [1, 2],
+        "messages": msgs, "stream": true})
+}
+
+fn instructions(v: &Value) -> Vec<Value> {
+    v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "system" || m["role"] == "developer")
+        .cloned()
+        .collect()
+}
+
+fn latest_user(v: &Value) -> Option<Value> {
+    v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .cloned()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn compaction_keeps_its_promises(
+        system in any::<bool>(),
+        steps in prop::collection::vec(step(), 1..40),
+        end_with_user in prop::bool::weighted(0.8),
+        ratio in 5usize..120,
+    ) {
+        let request = build(system, &steps, end_with_user);
+        validate(request["messages"].as_array().unwrap()).expect("generator makes valid input");
+        let before = count_request(&request);
+        let opts = Options {
+            target_tokens: Some(before * ratio / 100),
+            min_tail_messages: 2,
+            ..Options::with_window(before * 2)
+        };
+        let outcome = compact::compact(&request, &opts).unwrap();
+        let out = outcome.body(&request).clone();
+        let report = &outcome.report;
+
+        validate(out["messages"].as_array().unwrap()).unwrap();
+        prop_assert!(report.tokens_after <= report.tokens_before);
+        prop_assert_eq!(count_request(&out), report.tokens_after, "cached counts drifted");
+        prop_assert_eq!(instructions(&out), instructions(&request));
+        if latest_user(&request).is_some() {
+            prop_assert_eq!(latest_user(&out), latest_user(&request));
+        }
+        for key in ["model", "temperature", "tools", "x_unknown", "stream"] {
+            prop_assert_eq!(&out[key], &request[key]);
+        }
+        let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
+        let original: Vec<&String> = request.as_object().unwrap().keys().collect();
+        prop_assert_eq!(keys, original);
+        if ratio >= 100 {
+            prop_assert!(report.unchanged && outcome.rewritten.is_none());
+        }
+        if report.unchanged {
+            prop_assert_eq!(&out, &request);
+        }
+
+        let again = compact::compact(&request, &opts).unwrap();
+        prop_assert_eq!(
+            serde_json::to_vec(again.body(&request)).unwrap(),
+            serde_json::to_vec(&out).unwrap()
+        );
+    }
+
+    #[test]
+    fn compacting_twice_carries_the_summary_forward(
+        steps in prop::collection::vec(step(), 10..40),
+    ) {
+        let request = build(true, &steps, true);
+        let before = count_request(&request);
+        let opts = Options { target_tokens: Some(before / 3), ..Options::with_window(before) };
+        let first = compact::compact(&request, &opts).unwrap();
+        let Some(mut once) = first.rewritten else { return Ok(()) };
+        // The client goes on with the compacted history plus a new exchange.
+        let msgs = once["messages"].as_array_mut().unwrap();
+        msgs.push(json!({"role": "assistant", "content": text(3000, 9)}));
+        msgs.push(json!({"role": "user", "content": "next step"}));
+        let opts2 = Options { target_tokens: Some(count_request(&once) / 2), ..opts };
+        let second = compact::compact(&once, &opts2).unwrap();
+        let out = second.body(&once);
+        validate(out["messages"].as_array().unwrap()).unwrap();
+        let markers = out["messages"].as_array().unwrap().iter()
+            .filter(|m| m.to_string().contains(compact::MARKER)).count();
+        prop_assert!(markers <= 1, "one summary at most, found {}", markers);
+    }
+
+    #[test]
+    fn never_panics_on_odd_input(
+        roles in prop::collection::vec(prop_oneof![
+            Just("user"), Just("assistant"), Just("tool"), Just("system"), Just("function"), Just("developer")], 1..20),
+        contents in prop::collection::vec(prop_oneof![
+            Just(json!(null)), Just(json!(5)), Just(json!("")), Just(json!("x".repeat(5000))),
+            Just(json!([])), Just(json!([{"type": "text"}])), Just(json!([{"type": "image_url"}])),
+            Just(json!([{"type": "weird", "data": "y".repeat(3000)}])), Just(json!({"a": 1}))], 20),
+        calls in prop::collection::vec(prop_oneof![
+            Just(json!(null)), Just(json!([])), Just(json!("x")),
+            Just(json!([{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"path\": 1}"}}])),
+            Just(json!([{"id": 7}])), Just(json!([{"function": {"arguments": "x".repeat(2000)}}]))], 20),
+        target in 0usize..3000,
+    ) {
+        let msgs: Vec<Value> = roles.iter().enumerate().map(|(i, r)| {
+            let mut m = json!({"role": r, "content": contents[i].clone()});
+            if *r == "assistant" { m["tool_calls"] = calls[i].clone(); }
+            if *r == "tool" { m["tool_call_id"] = json!("a"); }
+            m
+        }).collect();
+        let request = json!({"messages": msgs});
+        let opts = Options { target_tokens: Some(target), ..Options::with_window(4000) };
+        let outcome = compact::compact(&request, &opts).unwrap();
+        prop_assert!(outcome.report.tokens_after <= outcome.report.tokens_before);
+        if let Some(out) = outcome.rewritten {
+            validate(out["messages"].as_array().unwrap()).unwrap();
+        }
+    }
+}
