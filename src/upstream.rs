@@ -88,10 +88,17 @@ impl Upstream {
         let target: Uri = target
             .parse()
             .map_err(|e| ProxyError::UpstreamUnreachable(format!("bad upstream URL: {e}")))?;
+        let mut headers = forwarded_headers(headers);
+        // A rewritten body has a new length; the client's Content-Length would lie.
+        if let Some(len) = http_body::Body::size_hint(&body).exact() {
+            if len > 0 || headers.contains_key(header::CONTENT_LENGTH) {
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+            }
+        }
         let mut request = Request::new(body);
         *request.method_mut() = method;
         *request.uri_mut() = target;
-        *request.headers_mut() = forwarded_headers(headers);
+        *request.headers_mut() = headers;
         if let Some(key) = &self.api_key {
             request
                 .headers_mut()

@@ -12,7 +12,9 @@ use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::error::ProxyError;
 
+pub mod inspect;
 pub mod request;
+pub mod retry;
 pub mod x_compaction;
 
 pub async fn handle(
@@ -21,15 +23,21 @@ pub async fn handle(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, incoming) = request.into_parts();
     let original = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
-    app.metrics.upstream_attempt();
-    app.upstream
-        .send(
-            parts.method,
-            &parts.uri,
-            &parts.headers,
-            body::full(original),
-        )
-        .await
+    match request::ChatHead::parse(&original) {
+        Some(head) => retry::run(app, parts, original, head).await,
+        // Not a chat request the proxy understands: the upstream is the judge of it.
+        None => {
+            app.metrics.upstream_attempt();
+            app.upstream
+                .send(
+                    parts.method,
+                    &parts.uri,
+                    &parts.headers,
+                    body::full(original),
+                )
+                .await
+        }
+    }
 }
 
 /// Reads the whole body, refusing early when `Content-Length` already says it is over

@@ -1,0 +1,146 @@
+//! Reading just enough of an upstream answer to know whether compaction could fix it,
+//! before the client is sent a status line. Successful non-streaming answers are not
+//! read at all; a stream is held until its first real event (bounded in bytes and
+//! time); an error body is read whole (bounded) so it can be returned unchanged.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::response::Parts;
+use http::{header, Response};
+use http_body_util::BodyExt;
+
+use crate::body::{self, ProxyBody, Replay};
+use crate::classify::{self, Classification, Kind, StreamHead};
+use crate::error::ProxyError;
+
+/// Error bodies larger than this are not errors compaction can fix: they pass through.
+const MAX_ERROR_BODY: usize = 256 * 1024;
+
+pub enum Verdict {
+    /// Give this answer to the client as it is (bytes already read are replayed first).
+    Deliver(Response<ProxyBody>),
+    /// The upstream refused the request for a reason compaction may fix. The answer is
+    /// kept whole so that, if no retry succeeds, the client gets it unchanged.
+    Refused {
+        parts: Parts,
+        body: Bytes,
+        class: Classification,
+    },
+}
+
+/// Looks at an upstream answer to a chat request. `hold` bounds how long a stream's
+/// status line is held back waiting for the first decisive event.
+pub async fn inspect(
+    response: Response<ProxyBody>,
+    streaming: bool,
+    hold: Duration,
+) -> Result<Verdict, ProxyError> {
+    let status = response.status();
+    if status.is_success() && !streaming {
+        return Ok(Verdict::Deliver(response));
+    }
+    let (parts, mut body) = response.into_parts();
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if status.is_success() {
+        let (head, class) = hold_stream_head(&mut body, hold).await?;
+        return match class {
+            Some(class) if class.kind != Kind::Other => {
+                let (read, complete) = read_to_end(&mut body, head, MAX_ERROR_BODY).await?;
+                Ok(refused_or_deliver(parts, read, complete, body, class))
+            }
+            _ => Ok(Verdict::Deliver(Response::from_parts(
+                parts,
+                Replay::new(head, body).boxed_unsync(),
+            ))),
+        };
+    }
+    let (read, complete) = read_to_end(&mut body, Bytes::new(), MAX_ERROR_BODY).await?;
+    let class = classify::classify(status.as_u16(), content_type.as_deref(), &read);
+    tracing::debug!(status = status.as_u16(), kind = ?class.kind, reason = class.reason, "upstream refused");
+    Ok(refused_or_deliver(parts, read, complete, body, class))
+}
+
+fn refused_or_deliver(
+    parts: Parts,
+    read: Bytes,
+    complete: bool,
+    rest: ProxyBody,
+    class: Classification,
+) -> Verdict {
+    // An answer longer than the bound still has unread bytes: it is passed on whole
+    // rather than judged on a fragment.
+    if class.kind == Kind::Other || !complete {
+        return Verdict::Deliver(Response::from_parts(
+            parts,
+            Replay::new(read, rest).boxed_unsync(),
+        ));
+    }
+    Verdict::Refused {
+        parts,
+        body: read,
+        class,
+    }
+}
+
+/// Reads a stream until its head is decisive: real output (pass), an in-band error
+/// (classified), the end, or `hold` elapsing (pass: a slow first token is not an error).
+async fn hold_stream_head(
+    body: &mut ProxyBody,
+    hold: Duration,
+) -> Result<(Bytes, Option<Classification>), ProxyError> {
+    let mut buf = BytesMut::new();
+    let deadline = tokio::time::Instant::now() + hold;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Ok((buf.freeze(), None)),
+            Ok(frame) => frame,
+        };
+        let eof = match frame {
+            None => true,
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    buf.extend_from_slice(data);
+                }
+                false
+            }
+            Some(Err(e)) => return Err(ProxyError::UpstreamUnreachable(e.to_string())),
+        };
+        match classify::inspect_stream_head(&buf, eof) {
+            StreamHead::NeedMore if !eof => continue,
+            StreamHead::Error(class) => return Ok((buf.freeze(), Some(class))),
+            _ => return Ok((buf.freeze(), None)),
+        }
+    }
+}
+
+/// Appends the rest of `body` to `head`, up to about `limit` bytes in all; stops early
+/// past the limit, leaving the rest unread. Says whether the body was read to its end.
+async fn read_to_end(
+    body: &mut ProxyBody,
+    head: Bytes,
+    limit: usize,
+) -> Result<(Bytes, bool), ProxyError> {
+    let mut buf = BytesMut::from(&head[..]);
+    while buf.len() <= limit {
+        match body.frame().await {
+            None => return Ok((buf.freeze(), true)),
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    buf.extend_from_slice(data);
+                }
+            }
+            Some(Err(e)) => return Err(ProxyError::UpstreamUnreachable(e.to_string())),
+        }
+    }
+    Ok((buf.freeze(), false))
+}
+
+/// Rebuilds a refused answer for the client, exactly as the upstream sent it.
+pub fn deliver_refused(parts: Parts, body: Bytes) -> Response<ProxyBody> {
+    Response::from_parts(parts, body::full(body))
+}

@@ -1,0 +1,408 @@
+//! The one loop that owns a chat request's upstream attempts: predict an overflow and
+//! compact before the first call (preflight), send, and on an answer compaction can fix
+//! (context overflow, output cap, body too large) learn from it, rewrite and retry, up to
+//! `compaction.max_attempts` calls. The client gets the first answer that is not such a
+//! refusal, or the upstream's own last refusal.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::Response;
+use serde_json::Value;
+
+use crate::app::App;
+use crate::body::{self, ProxyBody};
+use crate::chat::inspect::{self, Verdict};
+use crate::chat::request::ChatHead;
+use crate::chat::x_compaction::{Outcome, XCompaction};
+use crate::classify::{Classification, Kind};
+use crate::compact;
+use crate::error::ProxyError;
+use crate::metrics::{SummarySource, Trigger};
+
+/// Share of the window left free on a retry, for the difference between our token
+/// count and the upstream's that calibration has not yet learned.
+const RETRY_MARGIN: f64 = 0.05;
+/// Without any window to aim at, each retry aims at this share of the last prompt.
+const BLIND_SHRINK: f64 = 0.6;
+/// Each further retry tightens the target by this factor.
+const ESCALATION: f64 = 0.8;
+/// Upper bound on the tokens an image part can cost, for the cheap "surely fits" test.
+const MAX_IMAGE_TOKENS: u64 = 1_600;
+/// Smallest completion budget worth retrying with after an output-cap refusal.
+const MIN_USEFUL_OUTPUT: u64 = 256;
+
+pub async fn run(
+    app: &App,
+    parts: Parts,
+    original: Bytes,
+    head: ChatHead,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let mut attempt = Attempts::new(app, original, head);
+    attempt.preflight().await;
+    loop {
+        attempt.count += 1;
+        app.metrics.upstream_attempt();
+        let response = app
+            .upstream
+            .send(
+                parts.method.clone(),
+                &parts.uri,
+                &parts.headers,
+                body::full(attempt.body.clone()),
+            )
+            .await?;
+        let verdict = inspect::inspect(
+            response,
+            attempt.head.stream,
+            app.config.first_event_timeout(),
+        )
+        .await?;
+        match verdict {
+            Verdict::Deliver(response) => return Ok(attempt.deliver(response)),
+            Verdict::Refused { parts, body, class } => {
+                if attempt.count >= app.config.compaction.max_attempts
+                    || !attempt.recover(&class).await
+                {
+                    return Ok(attempt.fail(inspect::deliver_refused(parts, body)));
+                }
+            }
+        }
+    }
+}
+
+/// The state of one chat request across its attempts.
+struct Attempts<'a> {
+    app: &'a App,
+    head: ChatHead,
+    /// The client's bytes, sent as they are until a rewrite is needed.
+    original: Bytes,
+    /// The client's request as JSON, parsed only once a rewrite is considered.
+    parsed: Option<Value>,
+    /// What the next attempt sends.
+    body: Bytes,
+    /// Upstream calls made.
+    count: u32,
+    /// Compactions done so far, to tighten each retry.
+    rewrites: u32,
+    trigger: Option<Trigger>,
+    /// The engine accepted the request (whether or not it could shrink it): a refusal
+    /// returned after that is a compaction that failed, not an untouched request.
+    tried: bool,
+    report: Option<compact::Report>,
+    /// Our token count of the original request, once counted.
+    tokens_original: Option<u64>,
+}
+
+impl<'a> Attempts<'a> {
+    fn new(app: &'a App, original: Bytes, head: ChatHead) -> Self {
+        Self {
+            app,
+            head,
+            body: original.clone(),
+            original,
+            parsed: None,
+            count: 0,
+            rewrites: 0,
+            trigger: None,
+            tried: false,
+            report: None,
+            tokens_original: None,
+        }
+    }
+
+    fn upstream(&self) -> &str {
+        self.app.upstream.base_url()
+    }
+
+    fn window(&self) -> Option<u64> {
+        self.app
+            .models
+            .window_for(self.upstream(), &self.head.model)
+            .map(|w| w.tokens)
+    }
+
+    /// Completion tokens the request may use: what it asked for, else the configured
+    /// reserve (at most a quarter of the window).
+    fn output_budget(&self, window: u64) -> u64 {
+        self.head.max_output.unwrap_or_else(|| {
+            self.app
+                .config
+                .compaction
+                .output_reserve_tokens
+                .min(window / 4)
+        })
+    }
+
+    /// Compacts before the first call when the model's window is known and the request
+    /// would fill more than the threshold of it. Costs a byte-length comparison for the
+    /// many requests that are obviously small, and one token count for the rest.
+    async fn preflight(&mut self) {
+        let Some(window) = self.window() else { return };
+        let factor = self.app.models.factor(self.upstream(), &self.head.model);
+        let limit = (window as f64 * self.app.config.compaction.threshold) as u64;
+        let budget = self.output_budget(window);
+        // A token is at least one byte of JSON, so the body's length bounds the prompt
+        // from above, except for image parts whose cost is fixed and may exceed their
+        // URL's length.
+        let images = memchr::memmem::find_iter(&self.original, b"image_url").count() as u64;
+        let bound = self.original.len() as u64 + images * MAX_IMAGE_TOKENS;
+        if (bound as f64 * factor) as u64 + budget <= limit {
+            return;
+        }
+        let Some(tokens) = self.count_original() else {
+            return;
+        };
+        if (tokens as f64 * factor) as u64 + budget <= limit {
+            return;
+        }
+        let target = ((limit.saturating_sub(budget)) as f64 / factor) as u64;
+        if self.rewrite(target, window).await {
+            self.trigger = Some(Trigger::Preflight);
+        }
+    }
+
+    /// Learns what the refusal says and prepares the next attempt. `false` when there
+    /// is nothing more to try.
+    async fn recover(&mut self, class: &Classification) -> bool {
+        self.learn(class);
+        let changed = match class.kind {
+            Kind::OutputCap => self.lower_output_cap(class) || self.shrink(class).await,
+            Kind::ContextOverflow | Kind::BodyTooLarge => self.shrink(class).await,
+            Kind::Other => false,
+        };
+        if changed && self.trigger.is_none() {
+            self.trigger = Some(Trigger::Error);
+        }
+        changed
+    }
+
+    /// Remembers the window the upstream reported and how its token count compares with
+    /// ours, so the next request for this model is right the first time.
+    fn learn(&mut self, class: &Classification) {
+        let numbers = &class.numbers;
+        let (upstream, model) = (self.upstream().to_owned(), self.head.model.clone());
+        if let Some(window) = numbers.context_window {
+            self.app.models.learn(&upstream, &model, window);
+        }
+        // Only a full count of the request as sent is comparable with ours.
+        if let (Some(theirs), false) = (numbers.prompt_tokens, numbers.prompt_is_lower_bound) {
+            if let Some(ours) = self.count_sent() {
+                self.app.models.calibrate(&upstream, &model, ours, theirs);
+            }
+        }
+    }
+
+    /// The lossless fix for "prompt fits, prompt plus max_tokens does not": ask for fewer
+    /// completion tokens, when the upstream said enough to know how many fit.
+    fn lower_output_cap(&mut self, class: &Classification) -> bool {
+        let numbers = &class.numbers;
+        let (Some(field), Some(asked)) = (self.head.max_output_field, self.head.max_output) else {
+            return false;
+        };
+        let room = match (
+            numbers.completion_limit,
+            numbers.context_window,
+            numbers.prompt_tokens,
+        ) {
+            (Some(cap), _, _) if cap < asked => cap,
+            (_, Some(window), Some(prompt)) if prompt < window => {
+                let margin = (window as f64 * 0.01) as u64 + 16;
+                window.saturating_sub(prompt).saturating_sub(margin)
+            }
+            _ => return false,
+        };
+        if room < MIN_USEFUL_OUTPUT || room >= asked {
+            return false;
+        }
+        let Some(mut request) = self.current_value() else {
+            return false;
+        };
+        request[field] = Value::from(room);
+        match serde_json::to_vec(&request) {
+            Ok(bytes) => {
+                self.body = Bytes::from(bytes);
+                self.head.max_output = Some(room);
+                self.parsed = Some(request);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Compacts to a tighter target than the last attempt's.
+    async fn shrink(&mut self, class: &Classification) -> bool {
+        let window = class.numbers.context_window.or_else(|| self.window());
+        let factor = self.app.models.factor(self.upstream(), &self.head.model);
+        let tightening = ESCALATION.powi(self.rewrites as i32);
+        let target = match window {
+            Some(window) => {
+                let budget = self.output_budget(window) as f64;
+                let usable = window as f64 * (1.0 - RETRY_MARGIN) - budget;
+                (usable.max(0.0) / factor * tightening) as u64
+            }
+            None => {
+                let Some(sent) = self.count_sent() else {
+                    return false;
+                };
+                (sent as f64 * BLIND_SHRINK * tightening) as u64
+            }
+        };
+        let window = window.unwrap_or(u64::MAX);
+        self.rewrite(target, window).await
+    }
+
+    /// Runs the engine on the client's original request to `target` tokens (ours).
+    /// `false` when the engine could not produce anything new to send.
+    async fn rewrite(&mut self, target: u64, window: u64) -> bool {
+        let Some(request) = self.original_value() else {
+            return false;
+        };
+        let options = compact::Options {
+            context_window: usize::try_from(window).unwrap_or(usize::MAX),
+            target_tokens: Some(usize::try_from(target).unwrap_or(usize::MAX)),
+            ..compact::Options::default()
+        };
+        let started = Instant::now();
+        // Compaction is CPU work measured in milliseconds for huge conversations: keep
+        // it off the threads that move other requests' bytes.
+        let joined = tokio::task::spawn_blocking(move || {
+            let outcome = compact::compact(&request, &options);
+            (request, outcome)
+        })
+        .await;
+        let Ok((request, outcome)) = joined else {
+            return false;
+        };
+        self.parsed = Some(request);
+        self.app.metrics.compaction_time(started.elapsed());
+        let Ok(outcome) = outcome else { return false };
+        self.tried = true;
+        let Some(rewritten) = outcome.rewritten else {
+            return false;
+        };
+        let Ok(bytes) = serde_json::to_vec(&rewritten) else {
+            return false;
+        };
+        if bytes[..] == self.body[..] {
+            return false;
+        }
+        self.rewrites += 1;
+        self.body = Bytes::from(bytes);
+        self.tokens_original = Some(outcome.report.tokens_before as u64);
+        self.report = Some(outcome.report);
+        true
+    }
+
+    /// The client's request as JSON, parsed once.
+    fn original_value(&mut self) -> Option<Value> {
+        if self.parsed.is_none() {
+            self.parsed = serde_json::from_slice(&self.original).ok();
+        }
+        self.parsed.clone()
+    }
+
+    /// The request as last sent, as JSON.
+    fn current_value(&mut self) -> Option<Value> {
+        if self.body == self.original {
+            return self.original_value();
+        }
+        serde_json::from_slice(&self.body).ok()
+    }
+
+    fn count_original(&mut self) -> Option<u64> {
+        if self.tokens_original.is_none() {
+            let value = self.original_value()?;
+            self.tokens_original = Some(compact::count_request(&value) as u64);
+        }
+        self.tokens_original
+    }
+
+    /// Our token count of what the last attempt sent.
+    fn count_sent(&mut self) -> Option<u64> {
+        match &self.report {
+            Some(report) => Some(report.tokens_after as u64),
+            None => self.count_original(),
+        }
+    }
+
+    fn x_compaction(&self, outcome: Outcome) -> Option<XCompaction> {
+        let trigger = self.trigger?;
+        let report = self.report.as_ref();
+        Some(XCompaction {
+            outcome,
+            trigger,
+            attempts: self.count,
+            messages_before: report.map_or(0, |r| r.messages_before),
+            messages_after: report.map_or(0, |r| r.messages_after),
+            summary: report.and_then(|r| summary_source(r.summary)),
+            tokens_before: report.map_or(0, |r| r.tokens_before as u64),
+            tokens_after: report.map_or(0, |r| r.tokens_after as u64),
+        })
+    }
+
+    /// The successful answer, marked when the request was rewritten.
+    fn deliver(&self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+        if let Some(x) = self.x_compaction(Outcome::Applied) {
+            self.record(&x);
+            response.headers_mut().insert("x-compaction", x.to_header());
+        }
+        response
+    }
+
+    /// The upstream's own last refusal, marked as a compaction that did not succeed
+    /// when the engine had a go at it.
+    fn fail(&self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+        if !self.tried {
+            return response;
+        }
+        let x = self.x_compaction(Outcome::Failed).unwrap_or(XCompaction {
+            outcome: Outcome::Failed,
+            trigger: Trigger::Error,
+            attempts: self.count,
+            messages_before: 0,
+            messages_after: 0,
+            summary: None,
+            tokens_before: 0,
+            tokens_after: 0,
+        });
+        self.record(&x);
+        response.headers_mut().insert("x-compaction", x.to_header());
+        response
+    }
+
+    fn record(&self, x: &XCompaction) {
+        let metrics = &self.app.metrics;
+        if self.report.is_some() {
+            metrics.compaction(x.trigger);
+            if let Some(source) = x.summary {
+                metrics.summary(source);
+            }
+            metrics.tokens_saved(x.tokens_before.saturating_sub(x.tokens_after));
+        }
+        let passes = self.report.as_ref().map(|r| r.notes.join("; "));
+        tracing::info!(
+            outcome = ?x.outcome,
+            trigger = x.trigger.as_str(),
+            attempts = x.attempts,
+            messages_before = x.messages_before,
+            messages_after = x.messages_after,
+            tokens_before = x.tokens_before,
+            tokens_after = x.tokens_after,
+            summary = x.summary.map_or("none", SummarySource::as_str),
+            passes = passes.as_deref().unwrap_or(""),
+            window = ?self.window(),
+            "compaction"
+        );
+    }
+}
+
+fn summary_source(source: compact::SummarySource) -> Option<SummarySource> {
+    match source {
+        compact::SummarySource::Llm => Some(SummarySource::Llm),
+        compact::SummarySource::Fallback => Some(SummarySource::Fallback),
+        compact::SummarySource::Cache => Some(SummarySource::Cache),
+        compact::SummarySource::None => None,
+    }
+}

@@ -1,0 +1,320 @@
+//! Clients never notice a context overflow: a long agent session against an upstream
+//! with a small window, refusing in several providers' shapes, gets a 200 on every
+//! turn, and every request the upstream sees is a valid conversation.
+
+mod support;
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use support::{client, Mock, Proxy};
+
+const SYSTEM: &str = "You are a careful coding agent working in the repository at /work/app. \
+Use the tools to read files and run commands. Keep answers short.";
+
+/// A client-side agent: it keeps the whole history and resends it every turn, as real
+/// agents do, adding tool calls with large outputs as it works.
+struct Agent {
+    messages: Vec<Value>,
+    stream: bool,
+    max_tokens: Option<u64>,
+}
+
+impl Agent {
+    fn new(stream: bool) -> Self {
+        Self {
+            messages: vec![json!({"role": "system", "content": SYSTEM})],
+            stream,
+            max_tokens: None,
+        }
+    }
+
+    /// One turn: the user asks, the model (played by the agent) calls two tools in
+    /// parallel whose large outputs come back, and the request goes upstream.
+    fn turn(&mut self, n: usize) -> Value {
+        self.messages
+            .push(json!({"role": "user", "content": format!(
+            "Turn {n}: the test test_module_{n} fails; find out why and fix src/module_{n}.rs.")}));
+        let read = format!("call_{n}_read");
+        let run = format!("call_{n}_run");
+        self.messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": read, "type": "function", "function": {"name": "read_file",
+                "arguments": json!({"path": format!("src/module_{n}.rs")}).to_string()}},
+            {"id": run, "type": "function", "function": {"name": "run_command",
+                "arguments": json!({"command": format!("cargo test test_module_{n}")}).to_string()}},
+        ]}));
+        let file: String = (0..60)
+            .map(|line| format!("    let value_{line} = compute_{n}({line}); // line {line}\n"))
+            .collect();
+        let log = format!(
+            "running 1 test\nerror[E0382]: borrow of moved value: `value_{n}`\n{}test result: FAILED\n",
+            "   Compiling app v0.1.0 (/work/app)\n".repeat(30)
+        );
+        self.messages
+            .push(json!({"role": "tool", "tool_call_id": read, "content": file}));
+        self.messages
+            .push(json!({"role": "tool", "tool_call_id": run, "content": log}));
+        let mut request =
+            json!({"model": "mock-agent-model", "messages": self.messages, "stream": self.stream});
+        if let Some(max) = self.max_tokens {
+            request["max_tokens"] = json!(max);
+        }
+        request
+    }
+
+    fn answered(&mut self, reply: String) {
+        self.messages
+            .push(json!({"role": "assistant", "content": reply}));
+    }
+}
+
+/// Sends one request and returns the status, the `x-compaction` header and the reply.
+async fn send(
+    proxy: &Proxy,
+    shape: &str,
+    window: u64,
+    request: &Value,
+) -> (u16, Option<String>, String) {
+    let response = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .header("x-mock", "window")
+        .header("x-mock-shape", shape)
+        .header("x-mock-window", window.to_string())
+        .json(request)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let x = response
+        .headers()
+        .get("x-compaction")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let streamed = response
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
+    let text = if streamed {
+        let mut stream = response.bytes_stream();
+        let mut raw = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            raw.extend_from_slice(&chunk.unwrap());
+        }
+        sse_text(&String::from_utf8(raw).unwrap())
+    } else {
+        let body = response.text().await.unwrap();
+        match serde_json::from_str::<Value>(&body) {
+            Ok(v) => v["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap_or(&body)
+                .to_owned(),
+            Err(_) => body,
+        }
+    };
+    (status, x, text)
+}
+
+fn sse_text(raw: &str) -> String {
+    assert!(
+        raw.ends_with("data: [DONE]\n\n"),
+        "stream did not end with [DONE]: {raw}"
+    );
+    raw.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Runs a session of `turns` turns and checks every turn got a 200 with the model's
+/// answer to the latest user message, and the upstream never saw an invalid request.
+async fn session(shape: &str, turns: usize, stream: bool, window: u64) -> Vec<Option<String>> {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    let mut agent = Agent::new(stream);
+    let mut headers = Vec::new();
+    for n in 1..=turns {
+        let request = agent.turn(n);
+        let (status, x, reply) = send(&proxy, shape, window, &request).await;
+        assert_eq!(
+            status,
+            200,
+            "{shape} turn {n}: {reply}\n{x:?}\nlogs:\n{}",
+            proxy.logs()
+        );
+        // The mock answers the last user message, so the reply proves it arrived verbatim.
+        assert!(
+            reply.contains(&format!("Turn {n}: the test test_module_{n} fails")),
+            "turn {n}: {reply}"
+        );
+        agent.answered(reply);
+        headers.push(x);
+    }
+    let violations = mock.state.violations.lock().unwrap().clone();
+    assert!(violations.is_empty(), "{violations:?}");
+    for seen in mock.recorded() {
+        let request: Value = serde_json::from_slice(&seen.body).unwrap();
+        assert_eq!(
+            request["messages"][0]["content"], SYSTEM,
+            "the system prompt must stay verbatim"
+        );
+    }
+    headers
+}
+
+fn applied(headers: &[Option<String>]) -> Vec<&str> {
+    headers
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .filter(|h| h.starts_with("applied"))
+        .collect()
+}
+
+#[tokio::test]
+async fn sixty_turn_session_openai_shape_non_streaming() {
+    let headers = session("openai", 60, false, 6000).await;
+    let applied = applied(&headers);
+    assert!(!applied.is_empty());
+    assert!(
+        headers[0].is_none(),
+        "the first, small turn must go through untouched"
+    );
+    // After the first overflow taught the proxy the window, it compacts before sending.
+    assert!(
+        applied.iter().any(|h| h.contains("trigger=error")),
+        "{applied:?}"
+    );
+    assert!(
+        applied
+            .iter()
+            .any(|h| h.contains("trigger=preflight") && h.contains("attempts=1")),
+        "{applied:?}"
+    );
+}
+
+#[tokio::test]
+async fn sixty_turn_session_openai_shape_streaming() {
+    let headers = session("openai", 60, true, 6000).await;
+    assert!(!applied(&headers).is_empty());
+}
+
+#[tokio::test]
+async fn sessions_in_other_providers_shapes() {
+    for shape in ["vllm-old", "vllm-new", "llamacpp", "anthropic", "html413"] {
+        let headers = session(shape, 20, false, 6000).await;
+        assert!(
+            !applied(&headers).is_empty(),
+            "{shape}: nothing was compacted"
+        );
+    }
+}
+
+#[tokio::test]
+async fn overflow_reported_in_the_first_event_of_a_200_stream() {
+    let headers = session("sglang", 20, true, 6000).await;
+    let applied = applied(&headers);
+    assert!(
+        applied.iter().any(|h| h.contains("trigger=error")),
+        "{applied:?}"
+    );
+}
+
+#[tokio::test]
+async fn output_cap_is_fixed_by_asking_for_fewer_tokens_first() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    let mut agent = Agent::new(false);
+    agent.max_tokens = Some(5000);
+    let request = agent.turn(1);
+    let (status, x, _) = send(&proxy, "vllm-old", 6000, &request).await;
+    assert_eq!(status, 200);
+    let x = x.expect("x-compaction");
+    assert!(x.starts_with("applied; trigger=error; attempts=2;"), "{x}");
+    let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
+    assert!(sent["max_tokens"].as_u64().unwrap() < 5000);
+    assert_eq!(
+        sent["messages"], request["messages"],
+        "the messages were not touched"
+    );
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_fit_gets_the_upstreams_own_error() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "[log]\nlevel = \"debug\"\n");
+    // The latest user message alone is bigger than the window.
+    let request = json!({"model": "mock-agent-model", "messages": [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "word ".repeat(20_000)},
+    ]});
+    let (status, x, body) = send(&proxy, "openai", 1000, &request).await;
+    assert_eq!(status, 400);
+    let x = x.unwrap_or_else(|| panic!("no x-compaction; logs:\n{}", proxy.logs()));
+    assert!(x.starts_with("failed;"), "{x}");
+    assert!(
+        body.contains("maximum context length is 1000 tokens"),
+        "{body}"
+    );
+    assert!(mock.recorded().len() <= 3);
+}
+
+#[tokio::test]
+async fn non_overflow_errors_pass_through_after_one_call() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    for status in [400u16, 401, 403, 404, 429, 500, 503] {
+        let before = mock.recorded().len();
+        let response = client()
+            .post(proxy.url("/v1/chat/completions"))
+            .header("x-mock", "error")
+            .header("x-mock-status", status.to_string())
+            .json(&Agent::new(false).turn(1))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status);
+        assert!(response.headers().get("x-compaction").is_none());
+        assert_eq!(mock.recorded().len(), before + 1, "status {status}");
+    }
+}
+
+#[tokio::test]
+async fn client_disconnect_during_a_retry_stops_further_upstream_calls() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "[upstream]\nidle_timeout_ms = 60000\n");
+    let mut agent = Agent::new(false);
+    let mut request = Value::Null;
+    for n in 1..=10 {
+        request = agent.turn(n);
+    }
+    // Every call is refused after 400 ms; the client gives up at 600 ms, while the
+    // proxy waits on its second attempt. A third call would start at about 800 ms.
+    let response = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .header("x-mock", "window")
+        .header("x-mock-shape", "openai")
+        .header("x-mock-window", "10")
+        .header("x-mock-delay-ms", "400")
+        .timeout(Duration::from_millis(600))
+        .json(&request)
+        .send()
+        .await;
+    assert!(response.is_err(), "the client was meant to give up first");
+    let calls = mock.recorded().len();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        mock.recorded().len(),
+        calls,
+        "the proxy kept calling the upstream after the client left"
+    );
+    assert!(
+        calls < 3,
+        "{calls} calls: the client should have left before the last attempt"
+    );
+}
