@@ -185,6 +185,14 @@ impl<'a> Attempts<'a> {
         let (upstream, model) = (self.upstream().to_owned(), self.head.model.clone());
         if let Some(window) = numbers.context_window {
             self.app.models.learn(&upstream, &model, window);
+        } else if class.kind == Kind::ContextOverflow {
+            // No numbers: the window is at least below what was just refused. (A 413 says
+            // nothing about tokens: its bytes may be images that cost few.)
+            if let Some(sent) = self.count_sent() {
+                let factor = self.app.models.factor(&upstream, &model);
+                let bound = (sent as f64 * factor * (1.0 - RETRY_MARGIN)) as u64;
+                self.app.models.learn_at_most(&upstream, &model, bound);
+            }
         }
         // Only a full count of the request as sent is comparable with ours.
         if let (Some(theirs), false) = (numbers.prompt_tokens, numbers.prompt_is_lower_bound) {
