@@ -4,7 +4,7 @@
 # core budget, SSE chunk timing, and its resident memory. Everything runs on loopback
 # against the fast mock upstream in examples/bench_upstream.rs.
 #
-#   bench/passthrough.sh           full run (~4 minutes), writes
+#   bench/passthrough.sh           full run (~5 minutes), writes
 #                                  bench/results/passthrough-YYYY-MM-DD.md
 #   bench/passthrough.sh --smoke   ~30-second run that only checks the script works;
 #                                  writes bench/results/raw/ (git-ignored)
@@ -395,9 +395,14 @@ done
 
 latency_met() { lt "${fig[$1.added_p99]}" 100; }  # key: layout.mode
 throughput_met() { ! lt "$worst_ratio" 0.8; }
+# A stall is a chunk held back by the proxy: Nagle plus a delayed ACK is ~40 ms, so the
+# worst gap of a stream must stay within a few ms of the direct stream's in the same
+# round, the mean gap within 1 ms, and every event must arrive. Gaps over 30 ms that
+# the direct stream shows too are the machine's, not the proxy's; they are counted.
 sse_met() {
-  ((fig[$1.stalls] <= fig[$1.direct_stalls])) && [[ ${fig[$1.events]} == 65 ]] &&
-    awk -v a="${fig[$1.added_mean_gap]}" 'BEGIN { exit !(a < 1 && a > -1) }'
+  [[ ${fig[$1.events]} == 65 ]] &&
+    awk -v a="${fig[$1.added_mean_gap]}" -v m="${fig[$1.added_max_gap]}" \
+      'BEGIN { exit !(a < 1 && a > -1 && m < 5) }'
 }
 rss_met() { ((idle_rss_kb < 20480)); }
 
@@ -444,7 +449,7 @@ strip() { grep -v '^RESULT ' "$1"; }
   done
   echo "| throughput ≥ 0.8× nginx on the same core | split, shared | requests/s ratio ${ratios[*]} requests per CPU-second ratio ${cpu_ratios[*]} | $(yes_no throughput_met) |"
   for mode in "${sched_modes[@]}"; do
-    echo "| no stalls between SSE chunks | split, $mode | ${fig[$mode.stalls]} stalls (direct ${fig[$mode.direct_stalls]}), added mean gap ${fig[$mode.added_mean_gap]} ms, added max gap ${fig[$mode.added_max_gap]} ms, ${fig[$mode.events]}/65 events | $(yes_no sse_met "$mode") |"
+    echo "| no stalls between SSE chunks | split, $mode | added mean gap ${fig[$mode.added_mean_gap]} ms, added max gap ${fig[$mode.added_max_gap]} ms (medians over rounds), ${fig[$mode.events]}/65 events; gaps over 30 ms in all rounds: ${fig[$mode.stalls]} (direct ${fig[$mode.direct_stalls]}) | $(yes_no sse_met "$mode") |"
   done
   echo "| idle RSS < 20 MB | | $(mib "$idle_rss_kb") (peak after load $(mib "$peak_rss_kb")) | $(yes_no rss_met) |"
   echo
