@@ -36,11 +36,14 @@ pub struct IdleTimeout<B> {
 
 impl<B> IdleTimeout<B> {
     pub fn new(inner: B, idle: Duration) -> Self {
-        Self {
-            inner,
-            idle,
-            sleep: Box::pin(tokio::time::sleep(idle)),
-        }
+        Self::with_timer(inner, idle, Box::pin(tokio::time::sleep(idle)))
+    }
+
+    /// Reuses a timer the caller already has (the one that guarded the wait for the
+    /// response head), so a request costs one timer, not two.
+    pub fn with_timer(inner: B, idle: Duration, mut sleep: Pin<Box<Sleep>>) -> Self {
+        sleep.as_mut().reset(Instant::now() + idle);
+        Self { inner, idle, sleep }
     }
 }
 

@@ -104,13 +104,15 @@ impl Upstream {
                 .headers_mut()
                 .insert(header::AUTHORIZATION, key.clone());
         }
-        let response = tokio::time::timeout(self.idle, self.client.request(request))
-            .await
-            .map_err(|_| ProxyError::UpstreamTimeout(self.idle))?
-            .map_err(|e| ProxyError::UpstreamUnreachable(error_chain(&e)))?;
+        let mut timer = Box::pin(tokio::time::sleep(self.idle));
+        let response = tokio::select! {
+            response = self.client.request(request) => response,
+            () = timer.as_mut() => return Err(ProxyError::UpstreamTimeout(self.idle)),
+        };
+        let response = response.map_err(|e| ProxyError::UpstreamUnreachable(error_chain(&e)))?;
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
-        let body = IdleTimeout::new(body, self.idle).boxed_unsync();
+        let body = IdleTimeout::with_timer(body, self.idle, timer).boxed_unsync();
         Ok(Response::from_parts(parts, body))
     }
 }

@@ -20,11 +20,12 @@ pub mod x_compaction;
 pub async fn handle(
     app: &App,
     request: Request<Incoming>,
+    id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, incoming) = request.into_parts();
     let original = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
     match request::ChatHead::parse(&original) {
-        Some(head) => retry::run(app, parts, original, head).await,
+        Some(head) => retry::run(app, parts, original, head, id).await,
         // Not a chat request the proxy understands: the upstream is the judge of it.
         None => {
             app.metrics.upstream_attempt();

@@ -38,8 +38,9 @@ pub async fn run(
     parts: Parts,
     original: Bytes,
     head: ChatHead,
+    id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let mut attempt = Attempts::new(app, original, head);
+    let mut attempt = Attempts::new(app, original, head, id);
     attempt.preflight().await;
     loop {
         attempt.count += 1;
@@ -75,6 +76,8 @@ pub async fn run(
 /// The state of one chat request across its attempts.
 struct Attempts<'a> {
     app: &'a App,
+    /// The request id, for log lines.
+    id: u64,
     head: ChatHead,
     /// The client's bytes, sent as they are until a rewrite is needed.
     original: Bytes,
@@ -96,9 +99,10 @@ struct Attempts<'a> {
 }
 
 impl<'a> Attempts<'a> {
-    fn new(app: &'a App, original: Bytes, head: ChatHead) -> Self {
+    fn new(app: &'a App, original: Bytes, head: ChatHead, id: u64) -> Self {
         Self {
             app,
+            id,
             head,
             body: original.clone(),
             original,
@@ -391,6 +395,7 @@ impl<'a> Attempts<'a> {
         }
         let passes = self.report.as_ref().map(|r| r.notes.join("; "));
         tracing::info!(
+            id = self.id,
             outcome = ?x.outcome,
             trigger = x.trigger.as_str(),
             attempts = x.attempts,
