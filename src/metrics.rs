@@ -103,34 +103,20 @@ impl Metrics {
             "Requests sent to the upstream, retries included.",
             self.upstream_attempts.load(Ordering::Relaxed),
         );
-        header(
+        labelled(
             &mut out,
             "compaction_proxy_compactions_total",
             "Chat requests the proxy compacted, by what triggered it.",
-            "counter",
+            "trigger",
+            Trigger::ALL.map(|t| (t.as_str(), &self.compactions[t as usize])),
         );
-        for trigger in Trigger::ALL {
-            let value = self.compactions[trigger as usize].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "compaction_proxy_compactions_total{{trigger=\"{}\"}} {value}",
-                trigger.as_str()
-            );
-        }
-        header(
+        labelled(
             &mut out,
             "compaction_proxy_summaries_total",
             "Summaries used in compactions, by source.",
-            "counter",
+            "source",
+            SummarySource::ALL.map(|s| (s.as_str(), &self.summaries[s as usize])),
         );
-        for source in SummarySource::ALL {
-            let value = self.summaries[source as usize].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "compaction_proxy_summaries_total{{source=\"{}\"}} {value}",
-                source.as_str()
-            );
-        }
         counter(
             &mut out,
             "compaction_proxy_tokens_saved_total",
@@ -187,6 +173,22 @@ impl Histogram {
 fn header(out: &mut String, name: &str, help: &str, kind: &str) {
     // Writing to a String cannot fail.
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A counter with one label, every value of the label listed (zeros included, so
+/// dashboards see the series before the first event).
+fn labelled<'a>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    label: &str,
+    series: impl IntoIterator<Item = (&'a str, &'a AtomicU64)>,
+) {
+    header(out, name, help, "counter");
+    for (value, count) in series {
+        let count = count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {count}");
+    }
 }
 
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {
