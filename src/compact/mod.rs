@@ -21,6 +21,7 @@ mod escalate;
 mod media;
 mod merge;
 pub mod message;
+mod pretoken;
 mod prune;
 mod sanitize;
 pub mod summary;
