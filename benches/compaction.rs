@@ -2,6 +2,18 @@
 //! sessions of about 10k, 128k and 1M tokens, each compacted to half its size.
 //!
 //! cargo bench --bench compaction -- --warm-up-time 1 --measurement-time 3
+//!
+//! Measured on the shared 2-core development machine (load average 2.6-4.3 from other
+//! builds), release profile:
+//!
+//! | benchmark | time | throughput |
+//! | --- | --- | --- |
+//! | count, synthetic 128k-token session | 4.78 ms | 110 MiB/s |
+//! | count, this crate's sources + a fixture | 4.79 ms | 53.5 MiB/s |
+//! | compact 10k tokens (counting included) | 0.50 ms | |
+//! | compact 128k tokens | 5.37 ms | |
+//! | compact 1M tokens | 47.4 ms | |
+//! | compact 10k / 128k / 1M, per-message counts reused | 0.13 / 2.09 / 18.3 ms | |
 
 use std::hint::black_box;
 

@@ -37,7 +37,7 @@ pub const IMAGE_HIGH: usize = 1105;
 pub const AUDIO_PART: usize = 1000;
 pub const FILE_PART: usize = 1500;
 
-/// Texts at least this long get a per-text cache of piece counts.
+/// A text counted on its own gets a piece cache from this length on.
 const CACHE_FROM_BYTES: usize = 512;
 
 /// A small, fast, non-cryptographic hash for short byte strings (the Fx multiply-rotate
@@ -128,21 +128,30 @@ impl Counter {
         if !text.is_ascii() {
             return self.tokenizer.count(text);
         }
-        let bpe = &self.tokenizer.bpe;
-        let mut n = 0;
         if text.len() < CACHE_FROM_BYTES {
-            split_ascii(text.as_bytes(), self.pattern, |piece| n += bpe.count(piece));
+            let mut n = 0;
+            split_ascii(text.as_bytes(), self.pattern, |piece| {
+                n += self.tokenizer.bpe.count(piece)
+            });
             return n;
         }
-        // Long texts repeat the same short pieces (keywords, indentation, punctuation)
-        // over and over; a lookup is cheaper than encoding them again.
-        let mut seen: HashMap<&[u8], usize, BuildHasherDefault<PieceHasher>> =
-            HashMap::with_capacity_and_hasher(text.len() / 32, BuildHasherDefault::default());
+        self.text_in(text, &mut PieceCache::default())
+    }
+
+    /// Counts `text`, looking short pieces up in (and adding them to) `cache`: texts of one
+    /// request repeat the same pieces (keywords, indentation, punctuation) over and over,
+    /// and a lookup is much cheaper than encoding them again.
+    fn text_in<'a>(&self, text: &'a str, cache: &mut PieceCache<'a>) -> usize {
+        if !text.is_ascii() {
+            return self.tokenizer.count(text);
+        }
+        let bpe = &self.tokenizer.bpe;
+        let mut n = 0;
         split_ascii(text.as_bytes(), self.pattern, |piece| {
             n += if piece.len() > 24 {
                 bpe.count(piece)
             } else {
-                *seen.entry(piece).or_insert_with(|| bpe.count(piece))
+                *cache.entry(piece).or_insert_with(|| bpe.count(piece))
             }
         });
         n
@@ -150,18 +159,39 @@ impl Counter {
 
     /// Tokens of one chat message (a JSON object).
     pub fn message(&self, message: &Map<String, Value>) -> usize {
+        self.message_with(message, &mut |t| self.text(t))
+    }
+
+    /// Per-message counts of `messages`, sharing one piece cache across them.
+    pub fn messages(&self, messages: &[Value]) -> Vec<usize> {
+        let mut cache = PieceCache::default();
+        let mut count = |t| self.text_in(t, &mut cache);
+        messages
+            .iter()
+            .map(|m| {
+                m.as_object()
+                    .map_or(0, |m| self.message_with(m, &mut count))
+            })
+            .collect()
+    }
+
+    fn message_with<'a>(
+        &self,
+        message: &'a Map<String, Value>,
+        t: &mut TextCount<'_, 'a>,
+    ) -> usize {
         let mut total = PER_MESSAGE;
         for (key, value) in message {
             total += match key.as_str() {
-                "content" => self.content(value),
-                "tool_calls" => self.tool_calls(value),
-                "function_call" => self.call(value),
-                "name" => PER_NAME + self.json_text(value),
+                "content" => self.content(value, t),
+                "tool_calls" => self.tool_calls(value, t),
+                "function_call" => self.call(value, t),
+                "name" => PER_NAME + self.json_text(value, t),
                 // Routing data the model never reads.
                 "tool_call_id" => 0,
                 // Role and any other field (reasoning text, refusal, unknown extensions):
                 // counted as text so that nothing the upstream might bill is left out.
-                _ => self.json_text(value),
+                _ => self.json_text(value, t),
             };
         }
         total
@@ -169,11 +199,8 @@ impl Counter {
 
     /// Tokens of a whole request: its messages plus tool definitions plus reply priming.
     pub fn request(&self, request: &Value) -> usize {
-        let messages = match request.get("messages") {
-            Some(Value::Array(messages)) => messages
-                .iter()
-                .map(|m| m.as_object().map_or(0, |m| self.message(m)))
-                .sum(),
+        let messages: usize = match request.get("messages") {
+            Some(Value::Array(messages)) => self.messages(messages).iter().sum(),
             _ => 0,
         };
         messages + self.request_overhead(request)
@@ -184,61 +211,67 @@ impl Counter {
         let defs: usize = ["tools", "functions"]
             .iter()
             .filter_map(|k| request.get(*k))
-            .map(|v| self.json_text(v))
+            .map(|v| self.json_text(v, &mut |t| self.text(t)))
             .sum();
         REPLY_PRIMING + defs
     }
 
-    fn content(&self, content: &Value) -> usize {
+    fn content<'a>(&self, content: &'a Value, t: &mut TextCount<'_, 'a>) -> usize {
         match content {
-            Value::Array(parts) => parts.iter().map(|p| self.part(p)).sum(),
-            other => self.json_text(other),
+            Value::Array(parts) => parts.iter().map(|p| self.part(p, t)).sum(),
+            other => self.json_text(other, t),
         }
     }
 
-    fn part(&self, part: &Value) -> usize {
+    fn part<'a>(&self, part: &'a Value, t: &mut TextCount<'_, 'a>) -> usize {
         match part_type(part) {
             "text" | "input_text" | "output_text" => {
-                part.get("text").map_or(0, |t| self.json_text(t))
+                part.get("text").map_or(0, |v| self.json_text(v, t))
             }
-            "refusal" => part.get("refusal").map_or(0, |t| self.json_text(t)),
+            "refusal" => part.get("refusal").map_or(0, |v| self.json_text(v, t)),
             "image_url" | "input_image" | "image" => image_cost(part),
             "input_audio" | "audio" => AUDIO_PART,
             "file" | "input_file" => FILE_PART,
-            _ => self.json_text(part),
+            _ => self.json_text(part, t),
         }
     }
 
-    fn tool_calls(&self, calls: &Value) -> usize {
+    fn tool_calls<'a>(&self, calls: &'a Value, t: &mut TextCount<'_, 'a>) -> usize {
         match calls {
-            Value::Array(calls) => calls.iter().map(|c| self.call(c)).sum(),
-            other => self.json_text(other),
+            Value::Array(calls) => calls.iter().map(|c| self.call(c, t)).sum(),
+            other => self.json_text(other, t),
         }
     }
 
     /// A tool call (or legacy function call): its name and argument text.
-    fn call(&self, call: &Value) -> usize {
+    fn call<'a>(&self, call: &'a Value, t: &mut TextCount<'_, 'a>) -> usize {
         let f = call
             .get("function")
             .or_else(|| call.get("custom"))
             .unwrap_or(call);
-        let name = f.get("name").map_or(0, |v| self.json_text(v));
+        let name = f.get("name").map_or(0, |v| self.json_text(v, t));
         let args = f
             .get("arguments")
             .or_else(|| f.get("input"))
-            .map_or(0, |v| self.json_text(v));
+            .map_or(0, |v| self.json_text(v, t));
         PER_TOOL_CALL + name + args
     }
 
     /// Strings are counted as their text; anything else as its JSON rendering.
-    fn json_text(&self, value: &Value) -> usize {
+    fn json_text<'a>(&self, value: &'a Value, t: &mut TextCount<'_, 'a>) -> usize {
         match value {
-            Value::String(s) => self.text(s),
+            Value::String(s) => t(s),
             Value::Null => 0,
             other => self.text(&other.to_string()),
         }
     }
 }
+
+/// Token counts of short pieces already encoded.
+type PieceCache<'a> = HashMap<&'a [u8], usize, BuildHasherDefault<PieceHasher>>;
+
+/// How the message walk counts a string borrowed from the message.
+type TextCount<'f, 'a> = dyn FnMut(&'a str) -> usize + 'f;
 
 fn image_cost(part: &Value) -> usize {
     let detail = part
@@ -261,12 +294,8 @@ pub fn count_request(request: &Value) -> usize {
 
 /// Per-message token counts of a request body, in order (zero for a non-object entry).
 pub fn count_messages(request: &Value) -> Vec<usize> {
-    let counter = Counter::for_request(request);
     match request.get("messages") {
-        Some(Value::Array(messages)) => messages
-            .iter()
-            .map(|m| m.as_object().map_or(0, |m| counter.message(m)))
-            .collect(),
+        Some(Value::Array(messages)) => Counter::for_request(request).messages(messages),
         _ => Vec::new(),
     }
 }
