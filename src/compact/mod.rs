@@ -127,14 +127,16 @@ impl Options {
             Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
             None => self.default_output_reserve.min(self.context_window / 4),
         };
-        let margin = self.context_window / 100 * self.safety_margin_percent;
+        let margin = (self.context_window / 100).saturating_mul(self.safety_margin_percent);
         self.context_window
             .saturating_sub(reserve)
             .saturating_sub(margin)
     }
 
     fn tail_budget(&self, target: usize) -> usize {
-        target / 100 * self.tail_percent + target % 100 * self.tail_percent / 100
+        (target / 100)
+            .saturating_mul(self.tail_percent)
+            .saturating_add((target % 100).saturating_mul(self.tail_percent) / 100)
     }
 
     /// Summary budget: a tenth of the target, capped.
