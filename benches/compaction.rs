@@ -1,1 +1,165 @@
-fn main() {}
+//! Token counting throughput and whole-request compaction (deterministic summary) of agent
+//! sessions of about 10k, 128k and 1M tokens, each compacted to half its size.
+//!
+//! cargo bench --bench compaction -- --warm-up-time 1 --measurement-time 3
+//!
+//! Measured on the shared 2-core development machine (load average 2.6-4.3 from other
+//! builds), release profile:
+//!
+//! | benchmark | time | throughput |
+//! | --- | --- | --- |
+//! | count, synthetic 128k-token session | 4.78 ms | 110 MiB/s |
+//! | count, this crate's sources + a fixture | 4.79 ms | 53.5 MiB/s |
+//! | compact 10k tokens (counting included) | 0.50 ms | |
+//! | compact 128k tokens | 5.37 ms | |
+//! | compact 1M tokens | 47.4 ms | |
+//! | compact 10k / 128k / 1M, per-message counts reused | 0.13 / 2.09 / 18.3 ms | |
+
+use std::hint::black_box;
+
+use compaction_proxy::compact::{self, count_messages, count_request, Options};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use serde_json::{json, Value};
+
+const WORDS: &[&str] = &[
+    "let",
+    "mut",
+    "request",
+    "response",
+    "=",
+    "upstream.send(body)",
+    "?;",
+    "if",
+    "status",
+    "==",
+    "429",
+    "{",
+    "}",
+    "return",
+    "Err(Error::Timeout)",
+    "//",
+    "retry",
+    "with",
+    "backoff",
+    "the",
+    "parser",
+    "keeps",
+    "partial",
+    "events",
+    "across",
+    "chunks",
+    "fn",
+    "parse_event(buf:",
+    "&mut",
+    "BytesMut)",
+    "->",
+    "Option<Event>",
+    "error[E0308]:",
+    "mismatched",
+    "types",
+    "test",
+    "ok",
+];
+
+fn words(n: usize, seed: usize) -> String {
+    let mut out = String::with_capacity(n * 7);
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    for i in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.push_str(WORDS[x % WORDS.len()]);
+        out.push(if i % 12 == 11 { '\n' } else { ' ' });
+    }
+    out
+}
+
+/// An agent session of at least `tokens` tokens: asks, tool calls, large outputs, replies.
+fn session(tokens: usize) -> Value {
+    let mut messages = vec![json!({"role": "system", "content": words(400, 0)})];
+    let mut round = 0;
+    let mut total = 0;
+    while total < tokens {
+        round += 1;
+        let id = format!("call_{round}");
+        let round_msgs = [
+            json!({"role": "user", "content": words(40, round)}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function",
+                "function": {"name": "read_file", "arguments": json!({"path": format!("src/m{round}.rs")}).to_string()}}]}),
+            json!({"role": "tool", "tool_call_id": id, "content": words(600, round + 1)}),
+            json!({"role": "assistant", "content": words(80, round + 2)}),
+        ];
+        let body = json!({"model": "gpt-4o", "messages": round_msgs});
+        total += count_request(&body);
+        messages.extend(round_msgs);
+    }
+    messages.push(json!({"role": "user", "content": "Carry on with the refactor."}));
+    json!({"model": "gpt-4o", "stream": true, "messages": messages})
+}
+
+fn counting(c: &mut Criterion) {
+    let mut g = c.benchmark_group("count");
+    let request = session(128_000);
+    let bytes = serde_json::to_vec(&request).unwrap().len();
+    g.throughput(Throughput::Bytes(bytes as u64));
+    g.bench_function("request_128k", |b| {
+        b.iter(|| count_request(black_box(&request)))
+    });
+    // Real, varied text: this crate's own sources and fixtures as tool outputs.
+    let sources = [
+        include_str!("../src/compact/mod.rs"),
+        include_str!("../src/compact/summary.rs"),
+        include_str!("../src/compact/tokens.rs"),
+        include_str!("../src/compact/validate.rs"),
+        include_str!("../src/compact/prune.rs"),
+        include_str!("../fixtures/conversations/parallel_tools.json"),
+    ];
+    let messages: Vec<Value> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, s)| json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": s}))
+        .collect();
+    let request = json!({"model": "gpt-4o", "messages": messages});
+    let bytes = serde_json::to_vec(&request).unwrap().len();
+    g.throughput(Throughput::Bytes(bytes as u64));
+    g.bench_function("sources", |b| b.iter(|| count_request(black_box(&request))));
+    g.finish();
+}
+
+fn compaction(c: &mut Criterion) {
+    let mut g = c.benchmark_group("compact");
+    g.sample_size(10);
+    for (label, size) in [("10k", 10_000), ("128k", 128_000), ("1M", 1_000_000)] {
+        let request = session(size);
+        let before = count_request(&request);
+        let opts = Options {
+            target_tokens: Some(before / 2),
+            ..Options::with_window(before)
+        };
+        let check = compact::compact(&request, &opts).unwrap();
+        assert!(
+            check.report.fits && !check.report.unchanged,
+            "{}",
+            check.report
+        );
+        g.throughput(Throughput::Elements(before as u64));
+        g.bench_with_input(BenchmarkId::new("full", label), &request, |b, r| {
+            b.iter(|| compact::compact(black_box(r), &opts).unwrap())
+        });
+        // What the proxy pays when it reuses the per-message counts of its preflight check.
+        let counts = count_messages(&request);
+        g.bench_with_input(BenchmarkId::new("with_counts", label), &request, |b, r| {
+            b.iter(|| {
+                let plan = compact::plan_with_counts(black_box(r), Some(&counts), &opts).unwrap();
+                let summary = plan
+                    .needs_summary()
+                    .then(|| compact::summarize_deterministic(&plan, &opts));
+                compact::finish(plan, summary, &opts)
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, counting, compaction);
+criterion_main!(benches);

@@ -20,7 +20,9 @@ const DOES_NOT_FIT: u8 = 3;
     long_about = "Reads a chat-completions request body (FILE, or stdin when FILE is absent or -), \
 writes the compacted body to stdout and a one-line report to stderr. The summary is the \
 deterministic digest; nothing goes over the network. A body that already fits is written back \
-byte for byte.\n\nExit status: 0 the result fits, 3 it cannot be made to fit (the best effort \
+byte for byte.\n\nThe token target is the context window minus the completion budget (the request's \
+max_completion_tokens or max_tokens, else 4096 capped at a quarter of the window) minus a 2% \
+margin.\n\nExit status: 0 the result fits, 3 it cannot be made to fit (the best effort \
 is still written), 2 bad input (nothing on stdout)."
 )]
 pub struct CompactArgs {

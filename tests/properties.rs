@@ -241,6 +241,16 @@ proptest! {
         let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
         let original: Vec<&String> = request.as_object().unwrap().keys().collect();
         prop_assert_eq!(keys, original);
+        // Kept messages keep every field, in order: only values are ever rewritten.
+        let shapes: std::collections::HashSet<Vec<String>> = request["messages"].as_array().unwrap()
+            .iter().map(|m| m.as_object().unwrap().keys().cloned().collect()).collect();
+        for m in out["messages"].as_array().unwrap() {
+            let stub = m["content"].as_str().is_some_and(|c| c.starts_with("[tool result no longer available"));
+            if !m.to_string().contains(compact::MARKER) && !stub {
+                let keys: Vec<String> = m.as_object().unwrap().keys().cloned().collect();
+                prop_assert!(shapes.contains(&keys), "fields changed: {:?}", keys);
+            }
+        }
         if ratio >= 100 {
             prop_assert!(report.unchanged && outcome.rewritten.is_none());
         }

@@ -1,6 +1,9 @@
 //! What a tool call was about: used to describe pruned outputs and in the summary.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use aho_corasick::{AhoCorasick, MatchKind};
 
 use serde_json::Value;
 
@@ -157,6 +160,22 @@ pub fn first_error_line(text: &str) -> Option<String> {
             .split_once(PRUNED_ERROR)
             .map(|(_, err)| err.trim_end_matches(']').to_string());
     }
+    let first_marker = ERROR_MARKERS
+        .as_ref()
+        .and_then(|ac| ac.find(text))
+        .map_or(text.len(), |m| m.start());
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        offset += line.len();
+        if first_marker < offset || starts_like_error(line) {
+            let found = one_line(line, 200);
+            return (!found.is_empty()).then_some(found);
+        }
+    }
+    None
+}
+
+fn starts_like_error(line: &str) -> bool {
     const STARTS: &[&str] = &[
         "error",
         "fatal",
@@ -166,32 +185,33 @@ pub fn first_error_line(text: &str) -> Option<String> {
         "failed",
         "failure",
     ];
-    const MARKERS: &[&str] = &[
-        "error: ",
-        "error[",
-        "Error: ",
-        "ERROR",
-        "FAILED",
-        "FAIL:",
-        "panicked at",
-        "Exception:",
-        "No such file",
-        "not found",
-        "Permission denied",
-        "exit code",
-        "exit status",
-    ];
-    text.lines()
-        .find(|line| {
-            let t = line.trim_start().as_bytes();
-            STARTS
-                .iter()
-                .any(|s| t.len() >= s.len() && t[..s.len()].eq_ignore_ascii_case(s.as_bytes()))
-                || MARKERS.iter().any(|m| line.contains(m))
-        })
-        .map(|line| one_line(line, 200))
-        .filter(|l| !l.is_empty())
+    let t = line.trim_start().as_bytes();
+    STARTS
+        .iter()
+        .any(|s| t.len() >= s.len() && t[..s.len()].eq_ignore_ascii_case(s.as_bytes()))
 }
+
+/// Substrings that mark an error report anywhere in a line, searched in one pass.
+static ERROR_MARKERS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+    AhoCorasick::builder()
+        .match_kind(MatchKind::LeftmostFirst)
+        .build([
+            "error: ",
+            "error[",
+            "Error: ",
+            "ERROR",
+            "FAILED",
+            "FAIL:",
+            "panicked at",
+            "Exception:",
+            "No such file",
+            "not found",
+            "Permission denied",
+            "exit code",
+            "exit status",
+        ])
+        .ok()
+});
 
 #[cfg(test)]
 mod tests {

@@ -58,18 +58,24 @@ pub fn build_fitting(plan: &Plan, body: &str, opts: &Options) -> (Vec<Message>, 
     let head_end = boundary::head_end(msgs, 0);
     let tail_start = boundary::tail_start(msgs, head_end, opts.tail_budget(plan.target) / 4, 1)
         .max(plan.tail_start);
-    let mut kept = plan.kept_instructions.clone();
+    // Instructions keep their relative order: those from the dropped head turns come before
+    // the middle's, those from the dropped tail turns after.
+    let mut kept = Vec::new();
     let mut extra = Vec::new();
-    for m in msgs[head_end..plan.head_end]
-        .iter()
-        .chain(&msgs[plan.tail_start..tail_start])
-    {
+    let mut sort = |m: &Message, kept: &mut Vec<Message>| {
         if m.role.is_instruction() {
             kept.push(m.clone());
         } else {
             extra.push(m.clone());
         }
-    }
+    };
+    msgs[head_end..plan.head_end]
+        .iter()
+        .for_each(|m| sort(m, &mut kept));
+    kept.extend(plan.kept_instructions.iter().cloned());
+    msgs[plan.tail_start..tail_start]
+        .iter()
+        .for_each(|m| sort(m, &mut kept));
     let body = if extra.is_empty() {
         body.to_string()
     } else {

@@ -1,6 +1,8 @@
 //! The engine's view of a chat message: the original JSON object, kept whole so that
 //! unknown fields and key order survive, plus the parsed role and a cached token count.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use super::tokens::Counter;
@@ -105,9 +107,13 @@ impl Message {
         self.tokens = counter.message(&self.body);
     }
 
-    /// The message's text: a string content, or its text parts joined by newlines.
-    pub fn text(&self) -> String {
-        content_text(self.content())
+    /// The message's text: a string content (borrowed), or its text parts joined by
+    /// newlines.
+    pub fn text(&self) -> Cow<'_, str> {
+        match self.content() {
+            Some(Value::String(s)) => Cow::Borrowed(s),
+            other => Cow::Owned(content_text(other)),
+        }
     }
 
     pub fn tool_calls(&self) -> &[Value] {

@@ -21,6 +21,7 @@ mod escalate;
 mod media;
 mod merge;
 pub mod message;
+mod pretoken;
 mod prune;
 mod sanitize;
 pub mod summary;
@@ -126,14 +127,16 @@ impl Options {
             Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
             None => self.default_output_reserve.min(self.context_window / 4),
         };
-        let margin = self.context_window / 100 * self.safety_margin_percent;
+        let margin = (self.context_window / 100).saturating_mul(self.safety_margin_percent);
         self.context_window
             .saturating_sub(reserve)
             .saturating_sub(margin)
     }
 
     fn tail_budget(&self, target: usize) -> usize {
-        target / 100 * self.tail_percent + target % 100 * self.tail_percent / 100
+        (target / 100)
+            .saturating_mul(self.tail_percent)
+            .saturating_add((target % 100).saturating_mul(self.tail_percent) / 100)
     }
 
     /// Summary budget: a tenth of the target, capped.
@@ -338,10 +341,7 @@ pub fn plan_with_counts(
     };
     let counts: Vec<usize> = match counts {
         Some(c) if c.len() == raw.len() => c.to_vec(),
-        _ => raw
-            .iter()
-            .map(|m| m.as_object().map_or(0, |m| counter.message(m)))
-            .collect(),
+        _ => counter.messages(raw),
     };
     let roles = raw
         .iter()
@@ -577,5 +577,195 @@ fn conclude(
             summary: source,
             notes,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn session(rounds: usize, output_chars: usize) -> Value {
+        let mut messages = vec![json!({"role": "system", "content": "You are a careful agent."})];
+        for r in 0..rounds {
+            let id = format!("c{r}");
+            messages.push(json!({"role": "user", "content": format!("step {r}: keep going")}));
+            messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": id,
+                "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"make\"}"}}]}));
+            messages.push(json!({"role": "tool", "tool_call_id": id,
+                "content": format!("build line {r}\n").repeat(output_chars / 13)}));
+            messages.push(json!({"role": "assistant", "content": format!("round {r} done")}));
+        }
+        messages.push(json!({"role": "user", "content": "finish up"}));
+        json!({"model": "gpt-4o", "max_tokens": 100, "messages": messages})
+    }
+
+    fn roles(v: &Value) -> Vec<&str> {
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn target_leaves_room_for_the_completion_and_a_margin() {
+        let opts = Options::with_window(10_000);
+        assert_eq!(
+            opts.target_for(&json!({"max_tokens": 1000})),
+            10_000 - 1000 - 200
+        );
+        assert_eq!(
+            opts.target_for(&json!({"max_completion_tokens": 500, "max_tokens": 9})),
+            9_300
+        );
+        assert_eq!(opts.target_for(&json!({})), 10_000 - 2500 - 200);
+        let fixed = Options {
+            target_tokens: Some(42),
+            ..opts
+        };
+        assert_eq!(fixed.target_for(&json!({"max_tokens": 1})), 42);
+    }
+
+    #[test]
+    fn plan_exposes_the_middle_for_an_external_summariser() {
+        let request = session(12, 2000);
+        let opts = Options {
+            target_tokens: Some(400),
+            ..Options::default()
+        };
+        let plan = plan(&request, &opts).unwrap();
+        assert!(plan.needs_summary());
+        assert!(plan.previous_summary().is_none());
+        assert_eq!(plan.head()[0].role, Role::System);
+        assert_eq!(plan.tail().last().unwrap().text(), "finish up");
+        assert!(plan.turns().iter().all(|m| !m.role.is_instruction()));
+        let llm = Summary {
+            text: "## Goal\nship the build".into(),
+            source: SummarySource::Llm,
+        };
+        let outcome = finish(plan, Some(llm), &opts);
+        assert_eq!(outcome.report.summary, SummarySource::Llm);
+        let body = outcome.rewritten.unwrap();
+        assert!(body.to_string().contains("ship the build"));
+        validate(body["messages"].as_array().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_blank_external_summary_falls_back_to_the_digest() {
+        let request = session(12, 2000);
+        let opts = Options {
+            target_tokens: Some(400),
+            ..Options::default()
+        };
+        let plan = plan(&request, &opts).unwrap();
+        let blank = Summary {
+            text: "  \n".into(),
+            source: SummarySource::Llm,
+        };
+        let outcome = finish(plan, Some(blank), &opts);
+        assert_eq!(outcome.report.summary, SummarySource::Fallback);
+        assert!(outcome
+            .rewritten
+            .unwrap()
+            .to_string()
+            .contains("step 1: keep going"));
+    }
+
+    #[test]
+    fn escalation_ends_at_instructions_summary_and_latest_user() {
+        // A huge reply after the latest user message: no tail can drop it, and even cut to
+        // its ends it is over the target.
+        let mut request = session(3, 500);
+        let msgs = request["messages"].as_array_mut().unwrap();
+        msgs.push(json!({"role": "assistant", "content": "x ".repeat(20_000)}));
+        let opts = Options {
+            target_tokens: Some(160),
+            ..Options::default()
+        };
+        let outcome = compact(&request, &opts).unwrap();
+        let body = outcome.rewritten.unwrap();
+        assert_eq!(
+            roles(&body),
+            ["system", "assistant", "user"],
+            "{}",
+            outcome.report
+        );
+        assert!(outcome.report.fits, "{}", outcome.report);
+        assert!(outcome
+            .report
+            .notes
+            .iter()
+            .any(|n| n.contains("last resort")));
+        assert_eq!(body["messages"][2]["content"], "finish up");
+        assert!(body["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with(MARKER));
+    }
+
+    #[test]
+    fn an_unreachable_target_is_reported_not_hidden() {
+        let request = session(6, 2000);
+        let opts = Options {
+            target_tokens: Some(5),
+            ..Options::default()
+        };
+        let outcome = compact(&request, &opts).unwrap();
+        assert!(!outcome.report.fits);
+        assert!(outcome.report.tokens_after < outcome.report.tokens_before);
+        assert!(outcome.report.to_string().contains("DOES NOT FIT"));
+    }
+
+    #[test]
+    fn bad_requests_are_named() {
+        let opts = Options::default();
+        assert_eq!(
+            compact(&json!([]), &opts).unwrap_err(),
+            EngineError::NotAnObject
+        );
+        assert_eq!(
+            compact(&json!({}), &opts).unwrap_err(),
+            EngineError::MissingMessages
+        );
+        assert_eq!(
+            compact(&json!({"messages": 1}), &opts).unwrap_err(),
+            EngineError::MessagesNotArray
+        );
+        assert_eq!(
+            compact(&json!({"messages": []}), &opts).unwrap_err(),
+            EngineError::NoMessages
+        );
+        assert_eq!(
+            compact(
+                &json!({"messages": [{"role": "user", "content": "a"}, {"content": "b"}]}),
+                &opts
+            )
+            .unwrap_err(),
+            EngineError::MissingRole { index: 1 }
+        );
+        assert!(matches!(
+            compact_bytes(b"{", &opts),
+            Err(EngineError::InvalidJson(_))
+        ));
+    }
+
+    #[test]
+    fn reused_counts_give_the_same_result() {
+        let request = session(10, 1500);
+        let opts = Options {
+            target_tokens: Some(600),
+            ..Options::default()
+        };
+        let counts = count_messages(&request);
+        let a = finish(
+            plan_with_counts(&request, Some(&counts), &opts).unwrap(),
+            None,
+            &opts,
+        );
+        let b = compact(&request, &opts).unwrap();
+        assert_eq!(a.rewritten, b.rewritten);
+        assert_eq!(a.report, b.report);
     }
 }

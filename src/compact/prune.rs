@@ -40,19 +40,23 @@ pub fn prune(
     let duplicates = find_duplicates(messages, end, opts.prune_min_chars);
     for i in 0..end {
         if messages[i].role.is_result() {
-            let text = messages[i].text();
-            if text.len() <= opts.prune_min_chars || has_marker(&text) {
-                continue;
-            }
-            let label = result_info(messages, i, &index)
-                .map_or_else(|| "a tool".to_string(), |c| c.label());
-            let line = if duplicates.contains(&i) {
-                format!("[duplicate output of {label}: identical to a later result, kept there]")
-            } else {
-                describe_output(&label, &text)
+            let line = {
+                let text = messages[i].text();
+                if text.len() <= opts.prune_min_chars || has_marker(&text) {
+                    continue;
+                }
+                let label = result_info(messages, i, &index)
+                    .map_or_else(|| "a tool".to_string(), |c| c.label());
+                if duplicates.binary_search(&i).is_ok() {
+                    format!(
+                        "[duplicate output of {label}: identical to a later result, kept there]"
+                    )
+                } else {
+                    describe_output(&label, &text)
+                }
             };
             if replace_if_smaller(&mut messages[i], Value::String(line), counter) {
-                if duplicates.contains(&i) {
+                if duplicates.binary_search(&i).is_ok() {
                     stats.deduplicated += 1;
                 } else {
                     stats.summarized += 1;
@@ -65,7 +69,8 @@ pub fn prune(
     stats
 }
 
-/// Results in `[..end]` whose text equals a later result's (anywhere, tail included).
+/// Results in `[..end]` whose text equals a later result's (anywhere, tail included),
+/// ascending.
 fn find_duplicates(messages: &[Message], end: usize, min_chars: usize) -> Vec<usize> {
     let mut newest: HashMap<u64, usize> = HashMap::new();
     let mut dups = Vec::new();
@@ -87,13 +92,14 @@ fn find_duplicates(messages: &[Message], end: usize, min_chars: usize) -> Vec<us
             }
         }
     }
+    dups.reverse();
     dups
 }
 
 /// One line that keeps what a later turn may need from an output: which call, how big,
 /// and the first error it reported.
 pub fn describe_output(label: &str, text: &str) -> String {
-    let lines = text.lines().count();
+    let lines = text.bytes().filter(|&b| b == b'\n').count() + usize::from(!text.ends_with('\n'));
     let mut line = format!(
         "{PRUNED_PREFIX}{label} pruned by compaction: {} chars, {lines} lines",
         text.len()
@@ -107,14 +113,18 @@ pub fn describe_output(label: &str, text: &str) -> String {
 }
 
 fn replace_if_smaller(msg: &mut Message, content: Value, counter: &Counter) -> bool {
-    let mut candidate = msg.clone();
-    candidate.set_content(content, counter);
-    if candidate.tokens < msg.tokens {
-        *msg = candidate;
-        true
-    } else {
-        false
+    let tokens = msg.tokens;
+    let old = msg.body.insert("content".into(), content);
+    msg.recount(counter);
+    if msg.tokens < tokens {
+        return true;
     }
+    match old {
+        Some(old) => msg.body.insert("content".into(), old),
+        None => msg.body.shift_remove("content"),
+    };
+    msg.tokens = tokens;
+    false
 }
 
 /// Shortens long string values inside each call's JSON arguments; returns how many calls

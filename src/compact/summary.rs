@@ -2,7 +2,10 @@
 //! summary recognisable in later requests, the wrapper that frames it as reference material,
 //! and the deterministic summariser used when no LLM summary is available.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 
 use super::calls::{first_error_line, index_calls, result_info, CallInfo};
 use super::message::{call_id, keep_ends, one_line, Message, Role};
@@ -54,8 +57,11 @@ pub struct Summary {
     pub source: SummarySource,
 }
 
+/// Whether a text holds a summary. Runs over every message of every compacted request,
+/// hence the SIMD searcher built once.
 pub fn has_marker(text: &str) -> bool {
-    text.contains(MARKER)
+    static FINDER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(MARKER));
+    FINDER.find(text.as_bytes()).is_some()
 }
 
 /// The full message text for a summary body.
@@ -145,6 +151,7 @@ impl Sections {
 
     fn add_turns(&mut self, turns: &[Message]) {
         let index = index_calls(turns);
+        let mut seen = Seen::of(self);
         let mut last = Vec::new();
         for (i, m) in turns.iter().enumerate() {
             match m.role {
@@ -155,12 +162,15 @@ impl Sections {
                             .push(one_line(&keep_ends(text.trim(), 500, 200), 800));
                     }
                 }
-                Role::Assistant => self.add_calls(m),
+                Role::Assistant => self.add_calls(m, &mut seen),
                 Role::Tool | Role::Function => {
                     if let Some(err) = first_error_line(&m.text()) {
                         let who = result_info(turns, i, &index)
                             .map_or_else(|| "tool".to_string(), |c| c.label());
-                        push_unique(&mut self.errors, format!("{}: {err}", one_line(&who, 100)));
+                        let line = format!("{}: {err}", one_line(&who, 100));
+                        if seen.errors.insert(line.clone()) {
+                            self.errors.push(line);
+                        }
                     }
                 }
                 _ => {}
@@ -174,7 +184,7 @@ impl Sections {
         }
     }
 
-    fn add_calls(&mut self, m: &Message) {
+    fn add_calls(&mut self, m: &Message, seen: &mut Seen) {
         let infos = m
             .tool_calls()
             .iter()
@@ -187,12 +197,18 @@ impl Sections {
             }));
         for info in infos {
             let label = one_line(&info.label(), 160);
-            match self.tools.iter_mut().find(|(l, _)| *l == label) {
-                Some((_, n)) => *n += 1,
-                None => self.tools.push((label, 1)),
+            match seen.tools.get(&label) {
+                Some(&at) => self.tools[at].1 += 1,
+                None => {
+                    seen.tools.insert(label.clone(), self.tools.len());
+                    self.tools.push((label, 1));
+                }
             }
             for f in info.files {
-                push_unique(&mut self.files, one_line(&f, 200));
+                let f = one_line(&f, 200);
+                if seen.files.insert(f.clone()) {
+                    self.files.push(f);
+                }
             }
         }
     }
@@ -308,9 +324,25 @@ fn parse_count(item: &str) -> (String, usize) {
     (item.to_string(), 1)
 }
 
-fn push_unique(v: &mut Vec<String>, item: String) {
-    if !v.contains(&item) {
-        v.push(item);
+/// Lookup sets for the list sections while turns are added, so long sessions stay linear.
+struct Seen {
+    tools: HashMap<String, usize>,
+    files: HashSet<String>,
+    errors: HashSet<String>,
+}
+
+impl Seen {
+    fn of(s: &Sections) -> Seen {
+        Seen {
+            tools: s
+                .tools
+                .iter()
+                .enumerate()
+                .map(|(i, (l, _))| (l.clone(), i))
+                .collect(),
+            files: s.files.iter().cloned().collect(),
+            errors: s.errors.iter().cloned().collect(),
+        }
     }
 }
 
