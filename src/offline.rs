@@ -5,7 +5,8 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::compact::{self, window, Options};
+use crate::compact::{self, Options, DEFAULT_CONTEXT_WINDOW};
+use crate::models;
 
 /// Exit status when the result fits the target.
 const FITS: u8 = 0;
@@ -29,7 +30,7 @@ pub struct CompactArgs {
     /// Model whose tokenizer and default context window apply [default: the request's "model"]
     #[arg(long, value_name = "M")]
     pub model: Option<String>,
-    /// Context window in tokens [default: by model name prefix, else 128000]
+    /// Context window in tokens [default: the proxy's built-in table by model name, else 128000]
     #[arg(long, value_name = "N", long_help = context_window_help())]
     pub context_window: Option<usize>,
     /// Request body to read; stdin when absent or "-"
@@ -39,11 +40,19 @@ pub struct CompactArgs {
 
 fn context_window_help() -> String {
     format!(
-        "Context window in tokens (prompt plus completion). Default: by model name prefix \
-         ({}), else {}.",
-        window::describe_table(),
-        window::DEFAULT_CONTEXT_WINDOW
+        "Context window in tokens (prompt plus completion). Default: the window the proxy's \
+         built-in table gives the model (OpenAI, Anthropic, Gemini, Llama, Qwen, DeepSeek and \
+         Mistral families, e.g. gpt-4o = {}), else {}.",
+        models::builtin_window("gpt-4o").unwrap_or(0),
+        DEFAULT_CONTEXT_WINDOW
     )
+}
+
+/// The same table the proxy's preflight uses, so offline and online agree.
+fn default_window(model: &str) -> usize {
+    models::builtin_window(model)
+        .and_then(|w| usize::try_from(w).ok())
+        .unwrap_or(DEFAULT_CONTEXT_WINDOW)
 }
 
 pub fn run(args: &CompactArgs) -> ExitCode {
@@ -63,7 +72,7 @@ pub fn run(args: &CompactArgs) -> ExitCode {
     });
     let window = args
         .context_window
-        .unwrap_or_else(|| window::default_context_window(model.as_deref().unwrap_or("")));
+        .unwrap_or_else(|| default_window(model.as_deref().unwrap_or("")));
     let opts = Options {
         model,
         ..Options::with_window(window)

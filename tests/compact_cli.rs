@@ -94,7 +94,7 @@ fn help_documents_the_default_window() {
         .unwrap();
     let help = String::from_utf8_lossy(&o.stdout);
     assert!(
-        help.contains("gpt-4o*=128000") && help.contains("else 128000"),
+        help.contains("gpt-4o = 128000") && help.contains("else 128000"),
         "{help}"
     );
 }

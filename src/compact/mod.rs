@@ -27,7 +27,6 @@ mod sanitize;
 pub mod summary;
 pub mod tokens;
 mod validate;
-pub mod window;
 
 use serde_json::{Map, Value};
 
@@ -58,6 +57,9 @@ pub enum EngineError {
     #[error("messages[{index}] has unknown role {role:?}")]
     UnknownRole { index: usize, role: String },
 }
+
+/// The window assumed when nothing says otherwise.
+pub const DEFAULT_CONTEXT_WINDOW: usize = 128_000;
 
 /// Limits and knobs. Defaults suit real models; tests use small windows.
 #[derive(Clone, Debug, PartialEq)]
@@ -92,7 +94,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options {
-            context_window: window::DEFAULT_CONTEXT_WINDOW,
+            context_window: DEFAULT_CONTEXT_WINDOW,
             model: None,
             target_tokens: None,
             default_output_reserve: 4096,
