@@ -96,6 +96,9 @@ struct Attempts<'a> {
     report: Option<compact::Report>,
     /// Our token count of the original request, once counted.
     tokens_original: Option<u64>,
+    /// Per-message counts of the original request, kept so the engine does not count
+    /// the same messages again.
+    counts: Option<Vec<usize>>,
 }
 
 impl<'a> Attempts<'a> {
@@ -113,6 +116,7 @@ impl<'a> Attempts<'a> {
             tried: false,
             report: None,
             tokens_original: None,
+            counts: None,
         }
     }
 
@@ -276,11 +280,18 @@ impl<'a> Attempts<'a> {
             target_tokens: Some(usize::try_from(target).unwrap_or(usize::MAX)),
             ..compact::Options::default()
         };
+        let counts = self.counts.clone();
         let started = Instant::now();
         // Compaction is CPU work measured in milliseconds for huge conversations: keep
         // it off the threads that move other requests' bytes.
         let joined = tokio::task::spawn_blocking(move || {
-            let outcome = compact::compact(&request, &options);
+            let outcome =
+                compact::plan_with_counts(&request, counts.as_deref(), &options).map(|plan| {
+                    let summary = plan
+                        .needs_summary()
+                        .then(|| compact::summarize_deterministic(&plan, &options));
+                    compact::finish(plan, summary, &options)
+                });
             (request, outcome)
         })
         .await;
@@ -326,7 +337,10 @@ impl<'a> Attempts<'a> {
     fn count_original(&mut self) -> Option<u64> {
         if self.tokens_original.is_none() {
             let value = self.original_value()?;
-            self.tokens_original = Some(compact::count_request(&value) as u64);
+            let counts = compact::count_messages(&value);
+            let overhead = compact::Counter::for_request(&value).request_overhead(&value);
+            self.tokens_original = Some((counts.iter().sum::<usize>() + overhead) as u64);
+            self.counts = Some(counts);
         }
         self.tokens_original
     }
