@@ -150,11 +150,8 @@ fn compaction(c: &mut Criterion) {
         let counts = count_messages(&request);
         g.bench_with_input(BenchmarkId::new("with_counts", label), &request, |b, r| {
             b.iter(|| {
-                let plan = compact::plan_with_counts(black_box(r), Some(&counts), &opts).unwrap();
-                let summary = plan
-                    .needs_summary()
-                    .then(|| compact::summarize_deterministic(&plan, &opts));
-                compact::finish(plan, summary, &opts)
+                compact::compact_with(black_box(r), Some(&counts), &opts, &compact::Deterministic)
+                    .unwrap()
             })
         });
     }

@@ -285,13 +285,12 @@ impl<'a> Attempts<'a> {
         // Compaction is CPU work measured in milliseconds for huge conversations: keep
         // it off the threads that move other requests' bytes.
         let joined = tokio::task::spawn_blocking(move || {
-            let outcome =
-                compact::plan_with_counts(&request, counts.as_deref(), &options).map(|plan| {
-                    let summary = plan
-                        .needs_summary()
-                        .then(|| compact::summarize_deterministic(&plan, &options));
-                    compact::finish(plan, summary, &options)
-                });
+            let outcome = compact::compact_with(
+                &request,
+                counts.as_deref(),
+                &options,
+                &compact::Deterministic,
+            );
             (request, outcome)
         })
         .await;

@@ -291,12 +291,42 @@ pub fn compact_bytes(body: &[u8], opts: &Options) -> Result<(Value, Outcome), En
     Ok((request, outcome))
 }
 
+/// Writes the summary of a plan's middle; [`compact_with`] calls it between planning
+/// and finishing, only when a summary is needed. A summariser that must wait on the
+/// network (an LLM call) drives [`plan`] and [`finish`] itself instead, so the engine
+/// stays free of I/O and async.
+pub trait Summarizer {
+    fn summarize(&self, plan: &Plan, opts: &Options) -> Summary;
+}
+
+/// The summary made from the dropped turns themselves, with no model: it cannot fail,
+/// which makes it the fallback of every other summariser.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Deterministic;
+
+impl Summarizer for Deterministic {
+    fn summarize(&self, plan: &Plan, opts: &Options) -> Summary {
+        summarize_deterministic(plan, opts)
+    }
+}
+
 /// Passes 1-8 with the deterministic summary.
 pub fn compact(request: &Value, opts: &Options) -> Result<Outcome, EngineError> {
-    let plan = plan(request, opts)?;
+    compact_with(request, None, opts, &Deterministic)
+}
+
+/// Passes 1-8 with `summarizer`, reusing per-message counts the caller already has
+/// (from [`count_messages`] on the same request).
+pub fn compact_with(
+    request: &Value,
+    counts: Option<&[usize]>,
+    opts: &Options,
+    summarizer: &dyn Summarizer,
+) -> Result<Outcome, EngineError> {
+    let plan = plan_with_counts(request, counts, opts)?;
     let summary = plan
         .needs_summary()
-        .then(|| summarize_deterministic(&plan, opts));
+        .then(|| summarizer.summarize(&plan, opts));
     Ok(finish(plan, summary, opts))
 }
 
@@ -652,6 +682,39 @@ mod tests {
         let body = outcome.rewritten.unwrap();
         assert!(body.to_string().contains("ship the build"));
         validate(body["messages"].as_array().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn compact_with_asks_the_summarizer_only_when_a_summary_is_needed() {
+        struct Canned(std::cell::Cell<usize>);
+        impl Summarizer for Canned {
+            fn summarize(&self, _: &Plan, _: &Options) -> Summary {
+                self.0.set(self.0.get() + 1);
+                Summary {
+                    text: "## Goal\ncanned checkpoint".into(),
+                    source: SummarySource::Llm,
+                }
+            }
+        }
+        let request = session(12, 2000);
+        let tight = Options {
+            target_tokens: Some(400),
+            ..Options::default()
+        };
+        let canned = Canned(std::cell::Cell::new(0));
+        let outcome = compact_with(&request, None, &tight, &canned).unwrap();
+        assert_eq!(canned.0.get(), 1);
+        assert_eq!(outcome.report.summary, SummarySource::Llm);
+        assert!(outcome
+            .rewritten
+            .unwrap()
+            .to_string()
+            .contains("canned checkpoint"));
+
+        let roomy = Options::with_window(1_000_000);
+        let outcome = compact_with(&request, None, &roomy, &canned).unwrap();
+        assert_eq!(canned.0.get(), 1, "a request that fits needs no summary");
+        assert!(outcome.report.unchanged);
     }
 
     #[test]
