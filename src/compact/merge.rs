@@ -104,16 +104,11 @@ fn plain_text_mut(part: &mut Value) -> Option<&mut String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compact::message::parse_test_messages;
     use crate::compact::tokens::Encoding;
 
     fn msgs(v: Value) -> Vec<Message> {
-        let c = Counter::new(Encoding::O200k);
-        v.as_array()
-            .unwrap()
-            .iter()
-            .enumerate()
-            .map(|(i, m)| Message::parse(i, m, &c).unwrap())
-            .collect()
+        parse_test_messages(&v)
     }
 
     fn run(v: Value) -> (Vec<Value>, usize) {

@@ -203,17 +203,12 @@ fn shrink_strings(v: &mut Value, max: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compact::message::parse_test_messages;
     use crate::compact::tokens::Encoding;
     use serde_json::json;
 
     fn parse(v: &Value) -> Vec<Message> {
-        let c = Counter::new(Encoding::O200k);
-        v.as_array()
-            .unwrap()
-            .iter()
-            .enumerate()
-            .map(|(i, m)| Message::parse(i, m, &c).unwrap())
-            .collect()
+        parse_test_messages(v)
     }
 
     fn call(id: &str, name: &str, args: Value) -> Value {

@@ -388,17 +388,11 @@ fn turn_line(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::tokens::{Counter, Encoding};
+    use crate::compact::message::parse_test_messages;
     use serde_json::{json, Value};
 
     fn parse(v: Value) -> Vec<Message> {
-        let c = Counter::new(Encoding::O200k);
-        v.as_array()
-            .unwrap()
-            .iter()
-            .enumerate()
-            .map(|(i, m)| Message::parse(i, m, &c).unwrap())
-            .collect()
+        parse_test_messages(&v)
     }
 
     fn session() -> Vec<Message> {
