@@ -264,6 +264,18 @@ pub fn one_line(s: &str, max: usize) -> String {
     }
 }
 
+/// Parses a JSON array of messages for the passes' unit tests, counting with o200k.
+#[cfg(test)]
+pub(crate) fn parse_test_messages(v: &Value) -> Vec<Message> {
+    let counter = Counter::new(super::tokens::Encoding::O200k);
+    v.as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Message::parse(i, m, &counter).unwrap())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,16 +301,4 @@ mod tests {
         assert_eq!(one_line("  a\n\tb   c ", 80), "a b c");
         assert_eq!(one_line("abcdef", 3), "abc...");
     }
-}
-
-/// Parses a JSON array of messages for the passes' unit tests, counting with o200k.
-#[cfg(test)]
-pub(crate) fn parse_test_messages(v: &Value) -> Vec<Message> {
-    let counter = Counter::new(super::tokens::Encoding::O200k);
-    v.as_array()
-        .unwrap()
-        .iter()
-        .enumerate()
-        .map(|(i, m)| Message::parse(i, m, &counter).unwrap())
-        .collect()
 }
