@@ -226,6 +226,12 @@ async fn overflow_reported_in_the_first_event_of_a_200_stream() {
 }
 
 #[tokio::test]
+async fn overflow_hidden_in_a_200_with_an_empty_length_stop() {
+    let headers = session("vllm-empty-200", 12, false, 6000).await;
+    assert!(!applied(&headers).is_empty());
+}
+
+#[tokio::test]
 async fn output_cap_is_fixed_by_asking_for_fewer_tokens_first() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");

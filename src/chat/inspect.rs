@@ -37,7 +37,7 @@ pub async fn inspect(
     hold: Duration,
 ) -> Result<Verdict, ProxyError> {
     let status = response.status();
-    if status.is_success() && !streaming {
+    if status.is_success() && !streaming && !small_json(&response) {
         return Ok(Verdict::Deliver(response));
     }
     let (parts, mut body) = response.into_parts();
@@ -46,7 +46,7 @@ pub async fn inspect(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    if status.is_success() {
+    if status.is_success() && streaming {
         let (head, class) = hold_stream_head(&mut body, hold).await?;
         return match class {
             Some(class) if class.kind != Kind::Other => {
@@ -61,7 +61,7 @@ pub async fn inspect(
     }
     let (read, complete) = read_to_end(&mut body, Bytes::new(), MAX_ERROR_BODY).await?;
     let class = classify::classify(status.as_u16(), content_type.as_deref(), &read);
-    tracing::debug!(status = status.as_u16(), kind = ?class.kind, reason = class.reason, "upstream refused");
+    tracing::debug!(status = status.as_u16(), kind = ?class.kind, reason = class.reason, "upstream answer classified");
     Ok(refused_or_deliver(parts, read, complete, body, class))
 }
 
@@ -85,6 +85,22 @@ fn refused_or_deliver(
         body: read,
         class,
     }
+}
+
+/// A successful non-streaming answer is read before it is passed on only when it is
+/// small JSON of known length: a few servers report an overflow inside a 200 (an empty
+/// completion stopped for `length`, a provider status code in the body). Larger or
+/// unsized answers pass untouched.
+fn small_json(response: &Response<ProxyBody>) -> bool {
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let small = http_body::Body::size_hint(response.body())
+        .exact()
+        .is_some_and(|n| n <= classify::SCAN_LIMIT as u64);
+    json && small
 }
 
 /// Reads a stream until its head is decisive: real output (pass), an in-band error

@@ -388,6 +388,11 @@ fn overflow(shape: &str, tokens: u64, output: u64, limit: u64, stream: bool) -> 
             }
             (400, "application/json", error.to_string())
         }
+        // Old vLLM: a 200 whose completion is empty, stopped for length, zero tokens.
+        "vllm-empty-200" => (200, "application/json", serde_json::json!({
+            "id": "cmpl-mock", "object": "chat.completion", "created": 1, "model": "mock",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": limit, "completion_tokens": 0, "total_tokens": limit}}).to_string()),
         "html413" => (413, "text/html", "<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n".to_owned()),
         other => (400, "text/plain", format!("unknown x-mock-shape {other}")),
     };
