@@ -22,4 +22,5 @@ pub mod passthrough;
 pub mod redact;
 pub mod router;
 pub mod server;
+pub mod summarize;
 pub mod upstream;
