@@ -475,6 +475,8 @@ const VETO: &[&str] = &[
     "input",
     "prompt",
     "validation",
+    "sock",
+    "socket",
 ];
 
 /// Words before `key` that make it a credential rather than a map or keyboard key.
@@ -632,8 +634,8 @@ fn assignment(b: &[u8], start: usize, end: usize) -> Option<Hit> {
     let class = classify(name, query)?;
     let (from, to, style) = value_span(b, sep_end, style)?;
     let value = std::str::from_utf8(&b[from..to]).ok()?;
-    if let Some(label) = auth_scheme(value) {
-        return scheme_credential(b, to, label);
+    if let Some((label, scheme_len)) = auth_scheme(value) {
+        return scheme_credential(b, from + scheme_len, label);
     }
     accepts(class, value, style).then_some(Hit {
         from,
@@ -685,21 +687,13 @@ fn separator(b: &[u8], start: usize, name_end: usize) -> Option<(usize, Style)> 
 
 /// The value after a separator: a quoted string on one line, or a run up to a delimiter.
 fn value_span(b: &[u8], at: usize, style: Style) -> Option<(usize, usize, Style)> {
-    let (quote, open) = match (b.get(at), b.get(at + 1)) {
-        (Some(b'\\'), Some(&q @ (b'"' | b'\''))) => (Some(q), at + 2),
-        (Some(&q @ (b'"' | b'\'' | b'`')), _) => (Some(q), at + 1),
-        _ => (None, at),
+    let (quote, open, escaped) = match (b.get(at), b.get(at + 1)) {
+        (Some(b'\\'), Some(&q @ (b'"' | b'\''))) => (Some(q), at + 2, true),
+        (Some(&q @ (b'"' | b'\'' | b'`')), _) => (Some(q), at + 1, false),
+        _ => (None, at, false),
     };
-    if let Some(q) = quote {
-        let to = scan(b, open, |c| c != q && c != b'\n' && c != b'\\');
-        let closed = match b.get(to) {
-            Some(&c) if c == q => true,
-            Some(b'\\') => b.get(to + 1) == Some(&q),
-            _ => false,
-        };
-        if closed {
-            return Some((open, to, Style::Quoted));
-        }
+    if let Some(to) = quote.and_then(|q| closing_quote(b, open, q, escaped)) {
+        return Some((open, to, Style::Quoted));
     }
     let to = scan(b, open, |c| {
         !c.is_ascii_whitespace()
@@ -728,16 +722,35 @@ fn value_span(b: &[u8], at: usize, style: Style) -> Option<(usize, usize, Style)
     Some((open, to, style))
 }
 
-/// The label for a value that is only an authorization scheme word (`Authorization: Bearer
-/// ...`), whose credential follows it.
-fn auth_scheme(value: &str) -> Option<&'static str> {
-    ["bearer", "basic", "token", "digest"]
-        .into_iter()
-        .find(|s| value.eq_ignore_ascii_case(s))
-        .map(|s| match s {
-            "bearer" => "bearer",
-            _ => "auth",
-        })
+/// Where a quoted value opened at `open` ends, on the same line. Inside JSON that is itself
+/// a string (`\"name\": \"value\"`, `escaped`), `\"` closes it; otherwise `\"` is an
+/// escaped quote within the value. Any other backslash escapes the next byte.
+fn closing_quote(b: &[u8], open: usize, q: u8, escaped: bool) -> Option<usize> {
+    let limit = (open + MAX_VALUE).min(b.len());
+    let mut i = open;
+    while i < limit {
+        match b[i] {
+            c if c == q => return Some(i),
+            b'\n' => return None,
+            b'\\' if escaped && b.get(i + 1) == Some(&q) => return Some(i),
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// When a value opens with an authorization scheme (`Bearer ...`, `Basic ...`), the label
+/// for its credential and the scheme word's length: the credential alone is masked, so the
+/// scheme stays readable.
+fn auth_scheme(value: &str) -> Option<(&'static str, usize)> {
+    let word = value.split([' ', '\t']).next().unwrap_or(value);
+    let label = match word.to_ascii_lowercase().as_str() {
+        "bearer" => "bearer",
+        "basic" | "token" | "digest" => "auth",
+        _ => return None,
+    };
+    Some((label, word.len()))
 }
 
 #[cfg(test)]

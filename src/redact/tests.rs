@@ -112,6 +112,15 @@ const MASKED: &[(&str, &str)] = &[
     ),
     ("X-Api-Key: 9f8e7d6c5b4a3210", "X-Api-Key: [REDACTED:key]"),
     ("GITHUB_TOKEN=foo1234567bar", "GITHUB_TOKEN=[REDACTED:token]"),
+    (
+        r#"{"key": "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----\n"}"#,
+        r#"{"key": "[REDACTED:private-key]\n"}"#,
+    ),
+    (
+        r#"{\"headers\": {\"Authorization\": \"Bearer abc123DEF456\"}}"#,
+        r#"{\"headers\": {\"Authorization\": \"Bearer [REDACTED:bearer]\"}}"#,
+    ),
+    (r#"password = "pa\"ss\\w0rd""#, r#"password = "[REDACTED:password]""#),
 ];
 
 /// Ordinary prose and code that must come back untouched.
@@ -144,6 +153,11 @@ const KEPT: &[&str] = &[
     "password: ****",
     "[REDACTED:openai-key] was already masked",
     "secret: true",
+    "SSH_AUTH_SOCK=/tmp/ssh-x/agent.1",
+    "passwordless: enabled, tokenizer: o200k, OAuth: on",
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB",
+    "let token = Token::new(kind, span);",
+    "--token-file /etc/token",
 ];
 
 #[test]
@@ -242,6 +256,74 @@ fn secret() -> impl Strategy<Value = (String, String)> {
         )),
         body.prop_map(|b| (format!("eyJ{b}.eyJ{b}.{b}"), b)),
     ]
+}
+
+/// Pieces of the shapes the scanner looks for, so random text often comes near a match.
+const FRAGMENTS: &[&str] = &[
+    "password",
+    "Token",
+    "api_key",
+    "OPENAI_API_KEY",
+    "--password",
+    "secret",
+    "auth",
+    "key",
+    "=",
+    ":",
+    " = ",
+    ": ",
+    " ",
+    "\"",
+    "'",
+    "\\\"",
+    "\\",
+    "sk-",
+    "proj-",
+    "ghp_",
+    "AKIA",
+    "Bearer ",
+    "basic ",
+    "https://",
+    "u:",
+    "@",
+    "/",
+    "?",
+    "&",
+    "code=",
+    "eyJ",
+    ".",
+    "-----BEGIN ",
+    "PRIVATE KEY-----",
+    "-----END ",
+    "\n",
+    "\r",
+    "abc123XYZ",
+    "Ab3dEf6hIj9kLm2nOp5qRs8tUv",
+    "[REDACTED:x]",
+    "[REDACTED",
+    "$",
+    "${",
+    "{",
+    "}",
+    "(",
+    "[",
+    "<",
+    ">",
+    "é",
+    "日本",
+    ";",
+    ",",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn idempotent_on_fragments(parts in prop::collection::vec(prop::sample::select(FRAGMENTS), 0..30)) {
+        let s = parts.concat();
+        let once = redact(&s).into_owned();
+        prop_assert_eq!(redact(&once), once.clone(), "input {:?}", s);
+    }
 }
 
 proptest! {
