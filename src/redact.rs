@@ -164,12 +164,18 @@ fn pem(b: &[u8], start: usize, end: usize) -> Option<Hit> {
     if &b[start..end] != b"-----BEGIN" {
         return None;
     }
-    let line_end = b[end..]
+    // The header label is uppercase words (`RSA PRIVATE KEY`, `PGP PRIVATE KEY BLOCK`), so
+    // nothing the scanner masks can sit inside it and change the match on a second pass.
+    let label_len = b[end..]
         .iter()
-        .take(100)
-        .position(|&c| c == b'\n' || c == b'\r' || c == b'\\')
-        .map_or((end + 100).min(b.len()), |n| end + n);
-    memmem::find(&b[end..line_end], b"PRIVATE KEY")?;
+        .take(64)
+        .position(|&c| !(c.is_ascii_uppercase() || c == b' '))?;
+    let line_end = end + label_len;
+    if !b[line_end..].starts_with(b"-----")
+        || memmem::find(&b[end..line_end], b"PRIVATE KEY").is_none()
+    {
+        return None;
+    }
     let to = match memmem::find(&b[line_end..], b"-----END") {
         Some(n) => {
             let after = line_end + n + b"-----END".len();
@@ -338,7 +344,8 @@ fn url_password(b: &[u8], start: usize, end: usize) -> Option<Hit> {
         .map_or(limit, |n| auth + n);
     let at = auth + memchr::memrchr(b'@', &b[auth..auth_end])?;
     let userinfo = &b[auth..at];
-    if userinfo.starts_with(PLACEHOLDER.as_bytes()) {
+    // Masked already, by an earlier pass or by this one's assignment rule.
+    if memmem::find(userinfo, PLACEHOLDER.as_bytes()).is_some() {
         return None;
     }
     match memchr::memchr(b':', userinfo) {
@@ -411,6 +418,11 @@ const KEY: Class = Class {
 };
 const AUTH: Class = Class {
     label: "auth",
+    min_len: 8,
+    password: false,
+};
+const COOKIE: Class = Class {
+    label: "cookie",
     min_len: 8,
     password: false,
 };
@@ -538,6 +550,9 @@ fn classify(name: &str, query: bool) -> Option<Class> {
     if has(&["auth", "authorization", "credential", "credentials"]) {
         return Some(AUTH);
     }
+    if has(&["cookie", "cookies"]) {
+        return Some(COOKIE);
+    }
     if query && words.len() <= 3 && has(QUERY_NAMES) {
         return Some(QUERY);
     }
@@ -628,11 +643,18 @@ fn accepts(class: Class, value: &str, style: Style) -> bool {
 /// `NAME=value`, `"name": "value"`, `name: value`, `--name value`, `?name=value`.
 fn assignment(b: &[u8], start: usize, end: usize) -> Option<Hit> {
     let name_end = dotted_end(b, start, end);
+    if hides_token(b, end, name_end) {
+        return None;
+    }
     let (sep_end, style) = separator(b, start, name_end)?;
     let name = std::str::from_utf8(&b[start..name_end]).ok()?;
     let query = start > 0 && matches!(b[start - 1], b'?' | b'&' | b';');
     let class = classify(name, query)?;
     let (from, to, style) = value_span(b, sep_end, style)?;
+    if b[from..].starts_with(b"-----BEGIN") {
+        // A key file's content as a value: the whole block goes, not its first line.
+        return pem(b, from, word_end(b, from));
+    }
     let value = std::str::from_utf8(&b[from..to]).ok()?;
     if let Some((label, scheme_len)) = auth_scheme(value) {
         return scheme_credential(b, from + scheme_len, label);
@@ -642,6 +664,20 @@ fn assignment(b: &[u8], start: usize, end: usize) -> Option<Hit> {
         to,
         label: class.label,
     })
+}
+
+/// Whether a word after the first of a dotted name is itself a token, which the word-by-word
+/// scan must then reach (`cfg.sk-proj-...=x`).
+fn hides_token(b: &[u8], first_end: usize, name_end: usize) -> bool {
+    let mut i = first_end + 1;
+    while i < name_end {
+        let end = word_end(b, i);
+        if vendor_token(b, i, end).is_some() || jwt(b, i, end).is_some() {
+            return true;
+        }
+        i = end + 1;
+    }
+    false
 }
 
 /// Extends a name over `.`-joined words (`spring.datasource.password`), within
@@ -667,8 +703,12 @@ fn separator(b: &[u8], start: usize, name_end: usize) -> Option<(usize, Style)> 
     let style = match b.get(before) {
         Some(b'=') => Style::Bare,
         Some(b':') => Style::Colon,
-        _ if b[start..].starts_with(b"--") && b.get(name_end) == Some(&b' ') => {
+        _ if b.get(name_end) == Some(&b' ') && b[start..].starts_with(b"--") => {
             return Some((name_end + 1, Style::Bare));
+        }
+        // `.netrc` and similar: `password hunter22`; held to the stricter colon rule.
+        _ if b.get(name_end) == Some(&b' ') && is_bare_password(&b[start..name_end]) => {
+            return Some((name_end + 1, Style::Colon));
         }
         _ => return None,
     };
@@ -683,6 +723,10 @@ fn separator(b: &[u8], start: usize, name_end: usize) -> Option<(usize, Style)> 
         other => other,
     };
     Some((after, style))
+}
+
+fn is_bare_password(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"password") || name.eq_ignore_ascii_case(b"passwd")
 }
 
 /// The value after a separator: a quoted string on one line, or a run up to a delimiter.

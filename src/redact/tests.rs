@@ -120,6 +120,18 @@ const MASKED: &[(&str, &str)] = &[
         r#"{\"headers\": {\"Authorization\": \"Bearer abc123DEF456\"}}"#,
         r#"{\"headers\": {\"Authorization\": \"Bearer [REDACTED:bearer]\"}}"#,
     ),
+    (
+        "machine api.example.com login bot password hunter22",
+        "machine api.example.com login bot password [REDACTED:password]",
+    ),
+    (
+        "Set-Cookie: sessionid=a3fWa9xKq2; Path=/",
+        "Set-Cookie: [REDACTED:cookie]; Path=/",
+    ),
+    (
+        "\"private_key\": \"-----BEGIN PRIVATE KEY-----\\nMIIEv\\n-----END PRIVATE KEY-----\\n\", \"x\": 1",
+        "\"private_key\": \"[REDACTED:private-key]\\n\", \"x\": 1",
+    ),
     (r#"password = "pa\"ss\\w0rd""#, r#"password = "[REDACTED:password]""#),
 ];
 
@@ -158,6 +170,7 @@ const KEPT: &[&str] = &[
     "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB",
     "let token = Token::new(kind, span);",
     "--token-file /etc/token",
+    "the password is wrong, password reset sent, Password Manager",
 ];
 
 #[test]
