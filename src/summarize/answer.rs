@@ -1,5 +1,6 @@
 //! Checking what the summariser wrote before it replaces anyone's turns.
 
+use crate::compact::{END_MARKER, MARKER};
 use crate::redact::redact;
 
 /// Why a summariser's answer cannot be used; the caller falls back.
@@ -38,11 +39,13 @@ const REFUSALS: &[&str] = &[
 /// Headings of the template; one of them in the answer means it followed the template.
 const HEADINGS: &[&str] = &["## Active Task", "## Goal", "## Completed Actions"];
 
-/// The usable checkpoint in a summariser's answer: reasoning blocks and a fence around the
-/// whole answer removed, secrets masked again in case the model echoed one. Rejects empty
+/// The usable checkpoint in a summariser's answer: reasoning blocks, a fence around the whole
+/// answer, a lead-in line and copied summary markers removed; secrets masked again in case
+/// the model echoed one. Rejects empty
 /// answers and refusals (short, without the template's headings, opening like a refusal).
 pub fn check_answer(text: &str) -> Result<String, AnswerProblem> {
-    let text = strip_fence(strip_thinking(text).trim()).trim();
+    let unmarked = drop_markers(text);
+    let text = strip_fence(strip_thinking(&unmarked).trim()).trim();
     if text.is_empty() {
         return Err(AnswerProblem::Empty);
     }
@@ -51,7 +54,31 @@ pub fn check_answer(text: &str) -> Result<String, AnswerProblem> {
             text, 120,
         )));
     }
-    Ok(redact(text).into_owned())
+    Ok(redact(drop_lead_in(text).trim()).into_owned())
+}
+
+/// Longest text before the first heading that is taken for a lead-in ("Here is the
+/// checkpoint:") rather than content.
+const LEAD_IN_MAX_CHARS: usize = 300;
+
+/// Removes a short line of chatter before the first template heading.
+fn drop_lead_in(text: &str) -> &str {
+    match text.find("## ") {
+        Some(at) if at > 0 && at <= LEAD_IN_MAX_CHARS && text[..at].ends_with('\n') => &text[at..],
+        _ => text,
+    }
+}
+
+/// Removes the engine's summary markers if the model copied them: a summary holding them
+/// would be mistaken for the start or end of a summary in later requests.
+fn drop_markers(text: &str) -> String {
+    if !text.contains(MARKER) && !text.contains(END_MARKER) {
+        return text.to_string();
+    }
+    text.lines()
+        .filter(|l| !l.contains(MARKER) && !l.contains(END_MARKER))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Drops a leading `<think>...</think>` block, which some reasoning models put in the content.
@@ -149,6 +176,18 @@ mod tests {
         );
         let inline = "```code``` and more";
         assert_eq!(check_answer(inline).as_deref(), Ok(inline));
+    }
+
+    #[test]
+    fn drops_lead_ins_and_copied_markers() {
+        let text = format!("Here is the updated checkpoint:\n\n{GOOD}");
+        assert_eq!(check_answer(&text).as_deref(), Ok(GOOD));
+        let marked = format!("{MARKER}\n{GOOD}\n{END_MARKER}");
+        assert_eq!(check_answer(&marked).as_deref(), Ok(GOOD));
+        let only = format!("{MARKER}\n{END_MARKER}");
+        assert_eq!(check_answer(&only), Err(AnswerProblem::Empty));
+        let no_headings = "A plain paragraph about the work so far, with no headings at all.";
+        assert_eq!(check_answer(no_headings).as_deref(), Ok(no_headings));
     }
 
     #[test]
