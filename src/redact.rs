@@ -5,7 +5,8 @@
 //! `[A-Za-z0-9_-]`). At the start of each word a few shape checks run: a PEM private key
 //! header, a vendor token prefix, a JWT, an AWS key id, a `Bearer` credential, a URL with a
 //! password, and an assignment (`NAME=value`, `"name": "value"`, `name: value`,
-//! `--name value`, `?name=value`) whose name looks secret. Every look-ahead is either
+//! `--name value`, `?name=value`, `.netrc`'s `password value`, `Cookie: ...`) whose name
+//! looks secret. Every look-ahead is either
 //! consumed by the match or bounded, so the cost stays linear in the input.
 //!
 //! A match is replaced by `[REDACTED:<kind>]`. Nothing of the secret is kept, not even its
@@ -321,7 +322,11 @@ fn skip_blanks(b: &[u8], at: usize) -> usize {
 
 /// The end of the run of bytes from `from` that satisfy `keep`, at most [`MAX_VALUE`] long.
 fn scan(b: &[u8], from: usize, keep: impl Fn(u8) -> bool) -> usize {
-    let limit = (from + MAX_VALUE).min(b.len());
+    let mut limit = (from + MAX_VALUE).min(b.len());
+    // Stop on a character boundary, so a value cut by the limit is still valid UTF-8.
+    while limit > from && limit < b.len() && (b[limit] & 0xC0) == 0x80 {
+        limit -= 1;
+    }
     b[from..limit]
         .iter()
         .position(|&c| !keep(c))
@@ -659,7 +664,19 @@ fn assignment(b: &[u8], start: usize, end: usize) -> Option<Hit> {
     if let Some((label, scheme_len)) = auth_scheme(value) {
         return scheme_credential(b, from + scheme_len, label);
     }
-    accepts(class, value, style).then_some(Hit {
+    if !accepts(class, value, style) {
+        return None;
+    }
+    // The check looked at a bounded prefix; a value accepted whole is masked whole.
+    let to = if style != Style::Quoted && to - from >= MAX_VALUE - 4 {
+        b[to..]
+            .iter()
+            .position(|&c| !in_bare_value(c))
+            .map_or(b.len(), |n| to + n)
+    } else {
+        to
+    };
+    Some(Hit {
         from,
         to,
         label: class.label,
@@ -739,31 +756,34 @@ fn value_span(b: &[u8], at: usize, style: Style) -> Option<(usize, usize, Style)
     if let Some(to) = quote.and_then(|q| closing_quote(b, open, q, escaped)) {
         return Some((open, to, Style::Quoted));
     }
-    let to = scan(b, open, |c| {
-        !c.is_ascii_whitespace()
-            && !matches!(
-                c,
-                b',' | b';'
-                    | b'&'
-                    | b'"'
-                    | b'\''
-                    | b'`'
-                    | b')'
-                    | b']'
-                    | b'}'
-                    | b'('
-                    | b'['
-                    | b'{'
-                    | b'<'
-                    | b'>'
-                    | b'\\'
-                    | b'#'
-            )
-    });
+    let to = scan(b, open, in_bare_value);
     if matches!(b.get(to), Some(b'(' | b'[')) {
         return None;
     }
     Some((open, to, style))
+}
+
+/// Bytes of an unquoted value: up to whitespace, a quote, a bracket or a list separator.
+fn in_bare_value(c: u8) -> bool {
+    !c.is_ascii_whitespace()
+        && !matches!(
+            c,
+            b',' | b';'
+                | b'&'
+                | b'"'
+                | b'\''
+                | b'`'
+                | b')'
+                | b']'
+                | b'}'
+                | b'('
+                | b'['
+                | b'{'
+                | b'<'
+                | b'>'
+                | b'\\'
+                | b'#'
+        )
 }
 
 /// Where a quoted value opened at `open` ends, on the same line. Inside JSON that is itself

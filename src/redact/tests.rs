@@ -246,6 +246,16 @@ fn names_split_into_words() {
 }
 
 #[test]
+fn long_values_are_masked_whole() {
+    for filler in ["a1", "日本"] {
+        let value = filler.repeat(5000);
+        let text = format!("password={value} next");
+        let out = redact(&text);
+        assert_eq!(out, "password=[REDACTED:password] next");
+    }
+}
+
+#[test]
 fn large_adversarial_inputs_stay_fast() {
     let patterns = [
         "password=\"".repeat(50_000),
@@ -256,6 +266,7 @@ fn large_adversarial_inputs_stay_fast() {
         "-----BEGIN PRIVATE KEY-----".repeat(20_000),
         "token: aaaa ".repeat(50_000),
         "x".repeat(1_000_000),
+        "x = $token=".repeat(100_000),
     ];
     let start = std::time::Instant::now();
     for p in &patterns {
