@@ -173,6 +173,22 @@ mod tests {
     }
 
     #[test]
+    fn a_long_previous_checkpoint_is_paid_for_by_the_turns() {
+        let turns = session(10, 60);
+        let c = Counter::for_model("gpt-4o");
+        let (window, budget) = (8000, 500);
+        let prev = "- a fact about the earlier work\n".repeat(300);
+        let limit = chunk_input_limit(window, budget, &c);
+        for ch in chunk_turns(&turns, window, budget, &c) {
+            let req = SummaryRequest::new("gpt-4o", &turns[ch.clone()], budget, c)
+                .previous_summary(Some(&prev))
+                .input_limit(limit);
+            let prompt = c.request(&req.body());
+            assert!(prompt + req.max_tokens() <= window, "{prompt} in {ch:?}");
+        }
+    }
+
+    #[test]
     fn the_input_limit_has_a_floor() {
         let c = Counter::for_model("gpt-4o");
         assert_eq!(chunk_input_limit(1000, 1000, &c), MIN_INPUT);

@@ -102,21 +102,27 @@ impl<'a> SummaryRequest<'a> {
     /// The user message: the previous checkpoint and the turns, redacted, then the
     /// parameters of this call.
     pub fn user(&self) -> String {
-        let turns = serialize::joined(self.turns, self.input_limit, &self.counter);
         let mut s = String::new();
+        let mut limit = self.input_limit;
         if let Some(prev) = self.previous_summary {
+            let prev = redact(prev.trim());
+            // The input limit leaves an answer's worth of room for the previous checkpoint;
+            // a longer one (an older, larger budget) is paid for by the turns.
+            let excess = self.counter.text(&prev).saturating_sub(self.max_tokens());
+            limit = limit.saturating_sub(excess);
             s.push_str("<previous-checkpoint>\n");
-            s.push_str(redact(prev.trim()).as_ref());
+            s.push_str(&prev);
             s.push_str("\n</previous-checkpoint>\n\n<new-turns>\n");
-            s.push_str(&turns);
+            s.push_str(&serialize::joined(self.turns, limit, &self.counter));
             s.push_str("\n</new-turns>\n\n");
         } else {
             s.push_str("<turns>\n");
-            s.push_str(&turns);
+            s.push_str(&serialize::joined(self.turns, limit, &self.counter));
             s.push_str("\n</turns>\n\n");
         }
-        if let Some(date) = self.date {
-            s.push_str(&format!("Today's date: {date}.\n"));
+        match self.date {
+            Some(date) => s.push_str(&format!("Today's date: {date}.\n")),
+            None => s.push_str("Today's date: not given; date actions only where the turns show when they happened.\n"),
         }
         s.push_str(&format!(
             "Target length: about {} tokens.\n",
