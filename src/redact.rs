@@ -237,8 +237,17 @@ const VENDORS: &[(&str, &str, usize)] = &[
     ("tskey-", "tailscale-key", 20),
 ];
 
+/// Shortest word that can be a vendor token (`xoxb-` and a 10-byte body).
+const MIN_TOKEN: usize = 15;
+/// First bytes of the vendor prefixes and of the fixed-shape keys.
+const TOKEN_INITIALS: &[u8] = b"srwgxhnpdltA";
+
 fn vendor_token(b: &[u8], start: usize, end: usize) -> Option<Hit> {
     let word = &b[start..end];
+    // Most words are short or start with a letter no prefix has: skip the table for them.
+    if word.len() < MIN_TOKEN || !TOKEN_INITIALS.contains(&word[0]) {
+        return None;
+    }
     let fixed = fixed_shape(word);
     let label = fixed.or_else(|| {
         VENDORS.iter().find_map(|(prefix, label, min)| {

@@ -236,6 +236,14 @@ fn json_members_with_secret_keys() {
 }
 
 #[test]
+fn every_vendor_prefix_passes_the_quick_filter() {
+    for (prefix, _, min) in VENDORS {
+        assert!(TOKEN_INITIALS.contains(&prefix.as_bytes()[0]), "{prefix}");
+        assert!(prefix.len() + min >= MIN_TOKEN, "{prefix}");
+    }
+}
+
+#[test]
 fn names_split_into_words() {
     assert_eq!(split_name("OPENAI_API_KEY"), ["openai", "api", "key"]);
     assert_eq!(split_name("accessToken"), ["access", "token"]);
