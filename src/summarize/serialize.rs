@@ -112,19 +112,37 @@ fn media_parts(m: &Message) -> usize {
     }
 }
 
+/// Bytes a cut adds back: `keep_ends` writes a note of how much it omitted, and leaves texts
+/// alone that are at most this much over what it keeps.
+const CUT_NOTE: usize = 64;
+/// Rounds of cutting before giving up: each cut adds a short note, so one round can fall a
+/// little short when many blocks are cut.
+const FIT_ROUNDS: usize = 4;
+
 /// Cuts the largest blocks to a common size until the whole fits `limit` tokens. The size is
 /// found in bytes, scaled by the blocks' own bytes-per-token ratio, with 5% to spare.
 fn fit(mut blocks: Vec<String>, limit: usize, counter: &Counter) -> Vec<String> {
-    let tokens: usize = blocks.iter().map(|b| block_tokens(b, counter)).sum();
-    if tokens <= limit {
-        return blocks;
-    }
-    let bytes: usize = blocks.iter().map(String::len).sum();
-    let target = (bytes as f64 * limit as f64 / tokens as f64 * 0.95) as usize;
-    let lens: Vec<usize> = blocks.iter().map(String::len).collect();
-    let cap = water_level(&lens, target);
-    for b in blocks.iter_mut().filter(|b| b.len() > cap) {
-        *b = keep_ends(b, cap * 3 / 4, cap / 4);
+    for _ in 0..FIT_ROUNDS {
+        let tokens: usize = blocks.iter().map(|b| block_tokens(b, counter)).sum();
+        if tokens <= limit {
+            break;
+        }
+        let lens: Vec<usize> = blocks.iter().map(String::len).collect();
+        let bytes: usize = lens.iter().sum();
+        let target = (bytes as f64 * limit as f64 / tokens as f64 * 0.95) as usize;
+        let cap = water_level(&lens, target);
+        let mut cut_any = false;
+        let keep = cap.saturating_sub(CUT_NOTE);
+        for b in blocks.iter_mut().filter(|b| b.len() > cap) {
+            let cut = keep_ends(b, keep * 3 / 4, keep / 4);
+            if cut.len() < b.len() {
+                *b = cut;
+                cut_any = true;
+            }
+        }
+        if !cut_any {
+            break;
+        }
     }
     blocks
 }
@@ -207,6 +225,18 @@ mod tests {
         assert!(fitted[1].len() < big.len());
         let total: usize = fitted.iter().map(|b| block_tokens(b, &counter)).sum();
         assert!(total <= 1000, "{total}");
+    }
+
+    #[test]
+    fn fitting_many_blocks_converges() {
+        let counter = Counter::for_model("gpt-4o");
+        let blocks: Vec<String> = (0..300)
+            .map(|i| format!("[tool result: t #{i}]\n{}", "alpha beta gamma ".repeat(40)))
+            .collect();
+        let fitted = fit(blocks, 20_000, &counter);
+        let total: usize = fitted.iter().map(|b| block_tokens(b, &counter)).sum();
+        assert!(total <= 20_000, "{total}");
+        assert!(fitted.iter().all(|b| b.starts_with("[tool result: t #")));
     }
 
     #[test]
