@@ -301,6 +301,14 @@ fn secret() -> impl Strategy<Value = (String, String)> {
             b
         )),
         body.prop_map(|b| (format!("eyJ{b}.eyJ{b}.{b}"), b)),
+        "[A-Z0-9]{16}".prop_map(|b| (format!("AKIA{b}"), b)),
+        body.prop_map(|b| (format!("xoxp-{b}"), b)),
+        body.prop_map(|b| (format!("sk_live_{b}"), b)),
+        body.prop_map(|b| (format!("Server=db;Password={b};"), b)),
+        body.prop_map(|b| (format!("machine h login u password {b}"), b)),
+        body.prop_map(|b| (format!("Cookie: session={b}"), b)),
+        body.prop_map(|b| (format!("--api-key {b}"), b)),
+        body.prop_map(|b| (format!("{{\\\"token\\\": \\\"{b}\\\"}}"), b)),
     ]
 }
 
