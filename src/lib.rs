@@ -19,6 +19,8 @@ pub mod metrics;
 pub mod models;
 pub mod offline;
 pub mod passthrough;
+pub mod redact;
 pub mod router;
 pub mod server;
+pub mod summarize;
 pub mod upstream;

@@ -1,0 +1,141 @@
+//! The pure parts of the LLM summariser: what to ask, how much, in how many calls, and
+//! whether the answer is usable. The HTTP call, fallbacks and the summary cache live
+//! elsewhere; this module neither does I/O nor reads the clock.
+//!
+//! ```text
+//! let budget = summary_budget(content_tokens, window.min(summariser_window));
+//! let focus = focus_topic(plan.tail());
+//! let limit = chunk_input_limit(summariser_window, budget, &counter);
+//! let mut summary = plan.previous_summary().map(str::to_string);
+//! for range in chunk_turns(plan.turns(), summariser_window, budget, &counter) {
+//!     let body = SummaryRequest::new(model, &plan.turns()[range], budget, counter)
+//!         .previous_summary(summary.as_deref())
+//!         .focus(focus.as_deref())
+//!         .date(Some(today))
+//!         .input_limit(limit)
+//!         .body();
+//!     let mut stream = AnswerStream::new();
+//!     /* send `body`, stream.feed(bytes) for each piece */
+//!     summary = Some(check_answer(&stream.finish().text)?);
+//! }
+//! ```
+
+mod answer;
+mod chunk;
+mod request;
+mod serialize;
+mod stream;
+
+pub use answer::{check_answer, AnswerProblem};
+pub use chunk::{chunk_input_limit, chunk_turns};
+pub use request::{max_tokens, SummaryRequest};
+pub use stream::{AnswerStream, StreamedAnswer};
+
+use crate::compact::message::one_line;
+use crate::compact::summary::has_marker;
+use crate::compact::{Message, Role};
+use crate::redact::redact;
+
+/// The summary aims at this share, in percent, of the tokens it replaces: enough for exact
+/// paths, commands and errors, small enough that compaction still frees most of the space.
+pub const SUMMARY_RATIO_PERCENT: usize = 20;
+/// However little is summarised, the template's sections need room to say something useful.
+pub const SUMMARY_FLOOR: usize = 1000;
+/// Beyond this a summary stops paying for itself: it is read on every later turn.
+pub const SUMMARY_CEILING: usize = 12_000;
+/// Nor may it take more than a tenth of the window it has to fit in.
+pub const SUMMARY_WINDOW_DIVISOR: usize = 10;
+/// A focus longer than this stops being a topic and becomes a second copy of the message.
+const FOCUS_MAX_CHARS: usize = 300;
+/// A latest user message shorter than this ("yes", "go on", "fix it") says little on its
+/// own, so the one before it is added to the focus.
+const FOCUS_SHORT_CHARS: usize = 80;
+
+/// Token budget for a summary of `content_tokens`, for a model with a `window`-token context:
+/// 20% of the content, at least 1,000, at most min(12,000, window / 10). The ceiling wins over
+/// the floor on small windows.
+pub fn summary_budget(content_tokens: usize, window: usize) -> usize {
+    let ceiling = SUMMARY_CEILING.min(window / SUMMARY_WINDOW_DIVISOR);
+    (content_tokens / 100 * SUMMARY_RATIO_PERCENT)
+        .max(SUMMARY_FLOOR)
+        .min(ceiling)
+}
+
+/// What the user is working on now, from the latest user messages of `messages` (usually the
+/// plan's tail): the last one, with the one before it when the last is short. Flattened to
+/// one line, capped, redacted. `None` when there is no user text.
+pub fn focus_topic(messages: &[Message]) -> Option<String> {
+    let mut texts = messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::User)
+        .map(|m| one_line(&m.text(), FOCUS_MAX_CHARS))
+        .filter(|t| !t.is_empty() && !has_marker(t));
+    let last = texts.next()?;
+    let focus = match texts.next() {
+        Some(before) if last.len() < FOCUS_SHORT_CHARS => {
+            one_line(&format!("{before} / {last}"), FOCUS_MAX_CHARS)
+        }
+        _ => last,
+    };
+    Some(redact(&focus).into_owned())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::compact::Counter;
+    use serde_json::{json, Value};
+
+    /// A message as the engine holds it.
+    pub(crate) fn msg(v: Value) -> Message {
+        let counter = Counter::for_model("gpt-4o");
+        let role = crate::compact::message::role_of(0, &v).unwrap_or(Role::User);
+        let tokens = v.as_object().map_or(0, |m| counter.message(m));
+        Message::from_parts(role, &v, tokens)
+    }
+
+    #[test]
+    fn budget_is_proportional_between_floor_and_ceiling() {
+        assert_eq!(summary_budget(30_000, 128_000), 6000);
+        assert_eq!(summary_budget(500, 128_000), SUMMARY_FLOOR);
+        assert_eq!(summary_budget(1_000_000, 1_000_000), SUMMARY_CEILING);
+        assert_eq!(summary_budget(100_000, 32_000), 3200);
+        assert_eq!(summary_budget(100_000, 8000), 800);
+        assert_eq!(summary_budget(0, 0), 0);
+    }
+
+    #[test]
+    fn focus_comes_from_the_latest_user_messages() {
+        let long = "Please refactor the session store so that eviction uses the byte size of each entry rather than the count";
+        let turns = vec![
+            msg(json!({"role": "user", "content": "old topic"})),
+            msg(json!({"role": "user", "content": long})),
+            msg(json!({"role": "assistant", "content": "Sure."})),
+            msg(json!({"role": "user", "content": [{"type": "text", "text": "  yes,\n do it "}]})),
+            msg(json!({"role": "tool", "tool_call_id": "x", "content": "ignored"})),
+        ];
+        assert_eq!(focus_topic(&turns), Some(format!("{long} / yes, do it")));
+        assert_eq!(focus_topic(&turns[..3]), Some(long.to_string()));
+        assert_eq!(focus_topic(&turns[2..3]), None);
+    }
+
+    #[test]
+    fn focus_skips_summaries_and_masks_secrets() {
+        let summary = crate::compact::summary::wrap("## Goal\nX");
+        let turns = vec![
+            msg(
+                json!({"role": "user", "content": "use password=hunter22 for the db migration please"}),
+            ),
+            msg(json!({"role": "user", "content": summary})),
+        ];
+        let focus = focus_topic(&turns).unwrap_or_default();
+        assert_eq!(
+            focus,
+            "use password=[REDACTED:password] for the db migration please"
+        );
+        let long = "word ".repeat(200);
+        let capped = focus_topic(&[msg(json!({"role": "user", "content": long}))]);
+        assert!(capped.is_some_and(|f| f.len() <= FOCUS_MAX_CHARS + 3));
+    }
+}

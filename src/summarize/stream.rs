@@ -1,0 +1,202 @@
+//! Collecting the summariser's streamed answer from its server-sent events.
+
+use serde_json::Value;
+
+use crate::classify::{next_event, SseEvent};
+
+/// What a finished stream produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamedAnswer {
+    /// `choices[0].delta.content` of every chunk, concatenated.
+    pub text: String,
+    /// The last `finish_reason` seen (`length` means the answer was cut by `max_tokens`).
+    pub finish_reason: Option<String>,
+    /// The message of an in-band error event, if one arrived.
+    pub error: Option<String>,
+}
+
+/// Feeds on a streamed chat completion in whatever pieces the network delivers.
+#[derive(Debug, Default)]
+pub struct AnswerStream {
+    pending: Vec<u8>,
+    answer: StreamedAnswer,
+    events: usize,
+    done: bool,
+}
+
+impl AnswerStream {
+    pub fn new() -> AnswerStream {
+        AnswerStream::default()
+    }
+
+    /// Takes the next bytes of the body and parses every event they complete.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+        // An event ends at a line break; without one in the new bytes nothing completed,
+        // so a large event arriving in small pieces is not rescanned each time.
+        if bytes.iter().any(|&b| b == b'\n' || b == b'\r') {
+            self.drain();
+        }
+    }
+
+    /// Whether `data: [DONE]` arrived.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The text collected so far.
+    pub fn text(&self) -> &str {
+        &self.answer.text
+    }
+
+    /// Ends the stream: a last event without its blank line still counts, and a plain JSON
+    /// completion (a server that ignored `stream: true`) is read whole.
+    pub fn finish(mut self) -> StreamedAnswer {
+        self.drain();
+        let rest = std::mem::take(&mut self.pending);
+        let trimmed = rest.trim_ascii();
+        if self.events == 0 && trimmed.first() == Some(&b'{') {
+            if let Ok(v) = serde_json::from_slice::<Value>(trimmed) {
+                self.take_completion(&v);
+            }
+        } else if !trimmed.is_empty() {
+            let mut closed = rest;
+            closed.extend_from_slice(b"\n\n");
+            if let Some((ev, _)) = next_event(&closed) {
+                self.take_event(&ev);
+            }
+        }
+        self.answer
+    }
+
+    fn drain(&mut self) {
+        let mut used = 0;
+        while let Some((ev, n)) = next_event(&self.pending[used..]) {
+            used += n;
+            self.take_event(&ev);
+        }
+        self.pending.drain(..used);
+    }
+
+    fn take_event(&mut self, ev: &SseEvent) {
+        self.events += 1;
+        let data = ev.data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return;
+        }
+        if let Some(err) = &ev.error {
+            self.answer.error = Some(err.clone());
+            return;
+        }
+        match serde_json::from_str::<Value>(data) {
+            Ok(v) => self.take_chunk(&v),
+            Err(_) if ev.event.as_deref() == Some("error") => {
+                self.answer.error = Some(data.to_string());
+            }
+            Err(_) => {}
+        }
+    }
+
+    fn take_chunk(&mut self, v: &Value) {
+        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+            let message = err.get("message").and_then(Value::as_str);
+            self.answer.error = Some(message.map_or_else(|| err.to_string(), str::to_string));
+            return;
+        }
+        let choice = &v["choices"][0];
+        if let Some(s) = choice["delta"]["content"].as_str() {
+            self.answer.text.push_str(s);
+        }
+        self.take_finish(choice);
+    }
+
+    fn take_completion(&mut self, v: &Value) {
+        let choice = &v["choices"][0];
+        if let Some(s) = choice["message"]["content"].as_str() {
+            self.answer.text.push_str(s);
+        }
+        self.take_finish(choice);
+        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+            self.answer.error = Some(err.to_string());
+        }
+    }
+
+    fn take_finish(&mut self, choice: &Value) {
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.answer.finish_reason = Some(reason.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STREAM: &str = concat!(
+        ": keep-alive\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"## Active \"},\"finish_reason\":null}]}\r\n\r\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Task\\nNon\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"e. \u{2713} caf\u{e9}\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"completion_tokens\":9}}\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    fn collect(chunks: &[&[u8]]) -> StreamedAnswer {
+        let mut s = AnswerStream::new();
+        for c in chunks {
+            s.feed(c);
+        }
+        s.finish()
+    }
+
+    #[test]
+    fn concatenates_content_deltas() {
+        let mut s = AnswerStream::new();
+        s.feed(STREAM.as_bytes());
+        assert!(s.is_done());
+        assert_eq!(s.text(), "## Active Task\nNone. \u{2713} caf\u{e9}");
+        let a = s.finish();
+        assert_eq!(a.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(a.error, None);
+    }
+
+    #[test]
+    fn every_split_gives_the_same_answer() {
+        let bytes = STREAM.as_bytes();
+        let whole = collect(&[bytes]);
+        for k in 0..=bytes.len() {
+            assert_eq!(collect(&[&bytes[..k], &bytes[k..]]), whole, "split at {k}");
+        }
+        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(collect(&singles), whole);
+        let threes: Vec<&[u8]> = bytes.chunks(3).collect();
+        assert_eq!(collect(&threes), whole);
+    }
+
+    #[test]
+    fn a_last_event_without_blank_line_counts() {
+        let a = collect(&[b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}"]);
+        assert_eq!(a.text, "hi");
+    }
+
+    #[test]
+    fn reads_a_plain_json_completion() {
+        let body = br###"{"choices":[{"message":{"role":"assistant","content":"## Goal\nX"},"finish_reason":"length"}]}"###;
+        let a = collect(&[&body[..10], &body[10..]]);
+        assert_eq!(a.text, "## Goal\nX");
+        assert_eq!(a.finish_reason.as_deref(), Some("length"));
+    }
+
+    #[test]
+    fn records_in_band_errors() {
+        let a = collect(&[b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n"]);
+        assert_eq!(a.error.as_deref(), Some("overloaded"));
+        let named = collect(&[b"event: error\ndata: upstream went away\n\n"]);
+        assert_eq!(named.error.as_deref(), Some("upstream went away"));
+        assert_eq!(named.text, "");
+    }
+}
