@@ -3,7 +3,9 @@
 //! `server` (listen) -> `router` (route, auth, log) -> `chat` (the compaction path) or
 //! `passthrough` -> `upstream` (send) -> `body` (stream back). `classify` decides what
 //! an upstream's refusal means; `models` knows context windows; `compact` is the pure
-//! engine that rewrites a conversation; `offline` is the `compact` command.
+//! engine that rewrites a conversation; `offline` is the `compact` command; `summarize`
+//! and `redact` are the pure parts of the LLM summariser (prompt, chunking, answer
+//! checks, secret masking), not yet called by the proxy.
 
 pub mod app;
 pub mod auth;
