@@ -251,6 +251,29 @@ async fn output_cap_is_fixed_by_asking_for_fewer_tokens_first() {
 }
 
 #[tokio::test]
+async fn a_huge_max_tokens_on_a_short_prompt_is_not_compacted_before_sending() {
+    let mock = Mock::start().await;
+    let config = "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = 6000\n";
+    let proxy = Proxy::start(&mock.url("/v1"), config);
+    let mut agent = Agent::new(false);
+    agent.max_tokens = Some(5500);
+    let request = agent.turn(1);
+    let (status, x, _) = send(&proxy, "vllm-old", 6000, &request).await;
+    assert_eq!(status, 200);
+    let x = x.expect("x-compaction");
+    assert!(x.starts_with("applied; trigger=error; attempts=2;"), "{x}");
+    let recorded = mock.recorded();
+    let first: Value = serde_json::from_slice(&recorded[0].body).unwrap();
+    assert_eq!(
+        first, request,
+        "the first attempt must be the client's own request"
+    );
+    let second: Value = serde_json::from_slice(&recorded[1].body).unwrap();
+    assert_eq!(second["messages"], request["messages"]);
+    assert!(second["max_tokens"].as_u64().unwrap() < 5500);
+}
+
+#[tokio::test]
 async fn a_request_that_cannot_fit_gets_the_upstreams_own_error() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "[log]\nlevel = \"debug\"\n");

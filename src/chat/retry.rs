@@ -131,16 +131,13 @@ impl<'a> Attempts<'a> {
             .map(|w| w.tokens)
     }
 
-    /// Completion tokens the request may use: what it asked for, else the configured
-    /// reserve (at most a quarter of the window).
+    /// Completion tokens to leave room for: what the request asked for, else the
+    /// configured reserve, and never more than a quarter of the window. A huge
+    /// `max_tokens` is an output-cap problem that lowering it fixes losslessly (after the
+    /// upstream says so); it must not make the proxy cut the conversation to make room.
     fn output_budget(&self, window: u64) -> u64 {
-        self.head.max_output.unwrap_or_else(|| {
-            self.app
-                .config
-                .compaction
-                .output_reserve_tokens
-                .min(window / 4)
-        })
+        let reserve = self.app.config.compaction.output_reserve_tokens;
+        self.head.max_output.unwrap_or(reserve).min(window / 4)
     }
 
     /// Compacts before the first call when the model's window is known and the request
