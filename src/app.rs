@@ -1,9 +1,10 @@
-//! The shared state every request sees: settings, the upstream client, client keys and
-//! metrics. Built once at start; read-only afterwards apart from atomics.
+//! The shared state every request sees: settings, the upstream client, the summariser,
+//! client keys and metrics. Built once at start; read-only afterwards apart from atomics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::auth::Auth;
+use crate::chat::summarizer::Summarizer;
 use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
 use crate::models::ModelWindows;
@@ -24,6 +25,8 @@ pub struct App {
     pub metrics: Metrics,
     /// Context windows: configured, learned from upstream errors, built in.
     pub models: ModelWindows,
+    /// The LLM summariser; `None` when `summarizer.enabled` is off.
+    pub summarizer: Option<Summarizer>,
     next_id: AtomicU64,
 }
 
@@ -32,8 +35,10 @@ impl App {
         let upstream = Upstream::new(&config)?;
         let auth = Auth::from_config(&config.auth)?;
         let models = ModelWindows::new(config.models.clone());
+        let summarizer = Summarizer::new(&config)?;
         Ok(Self {
             models,
+            summarizer,
             config,
             upstream,
             auth,

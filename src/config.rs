@@ -99,13 +99,53 @@ pub struct ModelRule {
     pub context_window: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SummarizerConfig {
+    /// `false`: every compaction uses the deterministic summary and no summariser call is
+    /// made.
+    pub enabled: bool,
     /// Empty: the upstream.
     pub base_url: String,
-    /// Empty: the request's own model.
+    /// Empty: the request's own model. When set, the request's model is the fallback.
     pub model: String,
+    /// Name of an environment variable holding the summariser's API key. Unset: the
+    /// upstream's injected key when the summariser is the upstream, else the client's own
+    /// credentials.
+    pub api_key_env: Option<String>,
+    /// Longest silence tolerated while waiting for the summariser's headers or between two
+    /// chunks of its streamed answer.
+    pub timeout_ms: u64,
+    /// The summariser model's input window in tokens; a middle longer than it fits is
+    /// summarised in chunks. Unset: the request's window.
+    pub context_window: Option<u64>,
+    /// After a failed summariser call, how long the model is left alone and the
+    /// deterministic summary used directly.
+    pub cooldown_ms: u64,
+}
+
+impl Default for SummarizerConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            base_url: String::new(),
+            model: String::new(),
+            api_key_env: None,
+            timeout_ms: 60_000,
+            context_window: None,
+            cooldown_ms: 60_000,
+        }
+    }
+}
+
+impl SummarizerConfig {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    pub fn cooldown(&self) -> Duration {
+        Duration::from_millis(self.cooldown_ms)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -271,6 +311,11 @@ impl Config {
                 "upstream.connect_timeout_ms and upstream.idle_timeout_ms must be above 0".into(),
             ));
         }
+        if self.summarizer.timeout_ms == 0 || self.summarizer.context_window == Some(0) {
+            return Err(ConfigError::Invalid(
+                "summarizer.timeout_ms and summarizer.context_window must be above 0".into(),
+            ));
+        }
         if self.limits.max_body_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "limits.max_body_bytes must be above 0".into(),
@@ -418,6 +463,19 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("listen"));
+    }
+
+    #[test]
+    fn summarizer_defaults_and_bad_values() {
+        let config = Config::from_toml("[summarizer]\nmodel = \"m\"\n").unwrap();
+        assert!(config.summarizer.enabled);
+        assert_eq!(config.summarizer.timeout_ms, 60_000);
+        assert_eq!(config.summarizer.context_window, None);
+        let err = Config::from_toml("[summarizer]\ntimeout = 1\n").unwrap_err();
+        assert!(err.contains("timeout"), "{err}");
+        let config = Config::from_toml("[summarizer]\ncontext_window = 0\n").unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("summarizer.context_window"), "{err}");
     }
 
     #[test]

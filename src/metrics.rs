@@ -60,6 +60,8 @@ pub struct Metrics {
     compactions: [AtomicU64; 2],
     summaries: [AtomicU64; 3],
     tokens_saved: AtomicU64,
+    /// Summariser calls that gave a usable summary (`[0]`) or did not (`[1]`).
+    summarizer_calls: [AtomicU64; 2],
     compaction_time: Histogram,
 }
 
@@ -82,6 +84,11 @@ impl Metrics {
 
     pub fn tokens_saved(&self, tokens: u64) {
         self.tokens_saved.fetch_add(tokens, Ordering::Relaxed);
+    }
+
+    /// One summariser call made, and whether it gave a usable summary.
+    pub fn summarizer_call(&self, ok: bool) {
+        self.summarizer_calls[usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Time spent compacting, excluding any summariser call.
@@ -122,6 +129,16 @@ impl Metrics {
             "compaction_proxy_tokens_saved_total",
             "Prompt tokens removed by compaction (by the proxy's own count).",
             self.tokens_saved.load(Ordering::Relaxed),
+        );
+        labelled(
+            &mut out,
+            "compaction_proxy_summarizer_calls_total",
+            "Summariser calls made by the proxy, by outcome (error: HTTP error, timeout, empty or refused answer).",
+            "outcome",
+            [
+                ("ok", &self.summarizer_calls[0]),
+                ("error", &self.summarizer_calls[1]),
+            ],
         );
         self.compaction_time.render(
             &mut out,
@@ -209,7 +226,10 @@ mod tests {
         metrics.compaction(Trigger::Error);
         metrics.summary(SummarySource::Fallback);
         metrics.tokens_saved(1200);
+        metrics.summarizer_call(false);
         let text = metrics.render();
+        assert!(text.contains("compaction_proxy_summarizer_calls_total{outcome=\"ok\"} 0\n"));
+        assert!(text.contains("compaction_proxy_summarizer_calls_total{outcome=\"error\"} 1\n"));
         assert!(text.contains(
             "# TYPE compaction_proxy_requests_total counter\ncompaction_proxy_requests_total 2\n"
         ));

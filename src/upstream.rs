@@ -33,10 +33,10 @@ const HOP_BY_HOP: [HeaderName; 10] = [
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamInitError {
-    #[error("upstream.api_key_env names {0}, which is not set in the environment")]
-    MissingKey(String),
-    #[error("the upstream key in {0} is not a valid header value")]
-    BadKey(String),
+    #[error("{0}.api_key_env names {1}, which is not set in the environment")]
+    MissingKey(&'static str, String),
+    #[error("the {0} key in {1} is not a valid header value")]
+    BadKey(&'static str, String),
 }
 
 pub struct Upstream {
@@ -48,6 +48,33 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn new(config: &Config) -> Result<Self, UpstreamInitError> {
+        let upstream = &config.upstream;
+        let key = upstream_key("upstream", upstream.api_key_env.as_deref())?;
+        Ok(Self::build(
+            config,
+            &upstream.base_url,
+            config.idle_timeout(),
+            key,
+        ))
+    }
+
+    /// The summariser's own sender: its base URL (else the upstream's), its idle timeout,
+    /// and its key (else, when it is the upstream, the upstream's injected key).
+    pub fn summarizer(config: &Config) -> Result<Self, UpstreamInitError> {
+        let summarizer = &config.summarizer;
+        let key = match (&summarizer.api_key_env, summarizer.base_url.is_empty()) {
+            (Some(name), _) => upstream_key("summarizer", Some(name))?,
+            (None, true) => upstream_key("upstream", config.upstream.api_key_env.as_deref())?,
+            (None, false) => None,
+        };
+        let base = match summarizer.base_url.is_empty() {
+            true => &config.upstream.base_url,
+            false => &summarizer.base_url,
+        };
+        Ok(Self::build(config, base, summarizer.timeout(), key))
+    }
+
+    fn build(config: &Config, base: &str, idle: Duration, api_key: Option<HeaderValue>) -> Self {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -63,12 +90,12 @@ impl Upstream {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(https);
-        Ok(Self {
+        Self {
             client,
-            base: config.upstream.base_url.trim_end_matches('/').to_owned(),
-            idle: config.idle_timeout(),
-            api_key: upstream_key(config.upstream.api_key_env.as_deref())?,
-        })
+            base: base.trim_end_matches('/').to_owned(),
+            idle,
+            api_key,
+        }
     }
 
     pub fn base_url(&self) -> &str {
@@ -117,13 +144,19 @@ impl Upstream {
     }
 }
 
-fn upstream_key(env_name: Option<&str>) -> Result<Option<HeaderValue>, UpstreamInitError> {
+/// The `Authorization` value for the key in the environment variable `env_name`; `section`
+/// names the config section for error messages.
+fn upstream_key(
+    section: &'static str,
+    env_name: Option<&str>,
+) -> Result<Option<HeaderValue>, UpstreamInitError> {
     let Some(name) = env_name else {
         return Ok(None);
     };
-    let key = std::env::var(name).map_err(|_| UpstreamInitError::MissingKey(name.to_owned()))?;
+    let key =
+        std::env::var(name).map_err(|_| UpstreamInitError::MissingKey(section, name.to_owned()))?;
     let mut value = HeaderValue::try_from(format!("Bearer {}", key.trim()))
-        .map_err(|_| UpstreamInitError::BadKey(name.to_owned()))?;
+        .map_err(|_| UpstreamInitError::BadKey(section, name.to_owned()))?;
     value.set_sensitive(true);
     Ok(Some(value))
 }

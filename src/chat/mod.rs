@@ -15,6 +15,7 @@ use crate::error::ProxyError;
 pub mod inspect;
 pub mod request;
 pub mod retry;
+pub mod summarizer;
 pub mod x_compaction;
 
 pub async fn handle(

@@ -15,6 +15,7 @@ use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::chat::inspect::{self, Verdict};
 use crate::chat::request::ChatHead;
+use crate::chat::summarizer::Call;
 use crate::chat::x_compaction::{Outcome, XCompaction};
 use crate::classify::{Classification, Kind};
 use crate::compact;
@@ -40,7 +41,7 @@ pub async fn run(
     head: ChatHead,
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let mut attempt = Attempts::new(app, original, head, id);
+    let mut attempt = Attempts::new(app, &parts, original, head, id);
     attempt.preflight().await;
     loop {
         attempt.count += 1;
@@ -76,6 +77,8 @@ pub async fn run(
 /// The state of one chat request across its attempts.
 struct Attempts<'a> {
     app: &'a App,
+    /// The client's method, path and headers, which a summariser call reuses.
+    parts: &'a Parts,
     /// The request id, for log lines.
     id: u64,
     head: ChatHead,
@@ -96,15 +99,19 @@ struct Attempts<'a> {
     report: Option<compact::Report>,
     /// Our token count of the original request, once counted.
     tokens_original: Option<u64>,
+    /// Whether the LLM summariser may still be asked: a compaction that saved little
+    /// will not save more with a better summary, so further attempts escalate instead.
+    llm: bool,
     /// Per-message counts of the original request, kept so the engine does not count
     /// the same messages again.
     counts: Option<Vec<usize>>,
 }
 
 impl<'a> Attempts<'a> {
-    fn new(app: &'a App, original: Bytes, head: ChatHead, id: u64) -> Self {
+    fn new(app: &'a App, parts: &'a Parts, original: Bytes, head: ChatHead, id: u64) -> Self {
         Self {
             app,
+            parts,
             id,
             head,
             body: original.clone(),
@@ -116,6 +123,7 @@ impl<'a> Attempts<'a> {
             tried: false,
             report: None,
             tokens_original: None,
+            llm: true,
             counts: None,
         }
     }
@@ -269,35 +277,14 @@ impl<'a> Attempts<'a> {
     /// Runs the engine on the client's original request to `target` tokens (ours).
     /// `false` when the engine could not produce anything new to send.
     async fn rewrite(&mut self, target: u64, window: u64) -> bool {
-        let Some(request) = self.original_value() else {
+        let Some(outcome) = self.compact(target, window).await else {
             return false;
         };
-        let options = compact::Options {
-            context_window: usize::try_from(window).unwrap_or(usize::MAX),
-            target_tokens: Some(usize::try_from(target).unwrap_or(usize::MAX)),
-            ..compact::Options::default()
-        };
-        let counts = self.counts.clone();
-        let started = Instant::now();
-        // Compaction is CPU work measured in milliseconds for huge conversations: keep
-        // it off the threads that move other requests' bytes.
-        let joined = tokio::task::spawn_blocking(move || {
-            let outcome = compact::compact_with(
-                &request,
-                counts.as_deref(),
-                &options,
-                &compact::Deterministic,
-            );
-            (request, outcome)
-        })
-        .await;
-        let Ok((request, outcome)) = joined else {
-            return false;
-        };
-        self.parsed = Some(request);
-        self.app.metrics.compaction_time(started.elapsed());
-        let Ok(outcome) = outcome else { return false };
         self.tried = true;
+        let report = &outcome.report;
+        if report.tokens_before.saturating_sub(report.tokens_after) < report.tokens_before / 10 {
+            self.llm = false;
+        }
         let Some(rewritten) = outcome.rewritten else {
             return false;
         };
@@ -312,6 +299,65 @@ impl<'a> Attempts<'a> {
         self.tokens_original = Some(outcome.report.tokens_before as u64);
         self.report = Some(outcome.report);
         true
+    }
+
+    /// Plans, asks the LLM summariser for the middle when the plan needs a summary, and
+    /// finishes. `None` when the engine refused the request.
+    async fn compact(&mut self, target: u64, window: u64) -> Option<compact::Outcome> {
+        let request = self.original_value()?;
+        let options = compact::Options {
+            context_window: usize::try_from(window).unwrap_or(usize::MAX),
+            target_tokens: Some(usize::try_from(target).unwrap_or(usize::MAX)),
+            ..compact::Options::default()
+        };
+        let counts = self.counts.clone();
+        let started = Instant::now();
+        // Compaction is CPU work measured in milliseconds for huge conversations: keep
+        // it off the threads that move other requests' bytes.
+        let (request, options, plan) = tokio::task::spawn_blocking(move || {
+            let plan = compact::plan_with_counts(&request, counts.as_deref(), &options);
+            (request, options, plan)
+        })
+        .await
+        .ok()?;
+        self.parsed = Some(request);
+        // The summariser's call is network time, not engine work: it is left out.
+        let planning = started.elapsed();
+        let plan = plan
+            .inspect_err(|_| self.app.metrics.compaction_time(planning))
+            .ok()?;
+        let summary = self.llm_summary(&plan, &options, window).await;
+        let started = Instant::now();
+        let outcome = tokio::task::spawn_blocking(move || compact::finish(plan, summary, &options))
+            .await
+            .ok()?;
+        self.app
+            .metrics
+            .compaction_time(planning + started.elapsed());
+        Some(outcome)
+    }
+
+    /// The LLM's summary of the plan's middle, when it needs one and the summariser may
+    /// be asked; `None` leaves the engine to its deterministic summary.
+    async fn llm_summary(
+        &self,
+        plan: &compact::Plan,
+        options: &compact::Options,
+        window: u64,
+    ) -> Option<compact::Summary> {
+        let summarizer = self.app.summarizer.as_ref()?;
+        if !self.llm || !plan.needs_summary() {
+            return None;
+        }
+        let call = Call {
+            parts: self.parts,
+            model: &self.head.model,
+            window,
+            id: self.id,
+        };
+        summarizer
+            .summarize(&self.app.metrics, &call, plan, options)
+            .await
     }
 
     /// The client's request as JSON, parsed once.
