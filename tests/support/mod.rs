@@ -2,7 +2,9 @@
 //! receives, and the real `compaction-proxy` binary started against it on port 0.
 //!
 //! The mock's behaviour for a request is chosen by its `x-mock` header (the proxy
-//! forwards it untouched), so one mock serves every scenario.
+//! forwards it untouched), so one mock serves every scenario. Summariser calls (the
+//! proxy's own, recognised by the checkpoint prompt) are recorded apart and answered as
+//! `x-mock-summary` says, whatever `x-mock` is.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
@@ -47,6 +49,8 @@ pub struct MockState {
     pub stream_cancelled: Notify,
     /// Bytes received by the `sink` behaviour, for uploads too big to record.
     pub sunk: Mutex<Vec<(u64, u64)>>,
+    /// Summariser calls the proxy made, apart from `recorded`.
+    pub summaries: Mutex<Vec<Recorded>>,
     /// Problems the `window` behaviour found in requests it received (pairing, order).
     pub violations: Mutex<Vec<String>>,
 }
@@ -88,6 +92,10 @@ impl Mock {
         self.state.recorded.lock().unwrap().clone()
     }
 
+    pub fn summaries(&self) -> Vec<Recorded> {
+        self.state.summaries.lock().unwrap().clone()
+    }
+
     pub fn last(&self) -> Recorded {
         self.recorded()
             .pop()
@@ -114,12 +122,17 @@ async fn respond(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    state.recorded.lock().unwrap().push(Recorded {
+    let recorded = Recorded {
         method: parts.method.to_string(),
         uri: parts.uri.to_string(),
         headers: parts.headers.clone(),
         body: body.clone(),
-    });
+    };
+    if is_summary_call(&body) {
+        state.summaries.lock().unwrap().push(recorded);
+        return Ok(summary_answer(&parts.headers).await);
+    }
+    state.recorded.lock().unwrap().push(recorded);
     let delay = parts
         .headers
         .get("x-mock-delay-ms")
@@ -142,6 +155,46 @@ async fn respond(
         other => plain(StatusCode::BAD_REQUEST, &format!("unknown x-mock {other}")),
     };
     Ok(response)
+}
+
+/// The opening of the summariser's system prompt (`src/summarize/prompt.md`).
+const SUMMARY_PROMPT: &str = "You are writing a checkpoint";
+/// What the mock summariser writes; tests find it in what the upstream receives next.
+pub const CANNED_SUMMARY: &str = "## Active Task\nMOCK-CHECKPOINT: fix the failing module tests.\n\n## Goal\nAll tests pass.\n\n## Completed Actions\n- Read the modules and ran their tests.";
+
+fn is_summary_call(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| {
+        v["messages"][0]["content"]
+            .as_str()
+            .is_some_and(|s| s.starts_with(SUMMARY_PROMPT))
+    })
+}
+
+/// The summariser's answer, by `x-mock-summary`: `ok` (the default, a streamed
+/// [`CANNED_SUMMARY`]), `500`, `401`, `silent`, `empty` or `refusal`.
+async fn summary_answer(headers: &HeaderMap) -> Response<MockBody> {
+    let behaviour = headers
+        .get("x-mock-summary")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("ok");
+    match behaviour {
+        "ok" => openai_stream("mock-summariser", CANNED_SUMMARY, false),
+        "empty" => openai_stream("mock-summariser", "  ", false),
+        "refusal" => openai_stream(
+            "mock-summariser",
+            "I'm sorry, but I can't help with that.",
+            false,
+        ),
+        "silent" => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            plain(StatusCode::OK, "late")
+        }
+        status => {
+            let mut headers = HeaderMap::new();
+            headers.insert("x-mock-status", status.parse().unwrap());
+            error_answer(&headers)
+        }
+    }
 }
 
 /// Answers with the request body as it came, and its content type.
