@@ -355,6 +355,18 @@ impl Config {
                     .into(),
             ));
         }
+        // The clients' credentials are then the proxy's own keys: sending them to another
+        // server would leak them and authenticate nothing.
+        if injects_key
+            && !self.summarizer.base_url.is_empty()
+            && self.summarizer.api_key_env.is_none()
+        {
+            return Err(ConfigError::Invalid(
+                "summarizer.base_url is set with upstream.api_key_env: set summarizer.api_key_env too, \
+                 as the clients' credentials are this proxy's keys"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 
@@ -485,6 +497,11 @@ mod tests {
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("auth"), "{err}");
         config.auth.keys_env = Some("CLIENT_KEYS".into());
+        assert!(config.validate().is_ok());
+        config.summarizer.base_url = "http://summariser:8000/v1".into();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("summarizer.api_key_env"), "{err}");
+        config.summarizer.api_key_env = Some("SUMMARIZER_KEY".into());
         assert!(config.validate().is_ok());
     }
 

@@ -99,8 +99,9 @@ struct Attempts<'a> {
     report: Option<compact::Report>,
     /// Our token count of the original request, once counted.
     tokens_original: Option<u64>,
-    /// Whether the LLM summariser may still be asked: a compaction that saved little
-    /// will not save more with a better summary, so further attempts escalate instead.
+    /// Whether the LLM summariser may still be asked: when a summarised compaction saved
+    /// under a tenth, the middle is small beside what is kept, and another paid summary
+    /// of it would not save more; further attempts escalate with the deterministic one.
     llm: bool,
     /// Per-message counts of the original request, kept so the engine does not count
     /// the same messages again.
@@ -282,7 +283,8 @@ impl<'a> Attempts<'a> {
         };
         self.tried = true;
         let report = &outcome.report;
-        if report.tokens_before.saturating_sub(report.tokens_after) < report.tokens_before / 10 {
+        let saved = report.tokens_before.saturating_sub(report.tokens_after);
+        if report.summary != compact::SummarySource::None && saved < report.tokens_before / 10 {
             self.llm = false;
         }
         let Some(rewritten) = outcome.rewritten else {
