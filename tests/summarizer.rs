@@ -226,3 +226,17 @@ async fn a_disabled_summariser_is_never_called() {
     assert!(x.contains("summary=fallback"), "{x}");
     assert!(mock.summaries().is_empty());
 }
+
+#[tokio::test]
+async fn a_failing_summariser_model_falls_back_to_the_requests_model() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, "model = \"summary-model\"\ncontext_window = 128000");
+    let (status, x) = send(&proxy, "500-for:summary-model", &session(30)).await;
+    assert_eq!(status, 200);
+    assert!(x.contains("summary=llm"), "{x}");
+    let models: Vec<Value> = bodies(&mock.summaries())
+        .into_iter()
+        .map(|b| b["model"].clone())
+        .collect();
+    assert_eq!(models, [json!("summary-model"), json!("mock-agent-model")]);
+}

@@ -130,7 +130,7 @@ async fn respond(
     };
     if is_summary_call(&body) {
         state.summaries.lock().unwrap().push(recorded);
-        return Ok(summary_answer(&parts.headers).await);
+        return Ok(summary_answer(&parts.headers, &body).await);
     }
     state.recorded.lock().unwrap().push(recorded);
     let delay = parts
@@ -171,12 +171,24 @@ fn is_summary_call(body: &[u8]) -> bool {
 }
 
 /// The summariser's answer, by `x-mock-summary`: `ok` (the default, a streamed
-/// [`CANNED_SUMMARY`]), `500`, `401`, `silent`, `empty` or `refusal`.
-async fn summary_answer(headers: &HeaderMap) -> Response<MockBody> {
+/// [`CANNED_SUMMARY`]), `500`, `401`, `silent`, `empty`, `refusal`, or `500-for:MODEL`
+/// (a 500 for that model, `ok` for others).
+async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
     let behaviour = headers
         .get("x-mock-summary")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("ok");
+    let behaviour = match behaviour.strip_prefix("500-for:") {
+        Some(model) => {
+            let request: serde_json::Value = serde_json::from_slice(body).unwrap();
+            if request["model"] == model {
+                "500"
+            } else {
+                "ok"
+            }
+        }
+        None => behaviour,
+    };
     match behaviour {
         "ok" => openai_stream("mock-summariser", CANNED_SUMMARY, false),
         "empty" => openai_stream("mock-summariser", "  ", false),
