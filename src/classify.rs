@@ -119,6 +119,9 @@ pub fn classify(status: u16, content_type: Option<&str>, body: &[u8]) -> Classif
             _ => Classification::other("stream without in-band error"),
         };
     }
+    if success && !may_report_failure(body) {
+        return Classification::other("success");
+    }
     let parsed = parse_json(body);
     if success {
         return parsed
@@ -131,6 +134,16 @@ pub fn classify(status: u16, content_type: Option<&str>, body: &[u8]) -> Classif
         None => Signals::from_text(&String::from_utf8_lossy(body)),
     };
     decide(Some(status), &signals, body)
+}
+
+/// Whether a 2xx body contains any word an in-band error or a silent overflow needs.
+/// Ordinary completions have none of them, and skipping the JSON parse for those keeps
+/// the check nearly free on the common path.
+fn may_report_failure(body: &[u8]) -> bool {
+    const NEEDLES: [&[u8]; 4] = [b"error", b"base_resp", b"\"length\"", b"context_window"];
+    NEEDLES
+        .iter()
+        .any(|needle| memchr::memmem::find(body, needle).is_some())
 }
 
 fn is_event_stream(content_type: Option<&str>, body: &[u8]) -> bool {

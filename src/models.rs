@@ -119,6 +119,10 @@ impl ModelWindows {
     /// How many upstream tokens one of our estimated tokens is worth (1.0 until calibrated).
     pub fn factor(&self, upstream: &str, model: &str) -> f64 {
         let map = self.factors.read().unwrap_or_else(PoisonError::into_inner);
+        // Checked first so the common case builds no key (two allocations).
+        if map.is_empty() {
+            return 1.0;
+        }
         map.get(&key(upstream, model)).copied().unwrap_or(1.0)
     }
 
@@ -133,6 +137,9 @@ impl ModelWindows {
 
     fn learned_window(&self, upstream: &str, model: &str) -> Option<u64> {
         let map = self.learned.read().unwrap_or_else(PoisonError::into_inner);
+        if map.is_empty() {
+            return None;
+        }
         map.get(&key(upstream, model)).copied()
     }
 }
