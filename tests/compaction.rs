@@ -226,6 +226,42 @@ async fn overflow_reported_in_the_first_event_of_a_200_stream() {
 }
 
 #[tokio::test]
+async fn a_413_for_bytes_is_fixed_by_dropping_historical_images_first() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    let image = |n: usize| {
+        let data = format!("data:image/png;base64,{}", "QUJD".repeat(5_000 + n));
+        json!({"type": "image_url", "image_url": {"url": data}})
+    };
+    let mut messages = vec![json!({"role": "system", "content": SYSTEM})];
+    for n in 0..5 {
+        messages.push(json!({"role": "user", "content": [
+            {"type": "text", "text": format!("Screenshot {n}: what changed?")}, image(n)]}));
+        messages.push(
+            json!({"role": "assistant", "content": format!("In screenshot {n} the header moved.")}),
+        );
+    }
+    messages.push(json!({"role": "user", "content": "Turn 6: the test test_module_6 fails; summarise the screenshots."}));
+    let request = json!({"model": "mock-agent-model", "messages": messages});
+    // The mock's byte limit is three times the window: 45 KB, against a 100 KB request.
+    let (status, x, reply) = send(&proxy, "html413", 15_000, &request).await;
+    assert_eq!(status, 200, "{reply}\n{}", proxy.logs());
+    assert!(x.unwrap().starts_with("applied; trigger=error;"));
+    let sent = mock.last();
+    assert!(sent.body.len() < 45_000);
+    let sent: Value = serde_json::from_slice(&sent.body).unwrap();
+    let images = sent.to_string().matches("data:image/png;base64").count();
+    assert!(
+        images <= 1,
+        "{images} images still sent: only the most recent may stay"
+    );
+    assert_eq!(
+        sent["messages"].as_array().unwrap().last().unwrap(),
+        messages.last().unwrap()
+    );
+}
+
+#[tokio::test]
 async fn overflow_hidden_in_a_200_with_an_empty_length_stop() {
     let headers = session("vllm-empty-200", 12, false, 6000).await;
     assert!(!applied(&headers).is_empty());
