@@ -300,7 +300,7 @@ impl Config {
         }
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
         validate_base_url("upstream.base_url", &self.upstream.base_url)?;
         if !self.summarizer.base_url.is_empty() {

@@ -1,11 +1,15 @@
 //! `compaction-proxy compact`: the engine on a request body from a file or stdin, with the
-//! deterministic summary and no network.
+//! deterministic summary and no network, unless `--summarize-via` names an
+//! OpenAI-compatible API to write the summary with.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::compact::{self, Options, DEFAULT_CONTEXT_WINDOW};
+use crate::chat::summarizer::{Call, Summarizer};
+use crate::compact::{self, Options, Outcome, DEFAULT_CONTEXT_WINDOW};
+use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::models;
 
 /// Exit status when the result fits the target.
@@ -20,8 +24,10 @@ const DOES_NOT_FIT: u8 = 3;
     about = "Compact a chat-completions request body offline",
     long_about = "Reads a chat-completions request body (FILE, or stdin when FILE is absent or -), \
 writes the compacted body to stdout and a one-line report to stderr. The summary is the \
-deterministic digest; nothing goes over the network. A body that already fits is written back \
-byte for byte.\n\nThe token target is the context window minus the completion budget (the request's \
+deterministic digest and nothing goes over the network, unless --summarize-via names an \
+OpenAI-compatible API (base URL) to write it: then the middle is summarised by --model (default: \
+the request's model) with the key in --api-key-env, falling back to the digest on any failure. \
+A body that already fits is written back byte for byte.\n\nThe token target is the context window minus the completion budget (the request's \
 max_completion_tokens or max_tokens, else 4096 capped at a quarter of the window) minus a 2% \
 margin.\n\nExit status: 0 the result fits, 3 it cannot be made to fit (the best effort \
 is still written), 2 bad input (nothing on stdout)."
@@ -33,6 +39,12 @@ pub struct CompactArgs {
     /// Context window in tokens [default: the proxy's built-in table by model name, else 128000]
     #[arg(long, value_name = "N", long_help = context_window_help())]
     pub context_window: Option<usize>,
+    /// Base URL of an OpenAI-compatible API to write the summary with, e.g. https://api.openai.com/v1
+    #[arg(long, value_name = "URL")]
+    pub summarize_via: Option<String>,
+    /// Environment variable holding the key for --summarize-via (used only when set)
+    #[arg(long, value_name = "NAME", default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
     /// Request body to read; stdin when absent or "-"
     #[arg(value_name = "FILE")]
     pub file: Option<PathBuf>,
@@ -77,9 +89,13 @@ pub fn run(args: &CompactArgs) -> ExitCode {
         model,
         ..Options::with_window(window)
     };
-    let outcome = match compact::compact(&request, &opts) {
+    let compacted = match &args.summarize_via {
+        Some(url) => compact_via(url, args, &request, &opts),
+        None => compact::compact(&request, &opts).map_err(|e| e.to_string()),
+    };
+    let outcome = match compacted {
         Ok(o) => o,
-        Err(e) => return fail(&e.to_string()),
+        Err(e) => return fail(&e),
     };
     let written = match &outcome.rewritten {
         None => write_stdout(&input),
@@ -100,6 +116,55 @@ pub fn run(args: &CompactArgs) -> ExitCode {
     } else {
         DOES_NOT_FIT
     })
+}
+
+/// The engine with an LLM summary from `url` (the deterministic one when it fails).
+fn compact_via(
+    url: &str,
+    args: &CompactArgs,
+    request: &serde_json::Value,
+    opts: &Options,
+) -> Result<Outcome, String> {
+    let mut config = Config::default();
+    config.summarizer.base_url = url.to_owned();
+    config.summarizer.model = args.model.clone().unwrap_or_default();
+    if std::env::var_os(&args.api_key_env).is_some() {
+        config.summarizer.api_key_env = Some(args.api_key_env.clone());
+    }
+    config
+        .validate()
+        .map_err(|e| format!("--summarize-via: {e}"))?;
+    let plan = compact::plan(request, opts).map_err(|e| e.to_string())?;
+    if !plan.needs_summary() {
+        return Ok(compact::finish(plan, None, opts));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the summariser's runtime: {e}"))?;
+    let summary = runtime.block_on(async {
+        let summarizer = Summarizer::new(&config).map_err(|e| e.to_string())?;
+        let Some(summarizer) = summarizer else {
+            return Ok(None);
+        };
+        let (parts, ()) = http::Request::post("/v1/chat/completions")
+            .body(())
+            .map_err(|e| e.to_string())?
+            .into_parts();
+        let model = request["model"].as_str().unwrap_or_default();
+        let call = Call {
+            parts: &parts,
+            model,
+            window: opts.context_window as u64,
+            id: 0,
+        };
+        Ok::<_, String>(
+            summarizer
+                .summarize(&Metrics::default(), &call, &plan, opts)
+                .await,
+        )
+    })?;
+    Ok(compact::finish(plan, summary, opts))
 }
 
 fn read_input(args: &CompactArgs) -> Result<Vec<u8>, String> {

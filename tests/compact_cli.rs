@@ -1,5 +1,7 @@
 //! The offline command's contract: stdout, stderr and exit codes.
 
+mod support;
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
@@ -97,4 +99,60 @@ fn help_documents_the_default_window() {
         help.contains("gpt-4o = 128000") && help.contains("else 128000"),
         "{help}"
     );
+}
+
+/// `--summarize-via` asks a real HTTP API (the mock upstream here) for the summary, and
+/// falls back to the digest when it fails.
+#[tokio::test]
+async fn summarize_via_uses_an_llm_summary_and_falls_back_when_it_fails() {
+    let mock = support::Mock::start().await;
+    let url = mock.url("/v1");
+    let path = fixture("coding_agent");
+    let output =
+        run_in_background(["--context-window", "8000", "--summarize-via", &url, &path]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("summary llm"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!mock.summaries().is_empty());
+    let body: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(
+        body.to_string().contains("MOCK-CHECKPOINT"),
+        "the LLM summary is not in the output"
+    );
+
+    // Nothing listens there: the command still succeeds, with the deterministic summary.
+    let closed = format!("http://127.0.0.1:{}/v1", closed_port());
+    let output = run_in_background([
+        "--context-window",
+        "8000",
+        "--summarize-via",
+        &closed,
+        &path,
+    ])
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("summary fallback"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// Runs the command off the async runtime, so the mock upstream on it keeps answering.
+async fn run_in_background<const N: usize>(args: [&str; N]) -> Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&refs, b"")
+    })
+    .await
+    .unwrap()
+}
+
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
 }
