@@ -84,7 +84,8 @@ struct Attempts<'a> {
     head: ChatHead,
     /// The client's bytes, sent as they are until a rewrite is needed.
     original: Bytes,
-    /// The client's request as JSON, parsed only once a rewrite is considered.
+    /// The request compaction starts from (the client's, with a lowered output cap if
+    /// one was needed), parsed only once a rewrite is considered.
     parsed: Option<Value>,
     /// What the next attempt sends.
     body: Bytes,
@@ -306,23 +307,27 @@ impl<'a> Attempts<'a> {
     /// Plans, asks the LLM summariser for the middle when the plan needs a summary, and
     /// finishes. `None` when the engine refused the request.
     async fn compact(&mut self, target: u64, window: u64) -> Option<compact::Outcome> {
-        let request = self.original_value()?;
+        self.base_request()?;
+        // Moved into the blocking task and back rather than cloned: for a conversation of
+        // a million tokens a clone costs as much as the compaction.
+        let request = self.parsed.take()?;
         let options = compact::Options {
             context_window: usize::try_from(window).unwrap_or(usize::MAX),
             target_tokens: Some(usize::try_from(target).unwrap_or(usize::MAX)),
             ..compact::Options::default()
         };
-        let counts = self.counts.clone();
+        let counts = self.counts.take();
         let started = Instant::now();
         // Compaction is CPU work measured in milliseconds for huge conversations: keep
         // it off the threads that move other requests' bytes.
-        let (request, options, plan) = tokio::task::spawn_blocking(move || {
+        let (request, counts, options, plan) = tokio::task::spawn_blocking(move || {
             let plan = compact::plan_with_counts(&request, counts.as_deref(), &options);
-            (request, options, plan)
+            (request, counts, options, plan)
         })
         .await
         .ok()?;
         self.parsed = Some(request);
+        self.counts = counts;
         // The summariser's call is network time, not engine work: it is left out.
         let planning = started.elapsed();
         let plan = plan
@@ -362,27 +367,28 @@ impl<'a> Attempts<'a> {
             .await
     }
 
-    /// The client's request as JSON, parsed once.
-    fn original_value(&mut self) -> Option<Value> {
+    /// The request compaction starts from, parsed once: the client's, with a lowered
+    /// output cap if one was needed.
+    fn base_request(&mut self) -> Option<&Value> {
         if self.parsed.is_none() {
             self.parsed = serde_json::from_slice(&self.original).ok();
         }
-        self.parsed.clone()
+        self.parsed.as_ref()
     }
 
     /// The request as last sent, as JSON.
     fn current_value(&mut self) -> Option<Value> {
         if self.body == self.original {
-            return self.original_value();
+            return self.base_request().cloned();
         }
         serde_json::from_slice(&self.body).ok()
     }
 
     fn count_original(&mut self) -> Option<u64> {
         if self.tokens_original.is_none() {
-            let value = self.original_value()?;
-            let counts = compact::count_messages(&value);
-            let overhead = compact::Counter::for_request(&value).request_overhead(&value);
+            let value = self.base_request()?;
+            let counts = compact::count_messages(value);
+            let overhead = compact::Counter::for_request(value).request_overhead(value);
             self.tokens_original = Some((counts.iter().sum::<usize>() + overhead) as u64);
             self.counts = Some(counts);
         }
