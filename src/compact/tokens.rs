@@ -341,19 +341,23 @@ mod tests {
             "fn main() {\n    println!(\"{}\", 1);\n}\n",
         ];
         let long = samples.concat().repeat(40) + &"x".repeat(100) + "'s DON'T 1234567";
-        let o = tiktoken_rs::o200k_base_singleton();
-        let c = tiktoken_rs::cl100k_base_singleton();
         let cut = &long[..long.len() - 300];
         for s in samples.into_iter().chain([long.as_str(), cut]) {
-            assert_eq!(
-                Counter::new(Encoding::O200k).text(s),
-                o.encode_ordinary(s).len()
-            );
-            assert_eq!(
-                Counter::new(Encoding::Cl100k).text(s),
-                c.encode_ordinary(s).len()
-            );
+            assert_counts_match_tiktoken(s);
         }
+    }
+
+    fn assert_counts_match_tiktoken(s: &str) {
+        let o = tiktoken_rs::o200k_base_singleton();
+        let c = tiktoken_rs::cl100k_base_singleton();
+        assert_eq!(
+            Counter::new(Encoding::O200k).text(s),
+            o.encode_ordinary(s).len()
+        );
+        assert_eq!(
+            Counter::new(Encoding::Cl100k).text(s),
+            c.encode_ordinary(s).len()
+        );
     }
 
     #[test]
@@ -364,17 +368,8 @@ mod tests {
             include_str!("validate.rs"),
             include_str!("../../fixtures/conversations/generate.py"),
         ];
-        let o = tiktoken_rs::o200k_base_singleton();
-        let c = tiktoken_rs::cl100k_base_singleton();
         for s in sources {
-            assert_eq!(
-                Counter::new(Encoding::O200k).text(s),
-                o.encode_ordinary(s).len()
-            );
-            assert_eq!(
-                Counter::new(Encoding::Cl100k).text(s),
-                c.encode_ordinary(s).len()
-            );
+            assert_counts_match_tiktoken(s);
         }
     }
 
