@@ -1,10 +1,12 @@
-//! The shared state every request sees: settings, the upstream client, the summariser,
-//! client keys and metrics. Built once at start; read-only afterwards apart from atomics.
+//! The shared state every request sees: settings, the upstream client, the summariser and
+//! its cache, client keys and metrics. Built once at start; what it learns later (windows,
+//! checkpoints, counters) sits behind its own locks and atomics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::auth::Auth;
 use crate::chat::summarizer::Summarizer;
+use crate::checkpoint::Checkpoints;
 use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
 use crate::models::ModelWindows;
@@ -27,6 +29,8 @@ pub struct App {
     pub models: ModelWindows,
     /// The LLM summariser; `None` when `summarizer.enabled` is off.
     pub summarizer: Option<Summarizer>,
+    /// The summary cache; `None` when `cache.enabled` is off.
+    pub checkpoints: Option<Checkpoints>,
     next_id: AtomicU64,
 }
 
@@ -36,7 +40,9 @@ impl App {
         let auth = Auth::from_config(&config.auth)?;
         let models = ModelWindows::new(config.models.clone());
         let summarizer = Summarizer::new(&config)?;
+        let checkpoints = Checkpoints::new(&config.cache);
         Ok(Self {
+            checkpoints,
             models,
             summarizer,
             config,

@@ -39,6 +39,7 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     pub models: Vec<ModelRule>,
     pub summarizer: SummarizerConfig,
+    pub cache: CacheConfig,
     pub limits: LimitsConfig,
     pub auth: AuthConfig,
     pub log: LogConfig,
@@ -53,6 +54,7 @@ impl Default for Config {
             upstream: UpstreamConfig::default(),
             models: Vec::new(),
             summarizer: SummarizerConfig::default(),
+            cache: CacheConfig::default(),
             limits: LimitsConfig::default(),
             auth: AuthConfig::default(),
             log: LogConfig::default(),
@@ -145,6 +147,28 @@ impl SummarizerConfig {
 
     pub fn cooldown(&self) -> Duration {
         Duration::from_millis(self.cooldown_ms)
+    }
+}
+
+/// The summary cache: compacted conversation prefixes reused on later turns.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// `false`: every turn of a long conversation is compacted anew.
+    pub enabled: bool,
+    /// Memory the checkpoints may hold; the least recently used go first.
+    pub max_bytes: u64,
+    /// A checkpoint unused for this long is forgotten.
+    pub ttl_ms: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_bytes: 256 * 1024 * 1024,
+            ttl_ms: 6 * 60 * 60 * 1000,
+        }
     }
 }
 
@@ -314,6 +338,11 @@ impl Config {
         if self.summarizer.timeout_ms == 0 || self.summarizer.context_window == Some(0) {
             return Err(ConfigError::Invalid(
                 "summarizer.timeout_ms and summarizer.context_window must be above 0".into(),
+            ));
+        }
+        if self.cache.max_bytes == 0 || self.cache.ttl_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "cache.max_bytes and cache.ttl_ms must be above 0 (set cache.enabled = false to turn the cache off)".into(),
             ));
         }
         if self.limits.max_body_bytes == 0 {

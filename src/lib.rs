@@ -11,6 +11,7 @@ pub mod app;
 pub mod auth;
 pub mod body;
 pub mod chat;
+pub mod checkpoint;
 pub mod classify;
 pub mod cli;
 pub mod compact;

@@ -211,7 +211,10 @@ async fn after_a_failure_the_summariser_cools_down() {
     let (status, x) = send(&proxy, "500", &session(30)).await;
     assert_eq!((status, x.contains("summary=fallback")), (200, true), "{x}");
     let failed = mock.summaries().len();
-    let (status, x) = send(&proxy, "ok", &session(31)).await;
+    // Another conversation: the first one's checkpoint would spare it any summary.
+    let mut other = session(31);
+    other["messages"][0]["content"] = json!("You are another coding agent.");
+    let (status, x) = send(&proxy, "ok", &other).await;
     assert_eq!(status, 200);
     assert!(x.contains("summary=fallback"), "{x}");
     assert_eq!(mock.summaries().len(), failed);

@@ -3,7 +3,11 @@
 //! (context overflow, output cap, body too large) learn from it, rewrite and retry, up to
 //! `compaction.max_attempts` calls. The client gets the first answer that is not such a
 //! refusal, or the upstream's own last refusal.
+//!
+//! A conversation compacted before starts from its checkpoint (see [`crate::checkpoint`]):
+//! the stored compacted prefix replaces the client's, and only new turns are counted.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -17,6 +21,7 @@ use crate::chat::inspect::{self, Verdict};
 use crate::chat::request::ChatHead;
 use crate::chat::summarizer::Call;
 use crate::chat::x_compaction::{Outcome, XCompaction};
+use crate::checkpoint::{self, Applied, Checkpoint, Key, Partition};
 use crate::classify::{Classification, Kind};
 use crate::compact;
 use crate::error::ProxyError;
@@ -42,7 +47,9 @@ pub async fn run(
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let mut attempt = Attempts::new(app, &parts, original, head, id);
+    attempt.resume();
     attempt.preflight().await;
+    attempt.settle();
     loop {
         attempt.count += 1;
         app.metrics.upstream_attempt();
@@ -104,9 +111,33 @@ struct Attempts<'a> {
     /// under a tenth, the middle is small beside what is kept, and another paid summary
     /// of it would not save more; further attempts escalate with the deterministic one.
     llm: bool,
-    /// Per-message counts of the original request, kept so the engine does not count
-    /// the same messages again.
+    /// Per-message counts of the request compaction starts from, kept so the engine does
+    /// not count the same messages again.
     counts: Option<Vec<usize>>,
+    /// The conversation's partition in the summary cache, when the cache is on.
+    partition: Option<Partition>,
+    /// The hash of every prefix of the client's messages, once computed.
+    hashes: Option<Vec<u128>>,
+    /// The checkpoint applied before the first attempt.
+    hit: Option<Hit>,
+    /// The checkpoint this request's compaction made, stored once the upstream takes it.
+    pending: Option<Pending>,
+}
+
+/// A stored checkpoint put in place of the client's prefix.
+struct Hit {
+    key: Key,
+    checkpoint: Arc<Checkpoint>,
+    applied: Applied,
+    /// The client's request, for the header and the metrics.
+    messages_before: usize,
+    tokens_before: u64,
+}
+
+struct Pending {
+    key: Key,
+    checkpoint: Checkpoint,
+    replaces: Option<Key>,
 }
 
 impl<'a> Attempts<'a> {
@@ -127,6 +158,10 @@ impl<'a> Attempts<'a> {
             tokens_original: None,
             llm: true,
             counts: None,
+            partition: None,
+            hashes: None,
+            hit: None,
+            pending: None,
         }
     }
 
@@ -150,6 +185,91 @@ impl<'a> Attempts<'a> {
         self.head.max_output.unwrap_or(reserve).min(window / 4)
     }
 
+    /// Puts the conversation's checkpoint, when the cache holds one for a prefix of its
+    /// messages, in place of that prefix: a conversation compacted before is sent
+    /// compacted the same way from the first attempt, byte for byte, without a summary.
+    /// Costs nothing for tenants whose conversations were never compacted.
+    fn resume(&mut self) {
+        let app = self.app;
+        let Some(cache) = &app.checkpoints else {
+            return;
+        };
+        let partition = Partition::new(&self.parts.headers, self.upstream(), &self.head.model);
+        self.partition = Some(partition);
+        if !cache.store.may_hold(partition) {
+            return;
+        }
+        let Some(messages) = self.base_request().and_then(messages_of) else {
+            return;
+        };
+        let hashes = checkpoint::prefix_hashes(partition, messages);
+        let found = cache
+            .store
+            .longest(partition, &hashes)
+            .filter(|(len, checkpoint)| checkpoint.continues(messages.get(*len)));
+        let key = found.as_ref().map(|(len, _)| Key {
+            partition,
+            prefix: hashes[*len],
+        });
+        self.hashes = Some(hashes);
+        let (Some((len, checkpoint)), Some(key)) = (found, key) else {
+            return;
+        };
+        let Some(request) = self.parsed.as_mut() else {
+            return;
+        };
+        let counter = compact::Counter::for_request(request);
+        let overhead = counter.request_overhead(request);
+        let Some(messages) = request.get_mut("messages").and_then(Value::as_array_mut) else {
+            return;
+        };
+        let messages_before = messages.len();
+        let form_len = checkpoint.messages.len();
+        messages.splice(..len, checkpoint.messages.iter().cloned());
+        let later = counter.messages(&messages[form_len..]);
+        let later_tokens = later.iter().sum::<usize>();
+        let mut counts = checkpoint.counts.clone();
+        counts.extend(later);
+        self.tokens_original = Some((counts.iter().sum::<usize>() + overhead) as u64);
+        self.counts = Some(counts);
+        if !checkpoint.worth_summarising() {
+            self.llm = false;
+        }
+        self.hit = Some(Hit {
+            key,
+            tokens_before: (checkpoint.prefix_tokens + later_tokens + overhead) as u64,
+            applied: Applied {
+                form_len,
+                prefix_len: len,
+            },
+            checkpoint,
+            messages_before,
+        });
+        self.tried = true;
+        self.trigger = Some(Trigger::Preflight);
+    }
+
+    /// After preflight: a resumed conversation that needed no further compaction is sent
+    /// as resumed.
+    fn settle(&mut self) {
+        if self.hit.is_none() || self.rewrites > 0 {
+            return;
+        }
+        match self.parsed.as_ref().map(serde_json::to_vec) {
+            Some(Ok(bytes)) => self.body = Bytes::from(bytes),
+            // Not reachable for a request parsed from JSON; sending the client's own bytes
+            // is the safe way out.
+            _ => {
+                self.hit = None;
+                self.parsed = None;
+                self.counts = None;
+                self.tokens_original = None;
+                self.tried = false;
+                self.trigger = None;
+            }
+        }
+    }
+
     /// Compacts before the first call when the model's window is known and the request
     /// would fill more than the threshold of it. Costs a byte-length comparison for the
     /// many requests that are obviously small, and one token count for the rest.
@@ -163,7 +283,7 @@ impl<'a> Attempts<'a> {
         // URL's length.
         let images = memchr::memmem::find_iter(&self.original, b"image_url").count() as u64;
         let bound = self.original.len() as u64 + images * MAX_IMAGE_TOKENS;
-        if (bound as f64 * factor) as u64 + budget <= limit {
+        if self.hit.is_none() && (bound as f64 * factor) as u64 + budget <= limit {
             return;
         }
         let Some(tokens) = self.count_original() else {
@@ -284,8 +404,9 @@ impl<'a> Attempts<'a> {
         };
         self.tried = true;
         let report = &outcome.report;
-        let saved = report.tokens_before.saturating_sub(report.tokens_after);
-        if report.summary != compact::SummarySource::None && saved < report.tokens_before / 10 {
+        if report.summary != compact::SummarySource::None
+            && checkpoint::poor_savings_after(0, report.tokens_before, report.tokens_after) > 0
+        {
             self.llm = false;
         }
         let Some(rewritten) = outcome.rewritten else {
@@ -297,11 +418,68 @@ impl<'a> Attempts<'a> {
         if bytes[..] == self.body[..] {
             return false;
         }
+        self.pending = self.checkpoint_of(&rewritten, report);
         self.rewrites += 1;
         self.body = Bytes::from(bytes);
         self.tokens_original = Some(outcome.report.tokens_before as u64);
         self.report = Some(outcome.report);
         true
+    }
+
+    /// The checkpoint `output` makes for the client's conversation: the form that now
+    /// stands for a prefix of the client's messages.
+    fn checkpoint_of(&mut self, output: &Value, report: &compact::Report) -> Option<Pending> {
+        self.app.checkpoints.as_ref()?;
+        let partition = self.partition?;
+        if self.hashes.is_none() {
+            // Not resumed: the request compacted holds the client's own messages.
+            let messages = self.parsed.as_ref().and_then(messages_of)?;
+            self.hashes = Some(checkpoint::prefix_hashes(partition, messages));
+        }
+        self.count_original()?;
+        let input = self.parsed.as_ref().and_then(messages_of)?;
+        let counts = self.counts.as_deref()?;
+        let hashes = self.hashes.as_deref()?;
+        let applied = self.hit.as_ref().map(|h| h.applied);
+        let (replaced, form) = checkpoint::derive(input, messages_of(output)?, applied)?;
+        let (prefix_len, form_len, earlier_tokens) = match &self.hit {
+            Some(hit) => (
+                hit.applied.prefix_len,
+                hit.applied.form_len,
+                hit.checkpoint.prefix_tokens,
+            ),
+            None => (0, 0, 0),
+        };
+        // The client's messages between the old prefix and the new one are, in the
+        // request compacted, the ones right after the old form.
+        let newly = form_len..form_len + (replaced - prefix_len);
+        let prefix_tokens = earlier_tokens + counts.get(newly.clone())?.iter().sum::<usize>();
+        let next_role = input
+            .get(newly.end)
+            .and_then(|m| m.get("role"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let form_counts = compact::Counter::for_request(output).messages(&form);
+        let poor_savings = checkpoint::poor_savings_after(
+            self.hit.as_ref().map_or(0, |h| h.checkpoint.poor_savings),
+            report.tokens_before,
+            report.tokens_after,
+        );
+        Some(Pending {
+            key: Key {
+                partition,
+                prefix: *hashes.get(replaced)?,
+            },
+            checkpoint: Checkpoint::new(
+                replaced,
+                prefix_tokens,
+                form,
+                form_counts,
+                next_role,
+                poor_savings,
+            ),
+            replaces: self.hit.as_ref().map(|h| h.key),
+        })
     }
 
     /// Plans, asks the LLM summariser for the middle when the plan needs a summary, and
@@ -362,9 +540,16 @@ impl<'a> Attempts<'a> {
             window,
             id: self.id,
         };
-        summarizer
-            .summarize(&self.app.metrics, &call, plan, options)
-            .await
+        let work = || summarizer.summarize(&self.app.metrics, &call, plan, options);
+        match (&self.app.checkpoints, self.partition) {
+            // Concurrent requests of one conversation wait for one call.
+            (Some(cache), Some(partition)) => {
+                let key =
+                    checkpoint::hash::middle_key(partition, plan.previous_summary(), plan.turns());
+                cache.flights.run(key, work).await
+            }
+            _ => work().await,
+        }
     }
 
     /// The request compaction starts from, parsed once: the client's, with a lowered
@@ -406,20 +591,45 @@ impl<'a> Attempts<'a> {
     fn x_compaction(&self, outcome: Outcome) -> Option<XCompaction> {
         let trigger = self.trigger?;
         let report = self.report.as_ref();
+        let hit = self.hit.as_ref();
+        // A resumed request is measured from the client's own; one compacted again after
+        // that says where its summary came from, one sent as resumed says `cache`.
+        let summary = match (report, hit) {
+            (Some(r), _) => summary_source(r.summary),
+            (None, Some(_)) => Some(SummarySource::Cache),
+            (None, None) => None,
+        };
+        let resumed_messages = || {
+            self.parsed
+                .as_ref()
+                .and_then(messages_of)
+                .map_or(0, Vec::len)
+        };
         Some(XCompaction {
             outcome,
             trigger,
             attempts: self.count,
-            messages_before: report.map_or(0, |r| r.messages_before),
-            messages_after: report.map_or(0, |r| r.messages_after),
-            summary: report.and_then(|r| summary_source(r.summary)),
-            tokens_before: report.map_or(0, |r| r.tokens_before as u64),
-            tokens_after: report.map_or(0, |r| r.tokens_after as u64),
+            messages_before: hit.map_or(report.map_or(0, |r| r.messages_before), |h| {
+                h.messages_before
+            }),
+            messages_after: report.map_or_else(resumed_messages, |r| r.messages_after),
+            summary,
+            tokens_before: hit.map_or(report.map_or(0, |r| r.tokens_before as u64), |h| {
+                h.tokens_before
+            }),
+            tokens_after: report
+                .map_or(self.tokens_original.unwrap_or(0), |r| r.tokens_after as u64),
         })
     }
 
-    /// The successful answer, marked when the request was rewritten.
-    fn deliver(&self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+    /// The successful answer, marked when the request was rewritten. The upstream took
+    /// the compacted request: its checkpoint can serve the conversation's next turns.
+    fn deliver(&mut self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+        if let (Some(cache), Some(pending)) = (&self.app.checkpoints, self.pending.take()) {
+            cache
+                .store
+                .put(pending.key, Arc::new(pending.checkpoint), pending.replaces);
+        }
         if let Some(x) = self.x_compaction(Outcome::Applied) {
             self.record(&x);
             response.headers_mut().insert("x-compaction", x.to_header());
@@ -450,7 +660,7 @@ impl<'a> Attempts<'a> {
 
     fn record(&self, x: &XCompaction) {
         let metrics = &self.app.metrics;
-        if self.report.is_some() {
+        if self.report.is_some() || self.hit.is_some() {
             metrics.compaction(x.trigger);
             if let Some(source) = x.summary {
                 metrics.summary(source);
@@ -473,6 +683,10 @@ impl<'a> Attempts<'a> {
             "compaction"
         );
     }
+}
+
+fn messages_of(request: &Value) -> Option<&Vec<Value>> {
+    request.get("messages").and_then(Value::as_array)
 }
 
 fn summary_source(source: compact::SummarySource) -> Option<SummarySource> {

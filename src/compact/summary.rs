@@ -103,7 +103,9 @@ pub fn digest(previous: Option<&str>, turns: &[Message], budget_chars: usize) ->
     s.add_turns(turns);
     s.cap();
     s.fit(budget_chars);
-    s.render()
+    // The digest quotes the turns it replaces; what they held of secrets must not live on
+    // in a summary that is stored and sent again on every later turn.
+    crate::redact::redact(&s.render()).into_owned()
 }
 
 #[derive(Default)]

@@ -4,7 +4,7 @@
 //! The mock's behaviour for a request is chosen by its `x-mock` header (the proxy
 //! forwards it untouched), so one mock serves every scenario. Summariser calls (the
 //! proxy's own, recognised by the checkpoint prompt) are recorded apart and answered as
-//! `x-mock-summary` says, whatever `x-mock` is.
+//! `x-mock-summary` says (after `x-mock-summary-delay-ms`), whatever `x-mock` is.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
@@ -130,6 +130,14 @@ async fn respond(
     };
     if is_summary_call(&body) {
         state.summaries.lock().unwrap().push(recorded);
+        let delay = parts
+            .headers
+            .get("x-mock-summary-delay-ms")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        if let Some(ms) = delay {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
         return Ok(summary_answer(&parts.headers, &body).await);
     }
     state.recorded.lock().unwrap().push(recorded);

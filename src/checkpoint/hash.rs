@@ -1,0 +1,175 @@
+//! Content hashes for the checkpoint cache: whose conversation a request belongs to (the
+//! partition) and a hash of every prefix of its messages, computed in one linear walk of
+//! the parsed request, without serialising it again.
+
+use http::HeaderMap;
+use serde_json::{Map, Value};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::compact::Message;
+
+/// Headers that carry a client's credential, in the order OpenAI-compatible clients use.
+const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "api-key", "x-api-key"];
+
+/// One tenant's conversations with one model on one upstream. Checkpoints never cross
+/// partitions, so one client's compacted history is never applied to another's request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Partition(u128);
+
+impl Partition {
+    /// The partition of a request: a SHA-256 of its credential (the credential itself is
+    /// never kept; a store shared between processes may hold these hashes), the upstream
+    /// and the model.
+    pub fn new(headers: &HeaderMap, upstream: &str, model: &str) -> Partition {
+        let credential = CREDENTIAL_HEADERS
+            .iter()
+            .find_map(|name| headers.get(*name))
+            .map_or(&b""[..], |value| value.as_bytes());
+        let tenant = ring::digest::digest(&ring::digest::SHA256, credential);
+        let mut hasher = Xxh3::new();
+        hasher.update(tenant.as_ref());
+        feed_str(&mut hasher, upstream);
+        feed_str(&mut hasher, model);
+        Partition(hasher.digest128())
+    }
+
+    #[cfg(test)]
+    pub fn for_tests(n: u128) -> Partition {
+        Partition(n)
+    }
+}
+
+/// `hashes[i]` identifies the first `i` messages of `partition`'s conversation
+/// (`hashes[0]`, the empty prefix, is the partition alone). Every prefix is a prefix of
+/// one running hash, so the whole list costs one pass over the messages.
+pub fn prefix_hashes(partition: Partition, messages: &[Value]) -> Vec<u128> {
+    let mut hasher = Xxh3::new();
+    hasher.update(&partition.0.to_le_bytes());
+    let mut hashes = Vec::with_capacity(messages.len() + 1);
+    hashes.push(hasher.digest128());
+    for message in messages {
+        feed(&mut hasher, message);
+        hashes.push(hasher.digest128());
+    }
+    hashes
+}
+
+/// Identifies the middle a summary is asked for, with the summary it carries forward, so
+/// that concurrent requests needing the same one can share the summariser's answer.
+pub fn middle_key(partition: Partition, previous: Option<&str>, turns: &[Message]) -> u128 {
+    let mut hasher = Xxh3::new();
+    hasher.update(&partition.0.to_le_bytes());
+    match previous {
+        Some(text) => {
+            hasher.update(b"p");
+            feed_str(&mut hasher, text);
+        }
+        None => hasher.update(b"-"),
+    }
+    for turn in turns {
+        feed_map(&mut hasher, &turn.body);
+    }
+    hasher.digest128()
+}
+
+/// Feeds a JSON value with a tag and a length before every part, so that no two
+/// different sequences of values feed the same bytes.
+fn feed(hasher: &mut Xxh3, value: &Value) {
+    match value {
+        Value::Null => hasher.update(b"z"),
+        Value::Bool(b) => hasher.update(if *b { b"t" } else { b"f" }),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                hasher.update(b"u");
+                hasher.update(&u.to_le_bytes());
+            } else if let Some(i) = n.as_i64() {
+                hasher.update(b"i");
+                hasher.update(&i.to_le_bytes());
+            } else {
+                hasher.update(b"d");
+                hasher.update(&n.as_f64().unwrap_or(f64::NAN).to_bits().to_le_bytes());
+            }
+        }
+        Value::String(s) => {
+            hasher.update(b"s");
+            feed_str(hasher, s);
+        }
+        Value::Array(items) => {
+            hasher.update(b"[");
+            hasher.update(&(items.len() as u64).to_le_bytes());
+            for item in items {
+                feed(hasher, item);
+            }
+        }
+        Value::Object(map) => feed_map(hasher, map),
+    }
+}
+
+fn feed_map(hasher: &mut Xxh3, map: &Map<String, Value>) {
+    hasher.update(b"{");
+    hasher.update(&(map.len() as u64).to_le_bytes());
+    for (key, item) in map {
+        feed_str(hasher, key);
+        feed(hasher, item);
+    }
+}
+
+fn feed_str(hasher: &mut Xxh3, s: &str) {
+    hasher.update(&(s.len() as u64).to_le_bytes());
+    hasher.update(s.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+    use serde_json::json;
+
+    use super::*;
+
+    fn headers(auth: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", HeaderValue::from_str(auth).unwrap());
+        h
+    }
+
+    #[test]
+    fn partitions_differ_by_credential_model_and_upstream() {
+        let base = Partition::new(&headers("Bearer a"), "http://u", "m");
+        assert_eq!(base, Partition::new(&headers("Bearer a"), "http://u", "m"));
+        assert_ne!(base, Partition::new(&headers("Bearer b"), "http://u", "m"));
+        assert_ne!(base, Partition::new(&headers("Bearer a"), "http://u", "n"));
+        assert_ne!(base, Partition::new(&headers("Bearer a"), "http://v", "m"));
+        assert_ne!(base, Partition::new(&HeaderMap::new(), "http://u", "m"));
+    }
+
+    #[test]
+    fn a_prefix_hash_depends_on_exactly_that_prefix() {
+        let p = Partition::for_tests(7);
+        let a = [
+            json!({"role": "user", "content": "hi"}),
+            json!({"role": "assistant", "content": "yo"}),
+        ];
+        let b = [a[0].clone(), json!({"role": "assistant", "content": "no"})];
+        let (ha, hb) = (prefix_hashes(p, &a), prefix_hashes(p, &b));
+        assert_eq!(ha.len(), 3);
+        assert_eq!(ha[..2], hb[..2]);
+        assert_ne!(ha[2], hb[2]);
+        assert_ne!(prefix_hashes(Partition::for_tests(8), &a)[1], ha[1]);
+    }
+
+    #[test]
+    fn message_boundaries_are_part_of_the_hash() {
+        let p = Partition::for_tests(1);
+        let split = [json!("ab"), json!("c")];
+        let joined = [json!("a"), json!("bc")];
+        assert_ne!(prefix_hashes(p, &split)[2], prefix_hashes(p, &joined)[2]);
+        assert_ne!(
+            prefix_hashes(p, &[json!(1)]),
+            prefix_hashes(p, &[json!(1.0)])
+        );
+        assert_ne!(
+            prefix_hashes(p, &[json!([])]),
+            prefix_hashes(p, &[json!({})])
+        );
+    }
+}

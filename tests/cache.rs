@@ -1,0 +1,275 @@
+//! The summary cache over a real session: a conversation compacted once is resumed from its
+//! checkpoint on later turns (`summary=cache`) with the compacted part byte-identical, so a
+//! long session pays for a handful of summaries, not one per turn; new summaries update the
+//! previous one; concurrent requests share one summariser call; secrets never reach a
+//! stored summary.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{client, Mock, Proxy};
+
+/// The upstream's window, in the mock's tokens; the proxy is told the same.
+const WINDOW: u64 = 6000;
+const API_KEY: &str = "sk-proj-Xq7LmN2pR9sT4vW8yZ1aB3cD5eF6gH0jK2lM4nP6qR8sT0uV";
+const END_MARKER: &str = "[end of summary; the conversation continues below]";
+
+/// One round of an agent session after the user's ask `n`: a tool call, its output and
+/// the agent's reply. Rounds are short beside the window, as in a real session, so one
+/// compaction buys many turns.
+fn round(n: usize) -> Vec<Value> {
+    let id = format!("call_{n}");
+    vec![
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "run_command",
+                "arguments": json!({"command": format!("cargo test module_{n}")}).to_string()}}]}),
+        json!({"role": "tool", "tool_call_id": id,
+            "content": format!("test module_{n}::works ... FAILED\nassertion failed: left == right (left: {n}, right: {})", n + 1)}),
+        json!({"role": "assistant", "content": format!("Module {n} had an off-by-one; fixed in src/module_{n}.rs and the test passes now.")}),
+    ]
+}
+
+fn ask(n: usize) -> Value {
+    let text = if n == 3 {
+        format!("Turn {n}: deploy it with OPENAI_API_KEY={API_KEY} once module {n} passes.")
+    } else {
+        format!(
+            "Turn {n}: the test of module {n} fails; please fix src/module_{n}.rs and rerun it."
+        )
+    };
+    json!({"role": "user", "content": text})
+}
+
+fn request(messages: &[Value]) -> Value {
+    json!({"model": "mock-agent-model", "messages": messages})
+}
+
+fn proxy(mock: &Mock) -> Proxy {
+    let config = format!(
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
+    );
+    Proxy::start(&mock.url("/v1"), &config)
+}
+
+async fn send(proxy: &Proxy, summary: &str, request: &Value) -> (u16, String) {
+    let response = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .header("authorization", "Bearer client-key")
+        .header("x-mock", "window")
+        .header("x-mock-shape", "openai")
+        .header("x-mock-window", WINDOW.to_string())
+        .header("x-mock-summary", summary)
+        .header("x-mock-summary-delay-ms", "200")
+        .json(request)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let x = response
+        .headers()
+        .get("x-compaction")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, x)
+}
+
+/// The bytes the upstream received from the start of the body to the end of the summary.
+fn compacted_part(body: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(body).unwrap();
+    let end = text.find(END_MARKER)? + END_MARKER.len();
+    Some(body[..end].to_vec())
+}
+
+/// A 60-turn session, played turn by turn as a client does: the whole history each time.
+/// Returns each turn's `x-compaction` header.
+async fn play(proxy: &Proxy, mock: &Mock, summary: &str, turns: usize) -> Vec<String> {
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let mut headers = Vec::new();
+    for n in 0..turns {
+        history.push(ask(n));
+        let (status, x) = send(proxy, summary, &request(&history)).await;
+        assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
+        assert!(mock.state.violations.lock().unwrap().is_empty(), "turn {n}");
+        headers.push(x);
+        history.extend(round(n));
+    }
+    headers
+}
+
+#[tokio::test]
+async fn a_long_session_pays_for_a_few_summaries_and_resends_the_same_bytes() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock);
+    let headers = play(&proxy, &mock, "ok", 60).await;
+
+    let summaries = mock.summaries();
+    let llm = headers.iter().filter(|x| x.contains("summary=llm")).count();
+    let cached = headers
+        .iter()
+        .filter(|x| x.contains("summary=cache"))
+        .count();
+    assert!(
+        (1..=5).contains(&summaries.len()),
+        "{} summariser calls: {headers:#?}",
+        summaries.len()
+    );
+    assert_eq!(llm, summaries.len(), "{headers:#?}");
+    assert!(cached >= 15, "{cached} turns from the cache: {headers:#?}");
+    for x in headers.iter().filter(|x| x.contains("summary=cache")) {
+        assert!(
+            x.starts_with("applied; trigger=preflight; attempts=1;"),
+            "{x}"
+        );
+    }
+
+    // Turn after turn from the cache, the compacted part is the same bytes.
+    let sent = mock.recorded();
+    assert_eq!(sent.len(), headers.len(), "one upstream call per turn");
+    let mut compared = 0;
+    for (turn, pair) in headers.windows(2).enumerate() {
+        if pair[1].contains("summary=cache") {
+            let before = compacted_part(&sent[turn].body).expect("a compacted turn");
+            let after = compacted_part(&sent[turn + 1].body).expect("a compacted turn");
+            assert!(
+                before == after,
+                "turn {}: the compacted part changed",
+                turn + 1
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared >= 15);
+
+    // Every summary after the first updates the one before instead of re-reading it as a
+    // turn: it arrives as the previous checkpoint, once.
+    for call in &summaries[1..] {
+        let body: Value = serde_json::from_slice(&call.body).unwrap();
+        let user = body["messages"][1]["content"].as_str().unwrap();
+        assert!(user.starts_with("<previous-checkpoint>\n"), "{user}");
+        assert_eq!(user.matches("MOCK-CHECKPOINT").count(), 1, "{user}");
+        assert!(!user.contains("[compaction-proxy: summary"), "{user}");
+    }
+    for call in &summaries {
+        assert!(!String::from_utf8_lossy(&call.body).contains(API_KEY));
+    }
+
+    let metrics = client()
+        .get(proxy.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "compaction_proxy_summaries_total{{source=\"cache\"}} {cached}\n"
+        )),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_fallback_summary_is_stored_without_the_secrets_it_summarised() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock);
+    let headers = play(&proxy, &mock, "500", 45).await;
+    assert!(
+        headers.iter().any(|x| x.contains("summary=fallback")),
+        "{headers:#?}"
+    );
+    assert!(
+        headers.iter().any(|x| x.contains("summary=cache")),
+        "{headers:#?}"
+    );
+    // Once turn 3 is summarised, the key is in no request: not in the stored summary
+    // resent every turn, not in a summariser call.
+    let sent = mock.recorded();
+    let first = headers.iter().position(|x| x.contains("applied")).unwrap();
+    for (turn, request) in sent.iter().enumerate().skip(first) {
+        let text = String::from_utf8_lossy(&request.body);
+        assert!(!text.contains(API_KEY), "turn {turn}: {text}");
+    }
+    for call in mock.summaries() {
+        assert!(!String::from_utf8_lossy(&call.body).contains(API_KEY));
+    }
+}
+
+#[tokio::test]
+async fn concurrent_requests_of_one_conversation_share_one_summary() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock);
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    for n in 0..40 {
+        history.push(ask(n));
+        history.extend(round(n));
+    }
+    history.push(ask(40));
+    let body = request(&history);
+    let (a, b) = tokio::join!(send(&proxy, "ok", &body), send(&proxy, "ok", &body));
+    assert_eq!((a.0, b.0), (200, 200));
+    assert!(
+        a.1.contains("summary=llm") && b.1.contains("summary=llm"),
+        "{a:?} {b:?}"
+    );
+    assert_eq!(mock.summaries().len(), 1);
+
+    // Another tenant's identical conversation is not served the first tenant's summary.
+    let response = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .header("authorization", "Bearer another-client")
+        .header("x-mock", "window")
+        .header("x-mock-window", WINDOW.to_string())
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let x = response.headers()["x-compaction"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(x.contains("summary=llm"), "{x}");
+    assert_eq!(mock.summaries().len(), 2);
+}
+
+#[tokio::test]
+async fn an_edited_history_is_compacted_anew() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock);
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    for n in 0..40 {
+        history.push(ask(n));
+        history.extend(round(n));
+    }
+    history.push(ask(40));
+    let (_, x) = send(&proxy, "ok", &request(&history)).await;
+    assert!(x.contains("summary=llm"), "{x}");
+    let (_, x) = send(&proxy, "ok", &request(&history)).await;
+    assert!(x.contains("summary=cache"), "{x}");
+    // The client rewrites an early turn: no stored prefix matches any more.
+    history[1] = json!({"role": "user", "content": "Turn 0, reworded."});
+    let (status, x) = send(&proxy, "ok", &request(&history)).await;
+    assert_eq!(status, 200);
+    assert!(x.contains("summary=llm"), "{x}");
+    assert_eq!(mock.summaries().len(), 2);
+}
+
+#[tokio::test]
+async fn with_the_cache_off_every_turn_is_compacted_anew() {
+    let mock = Mock::start().await;
+    let config = format!(
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[cache]\nenabled = false\n"
+    );
+    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    for n in 0..40 {
+        history.push(ask(n));
+        history.extend(round(n));
+    }
+    history.push(ask(40));
+    for _ in 0..2 {
+        let (_, x) = send(&proxy, "ok", &request(&history)).await;
+        assert!(x.contains("summary=llm"), "{x}");
+    }
+    assert_eq!(mock.summaries().len(), 2);
+}
