@@ -7,7 +7,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{client, Mock, Proxy};
+use support::{client, post_chat, Mock, Proxy};
 
 /// The upstream's window, in the mock's tokens; the proxy is told the same.
 const WINDOW: u64 = 6000;
@@ -51,26 +51,34 @@ fn proxy(mock: &Mock) -> Proxy {
     Proxy::start(&mock.url("/v1"), &config)
 }
 
+/// Sends `request` as tenant `client-key`, the summariser answering as `summary` says
+/// after 200 ms; returns the status and the `x-compaction` header.
 async fn send(proxy: &Proxy, summary: &str, request: &Value) -> (u16, String) {
-    let response = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .header("authorization", "Bearer client-key")
-        .header("x-mock", "window")
-        .header("x-mock-shape", "openai")
-        .header("x-mock-window", WINDOW.to_string())
-        .header("x-mock-summary", summary)
-        .header("x-mock-summary-delay-ms", "200")
-        .json(request)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let x = response
-        .headers()
-        .get("x-compaction")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    (status, x)
+    send_as(proxy, "Bearer client-key", summary, request).await
+}
+
+async fn send_as(proxy: &Proxy, credential: &str, summary: &str, request: &Value) -> (u16, String) {
+    let window = WINDOW.to_string();
+    let headers = [
+        ("authorization", credential),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary", summary),
+        ("x-mock-summary-delay-ms", "200"),
+    ];
+    post_chat(proxy, &headers, request).await
+}
+
+/// The first `turns` rounds of the session, ending on the next ask.
+fn history(turns: usize) -> Vec<Value> {
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    for n in 0..turns {
+        history.push(ask(n));
+        history.extend(round(n));
+    }
+    history.push(ask(turns));
+    history
 }
 
 /// The bytes the upstream received from the start of the body to the end of the summary.
@@ -199,12 +207,7 @@ async fn a_fallback_summary_is_stored_without_the_secrets_it_summarised() {
 async fn concurrent_requests_of_one_conversation_share_one_summary() {
     let mock = Mock::start().await;
     let proxy = proxy(&mock);
-    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
-    for n in 0..40 {
-        history.push(ask(n));
-        history.extend(round(n));
-    }
-    history.push(ask(40));
+    let history = history(40);
     let body = request(&history);
     let (a, b) = tokio::join!(send(&proxy, "ok", &body), send(&proxy, "ok", &body));
     assert_eq!((a.0, b.0), (200, 200));
@@ -236,12 +239,7 @@ async fn concurrent_requests_of_one_conversation_share_one_summary() {
 async fn an_edited_history_is_compacted_anew() {
     let mock = Mock::start().await;
     let proxy = proxy(&mock);
-    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
-    for n in 0..40 {
-        history.push(ask(n));
-        history.extend(round(n));
-    }
-    history.push(ask(40));
+    let mut history = history(40);
     let (_, x) = send(&proxy, "ok", &request(&history)).await;
     assert!(x.contains("summary=llm"), "{x}");
     let (_, x) = send(&proxy, "ok", &request(&history)).await;
@@ -261,12 +259,7 @@ async fn with_the_cache_off_every_turn_is_compacted_anew() {
         "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[cache]\nenabled = false\n"
     );
     let proxy = Proxy::start(&mock.url("/v1"), &config);
-    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
-    for n in 0..40 {
-        history.push(ask(n));
-        history.extend(round(n));
-    }
-    history.push(ask(40));
+    let history = history(40);
     for _ in 0..2 {
         let (_, x) = send(&proxy, "ok", &request(&history)).await;
         assert!(x.contains("summary=llm"), "{x}");

@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{client, Mock, Proxy, CANNED_SUMMARY};
+use support::{client, post_chat, Mock, Proxy, CANNED_SUMMARY};
 
 const API_KEY: &str = "sk-proj-Xq7LmN2pR9sT4vW8yZ1aB3cD5eF6gH0jK2lM4nP6qR8sT0uV";
 const PASSWORD: &str = "Tr0ub4dor-and-3-horses";
@@ -54,24 +54,15 @@ fn proxy(mock: &Mock, summarizer: &str) -> Proxy {
 /// Sends `request` with the summariser behaving as `summary` says; returns the status and
 /// the `x-compaction` header.
 async fn send(proxy: &Proxy, summary: &str, request: &Value) -> (u16, String) {
-    let response = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .header("authorization", "Bearer client-key")
-        .header("x-mock", "window")
-        .header("x-mock-shape", "openai")
-        .header("x-mock-window", WINDOW.to_string())
-        .header("x-mock-summary", summary)
-        .json(request)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let x = response
-        .headers()
-        .get("x-compaction")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    (status, x)
+    let window = WINDOW.to_string();
+    let headers = [
+        ("authorization", "Bearer client-key"),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary", summary),
+    ];
+    post_chat(proxy, &headers, request).await
 }
 
 fn bodies(recorded: &[support::Recorded]) -> Vec<Value> {

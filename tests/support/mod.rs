@@ -130,25 +130,11 @@ async fn respond(
     };
     if is_summary_call(&body) {
         state.summaries.lock().unwrap().push(recorded);
-        let delay = parts
-            .headers
-            .get("x-mock-summary-delay-ms")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        if let Some(ms) = delay {
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-        }
+        delay(&parts.headers, "x-mock-summary-delay-ms").await;
         return Ok(summary_answer(&parts.headers, &body).await);
     }
     state.recorded.lock().unwrap().push(recorded);
-    let delay = parts
-        .headers
-        .get("x-mock-delay-ms")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
-    if let Some(ms) = delay {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-    }
+    delay(&parts.headers, "x-mock-delay-ms").await;
     let response = match behaviour.as_str() {
         "echo" => echo(&parts.headers, body),
         "openai" => openai(parts.method.as_str(), parts.uri.path(), &body),
@@ -163,6 +149,17 @@ async fn respond(
         other => plain(StatusCode::BAD_REQUEST, &format!("unknown x-mock {other}")),
     };
     Ok(response)
+}
+
+/// Waits as many milliseconds as the header `name` says, if present.
+async fn delay(headers: &HeaderMap, name: &str) {
+    let ms = headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    if let Some(ms) = ms {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
 }
 
 /// The opening of the summariser's system prompt (`src/summarize/prompt.md`).
@@ -690,6 +687,26 @@ pub fn client() -> reqwest::Client {
         .no_proxy()
         .build()
         .unwrap()
+}
+
+/// Posts a chat request through `proxy` with `headers` added; returns the status and the
+/// `x-compaction` header ("" when absent).
+pub async fn post_chat(
+    proxy: &Proxy,
+    headers: &[(&str, &str)],
+    request: &serde_json::Value,
+) -> (u16, String) {
+    let mut builder = client().post(proxy.url("/v1/chat/completions"));
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let response = builder.json(request).send().await.unwrap();
+    let x = response
+        .headers()
+        .get("x-compaction")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (response.status().as_u16(), x)
 }
 
 /// Sends raw bytes on a new connection and returns everything read until the server
