@@ -2,7 +2,7 @@
 //! checkpoint on later turns (`summary=cache`) with the compacted part byte-identical, so a
 //! long session pays for a handful of summaries, not one per turn; new summaries update the
 //! previous one; concurrent requests share one summariser call; secrets never reach a
-//! stored summary.
+//! stored summary; a conversation whose compactions save little stops paying for summaries.
 
 mod support;
 
@@ -265,4 +265,32 @@ async fn with_the_cache_off_every_turn_is_compacted_anew() {
         assert!(x.contains("summary=llm"), "{x}");
     }
     assert_eq!(mock.summaries().len(), 2);
+}
+
+#[tokio::test]
+async fn a_conversation_whose_compactions_save_little_stops_calling_the_summariser() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock);
+    // Summaries nearly as long as what they replace: each compaction saves under a tenth.
+    let headers = play(&proxy, &mock, "long:2100", 60).await;
+    let compactions: Vec<&String> = headers
+        .iter()
+        .filter(|x| x.starts_with("applied") && !x.contains("summary=cache"))
+        .collect();
+    let sources: Vec<&str> = compactions
+        .iter()
+        .map(|x| {
+            x.split("summary=")
+                .nth(1)
+                .unwrap()
+                .split(';')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    // Two poor compactions in a row: the third does without the summariser, and saves
+    // enough to start the count again.
+    assert_eq!(sources[..3], ["llm", "llm", "fallback"], "{compactions:#?}");
+    let llm = sources.iter().filter(|s| **s == "llm").count();
+    assert_eq!(mock.summaries().len(), llm);
 }

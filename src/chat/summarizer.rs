@@ -163,11 +163,12 @@ impl Summarizer {
     }
 
     fn start_cooldown(&self, model: &str) {
-        let until = Instant::now() + self.cooldown;
-        self.cooling
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(model.to_owned(), until);
+        let now = Instant::now();
+        let mut cooling = self.cooling.lock().unwrap_or_else(PoisonError::into_inner);
+        // Model names come from clients: forget the cooldowns that are over, so the map
+        // holds only the models that failed within the last `cooldown_ms`.
+        cooling.retain(|_, until| *until > now);
+        cooling.insert(model.to_owned(), now + self.cooldown);
     }
 
     /// The checkpoint of `plan`'s middle written by `model`: one call per chunk that fits

@@ -176,13 +176,21 @@ fn is_summary_call(body: &[u8]) -> bool {
 }
 
 /// The summariser's answer, by `x-mock-summary`: `ok` (the default, a streamed
-/// [`CANNED_SUMMARY`]), `500`, `401`, `silent`, `empty`, `refusal`, or `500-for:MODEL`
-/// (a 500 for that model, `ok` for others).
+/// [`CANNED_SUMMARY`]), `long:N` (that and N more words), `500`, `401`, `silent`, `empty`,
+/// `refusal`, or `500-for:MODEL` (a 500 for that model, `ok` for others).
 async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
     let behaviour = headers
         .get("x-mock-summary")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("ok");
+    if let Some(words) = behaviour.strip_prefix("long:") {
+        let filler = " step".repeat(words.parse().unwrap());
+        return openai_stream(
+            "mock-summariser",
+            &format!("{CANNED_SUMMARY}{filler}"),
+            false,
+        );
+    }
     let behaviour = match behaviour.strip_prefix("500-for:") {
         Some(model) => {
             let request: serde_json::Value = serde_json::from_slice(body).unwrap();
