@@ -1,6 +1,8 @@
 //! Any conversation the validator accepts comes out valid, smaller, deterministic, with its
-//! instructions and latest user message intact.
+//! instructions and latest user message intact; and the checkpoint a compaction makes
+//! resumes that conversation validly however it goes on.
 
+use compaction_proxy::checkpoint::{self, Checkpoint};
 use compaction_proxy::compact::{self, count_request, validate, Options};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -285,6 +287,43 @@ proptest! {
         let markers = out["messages"].as_array().unwrap().iter()
             .filter(|m| m.to_string().contains(compact::MARKER)).count();
         prop_assert!(markers <= 1, "one summary at most, found {}", markers);
+    }
+
+    #[test]
+    fn a_checkpoint_resumes_the_conversation_it_was_made_from(
+        steps in prop::collection::vec(step(), 4..40),
+        more in prop::collection::vec(step(), 0..8),
+        ratio in 10usize..90,
+    ) {
+        let request = build(true, &steps, true);
+        let before = count_request(&request);
+        let opts = Options {
+            target_tokens: Some(before * ratio / 100),
+            min_tail_messages: 2,
+            ..Options::with_window(before * 2)
+        };
+        let Some(out) = compact::compact(&request, &opts).unwrap().rewritten else { return Ok(()) };
+        let (input, output) = (request["messages"].as_array().unwrap(), out["messages"].as_array().unwrap());
+        let Some((replaced, form)) = checkpoint::derive(input, output, None) else { return Ok(()) };
+        // The same request again gets exactly what the compaction made of it.
+        let mut again = form.clone();
+        again.extend_from_slice(&input[replaced..]);
+        prop_assert_eq!(&again, output);
+
+        // The client goes on: where its history still starts with the prefix, and goes on
+        // with the role that followed it, the checkpoint applies and the result is valid.
+        let role = input.get(replaced).and_then(|m| m["role"].as_str()).map(str::to_owned);
+        let stored = Checkpoint::new(replaced, 0, form, Vec::new(), role, 0);
+        let grown = build(true, &[steps, more].concat(), true);
+        let grown = grown["messages"].as_array().unwrap();
+        if grown.len() >= replaced
+            && grown[..replaced] == input[..replaced]
+            && stored.continues(grown.get(replaced))
+        {
+            let mut resumed = stored.messages.clone();
+            resumed.extend_from_slice(&grown[replaced..]);
+            prop_assert!(validate(&resumed).is_ok(), "{:?}", validate(&resumed));
+        }
     }
 
     #[test]
