@@ -96,7 +96,8 @@ impl Metrics {
         self.compaction_time.observe(elapsed.as_secs_f64());
     }
 
-    pub fn render(&self) -> String {
+    /// The Prometheus text; `cache` is the summary cache's checkpoints and bytes, when on.
+    pub fn render(&self, cache: Option<(usize, usize)>) -> String {
         let mut out = String::with_capacity(2048);
         counter(
             &mut out,
@@ -145,6 +146,20 @@ impl Metrics {
             "compaction_proxy_compaction_seconds",
             "Time spent compacting a request, excluding the summariser call.",
         );
+        if let Some((checkpoints, bytes)) = cache {
+            gauge(
+                &mut out,
+                "compaction_proxy_cache_checkpoints",
+                "Conversation checkpoints held by the summary cache.",
+                checkpoints,
+            );
+            gauge(
+                &mut out,
+                "compaction_proxy_cache_bytes",
+                "Estimated bytes held by the summary cache (bounded by cache.max_bytes).",
+                bytes,
+            );
+        }
         out
     }
 }
@@ -208,6 +223,11 @@ fn labelled<'a>(
     }
 }
 
+fn gauge(out: &mut String, name: &str, help: &str, value: usize) {
+    header(out, name, help, "gauge");
+    let _ = writeln!(out, "{name} {value}");
+}
+
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {
     header(out, name, help, "counter");
     let _ = writeln!(out, "{name} {value}");
@@ -227,7 +247,7 @@ mod tests {
         metrics.summary(SummarySource::Fallback);
         metrics.tokens_saved(1200);
         metrics.summarizer_call(false);
-        let text = metrics.render();
+        let text = metrics.render(None);
         assert!(text.contains("compaction_proxy_summarizer_calls_total{outcome=\"ok\"} 0\n"));
         assert!(text.contains("compaction_proxy_summarizer_calls_total{outcome=\"error\"} 1\n"));
         assert!(text.contains(
@@ -245,7 +265,7 @@ mod tests {
         let metrics = Metrics::default();
         metrics.compaction_time(Duration::from_micros(300));
         metrics.compaction_time(Duration::from_millis(20));
-        let text = metrics.render();
+        let text = metrics.render(None);
         assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.0001\"} 0\n"));
         assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.0005\"} 1\n"));
         assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.025\"} 2\n"));

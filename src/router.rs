@@ -67,7 +67,8 @@ async fn dispatch(
         Route::Metrics => text(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            app.metrics.render(),
+            app.metrics
+                .render(app.checkpoints.as_ref().map(|c| c.store.held())),
         ),
         Route::Chat | Route::Passthrough => {
             app.metrics.request();

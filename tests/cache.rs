@@ -175,6 +175,11 @@ async fn a_long_session_pays_for_a_few_summaries_and_resends_the_same_bytes() {
         )),
         "{metrics}"
     );
+    // Each compaction extended the conversation's checkpoint in place of the last.
+    assert!(
+        metrics.contains("compaction_proxy_cache_checkpoints 1\n"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

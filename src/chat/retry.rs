@@ -595,6 +595,10 @@ impl<'a> Attempts<'a> {
         // A resumed request is measured from the client's own; one compacted again after
         // that says where its summary came from, one sent as resumed says `cache`.
         let summary = match (report, hit) {
+            // Compacted again without a new summary: the stored one is what it carries.
+            (Some(r), Some(_)) if r.summary == compact::SummarySource::None => {
+                Some(SummarySource::Cache)
+            }
             (Some(r), _) => summary_source(r.summary),
             (None, Some(_)) => Some(SummarySource::Cache),
             (None, None) => None,

@@ -28,6 +28,9 @@ pub trait Store: Send + Sync {
     /// Whether `partition` may have checkpoints at all: requests of tenants that never
     /// needed compaction skip parsing and hashing.
     fn may_hold(&self, partition: Partition) -> bool;
+
+    /// Checkpoints held, and their bytes by [`Checkpoint::size`], for the metrics.
+    fn held(&self) -> (usize, usize);
 }
 
 /// An in-process store bounded by bytes, evicting the least recently used checkpoint first,
@@ -67,12 +70,6 @@ impl MemoryStore {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Checkpoints held, and their bytes by [`Checkpoint::size`].
-    pub fn held(&self) -> (usize, usize) {
-        let inner = self.lock();
-        (inner.entries.len(), inner.bytes)
     }
 }
 
@@ -175,6 +172,11 @@ impl Store for MemoryStore {
 
     fn may_hold(&self, partition: Partition) -> bool {
         self.lock().partitions.contains_key(&partition)
+    }
+
+    fn held(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.entries.len(), inner.bytes)
     }
 }
 
