@@ -38,6 +38,8 @@ const ESCALATION: f64 = 0.8;
 const MAX_IMAGE_TOKENS: u64 = 1_600;
 /// Smallest completion budget worth retrying with after an output-cap refusal.
 const MIN_USEFUL_OUTPUT: u64 = 256;
+/// Bodies above this size are parsed and counted on a thread that may block.
+const LARGE_BODY: usize = 256 * 1024;
 
 pub async fn run(
     app: &App,
@@ -47,9 +49,7 @@ pub async fn run(
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let mut attempt = Attempts::new(app, &parts, original, head, id);
-    attempt.resume();
     attempt.preflight().await;
-    attempt.settle();
     loop {
         attempt.count += 1;
         app.metrics.upstream_attempt();
@@ -249,8 +249,7 @@ impl<'a> Attempts<'a> {
         self.trigger = Some(Trigger::Preflight);
     }
 
-    /// After preflight: a resumed conversation that needed no further compaction is sent
-    /// as resumed.
+    /// A resumed conversation that needed no further compaction is sent as resumed.
     fn settle(&mut self) {
         if self.hit.is_none() || self.rewrites > 0 {
             return;
@@ -270,11 +269,31 @@ impl<'a> Attempts<'a> {
         }
     }
 
-    /// Compacts before the first call when the model's window is known and the request
-    /// would fill more than the threshold of it. Costs a byte-length comparison for the
-    /// many requests that are obviously small, and one token count for the rest.
+    /// Before the first call: resumes the conversation from its checkpoint, and compacts
+    /// when the model's window is known and the request would fill more than the
+    /// threshold of it.
     async fn preflight(&mut self) {
-        let Some(window) = self.window() else { return };
+        // Parsing, hashing and counting a large body takes milliseconds: off the threads
+        // that move other requests' bytes.
+        let target = if self.original.len() > LARGE_BODY {
+            tokio::task::block_in_place(|| self.decide())
+        } else {
+            self.decide()
+        };
+        if let Some((target, window)) = target {
+            if self.rewrite(target, window).await {
+                self.trigger = Some(Trigger::Preflight);
+            }
+        }
+        self.settle();
+    }
+
+    /// Resumes from a checkpoint, then the compaction target (and window) if the request
+    /// needs compacting before it is sent. Costs a byte-length comparison for the many
+    /// requests that are obviously small, and one token count for the rest.
+    fn decide(&mut self) -> Option<(u64, u64)> {
+        self.resume();
+        let window = self.window()?;
         let factor = self.app.models.factor(self.upstream(), &self.head.model);
         let limit = (window as f64 * self.app.config.compaction.threshold) as u64;
         let budget = self.output_budget(window);
@@ -284,18 +303,16 @@ impl<'a> Attempts<'a> {
         let images = memchr::memmem::find_iter(&self.original, b"image_url").count() as u64;
         let bound = self.original.len() as u64 + images * MAX_IMAGE_TOKENS;
         if self.hit.is_none() && (bound as f64 * factor) as u64 + budget <= limit {
-            return;
+            return None;
         }
-        let Some(tokens) = self.count_original() else {
-            return;
-        };
+        let tokens = self.count_original()?;
         if (tokens as f64 * factor) as u64 + budget <= limit {
-            return;
+            return None;
         }
-        let target = ((limit.saturating_sub(budget)) as f64 / factor) as u64;
-        if self.rewrite(target, window).await {
-            self.trigger = Some(Trigger::Preflight);
-        }
+        Some((
+            ((limit.saturating_sub(budget)) as f64 / factor) as u64,
+            window,
+        ))
     }
 
     /// Learns what the refusal says and prepares the next attempt. `false` when there

@@ -666,6 +666,25 @@ impl Proxy {
     pub fn logs(&self) -> String {
         self.stderr.lock().unwrap().join("\n")
     }
+
+    /// Whether a log line containing `needle` arrives within five seconds: the proxy's
+    /// stderr is read by another thread, which may not have caught up yet.
+    pub fn logged(&self, needle: &str) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if self
+                .stderr
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains(needle))
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
 }
 
 impl Drop for Proxy {
