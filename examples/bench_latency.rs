@@ -7,8 +7,11 @@
 //!     cargo run --release --example bench_latency -- \
 //!         --target direct=127.0.0.1:PORT --target proxy=127.0.0.1:PORT ... \
 //!         [--mode latency|sse] [--rounds 20] [--requests 1000] [--warmup 200] \
-//!         [--body-bytes 0] [--path /v1/chat/completions] [--sse-gap-ms 20]
+//!         [--body-bytes 0] [--path /v1/chat/completions] [--sse-gap-ms 20] \
+//!         [--header NAME=KEY:VALUE ...]
 //!
+//! `--header` adds a request header for one target (gateways such as Portkey are told
+//! the upstream in headers). In `--mode sse` the body says `"stream":true`.
 //! Prints a markdown table, then one `RESULT key=value ...` line per target for scripts.
 //! `--body-bytes 0` sends a small (~0.3 KB) chat body; N pads the message to N bytes.
 
@@ -35,6 +38,8 @@ enum Mode {
 
 struct Options {
     targets: Vec<(String, SocketAddr)>,
+    /// (target name, header name, value)
+    headers: Vec<(String, String, String)>,
     mode: Mode,
     rounds: usize,
     requests: usize,
@@ -47,6 +52,7 @@ struct Options {
 fn parse_args() -> Result<Options, String> {
     let mut options = Options {
         targets: Vec::new(),
+        headers: Vec::new(),
         mode: Mode::Latency,
         rounds: 20,
         requests: 1000,
@@ -69,6 +75,19 @@ fn parse_args() -> Result<Options, String> {
                     return Err(bad(&"targets must be on loopback"));
                 }
                 options.targets.push((name.to_owned(), addr));
+            }
+            "--header" => {
+                let (name, header) = value
+                    .split_once('=')
+                    .ok_or_else(|| bad(&"expected NAME=KEY:VALUE"))?;
+                let (key, val) = header
+                    .split_once(':')
+                    .ok_or_else(|| bad(&"expected NAME=KEY:VALUE"))?;
+                options.headers.push((
+                    name.to_owned(),
+                    key.trim().to_owned(),
+                    val.trim().to_owned(),
+                ));
             }
             "--mode" => {
                 options.mode = match value.as_str() {
@@ -134,15 +153,23 @@ struct Client {
     addr: SocketAddr,
     sender: Option<SendRequest<Full<Bytes>>>,
     errors: usize,
+    headers: Vec<(String, String)>,
 }
 
 impl Client {
-    fn new(name: &str, addr: SocketAddr) -> Self {
+    fn new(name: &str, addr: SocketAddr, options: &Options) -> Self {
+        let headers = options
+            .headers
+            .iter()
+            .filter(|(target, _, _)| target == name)
+            .map(|(_, key, value)| (key.clone(), value.clone()))
+            .collect();
         Self {
             name: name.to_owned(),
             addr,
             sender: None,
             errors: 0,
+            headers,
         }
     }
 
@@ -162,6 +189,9 @@ impl Client {
             .header(header::HOST, self.addr.to_string())
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::AUTHORIZATION, "Bearer sk-bench");
+        for (key, value) in &self.headers {
+            builder = builder.header(key.as_str(), value.as_str());
+        }
         if sse {
             builder = builder
                 .header("x-bench-sse", "1")
@@ -228,9 +258,13 @@ impl Client {
     }
 }
 
-fn chat_body(bytes: usize) -> Bytes {
+fn chat_body(bytes: usize, stream: bool) -> Bytes {
     let head = r#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":""#;
-    let tail = r#""}],"temperature":0.2,"max_tokens":256}"#;
+    let tail = if stream {
+        r#""}],"temperature":0.2,"max_tokens":256,"stream":true}"#
+    } else {
+        r#""}],"temperature":0.2,"max_tokens":256}"#
+    };
     let text = "Summarise the benchmark results in two sentences, please. ";
     let len = bytes
         .saturating_sub(head.len() + tail.len())
@@ -269,11 +303,11 @@ fn order(targets: usize, round: usize) -> impl Iterator<Item = usize> {
 }
 
 async fn latency(options: &Options) -> Result<(), Error> {
-    let body = chat_body(options.body_bytes);
+    let body = chat_body(options.body_bytes, false);
     let mut clients: Vec<Client> = options
         .targets
         .iter()
-        .map(|(name, addr)| Client::new(name, *addr))
+        .map(|(name, addr)| Client::new(name, *addr, options))
         .collect();
     for client in &mut clients {
         for _ in 0..options.warmup {
@@ -359,7 +393,7 @@ async fn latency(options: &Options) -> Result<(), Error> {
 }
 
 async fn sse(options: &Options) -> Result<(), Error> {
-    let body = chat_body(options.body_bytes);
+    let body = chat_body(options.body_bytes, true);
     let gap_ms = options.sse_gap.as_secs_f64() * 1e3;
     // A gap this much longer than the upstream's is a stall (a delayed-ACK/Nagle stall
     // is ~40 ms, twice the nominal 20 ms).
@@ -367,10 +401,12 @@ async fn sse(options: &Options) -> Result<(), Error> {
     let mut clients: Vec<Client> = options
         .targets
         .iter()
-        .map(|(name, addr)| Client::new(name, *addr))
+        .map(|(name, addr)| Client::new(name, *addr, options))
         .collect();
+    // Warm-up with a plain request: one stream would take a second and a half.
+    let plain = chat_body(options.body_bytes, false);
     for client in &mut clients {
-        client.timed(&options.path, &body).await.ok();
+        client.timed(&options.path, &plain).await.ok();
     }
     // [target][round] -> (ttfb ms, mean gap ms, max gap ms, events, frames, stalls)
     let mut stats = vec![Vec::with_capacity(options.rounds); clients.len()];
