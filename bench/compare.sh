@@ -3,7 +3,7 @@
 # one fast mock upstream on loopback (examples/bench_upstream.rs):
 #
 #   direct (the floor) | nginx | LiteLLM proxy | Portkey gateway | crabllm |
-#   compaction-proxy (default config: pass-through, byte-length preflight) |
+#   compaction-proxy (pass-through: a window large enough that nothing is counted) |
 #   compaction-proxy-counted (a window that makes it tokenize every request)
 #
 # and the compaction work itself: compaction-proxy's engine against Hermes Agent's
@@ -16,9 +16,10 @@
 #   bench/compare.sh --smoke   ~1 minute: installs nothing (peers not in the cache are
 #                              skipped, no network needed), tiny durations; writes only
 #                              bench/results/raw/compare/ (git-ignored)
+#   --no-install               a full run with whatever is cached (skips the rest)
 #
 # Pinning (2 cores): every proxy under test on PROXY_CPU (default 0), one worker each;
-# the mock upstream, the load generators (bench_latency, wrk -t1, oha) and the
+# the mock upstream, the load generators (bench_latency, wrk -t1) and the
 # compaction timings on LOAD_CPU (default 1). Not for CI beyond --smoke.
 #
 # Environment: PROXY_CPU, LOAD_CPU, BENCH_CACHE (install cache, default
@@ -26,12 +27,13 @@
 
 set -euo pipefail
 
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 
-smoke=0
+smoke=0 install=1
 for arg in "$@"; do
   case "$arg" in
-    --smoke) smoke=1 ;;
+    --smoke) smoke=1 install=0 ;;
+    --no-install) install=0 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "compare.sh: unknown argument $arg" >&2; usage >&2; exit 2 ;;
   esac
@@ -83,17 +85,16 @@ skip() { # peer reason
 
 # --- tools and peers --------------------------------------------------------------------
 
-if ((smoke)); then
-  log "smoke: installing nothing; peers missing from $BENCH_CACHE are skipped"
-else
+if ((install)); then
   install_peers
+else
+  log "installing nothing; peers missing from $BENCH_CACHE are skipped"
 fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 litellm_dir=$BENCH_CACHE/litellm-$LITELLM_VERSION
 hermes_dir=$BENCH_CACHE/hermes-$HERMES_VERSION
 portkey_dir=$BENCH_CACHE/portkey-$PORTKEY_VERSION
 crabllm_bin=$BENCH_CACHE/crabllm-$CRABLLM_VERSION/bin/crabllm
-oha_bin=$BENCH_CACHE/oha-$OHA_VERSION/bin/oha
 command -v wrk >/dev/null || { echo "compare.sh: wrk is needed (apt-get install wrk)" >&2; exit 1; }
 
 log "building compaction-proxy and the bench examples (release)"
@@ -341,10 +342,16 @@ start_compaction_proxy() { # name config-text
 # count and its byte count (200 for the small body, 60k for 100 KB, 600k for 1 MB).
 counted_config() { printf '[[models]]\nmatch = "*"\ncontext_window = %s\n' "$1"; }
 
-# crabllm: one OpenAI-compatible provider pointing at the mock.
+# crabllm: one OpenAI-compatible provider pointing at the mock; the clients' key
+# (sk-bench) as its one API key, in-memory storage, no extensions.
 write_crabllm_config() { # port
   cat <<EOF
 listen = "127.0.0.1:$1"
+
+[[keys]]
+name = "bench"
+key = "sk-bench"
+models = ["*"]
 
 [providers.mock]
 kind = "openai"
@@ -449,7 +456,7 @@ taskset -c "$load_cpu" "$bin/examples/bench_latency" "${sse_args[@]}" --mode sse
 
 # --- 2. throughput ----------------------------------------------------------------------
 
-# wrk and oha send the same small chat body, with the peer's headers.
+# wrk and bench_latency send the same small chat body, with the peer's headers.
 wrk_script() { # name body -> path of a lua script
   local file=$tmp/wrk-$1-$RANDOM.lua line
   {
@@ -482,27 +489,22 @@ wrk_run() { # name connections seconds body
   echo "${rps:-0} ${p50:-0} ${p99:-0} $errors"
 }
 
-# Open-loop oha run at a fixed rate with latency correction (wrk2-style: latency counts
-# from when a request was due, so a stalled server cannot hide its queue); prints
-# "achieved_rps p50_us p99_us errors".
-oha_run() { # name rate seconds
-  local args=() line
-  while IFS= read -r line; do [[ -n $line ]] && args+=(-H "$line"); done <<<"${headers_of[$1]}"
-  # -w: requests still in flight at the deadline are waited for, not counted as errors.
-  taskset -c "$load_cpu" "$oha_bin" --no-tui --output-format json -z "$3s" -w -q "$2" \
-    --latency-correction -c 64 --worker-threads 1 -m POST -T application/json \
-    -H "authorization: Bearer sk-bench" \
-    "${args[@]}" -d "$small_body" "http://127.0.0.1:${port_of[$1]}/v1/chat/completions" \
-    2>>"$raw/oha.err" >"$tmp/oha.json" || true
-  jq -r '[(.summary.requestsPerSec // 0), ((.latencyPercentiles.p50 // 0) * 1e6),
-      ((.latencyPercentiles.p99 // 0) * 1e6),
-      (((.statusCodeDistribution // {}) | to_entries | map(select(.key != "200") | .value) | add // 0)
-       + ((.errorDistribution // {}) | to_entries | map(.value) | add // 0))]
-    | map(floor) | join(" ")' "$tmp/oha.json" 2>/dev/null || echo "0 0 0 1"
+# Open-loop run at a fixed rate (bench_latency --mode rate: wrk2-style, latency counts
+# from when a request was released, so a stalled server cannot hide its queue);
+# prints "achieved_rps p50_us p99_us errors".
+rate_run() { # name rate seconds
+  local args=() out
+  mapfile -t args < <(latency_targets "$1")
+  out=$(taskset -c "$load_cpu" "$bin/examples/bench_latency" --mode rate --rate "$2" --seconds "$3" \
+    --connections 64 "${args[@]}" 2>&1 || true)
+  echo "$out" >>"$raw/rate.log"
+  awk '$1 == "RESULT" {
+      for (i = 2; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
+      if (kv["p99_us"] == "NaN") kv["p99_us"] = 1e12
+      if (kv["p50_us"] == "NaN") kv["p50_us"] = 1e12
+      printf "%d %d %d %d\n", kv["achieved_rps"], kv["p50_us"], kv["p99_us"], kv["errors"]; found = 1 }
+    END { if (!found) print "0 0 0 1" }' <<<"$out"
 }
-
-have_oha=0
-if [[ -x $oha_bin ]]; then have_oha=1; else skip "rate search" "oha not installed; only closed-loop wrk figures"; fi
 
 # Per round and target: the closed-loop maximum with wrk (32 connections), then fixed
 # rates at falling fractions of it until one holds p99 under the bound with no errors
@@ -516,12 +518,11 @@ for ((round = 0; round < tp_rounds; round++)); do
     read -r rps p50 p99 errors < <(wrk_run "$name" 32 "$tp_seconds" "$small_body")
     echo -e "$round\t$name\tmax\t32\t$rps\t$p50\t$p99\t$errors" >>"$raw/throughput.tsv"
     log "throughput round $((round + 1))/$tp_rounds, $name: closed-loop max $rps requests/s (p99 $p99 µs, $errors errors)"
-    ((have_oha)) || continue
     best=0
     for f in $fractions; do
       rate=$(awk -v r="$rps" -v f="$f" 'BEGIN { printf "%d", r * f }')
       ((rate >= 10)) || break
-      read -r got p50 p99 errors < <(oha_run "$name" "$rate" "$probe_seconds")
+      read -r got p50 p99 errors < <(rate_run "$name" "$rate" "$probe_seconds")
       echo -e "$round\t$name\tprobe\t$rate\t$got\t$p50\t$p99\t$errors" >>"$raw/throughput.tsv"
       if ((errors == 0 && p99 < p99_bound_ms * 1000)) && awk -v g="$got" -v r="$rate" 'BEGIN { exit !(g >= 0.97 * r) }'; then
         best=$rate
@@ -576,7 +577,6 @@ fi
 versions() {
   echo "nginx=$("$nginx_bin" -v 2>&1 | sed 's|.*nginx/||')"
   echo "wrk=$(wrk -v 2>&1 | head -1 | awk '{ print $2 }')"
-  [[ -x $oha_bin ]] && echo "oha=$OHA_VERSION"
   [[ -f $litellm_dir/.done ]] && echo "litellm=$LITELLM_VERSION"
   [[ -f $portkey_dir/.done ]] && echo "portkey=$PORTKEY_VERSION (node $(node --version 2>/dev/null))"
   [[ -x $crabllm_bin ]] && echo "crabllm=$CRABLLM_VERSION"

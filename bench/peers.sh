@@ -18,7 +18,6 @@ LITELLM_VERSION=1.100.5
 HERMES_VERSION=0.19.0
 PORTKEY_VERSION=1.15.2
 CRABLLM_VERSION=0.0.25
-OHA_VERSION=1.16.0
 MATPLOTLIB_VERSION=3.11.2
 
 BENCH_CACHE=${BENCH_CACHE:-$HOME/.cache/compaction-proxy-bench}
@@ -95,16 +94,15 @@ install_peers() {
   install_portkey || true
   install_litellm || true
   install_hermes || true
-  # The Rust builds last and longest; crabllm only "if it builds in reasonable time".
-  install_cargo_tool oha "$OHA_VERSION" 1200 || true
-  install_cargo_tool crabllm "$CRABLLM_VERSION" 1200 || true
+  # The Rust build last and longest; crabllm only "if it builds in reasonable time".
+  install_cargo_tool crabllm "$CRABLLM_VERSION" 1500 || true
 }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
   set -euo pipefail
   if [[ ${1:-} != --offline ]]; then install_peers; fi
   for p in litellm-$LITELLM_VERSION hermes-$HERMES_VERSION portkey-$PORTKEY_VERSION \
-    oha-$OHA_VERSION/bin/oha crabllm-$CRABLLM_VERSION/bin/crabllm; do
+    crabllm-$CRABLLM_VERSION/bin/crabllm; do
     if [[ -e $BENCH_CACHE/$p ]]; then echo "cached: $p"; else echo "missing: $p"; fi
   done
 fi

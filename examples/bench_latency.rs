@@ -10,6 +10,13 @@
 //!         [--body-bytes 0] [--path /v1/chat/completions] [--sse-gap-ms 20] \
 //!         [--header NAME=KEY:VALUE ...]
 //!
+//! `--mode rate --rate R --seconds S --connections C` is open-loop load at a fixed
+//! rate instead (wrk2-style, for the p99-bounded throughput figure): requests are due
+//! R per second whether or not earlier ones have come back, shared by C keep-alive
+//! connections, and each one's latency counts from when it was released, so time spent
+//! queued behind busy connections is included (no coordinated omission). One
+//! `RESULT mode=rate ...` line per target with the rate actually delivered.
+//!
 //! `--header` adds a request header for one target (gateways such as Portkey are told
 //! the upstream in headers). In `--mode sse` the body says `"stream":true`.
 //! Prints a markdown table, then one `RESULT key=value ...` line per target for scripts.
@@ -34,6 +41,7 @@ const MAX_ERRORS: usize = 20;
 enum Mode {
     Latency,
     Sse,
+    Rate,
 }
 
 struct Options {
@@ -47,6 +55,9 @@ struct Options {
     body_bytes: usize,
     path: String,
     sse_gap: Duration,
+    rate: f64,
+    seconds: f64,
+    connections: usize,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -60,6 +71,9 @@ fn parse_args() -> Result<Options, String> {
         body_bytes: 0,
         path: "/v1/chat/completions".into(),
         sse_gap: Duration::from_millis(20),
+        rate: 1000.0,
+        seconds: 2.0,
+        connections: 64,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -93,6 +107,7 @@ fn parse_args() -> Result<Options, String> {
                 options.mode = match value.as_str() {
                     "latency" => Mode::Latency,
                     "sse" => Mode::Sse,
+                    "rate" => Mode::Rate,
                     _ => return Err(bad(&"expected latency or sse")),
                 }
             }
@@ -101,6 +116,9 @@ fn parse_args() -> Result<Options, String> {
             "--warmup" => options.warmup = value.parse().map_err(|e| bad(&e))?,
             "--body-bytes" => options.body_bytes = value.parse().map_err(|e| bad(&e))?,
             "--path" => options.path = value,
+            "--rate" => options.rate = value.parse().map_err(|e| bad(&e))?,
+            "--seconds" => options.seconds = value.parse().map_err(|e| bad(&e))?,
+            "--connections" => options.connections = value.parse().map_err(|e| bad(&e))?,
             "--sse-gap-ms" => {
                 options.sse_gap = Duration::from_millis(value.parse().map_err(|e| bad(&e))?);
             }
@@ -134,6 +152,7 @@ fn main() -> std::process::ExitCode {
             match options.mode {
                 Mode::Latency => latency(&options).await,
                 Mode::Sse => sse(&options).await,
+                Mode::Rate => rate(&options).await,
             }
         }),
         Err(e) => Err(e.into()),
@@ -489,4 +508,91 @@ async fn sse(options: &Options) -> Result<(), Error> {
         println!("{line}");
     }
     Ok(())
+}
+
+/// Open-loop load at `--rate` requests/s on each target in turn (see the module doc).
+async fn rate(options: &Options) -> Result<(), Error> {
+    for (name, addr) in &options.targets {
+        let (achieved, p50, p99, errors, sent) = fixed_rate(options, name, *addr).await;
+        println!(
+            "RESULT mode=rate target={name} rate={:.0} achieved_rps={achieved:.0} p50_us={p50:.0} p99_us={p99:.0} errors={errors} requests={sent}",
+            options.rate
+        );
+    }
+    Ok(())
+}
+
+/// (achieved requests/s, p50 µs, p99 µs, errors, requests due)
+async fn fixed_rate(
+    options: &Options,
+    name: &str,
+    addr: SocketAddr,
+) -> (f64, f64, f64, usize, usize) {
+    use std::sync::Arc;
+    use tokio::sync::{mpsc, Mutex};
+
+    let body = chat_body(options.body_bytes, false);
+    let total = (options.rate * options.seconds).round().max(1.0) as usize;
+    let (tx, rx) = mpsc::unbounded_channel::<Instant>();
+    let rx = Arc::new(Mutex::new(rx));
+    let mut workers = Vec::new();
+    for _ in 0..options.connections.max(1) {
+        let rx = Arc::clone(&rx);
+        let mut client = Client::new(name, addr, options);
+        let (path, body) = (options.path.clone(), body.clone());
+        workers.push(tokio::spawn(async move {
+            // Open the connection before the clock starts.
+            client.timed(&path, &body).await.ok();
+            client.errors = 0;
+            let mut samples = Vec::new();
+            let mut errors = 0;
+            loop {
+                let released = match rx.lock().await.recv().await {
+                    Some(released) => released,
+                    None => break,
+                };
+                match client.timed(&path, &body).await {
+                    Ok(_) => samples.push(released.elapsed().as_secs_f64() * 1e6),
+                    Err(_) => errors += 1,
+                }
+            }
+            (samples, errors)
+        }));
+    }
+    tokio::task::yield_now().await;
+    // tokio's timer ticks in milliseconds, which would release requests in bursts of
+    // rate/1000; a plain thread sleeping between due times spreads them to within
+    // ~0.1 ms (closer ones go together rather than waking the thread for each).
+    let started = Instant::now();
+    let interval = Duration::from_secs_f64(1.0 / options.rate.max(1e-3));
+    let dispatcher = std::thread::spawn(move || {
+        for i in 0..total {
+            let due = started + interval.mul_f64(i as f64);
+            let now = Instant::now();
+            if due > now + Duration::from_micros(100) {
+                std::thread::sleep(due - now);
+            }
+            if tx.send(Instant::now()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut samples = Vec::with_capacity(total);
+    let mut errors = 0;
+    for worker in workers {
+        if let Ok((s, e)) = worker.await {
+            samples.extend(s);
+            errors += e;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let _ = dispatcher.join();
+    samples.sort_by(f64::total_cmp);
+    (
+        samples.len() as f64 / elapsed,
+        percentile(&samples, 0.5),
+        percentile(&samples, 0.99),
+        errors,
+        total,
+    )
 }
