@@ -518,22 +518,34 @@ for ((round = 0; round < tp_rounds; round++)); do
     read -r rps p50 p99 errors < <(wrk_run "$name" 32 "$tp_seconds" "$small_body")
     echo -e "$round\t$name\tmax\t32\t$rps\t$p50\t$p99\t$errors" >>"$raw/throughput.tsv"
     log "throughput round $((round + 1))/$tp_rounds, $name: closed-loop max $rps requests/s (p99 $p99 µs, $errors errors)"
-    best=0
-    for f in $fractions; do
+    best=0 sustained=0
+    # A peer whose median one request at a time is already over the bound cannot hold
+    # it at any rate (LiteLLM and Portkey here): no search.
+    alone=$(awk -v t="$name" '$1 == "RESULT" { for (i = 2; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
+      if (kv["target"] == t) printf "%d", kv["p50_us"] }' "$raw/latency-small.out" 2>/dev/null)
+    if ((${alone:-0} > p99_bound_ms * 1000)); then
+      log "  no rate search: one request at a time already takes ${alone} µs (median)"
+      fractions_now=""
+    else
+      fractions_now=$fractions
+    fi
+    for f in $fractions_now; do
       rate=$(awk -v r="$rps" -v f="$f" 'BEGIN { printf "%d", r * f }')
       ((rate >= 10)) || break
       read -r got p50 p99 errors < <(rate_run "$name" "$rate" "$probe_seconds")
       echo -e "$round\t$name\tprobe\t$rate\t$got\t$p50\t$p99\t$errors" >>"$raw/throughput.tsv"
-      if ((errors == 0 && p99 < p99_bound_ms * 1000)) && awk -v g="$got" -v r="$rate" 'BEGIN { exit !(g >= 0.97 * r) }'; then
-        best=$rate
-        break
+      if ((errors == 0)) && awk -v g="$got" -v r="$rate" 'BEGIN { exit !(g >= 0.97 * r) }'; then
+        # Delivered: the highest such rate is the sustained one, whatever its p99.
+        ((sustained)) || sustained=$rate
+        if ((p99 < p99_bound_ms * 1000)); then
+          best=$rate
+          break
+        fi
       fi
-      # A median already over the bound will not come under it at a lower rate: the
-      # peer's own time per request is too long (LiteLLM here).
-      ((p50 < p99_bound_ms * 1000)) || break
     done
     echo -e "$round\t$name\tbounded\t$p99_bound_ms\t$best\t$p50\t$p99\t$errors" >>"$raw/throughput.tsv"
-    log "  highest fixed rate with p99 < ${p99_bound_ms} ms: $best requests/s"
+    echo -e "$round\t$name\tsustained\t\t$sustained\t\t\t" >>"$raw/throughput.tsv"
+    log "  highest fixed rate with p99 < ${p99_bound_ms} ms: $best requests/s (highest delivered: $sustained)"
   done
 done
 

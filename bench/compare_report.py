@@ -166,7 +166,7 @@ def build(raw):
         return "**met**" if ok else "**not met**"
 
     def ge(a, b, f):
-        if math.isnan(a) or math.isnan(b):
+        if math.isnan(a) or math.isnan(b) or b == 0:
             return None
         return a >= f * b
 
@@ -181,14 +181,22 @@ def build(raw):
     what = f"highest fixed rate with p99 < {meta.get('p99_bound_ms', '5')} ms" if have_bounded else "closed-loop maximum (no fixed-rate figure)"
     targets.append((
         "throughput ≥ 0.8× nginx",
-        f"{what}: {fmt(a)} vs {fmt(g)} requests/s ({ratio(a, g)}); closed-loop maximum {fmt(cp_max)} vs {fmt(nginx_max)} ({ratio(cp_max, nginx_max)})",
+        f"{what}: {fmt(a)} vs {fmt(g)} requests/s ({ratio(a, g)}); highest fixed rate delivered (any p99) {fmt(tp_median(tp, CP, 'sustained'))} vs {fmt(tp_median(tp, 'nginx', 'sustained'))} ({ratio(tp_median(tp, CP, 'sustained'), tp_median(tp, 'nginx', 'sustained'))}); closed-loop maximum {fmt(cp_max)} vs {fmt(nginx_max)} ({ratio(cp_max, nginx_max)})",
         met(ge(a, g, 0.8)),
     ))
-    targets.append((
-        "throughput ≥ 20× LiteLLM",
-        f"{fmt(a)} vs {fmt(l)} requests/s ({ratio(a, l)}); closed-loop maximum {ratio(cp_max, ll_max)}",
-        met(ge(a, l, 20)),
-    ))
+    if have_bounded and l == 0 and not math.isnan(ll_max):
+        # LiteLLM never holds the bound: compare what both deliver flat out instead.
+        targets.append((
+            "throughput ≥ 20× LiteLLM",
+            f"LiteLLM holds p99 < {meta.get('p99_bound_ms', '5')} ms at no rate (one request alone takes a median {fmt(latv('small', 'litellm', 'p50_us') / 1000, 1)} ms), so closed-loop maxima: {fmt(cp_max)} vs {fmt(ll_max)} requests/s ({ratio(cp_max, ll_max)})",
+            met(ge(cp_max, ll_max, 20)),
+        ))
+    else:
+        targets.append((
+            "throughput ≥ 20× LiteLLM",
+            f"{fmt(a)} vs {fmt(l)} requests/s ({ratio(a, l)}); closed-loop maximum {ratio(cp_max, ll_max)}",
+            met(ge(a, l, 20)),
+        ))
     gap = sv(CP, "added_mean_gap_ms")
     maxgap = sv(CP, "added_max_gap_ms")
     stalls, dstalls = sv(CP, "stalls"), sv("direct", "stalls")
@@ -453,11 +461,12 @@ def main():
         if rows:
             L += [md_table(["peer", "p50 ÷ direct", "p99 ÷ direct", "added p50 ÷ nginx", "added p99 ÷ nginx"], rows), ""]
     L += ["## 2. Throughput", ""]
-    L.append(f"Closed-loop maximum: `wrk -t1 -c32`, {meta.get('durations', '').split('throughput ')[-1].split(';')[0]}. Fixed rate: open-loop `bench_latency --mode rate --connections 64` (2 s probes, latency from each request's release, wrk2-style) at 90, 75, 60, 45, 30, 15, 5 % of that round's closed-loop maximum, first rate whose p99 stays under {meta.get('p99_bound_ms')} ms with no errors and is delivered within 3 %. In flight: `wrk -t1 -cN` against the 20 ms mock.")
+    L.append(f"Closed-loop maximum: `wrk -t1 -c32`, {meta.get('durations', '').split('throughput ')[-1].split(';')[0]}. Fixed rate: open-loop `bench_latency --mode rate --connections 64` (2 s probes, latency from each request's release, wrk2-style) at 90, 75, 60, 45, 30, 15, 5 % of that round's closed-loop maximum, first rate whose p99 stays under {meta.get('p99_bound_ms')} ms with no errors and is delivered within 3 % (0: none did; a peer whose median one request at a time is over the bound is not searched). \"Delivered\" is the highest of those rates delivered within 3 % with no errors, whatever its p99. In flight: `wrk -t1 -cN` against the 20 ms mock.")
     L.append("")
     rows = []
     for p in [p for p in ORDER if (p, "max", "") in tp]:
         row = [LABEL[p], fmt(tp_median(tp, p, "bounded")), tp_spread(tp, p, "bounded"),
+               fmt(tp_median(tp, p, "sustained")), tp_spread(tp, p, "sustained"),
                fmt(tp_median(tp, p, "max")), tp_spread(tp, p, "max"), fmt(tp_median(tp, p, "max", col="p99_us")),
                ratio(tp_median(tp, p, "bounded"), tp_median(tp, "direct", "bounded")),
                ratio(tp_median(tp, p, "bounded"), tp_median(tp, "nginx", "bounded"))]
@@ -465,7 +474,7 @@ def main():
             row += [fmt(tp_median(tp, p, "inflight", str(c))), fmt(tp_median(tp, p, "inflight", str(c)) * 0.02),
                     fmt(tp_median(tp, p, "inflight", str(c), "p99_us") / 1000, 1), fmt(tp_median(tp, p, "inflight", str(c), "errors"))]
         rows.append(row)
-    head = ["peer", f"fixed rate, p99 < {meta.get('p99_bound_ms')} ms", "range", "closed-loop max", "range", "its p99 µs", "÷ direct", "÷ nginx"]
+    head = ["peer", f"fixed rate, p99 < {meta.get('p99_bound_ms')} ms", "range", "fixed rate delivered (any p99)", "range", "closed-loop max", "range", "its p99 µs", "÷ direct", "÷ nginx"]
     for c in inflight_conns:
         head += [f"{c} conns @20 ms: req/s", "in flight", "p99 ms", "errors"]
     L += [md_table(head, rows), ""]
