@@ -310,6 +310,21 @@ def build(raw):
     return meta, targets, overview_head, overview, wins, lat, sse, tp, mem, engine, hermes, fig, smoke, inflight_conns
 
 
+def busy_note(meta):
+    """A warning when other work kept the machine busy during the run."""
+    try:
+        load = float(meta.get("loadavg_start", "0").split()[0])
+        cpus = int(meta.get("cpus", "1"))
+    except ValueError:
+        return ""
+    if load <= 0.5 * cpus:
+        return ""
+    return (f"**The machine was busy (load average {load:.1f} on {cpus} vCPUs at the start, from other users' "
+            "builds): latency tails (p99), the p99-bounded rates and the throughput ratios are dominated by that "
+            "other work and are indicative only; medians, memory and the compaction timings hold up better. "
+            "Re-run on a quiet machine for figures of record.**")
+
+
 def md_table(head, rows):
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -410,6 +425,9 @@ def main():
     L.append("")
     if smoke:
         L += ["**Smoke run: durations far too short for the figures to mean anything.**", ""]
+    busy = busy_note(meta)
+    if busy:
+        L += [busy, ""]
     L.append(f"Produced by `bench/compare.sh` at commit `{meta.get('commit')}` in {meta.get('seconds')} s. "
              "Method and definitions: `bench/README.md`.")
     L.append("")
@@ -461,7 +479,7 @@ def main():
         if rows:
             L += [md_table(["peer", "p50 ÷ direct", "p99 ÷ direct", "added p50 ÷ nginx", "added p99 ÷ nginx"], rows), ""]
     L += ["## 2. Throughput", ""]
-    L.append(f"Closed-loop maximum: `wrk -t1 -c32`, {meta.get('durations', '').split('throughput ')[-1].split(';')[0]}. Fixed rate: open-loop `bench_latency --mode rate --connections 64` (2 s probes, latency from each request's release, wrk2-style) at 90, 75, 60, 45, 30, 15, 5 % of that round's closed-loop maximum, first rate whose p99 stays under {meta.get('p99_bound_ms')} ms with no errors and is delivered within 3 % (0: none did; a peer whose median one request at a time is over the bound is not searched). \"Delivered\" is the highest of those rates delivered within 3 % with no errors, whatever its p99. In flight: `wrk -t1 -cN` against the 20 ms mock.")
+    L.append(f"Closed-loop maximum: `wrk -t1 -c32`, {meta.get('durations', '').split('throughput ')[-1].split(';')[0]}. Fixed rate: open-loop `bench_latency --mode rate --connections 64` (2 s probes, latency from each request's release, wrk2-style) at 90, 75, 60, 45, 30, 15, 5 % of that round's closed-loop maximum, first rate whose p99 stays under {meta.get('p99_bound_ms')} ms with no errors and is delivered within 3 % (0: none did; for a peer whose median one request at a time is already over the bound, only the delivered rate is searched). \"Delivered\" is the highest of those rates delivered within 3 % with no errors, whatever its p99. In flight: `wrk -t1 -cN` against the 20 ms mock.")
     L.append("")
     rows = []
     for p in [p for p in ORDER if (p, "max", "") in tp]:
@@ -510,6 +528,8 @@ def main():
         rel_md = os.path.relpath(md_path, os.path.dirname(os.path.abspath(args.readme)) or ".")
         rel_png = os.path.relpath(png_path, os.path.dirname(os.path.abspath(args.readme)) or ".")
         S = ["<!-- compare:begin -->", "<!-- Written by bench/compare.sh; edits here are overwritten. -->", ""]
+        if busy_note(meta):
+            S += [busy_note(meta), ""]
         S.append(f"Measured {date} with `bench/compare.sh` on {meta.get('cpus')} shared vCPUs ({meta.get('cpu_model')}); "
                  f"every proxy on one core, load on the other. Full figures and method: [{os.path.basename(md_path)}]({rel_md}), `bench/README.md`.")
         S.append("")
