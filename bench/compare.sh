@@ -10,7 +10,7 @@
 # ContextCompressor on identical 10k/128k/1M-token conversations.
 #
 #   bench/compare.sh           install missing peers (pinned, in bench/peers.sh), run
-#                              everything (~12 minutes), write
+#                              everything (~10 minutes), write
 #                              bench/results/compare-YYYY-MM-DD.{md,png} and the
 #                              compare section of README.md
 #   bench/compare.sh --smoke   ~1 minute: installs nothing (peers not in the cache are
@@ -47,22 +47,22 @@ bin=$CARGO_TARGET_DIR/release
 # shellcheck source=bench/peers.sh
 source bench/peers.sh
 
-# Durations. Full: about 12 minutes with every peer; each phase is interleaved rounds
+# Durations. Full: about 10 minutes with every peer; each phase is interleaved rounds
 # (every target once per round, in a rotating order) so the noise of a shared machine
 # lands on all targets alike, and figures are medians over rounds with [min..max].
 if ((smoke)); then
   lat_rounds=2 lat_requests=30 lat_warmup=10
   k100_rounds=1 k100_requests=5 m1_rounds=1 m1_requests=2
   sse_rounds=1
-  tp_rounds=1 tp_seconds=1 probe_seconds=1
+  tp_rounds=1 tp_seconds=1 probe_seconds=0.5 fractions="0.5"
   inflight_rounds=1 inflight_seconds=1 inflight_conns="50"
-  engine_sizes=10000,128000 engine_seconds=0.2 hermes_repeat=1
+  engine_sizes=10000 engine_seconds=0.2 hermes_repeat=1
 else
   # LiteLLM takes tens of ms per request here: 200 requests a round keep it to ~1 min.
   lat_rounds=10 lat_requests=200 lat_warmup=50
   k100_rounds=8 k100_requests=60 m1_rounds=5 m1_requests=12
   sse_rounds=5
-  tp_rounds=3 tp_seconds=3 probe_seconds=2
+  tp_rounds=3 tp_seconds=3 probe_seconds=2 fractions="0.9 0.75 0.6 0.45 0.3 0.15 0.05"
   inflight_rounds=3 inflight_seconds=3 inflight_conns="100 500"
   engine_sizes=10000,128000,1000000 engine_seconds=2 hermes_repeat=5
 fi
@@ -95,7 +95,6 @@ litellm_dir=$BENCH_CACHE/litellm-$LITELLM_VERSION
 hermes_dir=$BENCH_CACHE/hermes-$HERMES_VERSION
 portkey_dir=$BENCH_CACHE/portkey-$PORTKEY_VERSION
 crabllm_bin=$BENCH_CACHE/crabllm-$CRABLLM_VERSION/bin/crabllm
-command -v wrk >/dev/null || { echo "compare.sh: wrk is needed (apt-get install wrk)" >&2; exit 1; }
 
 log "building compaction-proxy and the bench examples (release)"
 nice cargo build --release --quiet --examples --bin compaction-proxy
@@ -388,6 +387,8 @@ for name in "${measured[@]}"; do idle_kb[$name]=$(tree_kb "${pid_of[$name]}" VmR
 # The counted instances for the larger bodies (measured in the latency phase only).
 start_compaction_proxy cp-counted-100k "$(counted_config 60000)"
 start_compaction_proxy cp-counted-1m "$(counted_config 600000)"
+have_wrk=1
+command -v wrk >/dev/null || { have_wrk=0; skip "throughput and in-flight phases" "wrk not installed (apt-get install wrk)"; }
 log "measuring: ${measured[*]}"
 loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -508,9 +509,9 @@ rate_run() { # name rate seconds
 # Per round and target: the closed-loop maximum with wrk (32 connections), then fixed
 # rates at falling fractions of it until one holds p99 under the bound with no errors
 # and is actually delivered (within 3%).
-fractions="0.9 0.75 0.6 0.45 0.3 0.15 0.05"
 echo -e "round\ttarget\tkind\tparam\trps\tp50_us\tp99_us\terrors" >"$raw/throughput.tsv"
 n=${#measured[@]}
+((have_wrk)) || tp_rounds=0 inflight_rounds=0
 for ((round = 0; round < tp_rounds; round++)); do
   for ((i = 0; i < n; i++)); do
     name=${measured[(i + round) % n]}
@@ -587,7 +588,7 @@ fi
 
 versions() {
   echo "nginx=$("$nginx_bin" -v 2>&1 | sed 's|.*nginx/||')"
-  echo "wrk=$(wrk -v 2>&1 | head -1 | awk '{ print $2 }')"
+  ((have_wrk)) && echo "wrk=$(wrk -v 2>&1 | head -1 | awk '{ print $2 }')"
   [[ -f $litellm_dir/.done ]] && echo "litellm=$LITELLM_VERSION"
   [[ -f $portkey_dir/.done ]] && echo "portkey=$PORTKEY_VERSION (node $(node --version 2>/dev/null))"
   [[ -x $crabllm_bin ]] && echo "crabllm=$CRABLLM_VERSION"
