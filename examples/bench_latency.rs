@@ -7,8 +7,18 @@
 //!     cargo run --release --example bench_latency -- \
 //!         --target direct=127.0.0.1:PORT --target proxy=127.0.0.1:PORT ... \
 //!         [--mode latency|sse] [--rounds 20] [--requests 1000] [--warmup 200] \
-//!         [--body-bytes 0] [--path /v1/chat/completions] [--sse-gap-ms 20]
+//!         [--body-bytes 0] [--path /v1/chat/completions] [--sse-gap-ms 20] \
+//!         [--header NAME=KEY:VALUE ...]
 //!
+//! `--mode rate --rate R --seconds S --connections C` is open-loop load at a fixed
+//! rate instead (wrk2-style, for the p99-bounded throughput figure): requests are due
+//! R per second whether or not earlier ones have come back, shared by C keep-alive
+//! connections, and each one's latency counts from when it was released, so time spent
+//! queued behind busy connections is included (no coordinated omission). One
+//! `RESULT mode=rate ...` line per target with the rate actually delivered.
+//!
+//! `--header` adds a request header for one target (gateways such as Portkey are told
+//! the upstream in headers). In `--mode sse` the body says `"stream":true`.
 //! Prints a markdown table, then one `RESULT key=value ...` line per target for scripts.
 //! `--body-bytes 0` sends a small (~0.3 KB) chat body; N pads the message to N bytes.
 
@@ -31,10 +41,13 @@ const MAX_ERRORS: usize = 20;
 enum Mode {
     Latency,
     Sse,
+    Rate,
 }
 
 struct Options {
     targets: Vec<(String, SocketAddr)>,
+    /// (target name, header name, value)
+    headers: Vec<(String, String, String)>,
     mode: Mode,
     rounds: usize,
     requests: usize,
@@ -42,11 +55,15 @@ struct Options {
     body_bytes: usize,
     path: String,
     sse_gap: Duration,
+    rate: f64,
+    seconds: f64,
+    connections: usize,
 }
 
 fn parse_args() -> Result<Options, String> {
     let mut options = Options {
         targets: Vec::new(),
+        headers: Vec::new(),
         mode: Mode::Latency,
         rounds: 20,
         requests: 1000,
@@ -54,6 +71,9 @@ fn parse_args() -> Result<Options, String> {
         body_bytes: 0,
         path: "/v1/chat/completions".into(),
         sse_gap: Duration::from_millis(20),
+        rate: 1000.0,
+        seconds: 2.0,
+        connections: 64,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -70,10 +90,24 @@ fn parse_args() -> Result<Options, String> {
                 }
                 options.targets.push((name.to_owned(), addr));
             }
+            "--header" => {
+                let (name, header) = value
+                    .split_once('=')
+                    .ok_or_else(|| bad(&"expected NAME=KEY:VALUE"))?;
+                let (key, val) = header
+                    .split_once(':')
+                    .ok_or_else(|| bad(&"expected NAME=KEY:VALUE"))?;
+                options.headers.push((
+                    name.to_owned(),
+                    key.trim().to_owned(),
+                    val.trim().to_owned(),
+                ));
+            }
             "--mode" => {
                 options.mode = match value.as_str() {
                     "latency" => Mode::Latency,
                     "sse" => Mode::Sse,
+                    "rate" => Mode::Rate,
                     _ => return Err(bad(&"expected latency or sse")),
                 }
             }
@@ -82,6 +116,9 @@ fn parse_args() -> Result<Options, String> {
             "--warmup" => options.warmup = value.parse().map_err(|e| bad(&e))?,
             "--body-bytes" => options.body_bytes = value.parse().map_err(|e| bad(&e))?,
             "--path" => options.path = value,
+            "--rate" => options.rate = value.parse().map_err(|e| bad(&e))?,
+            "--seconds" => options.seconds = value.parse().map_err(|e| bad(&e))?,
+            "--connections" => options.connections = value.parse().map_err(|e| bad(&e))?,
             "--sse-gap-ms" => {
                 options.sse_gap = Duration::from_millis(value.parse().map_err(|e| bad(&e))?);
             }
@@ -115,6 +152,7 @@ fn main() -> std::process::ExitCode {
             match options.mode {
                 Mode::Latency => latency(&options).await,
                 Mode::Sse => sse(&options).await,
+                Mode::Rate => rate(&options).await,
             }
         }),
         Err(e) => Err(e.into()),
@@ -134,15 +172,23 @@ struct Client {
     addr: SocketAddr,
     sender: Option<SendRequest<Full<Bytes>>>,
     errors: usize,
+    headers: Vec<(String, String)>,
 }
 
 impl Client {
-    fn new(name: &str, addr: SocketAddr) -> Self {
+    fn new(name: &str, addr: SocketAddr, options: &Options) -> Self {
+        let headers = options
+            .headers
+            .iter()
+            .filter(|(target, _, _)| target == name)
+            .map(|(_, key, value)| (key.clone(), value.clone()))
+            .collect();
         Self {
             name: name.to_owned(),
             addr,
             sender: None,
             errors: 0,
+            headers,
         }
     }
 
@@ -162,6 +208,9 @@ impl Client {
             .header(header::HOST, self.addr.to_string())
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::AUTHORIZATION, "Bearer sk-bench");
+        for (key, value) in &self.headers {
+            builder = builder.header(key.as_str(), value.as_str());
+        }
         if sse {
             builder = builder
                 .header("x-bench-sse", "1")
@@ -228,9 +277,13 @@ impl Client {
     }
 }
 
-fn chat_body(bytes: usize) -> Bytes {
+fn chat_body(bytes: usize, stream: bool) -> Bytes {
     let head = r#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":""#;
-    let tail = r#""}],"temperature":0.2,"max_tokens":256}"#;
+    let tail = if stream {
+        r#""}],"temperature":0.2,"max_tokens":256,"stream":true}"#
+    } else {
+        r#""}],"temperature":0.2,"max_tokens":256}"#
+    };
     let text = "Summarise the benchmark results in two sentences, please. ";
     let len = bytes
         .saturating_sub(head.len() + tail.len())
@@ -269,11 +322,11 @@ fn order(targets: usize, round: usize) -> impl Iterator<Item = usize> {
 }
 
 async fn latency(options: &Options) -> Result<(), Error> {
-    let body = chat_body(options.body_bytes);
+    let body = chat_body(options.body_bytes, false);
     let mut clients: Vec<Client> = options
         .targets
         .iter()
-        .map(|(name, addr)| Client::new(name, *addr))
+        .map(|(name, addr)| Client::new(name, *addr, options))
         .collect();
     for client in &mut clients {
         for _ in 0..options.warmup {
@@ -359,7 +412,7 @@ async fn latency(options: &Options) -> Result<(), Error> {
 }
 
 async fn sse(options: &Options) -> Result<(), Error> {
-    let body = chat_body(options.body_bytes);
+    let body = chat_body(options.body_bytes, true);
     let gap_ms = options.sse_gap.as_secs_f64() * 1e3;
     // A gap this much longer than the upstream's is a stall (a delayed-ACK/Nagle stall
     // is ~40 ms, twice the nominal 20 ms).
@@ -367,10 +420,12 @@ async fn sse(options: &Options) -> Result<(), Error> {
     let mut clients: Vec<Client> = options
         .targets
         .iter()
-        .map(|(name, addr)| Client::new(name, *addr))
+        .map(|(name, addr)| Client::new(name, *addr, options))
         .collect();
+    // Warm-up with a plain request: one stream would take a second and a half.
+    let plain = chat_body(options.body_bytes, false);
     for client in &mut clients {
-        client.timed(&options.path, &body).await.ok();
+        client.timed(&options.path, &plain).await.ok();
     }
     // [target][round] -> (ttfb ms, mean gap ms, max gap ms, events, frames, stalls)
     let mut stats = vec![Vec::with_capacity(options.rounds); clients.len()];
@@ -453,4 +508,91 @@ async fn sse(options: &Options) -> Result<(), Error> {
         println!("{line}");
     }
     Ok(())
+}
+
+/// Open-loop load at `--rate` requests/s on each target in turn (see the module doc).
+async fn rate(options: &Options) -> Result<(), Error> {
+    for (name, addr) in &options.targets {
+        let (achieved, p50, p99, errors, sent) = fixed_rate(options, name, *addr).await;
+        println!(
+            "RESULT mode=rate target={name} rate={:.0} achieved_rps={achieved:.0} p50_us={p50:.0} p99_us={p99:.0} errors={errors} requests={sent}",
+            options.rate
+        );
+    }
+    Ok(())
+}
+
+/// (achieved requests/s, p50 µs, p99 µs, errors, requests due)
+async fn fixed_rate(
+    options: &Options,
+    name: &str,
+    addr: SocketAddr,
+) -> (f64, f64, f64, usize, usize) {
+    use std::sync::Arc;
+    use tokio::sync::{mpsc, Mutex};
+
+    let body = chat_body(options.body_bytes, false);
+    let total = (options.rate * options.seconds).round().max(1.0) as usize;
+    let (tx, rx) = mpsc::unbounded_channel::<Instant>();
+    let rx = Arc::new(Mutex::new(rx));
+    let mut workers = Vec::new();
+    for _ in 0..options.connections.max(1) {
+        let rx = Arc::clone(&rx);
+        let mut client = Client::new(name, addr, options);
+        let (path, body) = (options.path.clone(), body.clone());
+        workers.push(tokio::spawn(async move {
+            // Open the connection before the clock starts.
+            client.timed(&path, &body).await.ok();
+            client.errors = 0;
+            let mut samples = Vec::new();
+            let mut errors = 0;
+            loop {
+                let released = match rx.lock().await.recv().await {
+                    Some(released) => released,
+                    None => break,
+                };
+                match client.timed(&path, &body).await {
+                    Ok(_) => samples.push(released.elapsed().as_secs_f64() * 1e6),
+                    Err(_) => errors += 1,
+                }
+            }
+            (samples, errors)
+        }));
+    }
+    tokio::task::yield_now().await;
+    // tokio's timer ticks in milliseconds, which would release requests in bursts of
+    // rate/1000; a plain thread sleeping between due times spreads them to within
+    // ~0.1 ms (closer ones go together rather than waking the thread for each).
+    let started = Instant::now();
+    let interval = Duration::from_secs_f64(1.0 / options.rate.max(1e-3));
+    let dispatcher = std::thread::spawn(move || {
+        for i in 0..total {
+            let due = started + interval.mul_f64(i as f64);
+            let now = Instant::now();
+            if due > now + Duration::from_micros(100) {
+                std::thread::sleep(due - now);
+            }
+            if tx.send(Instant::now()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut samples = Vec::with_capacity(total);
+    let mut errors = 0;
+    for worker in workers {
+        if let Ok((s, e)) = worker.await {
+            samples.extend(s);
+            errors += e;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let _ = dispatcher.join();
+    samples.sort_by(f64::total_cmp);
+    (
+        samples.len() as f64 / elapsed,
+        percentile(&samples, 0.5),
+        percentile(&samples, 0.99),
+        errors,
+        total,
+    )
 }

@@ -5,6 +5,12 @@
 //! with the header `x-bench-sse` (or a path ending in `/sse`) gets an SSE stream instead:
 //! `--sse-chunks` chunks `--sse-gap-ms` apart, then `data: [DONE]`.
 //!
+//! Gateways that rebuild the request (LiteLLM, Portkey, crabllm) drop unknown headers
+//! and rewrite paths, but they all forward the body's content. So a small body (under
+//! 16 KB) also selects these by itself: `"stream":true` asks for the SSE stream, and the
+//! text `bench-delay-ms=N` anywhere in it holds that answer N ms. One mock then serves
+//! the instant, delayed and streaming variants to every peer with one configuration.
+//!
 //!     cargo run --release --example bench_upstream -- [--listen 127.0.0.1:0]
 //!         [--delay-ms N] [--threads N] [--sse-chunks 64] [--sse-gap-ms 20]
 //!
@@ -132,9 +138,18 @@ async fn answer(
         request.headers().contains_key("x-bench-sse") || request.uri().path().ends_with("/sse");
     // Read the whole upload, as a real upstream does before answering; a client error
     // mid-body only means there is nobody left to answer.
-    let _ = request.into_body().collect().await;
-    if !options.delay.is_zero() {
-        tokio::time::sleep(options.delay).await;
+    let body = match request.into_body().collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let (sse, delay) = if body.len() < 16 * 1024 {
+        let marked = marked_delay(&body);
+        (sse || asks_stream(&body), marked.unwrap_or(options.delay))
+    } else {
+        (sse, options.delay)
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
     let response = if sse {
         Response::builder()
@@ -148,6 +163,24 @@ async fn answer(
     };
     // The builder only fails on invalid header values, and these are constants.
     Ok(response.unwrap_or_else(|_| Response::new(Body::default())))
+}
+
+/// `"stream":true` (with or without a space), as every client and gateway writes it.
+fn asks_stream(body: &[u8]) -> bool {
+    memchr::memmem::find(body, br#""stream":true"#).is_some()
+        || memchr::memmem::find(body, br#""stream": true"#).is_some()
+}
+
+/// N from the text `bench-delay-ms=N` in the body.
+fn marked_delay(body: &[u8]) -> Option<Duration> {
+    const MARK: &[u8] = b"bench-delay-ms=";
+    let at = memchr::memmem::find(body, MARK)? + MARK.len();
+    let digits = body[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    let ms: u64 = std::str::from_utf8(&body[at..at + digits])
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(Duration::from_millis(ms))
 }
 
 /// The first chunk goes at once; each next one `gap` after the previous, then `[DONE]`.
