@@ -23,7 +23,8 @@
 # compaction timings on LOAD_CPU (default 1). Not for CI beyond --smoke.
 #
 # Environment: PROXY_CPU, LOAD_CPU, BENCH_CACHE (install cache, default
-# ~/.cache/compaction-proxy-bench), CARGO_TARGET_DIR.
+# ~/.cache/compaction-proxy-bench), CARGO_TARGET_DIR, BENCH_PROFILE (release; `debug`
+# reuses the test build, for the CI smoke that only checks the scripts work).
 
 set -euo pipefail
 
@@ -43,7 +44,13 @@ started_at=$(date +%s)
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
-bin=$CARGO_TARGET_DIR/release
+profile=${BENCH_PROFILE:-release}
+case "$profile" in
+  release) build_flags=(--release) ;;
+  debug) build_flags=() ;;
+  *) echo "compare.sh: BENCH_PROFILE must be release or debug" >&2; exit 2 ;;
+esac
+bin=$CARGO_TARGET_DIR/$profile
 # shellcheck source=bench/peers.sh
 source bench/peers.sh
 
@@ -96,8 +103,8 @@ hermes_dir=$BENCH_CACHE/hermes-$HERMES_VERSION
 portkey_dir=$BENCH_CACHE/portkey-$PORTKEY_VERSION
 crabllm_bin=$BENCH_CACHE/crabllm-$CRABLLM_VERSION/bin/crabllm
 
-log "building compaction-proxy and the bench examples (release)"
-nice cargo build --release --quiet --examples --bin compaction-proxy
+log "building compaction-proxy and the bench examples ($profile)"
+nice cargo build "${build_flags[@]}" --quiet --examples --bin compaction-proxy
 
 # Many connections at once for the in-flight phase.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true
