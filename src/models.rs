@@ -169,33 +169,42 @@ fn insert_bounded<V>(map: &mut HashMap<Key, V>, k: Key, v: V) {
 }
 
 /// Matches `text` against a glob where `*` is any run and `?` one character, ignoring ASCII case.
+/// Runs on every chat request (several patterns each), so it walks the strings in place
+/// instead of collecting them.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().map(|c| c.to_ascii_lowercase()).collect();
-    let t: Vec<char> = text.chars().map(|c| c.to_ascii_lowercase()).collect();
+    // Positions are byte offsets at character boundaries.
+    let next = |s: &str, i: usize| {
+        s[i..]
+            .chars()
+            .next()
+            .map(|c| (c.to_ascii_lowercase(), c.len_utf8()))
+    };
     // Greedy with one backtrack point: linear in practice, never exponential.
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        match p.get(pi) {
-            Some('*') => {
+    while let Some((t, t_len)) = next(text, ti) {
+        match next(pattern, pi) {
+            Some(('*', p_len)) => {
                 star = Some((pi, ti));
-                pi += 1;
+                pi += p_len;
             }
-            Some(&c) if c == '?' || c == t[ti] => {
-                pi += 1;
-                ti += 1;
+            Some((p, p_len)) if p == '?' || p == t => {
+                pi += p_len;
+                ti += t_len;
             }
             _ => match star {
                 Some((sp, st)) => {
+                    // Let the star swallow one more character of the text.
+                    let st = st + next(text, st).map_or(1, |(_, len)| len);
                     pi = sp + 1;
-                    ti = st + 1;
-                    star = Some((sp, st + 1));
+                    ti = st;
+                    star = Some((sp, st));
                 }
                 None => return false,
             },
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    pattern[pi..].chars().all(|c| c == '*')
 }
 
 /// The part of a model name after any `provider/` prefix (`openai/gpt-4o` -> `gpt-4o`).
@@ -347,6 +356,10 @@ mod tests {
         assert!(glob_match("", ""));
         assert!(!glob_match("", "x"));
         assert!(glob_match("**a", "ba"));
+        // `?` is one character, not one byte.
+        assert!(glob_match("caf?", "café"));
+        assert!(glob_match("*é*x", "aébéx"));
+        assert!(!glob_match("caf??", "café"));
     }
 
     #[test]
