@@ -4,11 +4,13 @@
 //! `compaction.max_attempts` calls. The client gets the first answer that is not such a
 //! refusal, or the upstream's own last refusal.
 
+use std::sync::LazyLock;
 use std::time::Instant;
 
 use bytes::Bytes;
 use http::request::Parts;
 use http::Response;
+use memchr::memmem::Finder;
 use serde_json::Value;
 
 use crate::app::App;
@@ -33,6 +35,8 @@ const ESCALATION: f64 = 0.8;
 const MAX_IMAGE_TOKENS: u64 = 1_600;
 /// Smallest completion budget worth retrying with after an output-cap refusal.
 const MIN_USEFUL_OUTPUT: u64 = 256;
+/// Built once: building a searcher costs more than running it on a small body.
+static IMAGE_URL: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("image_url"));
 
 pub async fn run(
     app: &App,
@@ -161,7 +165,7 @@ impl<'a> Attempts<'a> {
         // A token is at least one byte of JSON, so the body's length bounds the prompt
         // from above, except for image parts whose cost is fixed and may exceed their
         // URL's length.
-        let images = memchr::memmem::find_iter(&self.original, b"image_url").count() as u64;
+        let images = IMAGE_URL.find_iter(&self.original).count() as u64;
         let bound = self.original.len() as u64 + images * MAX_IMAGE_TOKENS;
         if (bound as f64 * factor) as u64 + budget <= limit {
             return;
