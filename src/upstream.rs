@@ -216,26 +216,48 @@ pub fn join(base: &str, uri: &Uri) -> String {
     url
 }
 
-/// The client's headers minus those that describe its connection to us.
+/// The client's headers minus those that describe its connection to us, in the client's
+/// order. Copied entry by entry rather than cloned and pruned: removing from a
+/// `HeaderMap` reorders it, and the copy costs no more.
 fn forwarded_headers(headers: &HeaderMap) -> HeaderMap {
-    let mut out = headers.clone();
-    strip_hop_by_hop(&mut out);
-    out.remove(header::HOST);
+    let named = connection_named(headers);
+    let mut out = HeaderMap::with_capacity(headers.keys_len() + 1);
+    for (name, value) in headers {
+        if name != header::HOST && !is_hop_by_hop(name, &named) {
+            out.append(name.clone(), value.clone());
+        }
+    }
     out
 }
 
 /// Removes hop-by-hop headers, including any named in `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
+    let named = connection_named(headers);
+    // One pass over the few headers present rather than a lookup for every name that
+    // might be: most messages carry none of them.
+    let present: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| is_hop_by_hop(name, &named))
+        .cloned()
+        .collect();
+    for name in present {
+        headers.remove(name);
+    }
+}
+
+/// The header names a `Connection` header lists.
+fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
-        headers.remove(name);
-    }
+        .collect()
+}
+
+fn is_hop_by_hop(name: &HeaderName, named: &[HeaderName]) -> bool {
+    HOP_BY_HOP.contains(name) || named.contains(name)
 }
 
 /// hyper's top-level client errors say little ("client error (Connect)"); the causes
@@ -301,5 +323,24 @@ mod tests {
         let out = forwarded_headers(&headers);
         let names: Vec<&str> = out.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["authorization", "x-session-id"]);
+    }
+
+    #[test]
+    fn forwarded_headers_keep_the_clients_order_and_repeated_values() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-b", HeaderValue::from_static("1"));
+        headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        headers.append("x-a", HeaderValue::from_static("2"));
+        headers.append("x-a", HeaderValue::from_static("3"));
+        headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        let out = forwarded_headers(&headers);
+        let pairs: Vec<(&str, &str)> = out
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [("x-b", "1"), ("x-a", "2"), ("x-a", "3"), ("accept", "*/*")]
+        );
     }
 }
