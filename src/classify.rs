@@ -36,6 +36,9 @@ mod signals;
 mod sse;
 mod text;
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 use serde_json::Value;
 
 use signals::Signals;
@@ -140,14 +143,27 @@ pub fn classify(status: u16, content_type: Option<&str>, body: &[u8]) -> Classif
 /// Ordinary completions have none of them, and skipping the JSON parse for those keeps
 /// the check nearly free on the common path.
 fn may_report_failure(body: &[u8]) -> bool {
-    const NEEDLES: [&[u8]; 4] = [b"error", b"base_resp", b"\"length\"", b"context_window"];
-    NEEDLES
-        .iter()
-        .any(|needle| memchr::memmem::find(body, needle).is_some())
+    // Built once: building a searcher costs more than running it on a small body.
+    static NEEDLES: LazyLock<[Finder<'static>; 4]> = LazyLock::new(|| {
+        [
+            &b"error"[..],
+            b"base_resp",
+            b"\"length\"",
+            b"context_window",
+        ]
+        .map(Finder::new)
+    });
+    NEEDLES.iter().any(|needle| needle.find(body).is_some())
 }
 
 fn is_event_stream(content_type: Option<&str>, body: &[u8]) -> bool {
-    if content_type.is_some_and(|ct| ct.to_ascii_lowercase().contains("text/event-stream")) {
+    const SSE: &[u8] = b"text/event-stream";
+    let named = |ct: &str| {
+        ct.as_bytes()
+            .windows(SSE.len())
+            .any(|w| w.eq_ignore_ascii_case(SSE))
+    };
+    if content_type.is_some_and(named) {
         return true;
     }
     let head = body.trim_ascii_start();

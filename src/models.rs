@@ -169,33 +169,51 @@ fn insert_bounded<V>(map: &mut HashMap<Key, V>, k: Key, v: V) {
 }
 
 /// Matches `text` against a glob where `*` is any run and `?` one character, ignoring ASCII case.
+/// Runs on every chat request (several patterns each), so it compares bytes in place. A
+/// literal pattern character matches its whole UTF-8 sequence byte by byte; `?` and the
+/// star's backtracking step over whole characters, so positions stay on boundaries.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().map(|c| c.to_ascii_lowercase()).collect();
-    let t: Vec<char> = text.chars().map(|c| c.to_ascii_lowercase()).collect();
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
     // Greedy with one backtrack point: linear in practice, never exponential.
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while ti < t.len() {
         match p.get(pi) {
-            Some('*') => {
+            Some(b'*') => {
                 star = Some((pi, ti));
                 pi += 1;
             }
-            Some(&c) if c == '?' || c == t[ti] => {
+            Some(b'?') => {
+                pi += 1;
+                ti += utf8_len(t[ti]);
+            }
+            Some(c) if c.eq_ignore_ascii_case(&t[ti]) => {
                 pi += 1;
                 ti += 1;
             }
             _ => match star {
                 Some((sp, st)) => {
+                    // Let the star swallow one more character of the text.
+                    let st = st + utf8_len(t[st]);
                     pi = sp + 1;
-                    ti = st + 1;
-                    star = Some((sp, st + 1));
+                    ti = st;
+                    star = Some((sp, st));
                 }
                 None => return false,
             },
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// Length of the UTF-8 sequence a lead byte starts.
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0xF0.. => 4,
+        0xE0.. => 3,
+        0xC0.. => 2,
+        _ => 1,
+    }
 }
 
 /// The part of a model name after any `provider/` prefix (`openai/gpt-4o` -> `gpt-4o`).
@@ -347,6 +365,12 @@ mod tests {
         assert!(glob_match("", ""));
         assert!(!glob_match("", "x"));
         assert!(glob_match("**a", "ba"));
+        // `?` is one character, not one byte.
+        assert!(glob_match("caf?", "café"));
+        assert!(glob_match("*é*x", "aébéx"));
+        assert!(!glob_match("caf??", "café"));
+        assert!(glob_match("?b", "éb"));
+        assert!(!glob_match("é", "e"));
     }
 
     #[test]

@@ -1,23 +1,26 @@
 //! Sending a request to the upstream: where it goes (the path-join rule), which headers
 //! travel, the connection pool, and the timeouts suited to LLM traffic.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, Scheme};
 use http::{Method, Request, Response, Uri};
 use http_body_util::BodyExt;
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use crate::body::{IdleTimeout, ProxyBody};
 use crate::config::Config;
 use crate::error::ProxyError;
 
+mod pool;
+
+use pool::Pool;
+
 /// Hop-by-hop headers (RFC 9110 section 7.6.1) plus `expect`: they describe one
 /// connection, not the message, so they never cross the proxy. `host` is set anew for
-/// the upstream by the client.
+/// the upstream.
 const HOP_BY_HOP: [HeaderName; 10] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
@@ -37,11 +40,18 @@ pub enum UpstreamInitError {
     MissingKey(&'static str, String),
     #[error("the {0} key in {1} is not a valid header value")]
     BadKey(&'static str, String),
+    #[error("{0} is not an http(s) base URL")]
+    BadUrl(String),
 }
 
 pub struct Upstream {
-    client: Client<HttpsConnector<HttpConnector>, ProxyBody>,
+    pool: Arc<Pool>,
     base: String,
+    /// The base URL's path (without a trailing `/`), which every request path extends.
+    prefix: String,
+    /// The `Host` header every request gets: the base URL's host, and its port unless it
+    /// is the scheme's default.
+    host: HeaderValue,
     idle: Duration,
     api_key: Option<HeaderValue>,
 }
@@ -50,12 +60,7 @@ impl Upstream {
     pub fn new(config: &Config) -> Result<Self, UpstreamInitError> {
         let upstream = &config.upstream;
         let key = upstream_key("upstream", upstream.api_key_env.as_deref())?;
-        Ok(Self::build(
-            config,
-            &upstream.base_url,
-            config.idle_timeout(),
-            key,
-        ))
+        Self::build(config, &upstream.base_url, config.idle_timeout(), key)
     }
 
     /// The summariser's own sender: its base URL (else the upstream's), its idle timeout,
@@ -71,10 +76,28 @@ impl Upstream {
             true => &config.upstream.base_url,
             false => &summarizer.base_url,
         };
-        Ok(Self::build(config, base, summarizer.timeout(), key))
+        Self::build(config, base, summarizer.timeout(), key)
     }
 
-    fn build(config: &Config, base: &str, idle: Duration, api_key: Option<HeaderValue>) -> Self {
+    fn build(
+        config: &Config,
+        base: &str,
+        idle: Duration,
+        api_key: Option<HeaderValue>,
+    ) -> Result<Self, UpstreamInitError> {
+        let base = base.trim_end_matches('/');
+        let bad_url = || UpstreamInitError::BadUrl(base.to_owned());
+        let uri: Uri = base.parse().map_err(|_| bad_url())?;
+        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+            return Err(bad_url());
+        };
+        let origin = Uri::builder()
+            .scheme(scheme.clone())
+            .authority(authority.clone())
+            .path_and_query("/")
+            .build()
+            .map_err(|_| bad_url())?;
+        let host = host_header(scheme, authority).ok_or_else(bad_url)?;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -87,15 +110,14 @@ impl Upstream {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(https);
-        Self {
-            client,
-            base: base.trim_end_matches('/').to_owned(),
+        Ok(Self {
+            pool: Pool::new(https, origin),
+            prefix: uri.path().trim_end_matches('/').to_owned(),
+            base: base.to_owned(),
+            host,
             idle,
             api_key,
-        }
+        })
     }
 
     pub fn base_url(&self) -> &str {
@@ -111,11 +133,11 @@ impl Upstream {
         headers: &HeaderMap,
         body: ProxyBody,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let target = join(&self.base, uri);
-        let target: Uri = target
-            .parse()
+        // Origin-form: the connection already knows scheme and host.
+        let target = Uri::try_from(join(&self.prefix, uri))
             .map_err(|e| ProxyError::UpstreamUnreachable(format!("bad upstream URL: {e}")))?;
         let mut headers = forwarded_headers(headers);
+        headers.insert(header::HOST, self.host.clone());
         // A rewritten body has a new length; the client's Content-Length would lie.
         if let Some(len) = http_body::Body::size_hint(&body).exact() {
             if len > 0 || headers.contains_key(header::CONTENT_LENGTH) {
@@ -133,15 +155,29 @@ impl Upstream {
         }
         let mut timer = Box::pin(tokio::time::sleep(self.idle));
         let response = tokio::select! {
-            response = self.client.request(request) => response,
+            response = self.pool.send(request) => response,
             () = timer.as_mut() => return Err(ProxyError::UpstreamTimeout(self.idle)),
         };
-        let response = response.map_err(|e| ProxyError::UpstreamUnreachable(error_chain(&e)))?;
+        let response = response.map_err(|e| ProxyError::UpstreamUnreachable(error_chain(&*e)))?;
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         let body = IdleTimeout::with_timer(body, self.idle, timer).boxed_unsync();
         Ok(Response::from_parts(parts, body))
     }
+}
+
+/// The `Host` value for an upstream: its host, and the port when it is not the scheme's
+/// default (as browsers and hyper-util's client send it).
+fn host_header(scheme: &Scheme, authority: &Authority) -> Option<HeaderValue> {
+    let default_port = match scheme.as_str() {
+        "https" => 443,
+        _ => 80,
+    };
+    let host = match authority.port_u16() {
+        Some(port) if port != default_port => format!("{}:{port}", authority.host()),
+        _ => authority.host().to_owned(),
+    };
+    HeaderValue::try_from(host).ok()
 }
 
 /// The `Authorization` value for the key in the environment variable `env_name`; `section`
@@ -161,8 +197,9 @@ fn upstream_key(
     Ok(Some(value))
 }
 
-/// The upstream URL for a client's request URI: the path appended to the base URL, with
-/// a `/v1` that ends the base and starts the path counted once; the query kept as is.
+/// The upstream URL for a client's request URI: the path appended to the base URL (or to
+/// its path alone, for the origin-form target), with a `/v1` that ends the base and starts
+/// the path counted once; the query kept as is.
 pub fn join(base: &str, uri: &Uri) -> String {
     let path = uri.path();
     let path = match base.ends_with("/v1") {
@@ -179,26 +216,48 @@ pub fn join(base: &str, uri: &Uri) -> String {
     url
 }
 
-/// The client's headers minus those that describe its connection to us.
+/// The client's headers minus those that describe its connection to us, in the client's
+/// order. Copied entry by entry rather than cloned and pruned: removing from a
+/// `HeaderMap` reorders it, and the copy costs no more.
 fn forwarded_headers(headers: &HeaderMap) -> HeaderMap {
-    let mut out = headers.clone();
-    strip_hop_by_hop(&mut out);
-    out.remove(header::HOST);
+    let named = connection_named(headers);
+    let mut out = HeaderMap::with_capacity(headers.keys_len() + 1);
+    for (name, value) in headers {
+        if name != header::HOST && !is_hop_by_hop(name, &named) {
+            out.append(name.clone(), value.clone());
+        }
+    }
     out
 }
 
 /// Removes hop-by-hop headers, including any named in `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
+    let named = connection_named(headers);
+    // One pass over the few headers present rather than a lookup for every name that
+    // might be: most messages carry none of them.
+    let present: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| is_hop_by_hop(name, &named))
+        .cloned()
+        .collect();
+    for name in present {
+        headers.remove(name);
+    }
+}
+
+/// The header names a `Connection` header lists.
+fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
-        headers.remove(name);
-    }
+        .collect()
+}
+
+fn is_hop_by_hop(name: &HeaderName, named: &[HeaderName]) -> bool {
+    HOP_BY_HOP.contains(name) || named.contains(name)
 }
 
 /// hyper's top-level client errors say little ("client error (Connect)"); the causes
@@ -264,5 +323,24 @@ mod tests {
         let out = forwarded_headers(&headers);
         let names: Vec<&str> = out.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["authorization", "x-session-id"]);
+    }
+
+    #[test]
+    fn forwarded_headers_keep_the_clients_order_and_repeated_values() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-b", HeaderValue::from_static("1"));
+        headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        headers.append("x-a", HeaderValue::from_static("2"));
+        headers.append("x-a", HeaderValue::from_static("3"));
+        headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        let out = forwarded_headers(&headers);
+        let pairs: Vec<(&str, &str)> = out
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [("x-b", "1"), ("x-a", "2"), ("x-a", "3"), ("accept", "*/*")]
+        );
     }
 }

@@ -205,6 +205,41 @@ async fn paths_join_the_base_url_with_v1_counted_once() {
 }
 
 #[tokio::test]
+async fn upstream_connections_are_kept_alive_and_reused() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    // Every kind of answer hands its connection back: streamed through untouched,
+    // read whole by the chat path (an error), and with an empty body.
+    for _ in 0..5 {
+        let chat = client()
+            .post(proxy.url("/v1/chat/completions"))
+            .body("{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(chat.status(), 200);
+        chat.bytes().await.unwrap();
+        let error = client()
+            .post(proxy.url("/v1/chat/completions"))
+            .header("x-mock", "error")
+            .header("x-mock-status", "400")
+            .body("{\"model\":\"m\",\"messages\":[]}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(error.status(), 400);
+        error.bytes().await.unwrap();
+        let models = client().get(proxy.url("/v1/models")).send().await.unwrap();
+        assert_eq!(models.status(), 200);
+        models.bytes().await.unwrap();
+        let head = client().head(proxy.url("/v1/models")).send().await.unwrap();
+        assert_eq!(head.status(), 200);
+    }
+    assert_eq!(mock.recorded().len(), 20);
+    assert_eq!(mock.connections(), 1);
+}
+
+#[tokio::test]
 async fn upstream_errors_pass_through_unchanged() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");

@@ -7,12 +7,13 @@
 //! A conversation compacted before starts from its checkpoint (see [`crate::checkpoint`]):
 //! the stored compacted prefix replaces the client's, and only new turns are counted.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use bytes::Bytes;
 use http::request::Parts;
 use http::Response;
+use memchr::memmem::Finder;
 use serde_json::Value;
 
 use crate::app::App;
@@ -40,6 +41,8 @@ const MAX_IMAGE_TOKENS: u64 = 1_600;
 const MIN_USEFUL_OUTPUT: u64 = 256;
 /// Bodies above this size are parsed and counted on a thread that may block.
 const LARGE_BODY: usize = 256 * 1024;
+/// Built once: building a searcher costs more than running it on a small body.
+static IMAGE_URL: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("image_url"));
 
 pub async fn run(
     app: &App,
@@ -300,7 +303,7 @@ impl<'a> Attempts<'a> {
         // A token is at least one byte of JSON, so the body's length bounds the prompt
         // from above, except for image parts whose cost is fixed and may exceed their
         // URL's length.
-        let images = memchr::memmem::find_iter(&self.original, b"image_url").count() as u64;
+        let images = IMAGE_URL.find_iter(&self.original).count() as u64;
         let bound = self.original.len() as u64 + images * MAX_IMAGE_TOKENS;
         if self.hit.is_none() && (bound as f64 * factor) as u64 + budget <= limit {
             return None;

@@ -14,6 +14,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,6 +54,8 @@ pub struct MockState {
     pub summaries: Mutex<Vec<Recorded>>,
     /// Problems the `window` behaviour found in requests it received (pairing, order).
     pub violations: Mutex<Vec<String>>,
+    /// TCP connections accepted.
+    pub connections: AtomicUsize,
 }
 
 pub struct Mock {
@@ -72,6 +75,7 @@ impl Mock {
                     continue;
                 };
                 stream.set_nodelay(true).unwrap();
+                shared.connections.fetch_add(1, Ordering::SeqCst);
                 let state = Arc::clone(&shared);
                 tokio::spawn(async move {
                     let service = service_fn(move |req| respond(Arc::clone(&state), req));
@@ -94,6 +98,10 @@ impl Mock {
 
     pub fn summaries(&self) -> Vec<Recorded> {
         self.state.summaries.lock().unwrap().clone()
+    }
+
+    pub fn connections(&self) -> usize {
+        self.state.connections.load(Ordering::SeqCst)
     }
 
     pub fn last(&self) -> Recorded {
