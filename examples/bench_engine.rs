@@ -18,85 +18,13 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use compaction_proxy::compact::{self, count_request, Options};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-// The same vocabulary and session shape as benches/compaction.rs: code, tool output and
-// compiler messages, so token counting works on realistic text.
-const WORDS: &[&str] = &[
-    "let",
-    "mut",
-    "request",
-    "response",
-    "=",
-    "upstream.send(body)",
-    "?;",
-    "if",
-    "status",
-    "==",
-    "429",
-    "{",
-    "}",
-    "return",
-    "Err(Error::Timeout)",
-    "//",
-    "retry",
-    "with",
-    "backoff",
-    "the",
-    "parser",
-    "keeps",
-    "partial",
-    "events",
-    "across",
-    "chunks",
-    "fn",
-    "parse_event(buf:",
-    "&mut",
-    "BytesMut)",
-    "->",
-    "Option<Event>",
-    "error[E0308]:",
-    "mismatched",
-    "types",
-    "test",
-    "ok",
-];
-
-fn words(n: usize, seed: usize) -> String {
-    let mut out = String::with_capacity(n * 7);
-    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-    for i in 0..n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.push_str(WORDS[x % WORDS.len()]);
-        out.push(if i % 12 == 11 { '\n' } else { ' ' });
-    }
-    out
-}
-
-/// An agent session of at least `tokens` tokens: asks, tool calls, large outputs, replies.
-fn session(tokens: usize) -> Value {
-    let mut messages = vec![json!({"role": "system", "content": words(400, 0)})];
-    let mut round = 0;
-    let mut total = 0;
-    while total < tokens {
-        round += 1;
-        let id = format!("call_{round}");
-        let round_msgs = [
-            json!({"role": "user", "content": words(40, round)}),
-            json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function",
-                "function": {"name": "read_file", "arguments": json!({"path": format!("src/m{round}.rs")}).to_string()}}]}),
-            json!({"role": "tool", "tool_call_id": id, "content": words(600, round + 1)}),
-            json!({"role": "assistant", "content": words(80, round + 2)}),
-        ];
-        let body = json!({"model": "gpt-4o", "messages": round_msgs});
-        total += count_request(&body);
-        messages.extend(round_msgs);
-    }
-    messages.push(json!({"role": "user", "content": "Carry on with the refactor."}));
-    json!({"model": "gpt-4o", "messages": messages})
-}
+// The same sessions as benches/compaction.rs: code, tool output and compiler messages,
+// so token counting works on realistic text.
+#[path = "../benches/common/mod.rs"]
+mod common;
+use common::session;
 
 /// Runs `f` at least `min_iter` times and for at least `budget`; per-call milliseconds.
 fn time<T>(min_iter: usize, budget: Duration, mut f: impl FnMut() -> T) -> Vec<f64> {
