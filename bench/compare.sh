@@ -141,42 +141,8 @@ spawn() { # name cpu command...
   pids+=("$started_pid")
 }
 
-free_port() {
-  local port tries
-  for ((tries = 0; tries < 100; tries++)); do
-    port=$((20000 + RANDOM % 30000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return
-    fi
-  done
-  echo "compare.sh: no free port found" >&2
-  return 1
-}
-
-# Waits (bounded) for "listening on http://127.0.0.1:PORT" in a log; prints PORT.
-wait_listening() {
-  local file=$1 tries port
-  for ((tries = 0; tries < 100; tries++)); do
-    port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$file" 2>/dev/null | head -1)
-    if [[ -n $port ]]; then
-      echo "$port"
-      return
-    fi
-    sleep 0.1
-  done
-  return 1
-}
-
-wait_port() { # port seconds pid
-  local port=$1 tries
-  for ((tries = 0; tries < $2 * 10; tries++)); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return; fi
-    kill -0 "$3" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 # A process and all its descendants.
 proc_tree() {

@@ -105,46 +105,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# A loopback port nobody listens on (bounded tries; the race with other users of the
-# machine is accepted, the start-up check below catches it).
-free_port() {
-  local port tries
-  for ((tries = 0; tries < 100; tries++)); do
-    port=$((20000 + RANDOM % 30000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return
-    fi
-  done
-  echo "passthrough.sh: no free port found" >&2
-  return 1
-}
-
-# Waits (bounded) for "listening on http://127.0.0.1:PORT" in a file; prints PORT.
-wait_listening() {
-  local file=$1 tries port
-  for ((tries = 0; tries < 100; tries++)); do
-    port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$file" 2>/dev/null | head -1)
-    if [[ -n $port ]]; then
-      echo "$port"
-      return
-    fi
-    sleep 0.1
-  done
-  echo "passthrough.sh: nothing listening after 10 s; log:" >&2
-  cat "$file" >&2
-  return 1
-}
-
-wait_port() {
-  local port=$1 tries
-  for ((tries = 0; tries < 100; tries++)); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return; fi
-    sleep 0.1
-  done
-  echo "passthrough.sh: port $port not open after 10 s" >&2
-  return 1
-}
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 kb_of() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 cpu_ticks() { # utime + stime of the given processes
