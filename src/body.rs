@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,10 +28,15 @@ pub fn empty() -> ProxyBody {
 
 /// Fails the body when no frame arrives for `idle`. The clock restarts on every frame,
 /// so a stream that keeps producing runs for as long as it likes.
+///
+/// A frame only notes the time: moving the timer in tokio's wheel on every frame cost
+/// more than the rest of this body's work. When the timer fires early because frames
+/// came since it was set, it is moved to `idle` after the last of them.
 pub struct IdleTimeout<B> {
     inner: B,
     idle: Duration,
     sleep: Pin<Box<Sleep>>,
+    last_frame: Instant,
 }
 
 impl<B> IdleTimeout<B> {
@@ -42,8 +47,14 @@ impl<B> IdleTimeout<B> {
     /// Reuses a timer the caller already has (the one that guarded the wait for the
     /// response head), so a request costs one timer, not two.
     pub fn with_timer(inner: B, idle: Duration, mut sleep: Pin<Box<Sleep>>) -> Self {
-        sleep.as_mut().reset(Instant::now() + idle);
-        Self { inner, idle, sleep }
+        let now = Instant::now();
+        sleep.as_mut().reset(now + idle);
+        Self {
+            inner,
+            idle,
+            sleep,
+            last_frame: now,
+        }
     }
 }
 
@@ -65,16 +76,17 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(frame) => {
-                let deadline = Instant::now() + this.idle;
-                this.sleep.as_mut().reset(deadline);
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            this.last_frame = Instant::now();
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        loop {
+            ready!(this.sleep.as_mut().poll(cx));
+            let deadline = this.last_frame + this.idle;
+            if deadline <= this.sleep.deadline() {
+                return Poll::Ready(Some(Err(Box::new(StreamIdle(this.idle)))));
             }
-            Poll::Pending => match this.sleep.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(StreamIdle(this.idle))))),
-                Poll::Pending => Poll::Pending,
-            },
+            this.sleep.as_mut().reset(deadline);
         }
     }
 
@@ -145,6 +157,28 @@ mod tests {
         let mut body = IdleTimeout::new(silent, Duration::from_secs(5));
         let err = body.frame().await.unwrap().unwrap_err();
         assert!(err.to_string().contains("5 s"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_frame_restarts_the_idle_clock() {
+        // Frames 3 s apart: none is late for a 5 s limit, although the whole body takes
+        // longer than it; then a 6 s silence fails the body.
+        let frames = stream::unfold(0, |sent| async move {
+            let wait = if sent < 3 { 3 } else { 6 };
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+            Some((
+                Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"x"))),
+                sent + 1,
+            ))
+        });
+        let mut body = IdleTimeout::new(StreamBody::new(Box::pin(frames)), Duration::from_secs(5));
+        let started = Instant::now();
+        for _ in 0..3 {
+            assert!(body.frame().await.unwrap().is_ok());
+        }
+        let err = body.frame().await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("5 s"), "{err}");
+        assert_eq!(started.elapsed(), Duration::from_secs(9 + 5));
     }
 
     #[tokio::test]

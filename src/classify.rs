@@ -387,6 +387,16 @@ fn has_output(m: &Value) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn only_bodies_with_a_failure_word_are_parsed() {
+        let ordinary = br#"{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}"#;
+        assert!(!may_report_failure(ordinary));
+        for word in ["error", "base_resp", "\"length\"", "context_window"] {
+            let body = format!(r#"{{"x":1,"y":{word}}}"#);
+            assert!(may_report_failure(body.as_bytes()), "{word}");
+        }
+    }
+
     const OVERFLOW: &str = r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","code":"context_length_exceeded"}}"#;
 
     #[test]

@@ -141,22 +141,68 @@ async fn read_to_end(
     head: Bytes,
     limit: usize,
 ) -> Result<(Bytes, bool), ProxyError> {
-    let mut buf = BytesMut::from(&head[..]);
-    while buf.len() <= limit {
+    // A small answer usually comes in one frame, which is then kept as it is; a second
+    // one starts a copy.
+    let mut read = head;
+    let mut joined: Option<BytesMut> = None;
+    let complete = loop {
+        if joined.as_ref().map_or(read.len(), BytesMut::len) > limit {
+            break false;
+        }
         match body.frame().await {
-            None => return Ok((buf.freeze(), true)),
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    buf.extend_from_slice(data);
-                }
-            }
+            None => break true,
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if read.is_empty() && joined.is_none() => read = data,
+                Ok(data) => joined
+                    .get_or_insert_with(|| BytesMut::from(&read[..]))
+                    .extend_from_slice(&data),
+                Err(_) => {}
+            },
             Some(Err(e)) => return Err(ProxyError::UpstreamUnreachable(e.to_string())),
         }
-    }
-    Ok((buf.freeze(), false))
+    };
+    Ok((joined.map_or(read, BytesMut::freeze), complete))
 }
 
 /// Rebuilds a refused answer for the client, exactly as the upstream sent it.
 pub fn deliver_refused(parts: Parts, body: Bytes) -> Response<ProxyBody> {
     Response::from_parts(parts, body::full(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::stream;
+    use http_body::Frame;
+    use http_body_util::StreamBody;
+
+    fn frames(parts: &[&'static [u8]]) -> ProxyBody {
+        let frames = parts
+            .iter()
+            .map(|p| Ok::<_, crate::error::BoxError>(Frame::data(Bytes::from_static(p))))
+            .collect::<Vec<_>>();
+        StreamBody::new(stream::iter(frames)).boxed_unsync()
+    }
+
+    #[tokio::test]
+    async fn reads_one_frame_or_joins_several() {
+        let mut one = frames(&[b"{\"a\":1}"]);
+        let read = read_to_end(&mut one, Bytes::new(), 100).await.unwrap();
+        assert_eq!(read, (Bytes::from_static(b"{\"a\":1}"), true));
+
+        let mut several = frames(&[b"ab", b"", b"cd"]);
+        let read = read_to_end(&mut several, Bytes::from_static(b"x"), 100)
+            .await
+            .unwrap();
+        assert_eq!(read, (Bytes::from_static(b"xabcd"), true));
+    }
+
+    #[tokio::test]
+    async fn stops_past_the_limit_leaving_the_rest_unread() {
+        let mut body = frames(&[b"ab", b"cd", b"ef"]);
+        let read = read_to_end(&mut body, Bytes::new(), 3).await.unwrap();
+        assert_eq!(read, (Bytes::from_static(b"abcd"), false));
+        let rest = body.collect().await.unwrap().to_bytes();
+        assert_eq!(rest, Bytes::from_static(b"ef"));
+    }
 }

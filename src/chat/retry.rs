@@ -117,7 +117,7 @@ struct Attempts<'a> {
     /// Per-message counts of the request compaction starts from, kept so the engine does
     /// not count the same messages again.
     counts: Option<Vec<usize>>,
-    /// The conversation's partition in the summary cache, when the cache is on.
+    /// The conversation's partition in the summary cache, once `resume` computed it.
     partition: Option<Partition>,
     /// The hash of every prefix of the client's messages, once computed.
     hashes: Option<Vec<u128>>,
@@ -168,6 +168,16 @@ impl<'a> Attempts<'a> {
         }
     }
 
+    /// The conversation's partition in the summary cache: the one `resume` found, or
+    /// computed now (`resume` skips it while the cache is empty).
+    fn partition(&self) -> Partition {
+        self.partition.unwrap_or_else(|| self.partition_now())
+    }
+
+    fn partition_now(&self) -> Partition {
+        Partition::new(&self.parts.headers, self.upstream(), &self.head.model)
+    }
+
     fn upstream(&self) -> &str {
         self.app.upstream.base_url()
     }
@@ -197,7 +207,12 @@ impl<'a> Attempts<'a> {
         let Some(cache) = &app.checkpoints else {
             return;
         };
-        let partition = Partition::new(&self.parts.headers, self.upstream(), &self.head.model);
+        // An empty store is the usual case; it spares every request the credential's
+        // SHA-256.
+        if cache.store.held().0 == 0 {
+            return;
+        }
+        let partition = self.partition_now();
         self.partition = Some(partition);
         if !cache.store.may_hold(partition) {
             return;
@@ -450,7 +465,7 @@ impl<'a> Attempts<'a> {
     /// stands for a prefix of the client's messages.
     fn checkpoint_of(&mut self, output: &Value, report: &compact::Report) -> Option<Pending> {
         self.app.checkpoints.as_ref()?;
-        let partition = self.partition?;
+        let partition = self.partition();
         if self.hashes.is_none() {
             // Not resumed: the request compacted holds the client's own messages.
             let messages = self.parsed.as_ref().and_then(messages_of)?;
@@ -561,14 +576,17 @@ impl<'a> Attempts<'a> {
             id: self.id,
         };
         let work = || summarizer.summarize(&self.app.metrics, &call, plan, options);
-        match (&self.app.checkpoints, self.partition) {
+        match &self.app.checkpoints {
             // Concurrent requests of one conversation wait for one call.
-            (Some(cache), Some(partition)) => {
-                let key =
-                    checkpoint::hash::middle_key(partition, plan.previous_summary(), plan.turns());
+            Some(cache) => {
+                let key = checkpoint::hash::middle_key(
+                    self.partition(),
+                    plan.previous_summary(),
+                    plan.turns(),
+                );
                 cache.flights.run(key, work).await
             }
-            _ => work().await,
+            None => work().await,
         }
     }
 
