@@ -210,36 +210,7 @@ add_target direct "$mock_port" "$mock_pid"
 start_nginx() {
   local port
   port=$(free_port)
-  mkdir -p "$tmp/nginx"
-  cat >"$tmp/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/error.log warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path $tmp/nginx/body;
-  proxy_temp_path $tmp/nginx/proxy;
-  client_max_body_size 0;
-  keepalive_requests 1000000;
-  upstream mock {
-    server 127.0.0.1:$mock_port;
-    keepalive 1024;
-    keepalive_requests 1000000;
-  }
-  server {
-    listen 127.0.0.1:$port backlog=4096;
-    location / {
-      proxy_pass http://mock;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-      proxy_request_buffering off;
-    }
-  }
-}
-EOF
+  write_nginx_conf "$tmp/nginx" "$port" "$mock_port"
   spawn nginx "$proxy_cpu" "$nginx_bin" -e "$tmp/nginx/error.log" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf"
   wait_port "$port" 10 "$started_pid" || { skip nginx "did not start: $(tail -n 3 "$tmp/nginx.log")"; return; }
   add_target nginx "$port" "$started_pid"

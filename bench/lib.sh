@@ -42,3 +42,39 @@ wait_port() { # port [seconds] [pid]
   echo "${0##*/}: port $port not open after $seconds s" >&2
   return 1
 }
+
+# Writes DIR/nginx.conf for nginx as the plain reverse proxy the benchmarks compare with:
+# one worker, keep-alive to the upstream, no buffering, no access log.
+write_nginx_conf() { # dir listen-port upstream-port
+  local dir=$1 port=$2 upstream=$3
+  mkdir -p "$dir"
+  cat >"$dir/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path $dir/body;
+  proxy_temp_path $dir/proxy;
+  client_max_body_size 0;
+  keepalive_requests 1000000;
+  upstream mock {
+    server 127.0.0.1:$upstream;
+    keepalive 1024;
+    keepalive_requests 1000000;
+  }
+  server {
+    listen 127.0.0.1:$port backlog=4096;
+    location / {
+      proxy_pass http://mock;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }
+  }
+}
+CONF
+}

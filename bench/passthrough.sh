@@ -147,37 +147,7 @@ idle_rss_info_kb=$(kb_of "$proxy_pid_info" VmRSS)
 
 log "starting nginx (1 worker) on cpu $proxy_cpu"
 nginx_port=$(free_port)
-mkdir -p "$tmp/nginx"
-cat >"$tmp/nginx/nginx.conf" <<EOF
-# Plain reverse proxy: one worker, keep-alive to the upstream, no buffering.
-worker_processes 1;
-daemon off;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $tmp/nginx/body;
-  proxy_temp_path $tmp/nginx/proxy;
-  client_max_body_size 0;
-  keepalive_requests 1000000;
-  upstream mock {
-    server 127.0.0.1:$mock_port;
-    keepalive 256;
-    keepalive_requests 1000000;
-  }
-  server {
-    listen 127.0.0.1:$nginx_port;
-    location / {
-      proxy_pass http://mock;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-      proxy_request_buffering off;
-    }
-  }
-}
-EOF
+write_nginx_conf "$tmp/nginx" "$nginx_port" "$mock_port"
 taskset -c "$proxy_cpu" "$nginx_bin" -e "$tmp/nginx/error.log" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" &
 nginx_pid=$!
 pids+=("$nginx_pid")

@@ -102,32 +102,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let full = time(iterations, budget / 2, || {
             compact::compact(&request, &opts).map(drop)
         });
+        let (parse, count, compact) = (median(&parse), median(&count), median(&full));
+        let (fastest, slowest) = (full[0], full[full.len() - 1]);
+        let (name, len, after) = (label(size), bytes.len(), report.tokens_after);
+        let (before_msgs, after_msgs) = (report.messages_before, report.messages_after);
         println!(
-            "| {} | {tokens} | {} | {:.2} | {:.2} | {:.2} [{:.2}..{:.2}] | {} | {} -> {} |",
-            label(size),
-            bytes.len(),
-            median(&parse),
-            median(&count),
-            median(&full),
-            full[0],
-            full[full.len() - 1],
-            report.tokens_after,
-            report.messages_before,
-            report.messages_after,
+            "| {name} | {tokens} | {len} | {parse:.2} | {count:.2} | {compact:.2} [{fastest:.2}..{slowest:.2}] | {after} | {before_msgs} -> {after_msgs} |"
         );
         results.push(format!(
-            "RESULT impl=compaction-proxy size={} tokens={tokens} bytes={} parse_ms={:.3} count_ms={:.3} compact_ms={:.3} compact_min_ms={:.3} compact_max_ms={:.3} samples={} tokens_after={} messages_before={} messages_after={}",
-            label(size),
-            bytes.len(),
-            median(&parse),
-            median(&count),
-            median(&full),
-            full[0],
-            full[full.len() - 1],
+            "RESULT impl=compaction-proxy size={name} tokens={tokens} bytes={len} parse_ms={parse:.3} count_ms={count:.3} compact_ms={compact:.3} compact_min_ms={fastest:.3} compact_max_ms={slowest:.3} samples={} tokens_after={after} messages_before={before_msgs} messages_after={after_msgs}",
             full.len(),
-            report.tokens_after,
-            report.messages_before,
-            report.messages_after,
         ));
     }
     println!();

@@ -307,6 +307,20 @@ fn median(values: &[f64]) -> f64 {
 }
 
 /// "median [min..max]" of per-round figures, with `digits` decimals.
+/// Figure `k` of every round.
+fn column<const N: usize>(rounds: &[[f64; N]], k: usize) -> Vec<f64> {
+    rounds.iter().map(|r| r[k]).collect()
+}
+
+/// Figure `k` of every round, minus the baseline's in the same round.
+fn added<const N: usize>(rounds: &[[f64; N]], baseline: &[[f64; N]], k: usize) -> Vec<f64> {
+    rounds
+        .iter()
+        .zip(baseline)
+        .map(|(r, b)| r[k] - b[k])
+        .collect()
+}
+
 fn spread(values: &[f64], digits: usize) -> String {
     let min = values.iter().copied().fold(f64::INFINITY, f64::min);
     let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -362,14 +376,8 @@ async fn latency(options: &Options) -> Result<(), Error> {
     println!("|---|---|---|---|---|---|---|---|");
     let mut results = Vec::new();
     for (t, client) in clients.iter().enumerate() {
-        let column = |k: usize| stats[t].iter().map(|s| s[k]).collect::<Vec<_>>();
-        let added = |k: usize| {
-            stats[t]
-                .iter()
-                .zip(&stats[0])
-                .map(|(s, d)| s[k] - d[k])
-                .collect::<Vec<_>>()
-        };
+        let column = |k: usize| column(&stats[t], k);
+        let added = |k: usize| added(&stats[t], &stats[0], k);
         let (p50, p99, mean) = (column(0), column(1), column(2));
         let cells = if t == 0 {
             ["—".to_owned(), "—".to_owned(), "—".to_owned()]
@@ -460,14 +468,8 @@ async fn sse(options: &Options) -> Result<(), Error> {
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut results = Vec::new();
     for (t, client) in clients.iter().enumerate() {
-        let column = |k: usize| stats[t].iter().map(|s| s[k]).collect::<Vec<_>>();
-        let added = |k: usize| {
-            stats[t]
-                .iter()
-                .zip(&stats[0])
-                .map(|(s, d)| s[k] - d[k])
-                .collect::<Vec<_>>()
-        };
+        let column = |k: usize| column(&stats[t], k);
+        let added = |k: usize| added(&stats[t], &stats[0], k);
         let cells = if t == 0 {
             ["—".to_owned(), "—".to_owned(), "—".to_owned()]
         } else {
