@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::compact::Summary;
+use crate::compact::{Role, Summary};
 use crate::config::CacheConfig;
 pub use flight::Flights;
 pub use hash::{prefix_hashes, Partition};
@@ -76,7 +76,7 @@ impl Checkpoint {
     pub fn continues(&self, next: Option<&Value>) -> bool {
         let Some(next) = next else { return true };
         let role = next.get("role").and_then(Value::as_str);
-        if matches!(role, Some("tool" | "function")) {
+        if role.is_some_and(is_result) {
             return false;
         }
         match &self.next_role {
@@ -99,6 +99,11 @@ pub fn poor_savings_after(previous: u8, before: usize, after: usize) -> u8 {
     } else {
         0
     }
+}
+
+/// Whether a message of this role answers a call made before it.
+fn is_result(role: &str) -> bool {
+    Role::parse(role).is_some_and(Role::is_result)
 }
 
 /// Bytes a JSON value holds, roughly as serde_json lays it out.
@@ -151,7 +156,7 @@ pub fn derive(
         .get(start)
         .and_then(|m| m.get("role"))
         .and_then(Value::as_str)
-        .is_some_and(|r| matches!(r, "tool" | "function"))
+        .is_some_and(is_result)
     {
         return None;
     }
