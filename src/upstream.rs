@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::error::ProxyError;
 
 mod pool;
+mod wire;
 
 use pool::Pool;
 

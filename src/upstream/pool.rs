@@ -1,30 +1,38 @@
-//! Keep-alive connections to one upstream, reused across requests.
+//! Keep-alive connections to one upstream, and HTTP/1.1 exchanges on them.
 //!
-//! Each TCP (or TLS) connection is a task of its own running hyper's HTTP/1 client
-//! connection; the pool keeps the `SendRequest` handles of the idle ones. A request takes
-//! the most recently used idle handle (its socket is the likeliest to still be open),
-//! else dials. The handle travels with the response body and goes back to the pool the
-//! moment that body ends, from inside the body itself: no task, channel or timer per
-//! request, which is what hyper-util's general-purpose pool costs.
+//! The proxy speaks HTTP/1.1 to the upstream itself (the bytes are in [`super::wire`])
+//! rather than through hyper's client, whose connection runs as a task of its own and
+//! talks to each request through channels. Here the request's own task writes the
+//! request, reads the response head, and then, from inside the response body the server
+//! streams to the client, reads the rest. A proxied exchange is one task from the
+//! client's socket to the upstream's and back, and when the client goes away, dropping
+//! that task drops the upstream exchange with it.
 //!
-//! Idle connections are bounded in number and age. Age is checked whenever the pool is
-//! used rather than by a reaper task: an idle proxy holds at most [`MAX_IDLE`] sockets,
-//! which the upstream usually closes on its own, and a closed one is dropped on sight.
+//! The pool keeps idle connections and a request takes the most recently used one (its
+//! socket is the likeliest to still be open), else dials. Before reuse, a connection is
+//! checked for a close the upstream sent while it sat idle; one that is closed is dropped
+//! and the next is tried, so the request itself is never sent on it. The connection goes
+//! back to the pool the moment its response body ends, from inside the body. Idle
+//! connections are bounded in number and age, checked whenever the pool is used rather
+//! than by a reaper task.
 
+use std::future::poll_fn;
+use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{Request, Response, Uri};
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Method, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
-use hyper::client::conn::http1::{self, SendRequest};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWrite;
 use tower_service::Service;
 
+use super::wire::{self, Chunked, Decoded, Framing, RequestFraming, ResponseHead};
 use crate::body::ProxyBody;
 use crate::error::BoxError;
 
@@ -35,6 +43,13 @@ const MAX_IDLE: usize = 512;
 /// middleboxes drop quiet connections after a minute or two, and a request sent on one
 /// they already dropped fails.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Body frames up to this size are copied behind the head (or the chunk header), so a
+/// small request goes out in one write; larger ones are written from their own buffer.
+const COPY_LIMIT: usize = 16 * 1024;
+/// Bytes asked of the socket per read.
+const READ_SIZE: usize = 16 * 1024;
+
+type Io = TokioIo<<HttpsConnector<HttpConnector> as Service<Uri>>::Response>;
 
 pub struct Pool {
     connector: HttpsConnector<HttpConnector>,
@@ -45,8 +60,32 @@ pub struct Pool {
 }
 
 struct Idle {
-    sender: SendRequest<ProxyBody>,
+    conn: Box<Conn>,
     since: Instant,
+}
+
+/// One connection to the upstream, and what has been read from it but not yet used.
+/// Always boxed: a TLS stream's state is large, and a connection moves between the pool,
+/// the exchange and the body on every request.
+struct Conn {
+    io: Io,
+    buf: BytesMut,
+}
+
+impl Conn {
+    /// Reads what the socket has into `buf`; `Ready(Ok(0))` is the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
+            self.buf.reserve(READ_SIZE);
+        }
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)
+    }
+
+    /// Whether an idle connection can carry a request: nothing has arrived on it, not even
+    /// the upstream's close.
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        Poll::Ready(self.poll_fill(cx).is_pending())
+    }
 }
 
 impl Pool {
@@ -59,78 +98,81 @@ impl Pool {
     }
 
     /// Sends `request` (origin-form URI, `Host` set) on an idle connection, else on a new
-    /// one. The response's body hands the connection back when it ends.
+    /// one, and returns the response once its head has arrived. Its body reads the rest
+    /// and hands the connection back when it ends.
     pub async fn send(
         self: &Arc<Self>,
-        mut request: Request<ProxyBody>,
+        request: Request<ProxyBody>,
     ) -> Result<Response<PooledBody>, BoxError> {
-        while let Some(mut sender) = self.checkout() {
-            match sender.try_send_request(request).await {
-                Ok(response) => return Ok(self.lease(response, sender)),
-                Err(mut e) => match e.take_message() {
-                    // The connection closed before a byte of the request was written (the
-                    // upstream dropped it while it sat idle): the request is untouched,
-                    // so it goes out on the next connection as if nothing happened.
-                    Some(unsent) => {
-                        tracing::debug!(error = %e.error(), "idle upstream connection was closed; retrying on another");
-                        request = unsent;
-                    }
-                    // Written, at least in part: only the client may decide to repeat it.
-                    None => return Err(e.into_error().into()),
-                },
-            }
-        }
-        let mut sender = self.connect().await?;
-        let response = sender.send_request(request).await?;
-        Ok(self.lease(response, sender))
-    }
+        let (parts, body) = request.into_parts();
+        let framing =
+            wire::request_framing(&parts.method, &parts.headers, body.size_hint().exact());
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut head = Vec::with_capacity(512);
+        wire::encode_head(&mut head, &parts.method, target, &parts.headers, framing);
 
-    async fn connect(&self) -> Result<SendRequest<ProxyBody>, BoxError> {
-        let io = self.connector.clone().call(self.origin.clone()).await?;
-        let (sender, connection) = http1::handshake(io).await?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "upstream connection ended with an error");
-            }
+        let conn = match self.checkout().await {
+            Some(conn) => conn,
+            None => self.connect().await?,
+        };
+        let mut exchange = Exchange {
+            conn,
+            writer: Some(Writer::new(head, body, framing == RequestFraming::Chunked)),
+            keep_alive: true,
+            write_error: None,
+        };
+        let head = poll_fn(|cx| exchange.poll_head(cx, &parts.method)).await?;
+        let state = match head.framing {
+            Framing::Empty => State::Done,
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => State::Chunked(Chunked::Size),
+            Framing::UntilClose => State::UntilClose,
+        };
+        let mut response = Response::new(PooledBody {
+            conn: Some(exchange.conn),
+            writer: exchange.writer,
+            keep_alive: exchange.keep_alive && head.keep_alive,
+            state,
+            pool: Arc::clone(self),
         });
-        Ok(sender)
+        *response.status_mut() = head.status;
+        *response.version_mut() = head.version;
+        *response.headers_mut() = head.headers;
+        Ok(response)
     }
 
-    fn lease(
-        self: &Arc<Self>,
-        response: Response<Incoming>,
-        sender: SendRequest<ProxyBody>,
-    ) -> Response<PooledBody> {
-        response.map(|inner| PooledBody {
-            inner,
-            lease: Some((Arc::clone(self), sender)),
-        })
+    async fn connect(&self) -> Result<Box<Conn>, BoxError> {
+        let io = self.connector.clone().call(self.origin.clone()).await?;
+        Ok(Box::new(Conn {
+            io: TokioIo::new(io),
+            buf: BytesMut::new(),
+        }))
     }
 
-    /// The most recently used idle connection that can take a request now.
-    fn checkout(&self) -> Option<SendRequest<ProxyBody>> {
+    /// The most recently used idle connection that is still open.
+    async fn checkout(&self) -> Option<Box<Conn>> {
+        loop {
+            let mut conn = self.pop()?;
+            if poll_fn(|cx| conn.poll_idle(cx)).await {
+                return Some(conn);
+            }
+            tracing::debug!("idle upstream connection was closed; trying another");
+        }
+    }
+
+    fn pop(&self) -> Option<Box<Conn>> {
         let mut idle = self.lock();
-        while let Some(entry) = idle.pop() {
-            if entry.since.elapsed() > IDLE_TIMEOUT {
-                // The rest are older still.
-                idle.clear();
-                return None;
-            }
-            if entry.sender.is_ready() {
-                return Some(entry.sender);
-            }
-            // Closed by the upstream: dropping the handle lets its task finish.
+        let entry = idle.pop()?;
+        if entry.since.elapsed() > IDLE_TIMEOUT {
+            // The rest are older still.
+            idle.clear();
+            return None;
         }
-        None
+        Some(entry.conn)
     }
 
-    /// Takes back a connection whose response has ended, unless it cannot take another
-    /// request (closed, or still sending a request body the upstream answered early);
-    /// dropping the handle then closes it once that exchange is over.
-    fn checkin(&self, sender: SendRequest<ProxyBody>) {
-        if !sender.is_ready() {
-            return;
-        }
+    /// Takes back a connection whose exchange has ended cleanly.
+    fn checkin(&self, conn: Box<Conn>) {
         let now = Instant::now();
         let mut idle = self.lock();
         let expired = idle
@@ -139,7 +181,7 @@ impl Pool {
             .count();
         idle.drain(..expired);
         if idle.len() < MAX_IDLE {
-            idle.push(Idle { sender, since: now });
+            idle.push(Idle { conn, since: now });
         }
     }
 
@@ -153,53 +195,310 @@ impl Pool {
     }
 }
 
-/// An upstream response body that returns its connection to the pool when it ends. A
-/// body dropped before its end (the client went away) takes the connection with it:
-/// hyper closes a connection whose response was not read to the end.
+/// A request on its way out: the request until the response head has arrived.
+struct Exchange {
+    conn: Box<Conn>,
+    /// `None` once the request is written in full.
+    writer: Option<Writer>,
+    /// False once writing the request failed: the connection is not reused.
+    keep_alive: bool,
+    /// Why writing failed, reported if no answer comes either.
+    write_error: Option<io::Error>,
+}
+
+impl Exchange {
+    /// Writes the request while reading the response, so an upstream that answers before
+    /// it has read the whole body (a 413, a 401) is heard rather than cut off.
+    fn poll_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        method: &Method,
+    ) -> Poll<Result<ResponseHead, BoxError>> {
+        loop {
+            if let Some(writer) = &mut self.writer {
+                match writer.poll(&mut self.conn.io, cx) {
+                    Poll::Pending => {}
+                    Poll::Ready(Ok(())) => self.writer = None,
+                    // The client's body failed: there is no whole request to answer.
+                    Poll::Ready(Err(WriteError::Body(e))) => return Poll::Ready(Err(e)),
+                    Poll::Ready(Err(WriteError::Io(e))) => {
+                        self.writer = None;
+                        self.keep_alive = false;
+                        self.write_error = Some(e);
+                    }
+                }
+            }
+            if let Some(head) = wire::parse_head(&mut self.conn.buf, method)? {
+                return Poll::Ready(Ok(head));
+            }
+            // Without an answer, a failed write is the error to report.
+            match ready!(self.conn.poll_fill(cx)) {
+                Ok(0) => {
+                    return Poll::Ready(Err(self.write_error.take().map_or_else(
+                        || "the upstream closed the connection before answering".into(),
+                        Into::into,
+                    )))
+                }
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(self.write_error.take().unwrap_or(e).into())),
+            }
+        }
+    }
+}
+
+/// Writes a request: its head, then its body as the client sends it, framed with
+/// chunked encoding when its length is unknown.
+struct Writer {
+    /// Framed bytes not yet written, from `pos`.
+    out: Vec<u8>,
+    pos: usize,
+    /// A large body frame, written from its own buffer after `out`.
+    data: Bytes,
+    /// `None` once the body has ended.
+    body: Option<ProxyBody>,
+    chunked: bool,
+}
+
+impl Writer {
+    fn new(head: Vec<u8>, body: ProxyBody, chunked: bool) -> Self {
+        let ended = body.is_end_stream();
+        let mut writer = Self {
+            out: head,
+            pos: 0,
+            data: Bytes::new(),
+            body: Some(body),
+            chunked,
+        };
+        if ended {
+            writer.end_body();
+        }
+        writer
+    }
+
+    fn end_body(&mut self) {
+        self.body = None;
+        if self.chunked {
+            self.out.extend_from_slice(wire::LAST_CHUNK);
+        }
+    }
+
+    /// `Ready(Ok)` once the whole request is written and flushed.
+    fn poll(&mut self, io: &mut Io, cx: &mut Context<'_>) -> Poll<Result<(), WriteError>> {
+        loop {
+            // Frames the client has already sent join the bytes waiting to be written, so
+            // a small request leaves in one write.
+            let mut body_pending = false;
+            while let Some(body) = self.body.as_mut() {
+                if !self.data.is_empty() || self.out.len() - self.pos >= COPY_LIMIT {
+                    break;
+                }
+                match Pin::new(body).poll_frame(cx) {
+                    Poll::Pending => {
+                        body_pending = true;
+                        break;
+                    }
+                    Poll::Ready(None) => self.end_body(),
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(WriteError::Body(e))),
+                    Poll::Ready(Some(Ok(frame))) => {
+                        // Trailers are not forwarded, as hyper's client did not either.
+                        let Ok(data) = frame.into_data() else {
+                            continue;
+                        };
+                        if data.is_empty() {
+                            continue;
+                        }
+                        if self.chunked {
+                            wire::chunk_header(&mut self.out, data.len());
+                        }
+                        if data.len() <= COPY_LIMIT {
+                            self.out.extend_from_slice(&data);
+                            if self.chunked {
+                                self.out.extend_from_slice(b"\r\n");
+                            }
+                        } else {
+                            self.data = data;
+                        }
+                    }
+                }
+            }
+            if self.pos < self.out.len() {
+                let n = ready!(Pin::new(&mut *io).poll_write(cx, &self.out[self.pos..]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::Error::from(io::ErrorKind::WriteZero).into()));
+                }
+                self.pos += n;
+                if self.pos == self.out.len() {
+                    self.out.clear();
+                    self.pos = 0;
+                }
+                continue;
+            }
+            if !self.data.is_empty() {
+                let n = ready!(Pin::new(&mut *io).poll_write(cx, &self.data))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::Error::from(io::ErrorKind::WriteZero).into()));
+                }
+                self.data.advance(n);
+                if self.data.is_empty() && self.chunked {
+                    self.out.extend_from_slice(b"\r\n");
+                }
+                continue;
+            }
+            // Everything framed so far is written: make sure it left (TLS buffers).
+            ready!(Pin::new(&mut *io).poll_flush(cx))?;
+            if self.body.is_none() {
+                return Poll::Ready(Ok(()));
+            }
+            if body_pending {
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+enum WriteError {
+    /// Reading the client's body failed.
+    Body(BoxError),
+    /// Writing to the upstream failed.
+    Io(io::Error),
+}
+
+impl From<io::Error> for WriteError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// Where a response body is in its framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Length(u64),
+    Chunked(Chunked),
+    UntilClose,
+    Done,
+}
+
+/// An upstream response body, read from the connection as the client takes it. The
+/// connection goes back to the pool when the body ends; a body dropped before its end
+/// (the client went away) closes the connection, which cannot carry another request
+/// with half a response on it.
 pub struct PooledBody {
-    inner: Incoming,
-    lease: Option<(Arc<Pool>, SendRequest<ProxyBody>)>,
+    /// `None` once released or failed.
+    conn: Option<Box<Conn>>,
+    /// The request body, when the upstream answered before reading all of it.
+    writer: Option<Writer>,
+    keep_alive: bool,
+    state: State,
+    pool: Arc<Pool>,
 }
 
 impl PooledBody {
+    /// The body has ended: the connection goes back to the pool if it can carry another
+    /// request (nothing left unsent or unread, and the upstream did not say close).
     fn release(&mut self) {
-        if let Some((pool, sender)) = self.lease.take() {
-            pool.checkin(sender);
+        self.state = State::Done;
+        if let Some(conn) = self.conn.take() {
+            if self.keep_alive && self.writer.is_none() && conn.buf.is_empty() {
+                self.pool.checkin(conn);
+            }
         }
+    }
+
+    fn fail(&mut self, error: impl Into<BoxError>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.conn = None;
+        self.state = State::Done;
+        Poll::Ready(Some(Err(error.into())))
     }
 }
 
 impl Body for PooledBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let frame = Pin::new(&mut self.inner).poll_frame(cx);
-        match &frame {
-            Poll::Ready(None) => self.release(),
-            Poll::Ready(Some(Err(_))) => self.lease = None,
-            _ => {}
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        loop {
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            if let Some(writer) = &mut this.writer {
+                match writer.poll(&mut conn.io, cx) {
+                    Poll::Pending => {}
+                    Poll::Ready(Ok(())) => this.writer = None,
+                    Poll::Ready(Err(WriteError::Body(e))) => return this.fail(e),
+                    // The upstream answered without the rest: the answer is what counts.
+                    Poll::Ready(Err(WriteError::Io(_))) => {
+                        this.writer = None;
+                        this.keep_alive = false;
+                    }
+                }
+            }
+            let (data, ended) = match &mut this.state {
+                State::Done => (None, true),
+                State::Length(left) if !conn.buf.is_empty() => {
+                    let n = usize::try_from(*left)
+                        .unwrap_or(usize::MAX)
+                        .min(conn.buf.len());
+                    *left -= n as u64;
+                    (Some(conn.buf.split_to(n).freeze()), *left == 0)
+                }
+                State::Chunked(decoder) => match decoder.decode(&mut conn.buf) {
+                    Ok(Decoded::Data(data)) => (Some(data), false),
+                    Ok(Decoded::End) => (None, true),
+                    Ok(Decoded::NeedMore) => (None, false),
+                    Err(e) => return this.fail(e),
+                },
+                State::UntilClose if !conn.buf.is_empty() => {
+                    (Some(conn.buf.split().freeze()), false)
+                }
+                State::Length(_) | State::UntilClose => (None, false),
+            };
+            if ended {
+                this.release();
+            }
+            if let Some(data) = data {
+                return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            if ended {
+                return Poll::Ready(None);
+            }
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match ready!(conn.poll_fill(cx)) {
+                Ok(0) if this.state == State::UntilClose => {
+                    this.keep_alive = false;
+                    this.release();
+                    return Poll::Ready(None);
+                }
+                Ok(0) => return this.fail("the upstream closed the connection mid-body"),
+                Ok(_) => {}
+                Err(e) => return this.fail(e),
+            }
         }
-        frame
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.state == State::Done
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self.state {
+            State::Length(n) => SizeHint::with_exact(n),
+            State::Done => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
     }
 }
 
 impl Drop for PooledBody {
-    /// hyper stops polling a body whose length says it is complete, so the end is often
-    /// seen here rather than as a last `None` frame.
+    /// A body with nothing to read (no content, or a response to HEAD) is never polled:
+    /// its end is seen here.
     fn drop(&mut self) {
-        if self.inner.is_end_stream() {
+        if self.state == State::Done {
             self.release();
         }
     }
@@ -303,5 +602,180 @@ mod tests {
             }
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 20);
+    }
+
+    /// A raw upstream that runs `script` on each connection it accepts.
+    async fn scripted<F, Fut>(script: F) -> Uri
+    where
+        F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        let script = Arc::new(script);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(script(stream));
+            }
+        });
+        origin.parse().unwrap()
+    }
+
+    /// Reads from `stream` until `buf` ends with `end`.
+    async fn read_until(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, end: &[u8]) {
+        let mut byte = [0; 1];
+        while !buf.ends_with(end) {
+            assert_eq!(
+                stream.read(&mut byte).await.unwrap(),
+                1,
+                "request cut short"
+            );
+            buf.push(byte[0]);
+        }
+    }
+
+    /// A body of unknown length that yields `parts` one at a time.
+    fn streamed(parts: Vec<&'static [u8]>) -> ProxyBody {
+        let frames = parts
+            .into_iter()
+            .map(|p| Ok::<_, BoxError>(Frame::data(Bytes::from_static(p))));
+        http_body_util::StreamBody::new(futures_util::stream::iter(frames)).boxed_unsync()
+    }
+
+    #[tokio::test]
+    async fn a_body_of_unknown_length_goes_out_chunked() {
+        let (seen_tx, seen_rx) = tokio::sync::oneshot::channel();
+        let seen_tx = Arc::new(Mutex::new(Some(seen_tx)));
+        let origin = scripted(move |mut stream| {
+            let seen_tx = Arc::clone(&seen_tx);
+            async move {
+                let mut request = Vec::new();
+                read_until(&mut stream, &mut request, b"0\r\n\r\n").await;
+                stream.write_all(ANSWER).await.unwrap();
+                let _ = seen_tx.lock().unwrap().take().unwrap().send(request);
+            }
+        })
+        .await;
+        let pool = pool(origin.clone());
+        let mut request = get(&origin);
+        *request.method_mut() = Method::POST;
+        *request.body_mut() = streamed(vec![b"hello", b"", b", world"]);
+        let response = pool.send(request).await.unwrap();
+        assert_eq!(
+            response.into_body().collect().await.unwrap().to_bytes(),
+            "ok"
+        );
+        let request = String::from_utf8(seen_rx.await.unwrap()).unwrap();
+        assert!(
+            request.starts_with("POST /x HTTP/1.1\r\nhost: "),
+            "{request}"
+        );
+        assert!(
+            request.ends_with(
+                "transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n"
+            ),
+            "{request}"
+        );
+    }
+
+    #[tokio::test]
+    async fn chunked_answers_are_decoded_and_the_connection_reused() {
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
+        let origin = scripted(move |mut stream| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async move {
+                loop {
+                    let mut request = Vec::new();
+                    let mut byte = [0; 1];
+                    while !request.ends_with(b"\r\n\r\n") {
+                        if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        request.push(byte[0]);
+                    }
+                    // Written in pieces that split the framing, as a slow upstream might.
+                    for piece in [
+                        &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r"[..],
+                        b"\nabc\r\n",
+                        b"2\r\nde\r\n0\r\n\r\n",
+                    ] {
+                        stream.write_all(piece).await.unwrap();
+                        stream.flush().await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                }
+            }
+        })
+        .await;
+        let pool = pool(origin.clone());
+        for _ in 0..3 {
+            assert_eq!(send_and_read(&pool, &origin).await, "abcde");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_before_the_whole_body_is_delivered_not_cut_off() {
+        // The upstream refuses after the head, without reading the body, and closes.
+        let origin = scripted(|mut stream| async move {
+            let mut head = Vec::new();
+            read_until(&mut stream, &mut head, b"\r\n\r\n").await;
+            let refusal = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo long";
+            stream.write_all(refusal).await.unwrap();
+            drop(stream);
+        })
+        .await;
+        let pool = pool(origin.clone());
+        let mut request = get(&origin);
+        *request.method_mut() = Method::POST;
+        // A body that never ends: the answer must come regardless.
+        let never = futures_util::stream::pending::<Result<Frame<Bytes>, BoxError>>();
+        *request.body_mut() = http_body_util::StreamBody::new(never).boxed_unsync();
+        let response = pool.send(request).await.unwrap();
+        assert_eq!(response.status(), 413);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "too long");
+        assert_eq!(
+            pool.idle_count(),
+            0,
+            "a half-sent request's connection is not reused"
+        );
+    }
+
+    #[tokio::test]
+    async fn close_delimited_and_connection_close_answers_are_not_reused() {
+        let origin = scripted(|mut stream| async move {
+            let mut head = Vec::new();
+            read_until(&mut stream, &mut head, b"\r\n\r\n").await;
+            let answer: &[u8] = match head.starts_with(b"GET /close") {
+                true => b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
+                false => b"HTTP/1.1 200 OK\r\n\r\nuntil the end",
+            };
+            stream.write_all(answer).await.unwrap();
+        })
+        .await;
+        let pool = pool(origin.clone());
+        assert_eq!(send_and_read(&pool, &origin).await, "until the end");
+        let mut request = get(&origin);
+        *request.uri_mut() = "/close".parse().unwrap();
+        let body = pool.send(request).await.unwrap().into_body();
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
+        assert_eq!(pool.idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_cut_mid_body_is_an_error() {
+        let origin = scripted(|mut stream| async move {
+            let mut head = Vec::new();
+            read_until(&mut stream, &mut head, b"\r\n\r\n").await;
+            let partial = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nonly5";
+            stream.write_all(partial).await.unwrap();
+        })
+        .await;
+        let pool = pool(origin.clone());
+        let body = pool.send(get(&origin)).await.unwrap().into_body();
+        assert!(body.collect().await.is_err());
+        assert_eq!(pool.idle_count(), 0);
     }
 }

@@ -1,0 +1,546 @@
+//! HTTP/1.1 to the upstream as bytes: the request head written out, the response head
+//! parsed, and how the response body is delimited (RFC 9112). No I/O here: the
+//! connection in `pool` feeds these functions what it reads and writes what they make.
+
+use std::mem::MaybeUninit;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Version};
+
+/// Response heads longer than this are refused, as hyper's client does by default.
+const MAX_HEAD: usize = 64 * 1024;
+/// Header fields in one response head, at most (hyper's client default).
+const MAX_HEADERS: usize = 100;
+/// A chunk-size line (with any extensions) or trailer line longer than this is refused.
+const MAX_LINE: usize = 4 * 1024;
+/// Trailer section bytes tolerated (and dropped) at the end of a chunked body.
+const MAX_TRAILERS: usize = 16 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("malformed response head from the upstream: {0}")]
+    Head(httparse::Error),
+    #[error("the upstream's response head is over {MAX_HEAD} bytes")]
+    HeadTooLarge,
+    #[error("the upstream sent an invalid header: {0}")]
+    Header(String),
+    #[error("the upstream sent an invalid Content-Length")]
+    ContentLength,
+    #[error("the upstream switched protocols, which the proxy does not relay")]
+    Upgrade,
+    #[error("malformed chunked body from the upstream")]
+    Chunked,
+}
+
+/// How the request body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFraming {
+    /// `Content-Length` is in the headers already, or there is no body.
+    AsIs,
+    /// `Content-Length: 0` added: a body-carrying method with an empty body.
+    EmptyLength,
+    /// Length unknown: `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// Writes the request line and headers. `target` is the origin-form path and query.
+pub fn encode_head(
+    out: &mut Vec<u8>,
+    method: &Method,
+    target: &str,
+    headers: &HeaderMap,
+    framing: RequestFraming,
+) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    match framing {
+        RequestFraming::AsIs => {}
+        RequestFraming::EmptyLength => out.extend_from_slice(b"content-length: 0\r\n"),
+        RequestFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How the request body goes out, given its known length (if any).
+pub fn request_framing(
+    method: &Method,
+    headers: &HeaderMap,
+    length: Option<u64>,
+) -> RequestFraming {
+    match length {
+        _ if headers.contains_key(header::CONTENT_LENGTH) => RequestFraming::AsIs,
+        Some(0) if matches!(*method, Method::POST | Method::PUT | Method::PATCH) => {
+            RequestFraming::EmptyLength
+        }
+        Some(_) => RequestFraming::AsIs,
+        None => RequestFraming::Chunked,
+    }
+}
+
+/// A response head and how its body is delimited.
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+    pub framing: Framing,
+    /// Whether the connection may carry another request after this exchange.
+    pub keep_alive: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body at all (a response to HEAD, 204, 304).
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Everything until the upstream closes the connection.
+    UntilClose,
+}
+
+/// Parses a response head from the front of `buf` and removes it. `Ok(None)` when more
+/// bytes are needed. Interim 1xx responses are skipped.
+pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<ResponseHead>, WireError> {
+    loop {
+        // Left uninitialised: zeroing room for every header the parser might meet costs
+        // more than parsing a typical head.
+        let mut slots = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut response = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut response,
+            buf,
+            &mut slots,
+        );
+        let len = match parsed {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+                return Err(WireError::HeadTooLarge)
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => return Err(WireError::HeadTooLarge),
+            Err(e) => return Err(WireError::Head(e)),
+        };
+        let code = response.code.unwrap_or_default();
+        let status =
+            StatusCode::from_u16(code).map_err(|_| WireError::Head(httparse::Error::Status))?;
+        if status == StatusCode::SWITCHING_PROTOCOLS {
+            return Err(WireError::Upgrade);
+        }
+        if status.is_informational() {
+            buf.advance(len);
+            continue;
+        }
+        let version = match response.version {
+            Some(0) => Version::HTTP_10,
+            _ => Version::HTTP_11,
+        };
+        // Values are kept as slices of the head's bytes, not copied: the head is split off
+        // the buffer once the parser's borrow of it is over.
+        let base = buf.as_ptr() as usize;
+        let mut fields = Vec::with_capacity(response.headers.len());
+        for field in response.headers.iter() {
+            let name = HeaderName::from_bytes(field.name.as_bytes())
+                .map_err(|_| WireError::Header(field.name.to_owned()))?;
+            let start = field.value.as_ptr() as usize - base;
+            fields.push((name, start, start + field.value.len()));
+        }
+        let head = buf.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(fields.len());
+        for (name, start, end) in fields {
+            let value = HeaderValue::from_maybe_shared(head.slice(start..end))
+                .map_err(|_| WireError::Header(name.to_string()))?;
+            headers.append(name, value);
+        }
+        let framing = framing(method, status, &headers)?;
+        let keep_alive = framing != Framing::UntilClose && keeps_alive(version, &headers);
+        return Ok(Some(ResponseHead {
+            status,
+            version,
+            headers,
+            framing,
+            keep_alive,
+        }));
+    }
+}
+
+/// RFC 9112 section 6.3, for responses.
+fn framing(method: &Method, status: StatusCode, headers: &HeaderMap) -> Result<Framing, WireError> {
+    if *method == Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok(Framing::Empty);
+    }
+    if let Some(last) = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+    {
+        let chunked = last
+            .as_bytes()
+            .rsplit(|&b| b == b',')
+            .next()
+            .is_some_and(|coding| coding.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        return Ok(match chunked {
+            true => Framing::Chunked,
+            false => Framing::UntilClose,
+        });
+    }
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for part in value.as_bytes().split(|&b| b == b',') {
+            let n = std::str::from_utf8(part.trim_ascii())
+                .ok()
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or(WireError::ContentLength)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(WireError::ContentLength);
+            }
+            length = Some(n);
+        }
+    }
+    Ok(match length {
+        Some(0) => Framing::Empty,
+        Some(n) => Framing::Length(n),
+        None => Framing::UntilClose,
+    })
+}
+
+fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+    let mut close = false;
+    let mut keep_alive = false;
+    for value in headers.get_all(header::CONNECTION) {
+        for token in value.as_bytes().split(|&b| b == b',') {
+            let token = token.trim_ascii();
+            close |= token.eq_ignore_ascii_case(b"close");
+            keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+        }
+    }
+    match version {
+        Version::HTTP_10 => keep_alive && !close,
+        _ => !close,
+    }
+}
+
+/// Decodes a chunked body as it arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chunked {
+    /// Expecting a chunk-size line.
+    Size,
+    /// Inside a chunk, this many bytes left.
+    Data(u64),
+    /// After a chunk's data, expecting its CRLF.
+    DataEnd,
+    /// After the last chunk, this many trailer bytes seen so far.
+    Trailers(usize),
+    Done,
+}
+
+pub enum Decoded {
+    Data(Bytes),
+    /// `buf` holds no complete piece: read more.
+    NeedMore,
+    End,
+}
+
+impl Chunked {
+    /// Takes the next piece of the body from the front of `buf`.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
+        loop {
+            match *self {
+                Chunked::Done => return Ok(Decoded::End),
+                Chunked::Size => {
+                    let Some(line) = take_line(buf)? else {
+                        return Ok(Decoded::NeedMore);
+                    };
+                    let size = line.split(|&b| b == b';').next().unwrap_or_default();
+                    let size = std::str::from_utf8(size.trim_ascii())
+                        .ok()
+                        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
+                        .and_then(|s| u64::from_str_radix(s, 16).ok())
+                        .ok_or(WireError::Chunked)?;
+                    *self = match size {
+                        0 => Chunked::Trailers(0),
+                        n => Chunked::Data(n),
+                    };
+                }
+                Chunked::Data(left) => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+                    let data = buf.split_to(n).freeze();
+                    *self = match left - n as u64 {
+                        0 => Chunked::DataEnd,
+                        rest => Chunked::Data(rest),
+                    };
+                    return Ok(Decoded::Data(data));
+                }
+                Chunked::DataEnd => {
+                    let Some(line) = take_line(buf)? else {
+                        return Ok(Decoded::NeedMore);
+                    };
+                    if !line.is_empty() {
+                        return Err(WireError::Chunked);
+                    }
+                    *self = Chunked::Size;
+                }
+                Chunked::Trailers(seen) => {
+                    let Some(line) = take_line(buf)? else {
+                        return Ok(Decoded::NeedMore);
+                    };
+                    let seen = seen + line.len() + 2;
+                    if seen > MAX_TRAILERS {
+                        return Err(WireError::Chunked);
+                    }
+                    *self = match line.is_empty() {
+                        true => Chunked::Done,
+                        false => Chunked::Trailers(seen),
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Removes one CRLF- (or LF-) terminated line from the front of `buf` and returns it
+/// without its terminator; `None` when no whole line is there yet.
+fn take_line(buf: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
+    let Some(end) = memchr::memchr(b'\n', buf) else {
+        return match buf.len() > MAX_LINE {
+            true => Err(WireError::Chunked),
+            false => Ok(None),
+        };
+    };
+    let mut line = buf.split_to(end + 1).freeze();
+    line.truncate(end);
+    if line.last() == Some(&b'\r') {
+        line.truncate(end - 1);
+    }
+    Ok(Some(line))
+}
+
+/// The chunk-size line that precedes `len` bytes of data.
+pub fn chunk_header(out: &mut Vec<u8>, len: usize) {
+    out.extend_from_slice(format!("{len:x}\r\n").as_bytes());
+}
+
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str, method: &Method) -> Result<Option<ResponseHead>, WireError> {
+        parse_head(&mut BytesMut::from(raw.as_bytes()), method)
+    }
+
+    #[test]
+    fn request_head_keeps_header_order_and_adds_framing() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("up:8080"));
+        headers.insert("x-b", HeaderValue::from_static("2"));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        let mut out = Vec::new();
+        let framing = request_framing(&Method::POST, &headers, None);
+        encode_head(&mut out, &Method::POST, "/v1/x?q=1", &headers, framing);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /v1/x?q=1 HTTP/1.1\r\nhost: up:8080\r\nx-b: 2\r\nx-a: 1\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn request_framing_follows_the_body() {
+        let none = HeaderMap::new();
+        let mut with_length = HeaderMap::new();
+        with_length.insert(header::CONTENT_LENGTH, HeaderValue::from(3));
+        assert_eq!(
+            request_framing(&Method::GET, &none, Some(0)),
+            RequestFraming::AsIs
+        );
+        assert_eq!(
+            request_framing(&Method::POST, &none, Some(0)),
+            RequestFraming::EmptyLength
+        );
+        assert_eq!(
+            request_framing(&Method::POST, &with_length, Some(3)),
+            RequestFraming::AsIs
+        );
+        assert_eq!(
+            request_framing(&Method::POST, &none, None),
+            RequestFraming::Chunked
+        );
+    }
+
+    #[test]
+    fn response_head_is_parsed_and_removed() {
+        let mut buf =
+            BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Y: z\r\n\r\nokNEXT"[..]);
+        let head = parse_head(&mut buf, &Method::GET).unwrap().unwrap();
+        assert_eq!(head.status, StatusCode::OK);
+        assert_eq!(head.framing, Framing::Length(2));
+        assert!(head.keep_alive);
+        assert_eq!(head.headers["x-y"], "z");
+        assert_eq!(&buf[..], b"okNEXT");
+    }
+
+    #[test]
+    fn partial_heads_wait_for_more() {
+        assert!(head("HTTP/1.1 200 OK\r\nContent-Le", &Method::GET)
+            .unwrap()
+            .is_none());
+        let huge = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD));
+        assert!(matches!(
+            head(&huge, &Method::GET),
+            Err(WireError::HeadTooLarge)
+        ));
+    }
+
+    #[test]
+    fn interim_responses_are_skipped() {
+        let raw = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: x\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n";
+        let head = head(raw, &Method::POST).unwrap().unwrap();
+        assert_eq!(head.status, StatusCode::CREATED);
+        assert_eq!(head.framing, Framing::Empty);
+    }
+
+    #[test]
+    fn body_framing_follows_rfc_9112() {
+        let framing = |raw: &str, method: &Method| head(raw, method).map(|h| h.unwrap().framing);
+        let get = &Method::GET;
+        assert_eq!(
+            framing(
+                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n",
+                &Method::HEAD
+            )
+            .unwrap(),
+            Framing::Empty
+        );
+        assert_eq!(
+            framing("HTTP/1.1 204 No Content\r\n\r\n", get).unwrap(),
+            Framing::Empty
+        );
+        assert_eq!(
+            framing(
+                "HTTP/1.1 304 Not Modified\r\ncontent-length: 9\r\n\r\n",
+                get
+            )
+            .unwrap(),
+            Framing::Empty
+        );
+        assert_eq!(
+            framing(
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\ncontent-length: 3\r\n\r\n",
+                get
+            )
+            .unwrap(),
+            Framing::Chunked
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n", get).unwrap(),
+            Framing::UntilClose
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\ncontent-length: 7, 7\r\n\r\n", get).unwrap(),
+            Framing::Length(7)
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\n\r\n", get).unwrap(),
+            Framing::UntilClose
+        );
+        for bad in ["7, 8", "-1", "", "0x10"] {
+            let raw = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad}\r\n\r\n");
+            assert!(
+                matches!(framing(&raw, get), Err(WireError::ContentLength)),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn keep_alive_follows_version_and_connection() {
+        let alive = |raw: &str| head(raw, &Method::GET).unwrap().unwrap().keep_alive;
+        assert!(alive("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"));
+        assert!(!alive(
+            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+        ));
+        assert!(!alive("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n"));
+        assert!(alive(
+            "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n"
+        ));
+        assert!(!alive("HTTP/1.1 200 OK\r\n\r\n"));
+    }
+
+    #[test]
+    fn upgrades_and_garbage_are_errors() {
+        assert!(matches!(
+            head("HTTP/1.1 101 Switching Protocols\r\n\r\n", &Method::GET),
+            Err(WireError::Upgrade)
+        ));
+        assert!(matches!(
+            head("HTTP/9 200 OK\r\n\r\n", &Method::GET),
+            Err(WireError::Head(_))
+        ));
+    }
+
+    fn decode_all(pieces: &[&[u8]]) -> Result<Vec<u8>, WireError> {
+        let mut state = Chunked::Size;
+        let mut buf = BytesMut::new();
+        let mut body = Vec::new();
+        for piece in pieces {
+            buf.extend_from_slice(piece);
+            loop {
+                match state.decode(&mut buf)? {
+                    Decoded::Data(data) => body.extend_from_slice(&data),
+                    Decoded::NeedMore => break,
+                    Decoded::End => {
+                        assert!(buf.is_empty(), "bytes after the body");
+                        return Ok(body);
+                    }
+                }
+            }
+        }
+        Err(WireError::Chunked)
+    }
+
+    #[test]
+    fn chunked_bodies_decode_whatever_the_split() {
+        let raw = b"5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nx-trailer: t\r\n\r\n";
+        assert_eq!(decode_all(&[raw]).unwrap(), b"hello, world");
+        for at in 1..raw.len() {
+            let (a, b) = raw.split_at(at);
+            assert_eq!(
+                decode_all(&[a, b]).unwrap(),
+                b"hello, world",
+                "split at {at}"
+            );
+        }
+        let bytewise: Vec<&[u8]> = raw.chunks(1).collect();
+        assert_eq!(decode_all(&bytewise).unwrap(), b"hello, world");
+    }
+
+    #[test]
+    fn malformed_chunks_are_errors() {
+        assert!(decode_all(&[b"zz\r\nhello\r\n0\r\n\r\n"]).is_err());
+        assert!(decode_all(&[b"5\r\nhelloXX0\r\n\r\n"]).is_err());
+        assert!(decode_all(&[&[b'1'; MAX_LINE + 1][..]]).is_err());
+    }
+
+    #[test]
+    fn chunk_headers_are_hex() {
+        let mut out = Vec::new();
+        chunk_header(&mut out, 255);
+        assert_eq!(out, b"ff\r\n");
+    }
+}
