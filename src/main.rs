@@ -7,11 +7,6 @@ use compaction_proxy::cli::{CheckArgs, Cli, Command, ServeArgs};
 use compaction_proxy::config::{Config, Overrides};
 use compaction_proxy::{logging, offline, server};
 
-/// glibc's allocator costs a proxy that allocates and frees a few dozen small buffers
-/// per request a measurable share of its CPU; mimalloc's thread-local free lists do not.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Exit status for a configuration the proxy cannot run with.
 const EXIT_BAD_CONFIG: u8 = 2;
 
