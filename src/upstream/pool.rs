@@ -635,10 +635,8 @@ mod tests {
     }
 
     /// A body of unknown length that yields `parts` one at a time.
-    fn streamed(parts: Vec<&'static [u8]>) -> ProxyBody {
-        let frames = parts
-            .into_iter()
-            .map(|p| Ok::<_, BoxError>(Frame::data(Bytes::from_static(p))));
+    fn streamed(parts: Vec<Bytes>) -> ProxyBody {
+        let frames = parts.into_iter().map(|p| Ok::<_, BoxError>(Frame::data(p)));
         http_body_util::StreamBody::new(futures_util::stream::iter(frames)).boxed_unsync()
     }
 
@@ -659,7 +657,7 @@ mod tests {
         let pool = pool(origin.clone());
         let mut request = get(&origin);
         *request.method_mut() = Method::POST;
-        *request.body_mut() = streamed(vec![b"hello", b"", b", world"]);
+        *request.body_mut() = streamed(["hello", "", ", world"].map(Bytes::from).to_vec());
         let response = pool.send(request).await.unwrap();
         assert_eq!(
             response.into_body().collect().await.unwrap().to_bytes(),
@@ -777,5 +775,104 @@ mod tests {
         let body = pool.send(get(&origin)).await.unwrap().into_body();
         assert!(body.collect().await.is_err());
         assert_eq!(pool.idle_count(), 0);
+    }
+
+    /// An HTTPS upstream (hyper's server behind rustls, with a self-signed certificate
+    /// for `localhost`) that counts connections. `/stream` answers in timed chunks;
+    /// anything else echoes the request body.
+    async fn tls_upstream() -> (Uri, Arc<Pool>, Arc<AtomicUsize>) {
+        use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+        let rcgen::CertifiedKey { cert, key_pair } =
+            rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key_pair.serialize_der()));
+        let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let tls = acceptor.accept(stream).await.unwrap();
+                    let service = hyper::service::service_fn(
+                        |request: Request<hyper::body::Incoming>| async move {
+                            let body = match request.uri().path() {
+                                "/stream" => {
+                                    let frames = futures_util::stream::unfold(0, |i| async move {
+                                        (i < 3).then_some(())?;
+                                        tokio::time::sleep(Duration::from_millis(5)).await;
+                                        let frame =
+                                            Frame::data(Bytes::from(format!("event {i}\n")));
+                                        Some((Ok::<_, hyper::Error>(frame), i + 1))
+                                    });
+                                    http_body_util::StreamBody::new(frames).boxed_unsync()
+                                }
+                                _ => request.into_body().boxed_unsync(),
+                            };
+                            Ok::<_, std::convert::Infallible>(Response::new(body))
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(client)
+            .https_only()
+            .enable_http1()
+            .wrap_connector(http);
+        let origin: Uri = format!("https://localhost:{port}").parse().unwrap();
+        (origin.clone(), Pool::new(https, origin), accepted)
+    }
+
+    #[tokio::test]
+    async fn exchanges_over_tls_stream_both_ways_and_reuse_the_connection() {
+        let (origin, pool, accepted) = tls_upstream().await;
+        for round in 0..3 {
+            let mut request = get(&origin);
+            *request.uri_mut() = "/stream".parse().unwrap();
+            let response = pool.send(request).await.unwrap();
+            assert!(response.headers()[http::header::TRANSFER_ENCODING] == "chunked");
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body, "event 0\nevent 1\nevent 2\n", "round {round}");
+
+            let mut request = get(&origin);
+            *request.method_mut() = Method::POST;
+            let big = Bytes::from(vec![b'x'; 100_000]);
+            *request.body_mut() = streamed(vec![
+                Bytes::from_static(b"small,"),
+                big,
+                Bytes::from_static(b",end"),
+            ]);
+            let response = pool.send(request).await.unwrap();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body.len(), 6 + 100_000 + 4);
+            assert!(body.starts_with(b"small,x") && body.ends_with(b"x,end"));
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one TLS connection, reused"
+        );
     }
 }
