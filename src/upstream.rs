@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, Scheme};
-use http::{Method, Request, Response, Uri};
+use http::{Method, Response, Uri};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 
@@ -18,6 +18,7 @@ mod pool;
 mod wire;
 
 use pool::Pool;
+use wire::RequestFraming;
 
 /// Hop-by-hop headers (RFC 9110 section 7.6.1) plus `expect`: they describe one
 /// connection, not the message, so they never cross the proxy. `host` is set anew for
@@ -134,29 +135,11 @@ impl Upstream {
         headers: &HeaderMap,
         body: ProxyBody,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        // Origin-form: the connection already knows scheme and host.
-        let target = Uri::try_from(join(&self.prefix, uri))
-            .map_err(|e| ProxyError::UpstreamUnreachable(format!("bad upstream URL: {e}")))?;
-        let mut headers = forwarded_headers(headers);
-        headers.insert(header::HOST, self.host.clone());
-        // A rewritten body has a new length; the client's Content-Length would lie.
-        if let Some(len) = http_body::Body::size_hint(&body).exact() {
-            if len > 0 || headers.contains_key(header::CONTENT_LENGTH) {
-                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-            }
-        }
-        let mut request = Request::new(body);
-        *request.method_mut() = method;
-        *request.uri_mut() = target;
-        *request.headers_mut() = headers;
-        if let Some(key) = &self.api_key {
-            request
-                .headers_mut()
-                .insert(header::AUTHORIZATION, key.clone());
-        }
+        let length = http_body::Body::size_hint(&body).exact();
+        let (head, framing) = self.head(&method, uri, headers, length);
         let mut timer = Box::pin(tokio::time::sleep(self.idle));
         let response = tokio::select! {
-            response = self.pool.send(request) => response,
+            response = self.pool.send(&method, head, framing, body) => response,
             () = timer.as_mut() => return Err(ProxyError::UpstreamTimeout(self.idle)),
         };
         let response = response.map_err(|e| ProxyError::UpstreamUnreachable(error_chain(&*e)))?;
@@ -164,6 +147,65 @@ impl Upstream {
         strip_hop_by_hop(&mut parts.headers);
         let body = IdleTimeout::with_timer(body, self.idle, timer).boxed_unsync();
         Ok(Response::from_parts(parts, body))
+    }
+}
+
+impl Upstream {
+    /// The request head for the upstream, written straight from the client's: the joined
+    /// path (origin-form: the connection knows scheme and host), the client's headers in
+    /// their order less those that describe its connection to us, then `Host`. A body
+    /// of known length gets its own `Content-Length` (a rewritten body has a new length,
+    /// and the client's would lie), in the place of the client's if it sent one; so does
+    /// an injected key, in the place of the client's `Authorization`.
+    fn head(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        length: Option<u64>,
+    ) -> (Vec<u8>, RequestFraming) {
+        let mut head = Vec::with_capacity(256 + 64 * headers.len());
+        let (path, query) = target(&self.prefix, uri);
+        match query {
+            Some(query) => wire::request_line(&mut head, method, &[&self.prefix, path, "?", query]),
+            None => wire::request_line(&mut head, method, &[&self.prefix, path]),
+        }
+        let content_length =
+            length.filter(|&len| len > 0 || headers.contains_key(header::CONTENT_LENGTH));
+        let mut length_written = false;
+        let mut key_written = false;
+        let named = connection_named(headers);
+        for (name, value) in headers {
+            if name == header::HOST || is_hop_by_hop(name, &named) {
+                continue;
+            }
+            if name == header::CONTENT_LENGTH {
+                if let Some(len) = content_length {
+                    if !std::mem::replace(&mut length_written, true) {
+                        wire::content_length(&mut head, len);
+                    }
+                    continue;
+                }
+            }
+            if name == header::AUTHORIZATION {
+                if let Some(key) = &self.api_key {
+                    if !std::mem::replace(&mut key_written, true) {
+                        wire::header(&mut head, name.as_str(), key.as_bytes());
+                    }
+                    continue;
+                }
+            }
+            wire::header(&mut head, name.as_str(), value.as_bytes());
+        }
+        wire::header(&mut head, header::HOST.as_str(), self.host.as_bytes());
+        if let (Some(len), false) = (content_length, length_written) {
+            wire::content_length(&mut head, len);
+        }
+        if let (Some(key), false) = (&self.api_key, key_written) {
+            wire::header(&mut head, header::AUTHORIZATION.as_str(), key.as_bytes());
+        }
+        let has_length = content_length.is_some() || headers.contains_key(header::CONTENT_LENGTH);
+        (head, wire::request_framing(method, length, has_length))
     }
 }
 
@@ -202,33 +244,26 @@ fn upstream_key(
 /// its path alone, for the origin-form target), with a `/v1` that ends the base and starts
 /// the path counted once; the query kept as is.
 pub fn join(base: &str, uri: &Uri) -> String {
-    let path = uri.path();
-    let path = match base.ends_with("/v1") {
-        true if path == "/v1" || path.starts_with("/v1/") => &path[3..],
-        _ => path,
-    };
+    let (path, query) = target(base, uri);
     let mut url = String::with_capacity(base.len() + path.len() + 64);
     url.push_str(base);
     url.push_str(path);
-    if let Some(query) = uri.query() {
+    if let Some(query) = query {
         url.push('?');
         url.push_str(query);
     }
     url
 }
 
-/// The client's headers minus those that describe its connection to us, in the client's
-/// order. Copied entry by entry rather than cloned and pruned: removing from a
-/// `HeaderMap` reorders it, and the copy costs no more.
-fn forwarded_headers(headers: &HeaderMap) -> HeaderMap {
-    let named = connection_named(headers);
-    let mut out = HeaderMap::with_capacity(headers.keys_len() + 1);
-    for (name, value) in headers {
-        if name != header::HOST && !is_hop_by_hop(name, &named) {
-            out.append(name.clone(), value.clone());
-        }
-    }
-    out
+/// What [`join`] appends to the base: the path (less a `/v1` the base already ends
+/// with) and the query.
+fn target<'a>(base: &str, uri: &'a Uri) -> (&'a str, Option<&'a str>) {
+    let path = uri.path();
+    let path = match base.ends_with("/v1") {
+        true if path == "/v1" || path.starts_with("/v1/") => &path[3..],
+        _ => path,
+    };
+    (path, uri.query())
 }
 
 /// Removes hop-by-hop headers, including any named in `Connection`.
@@ -305,6 +340,25 @@ mod tests {
         assert_eq!(joined("http://h/v1", "/v1beta/x"), "http://h/v1/v1beta/x");
     }
 
+    /// The head `upstream` writes for `headers`, as text.
+    fn head_of(upstream: &Upstream, headers: &HeaderMap, length: Option<u64>) -> String {
+        let uri = "/v1/chat/completions?x=1".parse().unwrap();
+        let (mut head, framing) = upstream.head(&Method::POST, &uri, headers, length);
+        wire::end_head(&mut head, framing);
+        String::from_utf8(head).unwrap()
+    }
+
+    fn upstream(key: Option<&'static str>) -> Upstream {
+        let key = key.map(HeaderValue::from_static);
+        Upstream::build(
+            &Config::default(),
+            "http://up:8000/api/v1",
+            Duration::from_secs(1),
+            key,
+        )
+        .unwrap()
+    }
+
     #[test]
     fn hop_by_hop_and_connection_named_headers_dropped() {
         let mut headers = HeaderMap::new();
@@ -321,27 +375,49 @@ mod tests {
         headers.insert(header::HOST, HeaderValue::from_static("proxy:8080"));
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
         headers.insert("x-session-id", HeaderValue::from_static("s1"));
-        let out = forwarded_headers(&headers);
-        let names: Vec<&str> = out.keys().map(|k| k.as_str()).collect();
-        assert_eq!(names, ["authorization", "x-session-id"]);
+        assert_eq!(
+            head_of(&upstream(None), &headers, None),
+            "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\nauthorization: Bearer k\r\nx-session-id: s1\r\n\
+             host: up:8000\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
     }
 
     #[test]
-    fn forwarded_headers_keep_the_clients_order_and_repeated_values() {
+    fn headers_keep_the_clients_order_and_repeated_values() {
         let mut headers = HeaderMap::new();
         headers.insert("x-b", HeaderValue::from_static("1"));
         headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
         headers.append("x-a", HeaderValue::from_static("2"));
         headers.append("x-a", HeaderValue::from_static("3"));
         headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
-        let out = forwarded_headers(&headers);
-        let pairs: Vec<(&str, &str)> = out
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.to_str().unwrap()))
-            .collect();
         assert_eq!(
-            pairs,
-            [("x-b", "1"), ("x-a", "2"), ("x-a", "3"), ("accept", "*/*")]
+            head_of(&upstream(None), &headers, Some(0)),
+            "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\nx-b: 1\r\nx-a: 2\r\nx-a: 3\r\naccept: */*\r\n\
+             host: up:8000\r\ncontent-length: 0\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn length_and_injected_key_replace_the_clients_in_place() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("999"));
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer client"),
+        );
+        headers.insert("x-a", HeaderValue::from_static("1"));
+        assert_eq!(
+            head_of(&upstream(Some("Bearer injected")), &headers, Some(12)),
+            "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\ncontent-length: 12\r\nauthorization: Bearer injected\r\n\
+             x-a: 1\r\nhost: up:8000\r\n\r\n"
+        );
+        // Without them from the client, they follow Host.
+        let mut headers = HeaderMap::new();
+        headers.insert("x-a", HeaderValue::from_static("1"));
+        assert_eq!(
+            head_of(&upstream(Some("Bearer injected")), &headers, Some(12)),
+            "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\nx-a: 1\r\nhost: up:8000\r\n\
+             content-length: 12\r\nauthorization: Bearer injected\r\n\r\n"
         );
     }
 }

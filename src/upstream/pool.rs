@@ -24,7 +24,7 @@ use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{Method, Request, Response, Uri};
+use http::{Method, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -97,20 +97,18 @@ impl Pool {
         })
     }
 
-    /// Sends `request` (origin-form URI, `Host` set) on an idle connection, else on a new
+    /// Sends a request whose line and headers are in `head` (`Host` among them, the
+    /// framing header and blank line still to come) on an idle connection, else on a new
     /// one, and returns the response once its head has arrived. Its body reads the rest
     /// and hands the connection back when it ends.
     pub async fn send(
         self: &Arc<Self>,
-        request: Request<ProxyBody>,
+        method: &Method,
+        mut head: Vec<u8>,
+        framing: RequestFraming,
+        body: ProxyBody,
     ) -> Result<Response<PooledBody>, BoxError> {
-        let (parts, body) = request.into_parts();
-        let framing =
-            wire::request_framing(&parts.method, &parts.headers, body.size_hint().exact());
-        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut head = Vec::with_capacity(512);
-        wire::encode_head(&mut head, &parts.method, target, &parts.headers, framing);
-
+        wire::end_head(&mut head, framing);
         let conn = match self.checkout().await {
             Some(conn) => conn,
             None => self.connect().await?,
@@ -121,7 +119,7 @@ impl Pool {
             keep_alive: true,
             write_error: None,
         };
-        let head = poll_fn(|cx| exchange.poll_head(cx, &parts.method)).await?;
+        let head = poll_fn(|cx| exchange.poll_head(cx, method)).await?;
         let state = match head.framing {
             Framing::Empty => State::Done,
             Framing::Length(n) => State::Length(n),
@@ -512,6 +510,8 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
+    use http::Request;
+
     use super::*;
 
     const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
@@ -557,6 +557,21 @@ mod tests {
         Pool::new(https, origin)
     }
 
+    /// Sends `request` as it is, its URI in origin form.
+    async fn send(
+        pool: &Arc<Pool>,
+        request: Request<ProxyBody>,
+    ) -> Result<Response<PooledBody>, BoxError> {
+        let (parts, body) = request.into_parts();
+        let mut head = Vec::new();
+        wire::request_line(&mut head, &parts.method, &[parts.uri.path()]);
+        for (name, value) in &parts.headers {
+            wire::header(&mut head, name.as_str(), value.as_bytes());
+        }
+        let framing = wire::request_framing(&parts.method, body.size_hint().exact(), false);
+        pool.send(&parts.method, head, framing, body).await
+    }
+
     fn get(origin: &Uri) -> Request<ProxyBody> {
         Request::builder()
             .uri("/x")
@@ -566,7 +581,7 @@ mod tests {
     }
 
     async fn send_and_read(pool: &Arc<Pool>, origin: &Uri) -> Bytes {
-        let response = pool.send(get(origin)).await.unwrap();
+        let response = send(pool, get(origin)).await.unwrap();
         response.into_body().collect().await.unwrap().to_bytes()
     }
 
@@ -585,7 +600,7 @@ mod tests {
     async fn a_body_dropped_before_its_end_does_not_return_the_connection() {
         let (origin, _) = upstream(false).await;
         let pool = pool(origin.clone());
-        let response = pool.send(get(&origin)).await.unwrap();
+        let response = send(&pool, get(&origin)).await.unwrap();
         drop(response);
         assert_eq!(pool.idle_count(), 0);
     }
@@ -658,7 +673,7 @@ mod tests {
         let mut request = get(&origin);
         *request.method_mut() = Method::POST;
         *request.body_mut() = streamed(["hello", "", ", world"].map(Bytes::from).to_vec());
-        let response = pool.send(request).await.unwrap();
+        let response = send(&pool, request).await.unwrap();
         assert_eq!(
             response.into_body().collect().await.unwrap().to_bytes(),
             "ok"
@@ -730,7 +745,7 @@ mod tests {
         // A body that never ends: the answer must come regardless.
         let never = futures_util::stream::pending::<Result<Frame<Bytes>, BoxError>>();
         *request.body_mut() = http_body_util::StreamBody::new(never).boxed_unsync();
-        let response = pool.send(request).await.unwrap();
+        let response = send(&pool, request).await.unwrap();
         assert_eq!(response.status(), 413);
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body, "too long");
@@ -757,7 +772,7 @@ mod tests {
         assert_eq!(send_and_read(&pool, &origin).await, "until the end");
         let mut request = get(&origin);
         *request.uri_mut() = "/close".parse().unwrap();
-        let body = pool.send(request).await.unwrap().into_body();
+        let body = send(&pool, request).await.unwrap().into_body();
         assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
         assert_eq!(pool.idle_count(), 0);
     }
@@ -772,7 +787,7 @@ mod tests {
         })
         .await;
         let pool = pool(origin.clone());
-        let body = pool.send(get(&origin)).await.unwrap().into_body();
+        let body = send(&pool, get(&origin)).await.unwrap().into_body();
         assert!(body.collect().await.is_err());
         assert_eq!(pool.idle_count(), 0);
     }
@@ -851,7 +866,7 @@ mod tests {
         for round in 0..3 {
             let mut request = get(&origin);
             *request.uri_mut() = "/stream".parse().unwrap();
-            let response = pool.send(request).await.unwrap();
+            let response = send(&pool, request).await.unwrap();
             assert!(response.headers()[http::header::TRANSFER_ENCODING] == "chunked");
             let body = response.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(body, "event 0\nevent 1\nevent 2\n", "round {round}");
@@ -864,7 +879,7 @@ mod tests {
                 big,
                 Bytes::from_static(b",end"),
             ]);
-            let response = pool.send(request).await.unwrap();
+            let response = send(&pool, request).await.unwrap();
             let body = response.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(body.len(), 6 + 100_000 + 4);
             assert!(body.starts_with(b"small,x") && body.ends_with(b"x,end"));

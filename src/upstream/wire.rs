@@ -33,10 +33,10 @@ pub enum WireError {
     Chunked,
 }
 
-/// How the request body is delimited on the wire.
+/// How the request body is delimited on the wire, beyond the headers already written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestFraming {
-    /// `Content-Length` is in the headers already, or there is no body.
+    /// `Content-Length` is among the headers already, or there is no body.
     AsIs,
     /// `Content-Length: 0` added: a body-carrying method with an empty body.
     EmptyLength,
@@ -44,46 +44,50 @@ pub enum RequestFraming {
     Chunked,
 }
 
-/// Writes the request line and headers. `target` is the origin-form path and query.
-pub fn encode_head(
-    out: &mut Vec<u8>,
-    method: &Method,
-    target: &str,
-    headers: &HeaderMap,
-    framing: RequestFraming,
-) {
-    out.extend_from_slice(method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    match framing {
-        RequestFraming::AsIs => {}
-        RequestFraming::EmptyLength => out.extend_from_slice(b"content-length: 0\r\n"),
-        RequestFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-/// How the request body goes out, given its known length (if any).
-pub fn request_framing(
-    method: &Method,
-    headers: &HeaderMap,
-    length: Option<u64>,
-) -> RequestFraming {
+/// How a body of `length` (if known) goes out, when `has_length` says whether a
+/// `Content-Length` header was written.
+pub fn request_framing(method: &Method, length: Option<u64>, has_length: bool) -> RequestFraming {
     match length {
-        _ if headers.contains_key(header::CONTENT_LENGTH) => RequestFraming::AsIs,
+        _ if has_length => RequestFraming::AsIs,
         Some(0) if matches!(*method, Method::POST | Method::PUT | Method::PATCH) => {
             RequestFraming::EmptyLength
         }
         Some(_) => RequestFraming::AsIs,
         None => RequestFraming::Chunked,
     }
+}
+
+/// Writes the request line; the origin-form target is the concatenation of `target`.
+pub fn request_line(out: &mut Vec<u8>, method: &Method, target: &[&str]) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    for part in target {
+        out.extend_from_slice(part.as_bytes());
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+}
+
+pub fn header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+pub fn content_length(out: &mut Vec<u8>, length: u64) {
+    use std::io::Write;
+    // Writing to a `Vec` cannot fail.
+    let _ = write!(out, "content-length: {length}\r\n");
+}
+
+/// Ends the head: the framing header if one is needed, then the blank line.
+pub fn end_head(out: &mut Vec<u8>, framing: RequestFraming) {
+    match framing {
+        RequestFraming::AsIs => {}
+        RequestFraming::EmptyLength => out.extend_from_slice(b"content-length: 0\r\n"),
+        RequestFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 /// A response head and how its body is delimited.
@@ -332,7 +336,9 @@ fn take_line(buf: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
 
 /// The chunk-size line that precedes `len` bytes of data.
 pub fn chunk_header(out: &mut Vec<u8>, len: usize) {
-    out.extend_from_slice(format!("{len:x}\r\n").as_bytes());
+    use std::io::Write;
+    // Writing to a `Vec` cannot fail.
+    let _ = write!(out, "{len:x}\r\n");
 }
 
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
@@ -346,41 +352,28 @@ mod tests {
     }
 
     #[test]
-    fn request_head_keeps_header_order_and_adds_framing() {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::HOST, HeaderValue::from_static("up:8080"));
-        headers.insert("x-b", HeaderValue::from_static("2"));
-        headers.append("x-a", HeaderValue::from_static("1"));
+    fn request_heads_are_written_as_given_with_their_framing() {
         let mut out = Vec::new();
-        let framing = request_framing(&Method::POST, &headers, None);
-        encode_head(&mut out, &Method::POST, "/v1/x?q=1", &headers, framing);
+        request_line(&mut out, &Method::POST, &["/v1", "/x", "?q=1"]);
+        header(&mut out, "host", b"up:8080");
+        header(&mut out, "x-b", b"2");
+        end_head(&mut out, RequestFraming::Chunked);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "POST /v1/x?q=1 HTTP/1.1\r\nhost: up:8080\r\nx-b: 2\r\nx-a: 1\r\ntransfer-encoding: chunked\r\n\r\n"
+            "POST /v1/x?q=1 HTTP/1.1\r\nhost: up:8080\r\nx-b: 2\r\ntransfer-encoding: chunked\r\n\r\n"
         );
     }
 
     #[test]
     fn request_framing_follows_the_body() {
-        let none = HeaderMap::new();
-        let mut with_length = HeaderMap::new();
-        with_length.insert(header::CONTENT_LENGTH, HeaderValue::from(3));
+        let framing = request_framing;
+        assert_eq!(framing(&Method::GET, Some(0), false), RequestFraming::AsIs);
         assert_eq!(
-            request_framing(&Method::GET, &none, Some(0)),
-            RequestFraming::AsIs
-        );
-        assert_eq!(
-            request_framing(&Method::POST, &none, Some(0)),
+            framing(&Method::POST, Some(0), false),
             RequestFraming::EmptyLength
         );
-        assert_eq!(
-            request_framing(&Method::POST, &with_length, Some(3)),
-            RequestFraming::AsIs
-        );
-        assert_eq!(
-            request_framing(&Method::POST, &none, None),
-            RequestFraming::Chunked
-        );
+        assert_eq!(framing(&Method::POST, Some(3), true), RequestFraming::AsIs);
+        assert_eq!(framing(&Method::POST, None, false), RequestFraming::Chunked);
     }
 
     #[test]
