@@ -636,6 +636,17 @@ mod tests {
         origin.parse().unwrap()
     }
 
+    /// A raw upstream that reads one request head per connection, writes what `reply`
+    /// says to it, and closes the connection (without saying so).
+    async fn answering(reply: fn(&[u8]) -> &'static [u8]) -> Uri {
+        scripted(move |mut stream| async move {
+            let mut head = Vec::new();
+            read_until(&mut stream, &mut head, b"\r\n\r\n").await;
+            stream.write_all(reply(&head)).await.unwrap();
+        })
+        .await
+    }
+
     /// Reads from `stream` until `buf` ends with `end`.
     async fn read_until(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, end: &[u8]) {
         let mut byte = [0; 1];
@@ -731,14 +742,9 @@ mod tests {
     #[tokio::test]
     async fn an_answer_before_the_whole_body_is_delivered_not_cut_off() {
         // The upstream refuses after the head, without reading the body, and closes.
-        let origin = scripted(|mut stream| async move {
-            let mut head = Vec::new();
-            read_until(&mut stream, &mut head, b"\r\n\r\n").await;
-            let refusal = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo long";
-            stream.write_all(refusal).await.unwrap();
-            drop(stream);
-        })
-        .await;
+        let origin =
+            answering(|_| b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo long")
+                .await;
         let pool = pool(origin.clone());
         let mut request = get(&origin);
         *request.method_mut() = Method::POST;
@@ -758,14 +764,9 @@ mod tests {
 
     #[tokio::test]
     async fn close_delimited_and_connection_close_answers_are_not_reused() {
-        let origin = scripted(|mut stream| async move {
-            let mut head = Vec::new();
-            read_until(&mut stream, &mut head, b"\r\n\r\n").await;
-            let answer: &[u8] = match head.starts_with(b"GET /close") {
-                true => b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
-                false => b"HTTP/1.1 200 OK\r\n\r\nuntil the end",
-            };
-            stream.write_all(answer).await.unwrap();
+        let origin = answering(|head| match head.starts_with(b"GET /close") {
+            true => b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
+            false => b"HTTP/1.1 200 OK\r\n\r\nuntil the end",
         })
         .await;
         let pool = pool(origin.clone());
@@ -779,13 +780,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_cut_mid_body_is_an_error() {
-        let origin = scripted(|mut stream| async move {
-            let mut head = Vec::new();
-            read_until(&mut stream, &mut head, b"\r\n\r\n").await;
-            let partial = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nonly5";
-            stream.write_all(partial).await.unwrap();
-        })
-        .await;
+        let origin = answering(|_| b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nonly5").await;
         let pool = pool(origin.clone());
         let body = send(&pool, get(&origin)).await.unwrap().into_body();
         assert!(body.collect().await.is_err());
