@@ -148,9 +148,7 @@ impl Upstream {
         let body = IdleTimeout::with_timer(body, self.idle, timer).boxed_unsync();
         Ok(Response::from_parts(parts, body))
     }
-}
 
-impl Upstream {
     /// The request head for the upstream, written straight from the client's: the joined
     /// path (origin-form: the connection knows scheme and host), the client's headers in
     /// their order less those that describe its connection to us, then `Host`. A body
@@ -240,23 +238,9 @@ fn upstream_key(
     Ok(Some(value))
 }
 
-/// The upstream URL for a client's request URI: the path appended to the base URL (or to
-/// its path alone, for the origin-form target), with a `/v1` that ends the base and starts
-/// the path counted once; the query kept as is.
-pub fn join(base: &str, uri: &Uri) -> String {
-    let (path, query) = target(base, uri);
-    let mut url = String::with_capacity(base.len() + path.len() + 64);
-    url.push_str(base);
-    url.push_str(path);
-    if let Some(query) = query {
-        url.push('?');
-        url.push_str(query);
-    }
-    url
-}
-
-/// What [`join`] appends to the base: the path (less a `/v1` the base already ends
-/// with) and the query.
+/// Where a client's request goes on the upstream, as what is appended to the base URL's
+/// path: the client's path, less a `/v1` that both ends the base and starts the path
+/// (counted once), and the query as it is.
 fn target<'a>(base: &str, uri: &'a Uri) -> (&'a str, Option<&'a str>) {
     let path = uri.path();
     let path = match base.ends_with("/v1") {
@@ -313,8 +297,14 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
+    /// The upstream URL a client's `uri` maps to under the base URL `base`.
     fn joined(base: &str, uri: &str) -> String {
-        join(base, &uri.parse().unwrap())
+        let uri: Uri = uri.parse().unwrap();
+        let (path, query) = target(base, &uri);
+        match query {
+            Some(query) => format!("{base}{path}?{query}"),
+            None => format!("{base}{path}"),
+        }
     }
 
     #[test]
