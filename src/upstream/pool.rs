@@ -213,18 +213,10 @@ impl Exchange {
         method: &Method,
     ) -> Poll<Result<ResponseHead, BoxError>> {
         loop {
-            if let Some(writer) = &mut self.writer {
-                match writer.poll(&mut self.conn.io, cx) {
-                    Poll::Pending => {}
-                    Poll::Ready(Ok(())) => self.writer = None,
-                    // The client's body failed: there is no whole request to answer.
-                    Poll::Ready(Err(WriteError::Body(e))) => return Poll::Ready(Err(e)),
-                    Poll::Ready(Err(WriteError::Io(e))) => {
-                        self.writer = None;
-                        self.keep_alive = false;
-                        self.write_error = Some(e);
-                    }
-                }
+            // The client's body failing leaves no whole request to answer.
+            if let Some(e) = send_more(&mut self.writer, &mut self.conn.io, cx)? {
+                self.keep_alive = false;
+                self.write_error = Some(e);
             }
             if let Some(head) = wire::parse_head(&mut self.conn.buf, method)? {
                 return Poll::Ready(Ok(head));
@@ -354,6 +346,31 @@ impl Writer {
     }
 }
 
+/// Moves the request along while any of it is left to write. `Ok(Some)` when writing to
+/// the upstream has just failed (the writer is dropped, and the connection cannot carry
+/// another request); `Err` when the client's body failed.
+fn send_more(
+    writer: &mut Option<Writer>,
+    io: &mut Io,
+    cx: &mut Context<'_>,
+) -> Result<Option<io::Error>, BoxError> {
+    let Some(sending) = writer else {
+        return Ok(None);
+    };
+    match sending.poll(io, cx) {
+        Poll::Pending => Ok(None),
+        Poll::Ready(Ok(())) => {
+            *writer = None;
+            Ok(None)
+        }
+        Poll::Ready(Err(WriteError::Body(e))) => Err(e),
+        Poll::Ready(Err(WriteError::Io(e))) => {
+            *writer = None;
+            Ok(Some(e))
+        }
+    }
+}
+
 enum WriteError {
     /// Reading the client's body failed.
     Body(BoxError),
@@ -422,17 +439,11 @@ impl Body for PooledBody {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
-            if let Some(writer) = &mut this.writer {
-                match writer.poll(&mut conn.io, cx) {
-                    Poll::Pending => {}
-                    Poll::Ready(Ok(())) => this.writer = None,
-                    Poll::Ready(Err(WriteError::Body(e))) => return this.fail(e),
-                    // The upstream answered without the rest: the answer is what counts.
-                    Poll::Ready(Err(WriteError::Io(_))) => {
-                        this.writer = None;
-                        this.keep_alive = false;
-                    }
-                }
+            match send_more(&mut this.writer, &mut conn.io, cx) {
+                Ok(None) => {}
+                // The upstream answered without the rest: the answer is what counts.
+                Ok(Some(_)) => this.keep_alive = false,
+                Err(e) => return this.fail(e),
             }
             let (data, ended) = match &mut this.state {
                 State::Done => (None, true),
