@@ -109,6 +109,9 @@ nice cargo build "${build_flags[@]}" --quiet --examples --bin compaction-proxy
 # Many connections at once for the in-flight phase.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true
 
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+
 # --- processes --------------------------------------------------------------------------
 
 tmp=$(mktemp -d -t compare-bench.XXXXXX)
@@ -116,18 +119,6 @@ raw=bench/results/raw/compare
 rm -rf "$raw"
 mkdir -p "$raw"
 pids=()
-cleanup() {
-  local pid
-  # Every peer was started with setsid, so its pid is also its process group: the
-  # group takes the workers a peer may have forked with it.
-  for pid in "${pids[@]}"; do
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${pids[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$tmp"
-}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -141,8 +132,6 @@ spawn() { # name cpu command...
   pids+=("$started_pid")
 }
 
-# shellcheck source=bench/lib.sh
-source bench/lib.sh
 
 # A process and all its descendants.
 proc_tree() {

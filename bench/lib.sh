@@ -78,3 +78,18 @@ http {
 }
 CONF
 }
+
+# Ends every process in the caller's `pids` and removes its `$tmp`: the trap both scripts
+# set on EXIT. A process started with setsid leads its own group, so the whole group
+# (workers a peer forked) is signalled; for the others the group kill fails and the
+# process alone is.
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+}

@@ -88,25 +88,16 @@ nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 log "building (release)"
 cargo build --release --quiet --examples --bin compaction-proxy
 
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+
 # --- processes --------------------------------------------------------------------------
 
 tmp=$(mktemp -d -t passthrough-bench.XXXXXX)
 pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${pids[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$tmp"
-}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# shellcheck source=bench/lib.sh
-source bench/lib.sh
 
 kb_of() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 cpu_ticks() { # utime + stime of the given processes
