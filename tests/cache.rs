@@ -11,6 +11,8 @@ use support::{client, post_chat, Mock, Proxy};
 
 /// The upstream's window, in the mock's tokens; the proxy is told the same.
 const WINDOW: u64 = 6000;
+/// A system prompt of this many sentences takes most of the window's prompt budget.
+const SYSTEM_REPEAT: usize = 330;
 const API_KEY: &str = "sk-proj-Xq7LmN2pR9sT4vW8yZ1aB3cD5eF6gH0jK2lM4nP6qR8sT0uV";
 const END_MARKER: &str = "[end of summary; the conversation continues below]";
 
@@ -91,7 +93,17 @@ fn compacted_part(body: &[u8]) -> Option<Vec<u8>> {
 /// A 60-turn session, played turn by turn as a client does: the whole history each time.
 /// Returns each turn's `x-compaction` header.
 async fn play(proxy: &Proxy, mock: &Mock, summary: &str, turns: usize) -> Vec<String> {
-    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    play_with("You are a coding agent.", proxy, mock, summary, turns).await
+}
+
+async fn play_with(
+    system: &str,
+    proxy: &Proxy,
+    mock: &Mock,
+    summary: &str,
+    turns: usize,
+) -> Vec<String> {
+    let mut history = vec![json!({"role": "system", "content": system})];
     let mut headers = Vec::new();
     for n in 0..turns {
         history.push(ask(n));
@@ -276,8 +288,10 @@ async fn with_the_cache_off_every_turn_is_compacted_anew() {
 async fn a_conversation_whose_compactions_save_little_stops_calling_the_summariser() {
     let mock = Mock::start().await;
     let proxy = proxy(&mock);
-    // Summaries nearly as long as what they replace: each compaction saves under a tenth.
-    let headers = play(&proxy, &mock, "long:2100", 60).await;
+    // Instructions fill most of the window, so each compaction has little to replace
+    // and saves under a tenth.
+    let system = "You are a coding agent; keep to the rules. ".repeat(SYSTEM_REPEAT);
+    let headers = play_with(&system, &proxy, &mock, "ok", 60).await;
     let compactions: Vec<&String> = headers
         .iter()
         .filter(|x| x.starts_with("applied") && !x.contains("summary=cache"))

@@ -133,8 +133,8 @@ pub struct Applied {
 /// The checkpoint a compaction makes: `input` is what it started from (the client's
 /// messages, or an applied checkpoint's form followed by the client's later messages),
 /// `output` what it produced. Returns the number of the client's messages replaced and
-/// the form replacing them; `None` when nothing of the client's was replaced, or the part
-/// kept verbatim starts with a tool result.
+/// the form replacing them; `None` when nothing of the client's was replaced. A verbatim
+/// run that starts with tool results leaves them to the form, with their call.
 ///
 /// Whatever the passes did, `output` ends with an unchanged run of `input`'s last messages;
 /// everything before that run is the form. So the checkpoint holds for any engine, and a
@@ -150,15 +150,14 @@ pub fn derive(
         .zip(output.iter().rev())
         .take_while(|(a, b)| a == b)
         .count();
-    let start = input.len() - kept;
-    let form_end = output.len() - kept;
-    if input
-        .get(start)
-        .and_then(|m| m.get("role"))
-        .and_then(Value::as_str)
-        .is_some_and(is_result)
-    {
-        return None;
+    let mut start = input.len() - kept;
+    let mut form_end = output.len() - kept;
+    // A form that ends with a call (the summary folded into the assistant message that
+    // made it) takes the call's results with it: a checkpoint never ends between the two.
+    let role = |m: &Value| m.get("role").and_then(Value::as_str).is_some_and(is_result);
+    while start > 0 && start < input.len() && role(&input[start]) {
+        start += 1;
+        form_end += 1;
     }
     let mut form = output[..form_end].to_vec();
     let replaced = match applied {
@@ -278,16 +277,18 @@ mod tests {
     }
 
     #[test]
-    fn no_checkpoint_when_nothing_was_replaced_or_the_tail_starts_with_a_result() {
+    fn no_checkpoint_when_nothing_was_replaced_and_never_one_before_a_result() {
         let input = [msg("user", "u"), msg("assistant", "a")];
         assert!(derive(&input, &input, None).is_none());
+        // The summary went into the message that made the call: its result goes with it.
         let input = [
             msg("user", "u"),
             msg("assistant", "calls"),
             msg("tool", "r"),
         ];
-        let output = [msg("user", "SUMMARY"), input[2].clone()];
-        assert!(derive(&input, &output, None).is_none());
+        let output = [msg("assistant", "SUMMARY; calls"), input[2].clone()];
+        let (replaced, form) = derive(&input, &output, None).unwrap();
+        assert_eq!((replaced, form), (3, output.to_vec()));
     }
 
     #[test]

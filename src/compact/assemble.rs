@@ -1,10 +1,13 @@
-//! Pass 6: head + summary + tail. The summary gets a role that touches neither neighbour's
-//! role, because several upstreams reject two user (or two assistant) messages in a row;
-//! when both roles would collide it is folded into a neighbour's text instead.
+//! Pass 6: head + summary + tail. The summary takes the role that keeps the strict order
+//! (user first, then alternating; see [`super::roles`]) with both neighbours: the user's
+//! where it can, else the assistant's. When neither fits, it is folded into a neighbour's
+//! text: the next message, or the previous one when the next is the latest user message,
+//! which is then left exactly as the client sent it.
 
 use serde_json::{json, Map, Value};
 
 use super::message::{Message, Role};
+use super::roles::Last;
 use super::summary::wrap;
 use super::tokens::Counter;
 
@@ -17,45 +20,49 @@ pub enum Placement {
 }
 
 /// `head` and `tail` are consecutive parts of the conversation; the summary goes between.
-/// `latest_user_in_tail` is the tail index of the latest user message, which stays verbatim.
 pub fn assemble(
     mut head: Vec<Message>,
     summary_body: &str,
     mut tail: Vec<Message>,
-    latest_user_in_tail: Option<usize>,
     counter: &Counter,
 ) -> (Vec<Message>, Placement) {
     let text = wrap(summary_body);
-    let prev = head.last().map(|m| m.role);
-    let next = tail.first().map(|m| m.role);
-    let order = if prev == Some(Role::User) {
-        [Role::Assistant, Role::User]
+    let prev = Last::after_all(&head);
+    let next_at = tail.iter().position(|m| !m.role.is_instruction());
+    let next = next_at.map(|i| tail[i].role);
+    let user_fits = prev.after(Role::User).is_ok() && next != Some(Role::User);
+    let assistant_fits = prev.after(Role::Assistant).is_ok() && next != Some(Role::Assistant);
+    let latest_user = tail.iter().rposition(|m| m.role == Role::User);
+    let placement = if user_fits || assistant_fits {
+        let role = if user_fits {
+            Role::User
+        } else {
+            Role::Assistant
+        };
+        let mut fields = Map::new();
+        fields.insert("content".into(), Value::String(text));
+        head.push(Message::new(role, fields, counter));
+        Placement::Own(role)
     } else {
-        [Role::User, Role::Assistant]
-    };
-    let placement = match order
-        .into_iter()
-        .find(|r| Some(*r) != prev && Some(*r) != next)
-    {
-        Some(role) => {
-            let mut fields = Map::new();
-            fields.insert("content".into(), Value::String(text));
-            head.push(Message::new(role, fields, counter));
-            Placement::Own(role)
-        }
-        // Both neighbours are user/assistant and differ: fold into one of them, never into
-        // the latest user message.
-        None if latest_user_in_tail != Some(0) => {
-            if let Some(first) = tail.first_mut() {
-                add_text(first, &text, true, counter);
+        // Both neighbours speak and differ from each other's role: the previous one is a
+        // user or assistant message whenever `prev` is not `Start`.
+        let previous = head.iter().rposition(|m| !m.role.is_instruction());
+        match (next_at, previous) {
+            (Some(_), Some(p)) if next_at == latest_user && prev != Last::Start => {
+                add_text(&mut head[p], &text, false, counter);
+                Placement::MergedIntoPrevious
             }
-            Placement::MergedIntoNext
-        }
-        None => {
-            if let Some(last) = head.last_mut() {
-                add_text(last, &text, false, counter);
+            (Some(n), _) => {
+                add_text(&mut tail[n], &text, true, counter);
+                Placement::MergedIntoNext
             }
-            Placement::MergedIntoPrevious
+            // Unreachable: with no next message the summary always has a role of its own.
+            (None, _) => {
+                let mut fields = Map::new();
+                fields.insert("content".into(), Value::String(text));
+                head.push(Message::new(Role::User, fields, counter));
+                Placement::Own(Role::User)
+            }
         }
     };
     head.append(&mut tail);
@@ -97,52 +104,52 @@ mod tests {
         v.iter().map(|m| m.role.as_str()).collect()
     }
 
-    #[test]
-    fn picks_a_role_that_touches_neither_neighbour() {
-        let c = Counter::new(Encoding::O200k);
-        let (out, p) = assemble(
-            vec![m("system", "s")],
-            "body",
-            vec![m("assistant", "a"), m("user", "u")],
-            Some(1),
-            &c,
-        );
-        assert_eq!(p, Placement::Own(Role::User));
-        assert_eq!(roles(&out), ["system", "user", "assistant", "user"]);
-        let (out, p) = assemble(
-            vec![m("system", "s")],
-            "body",
-            vec![m("user", "u")],
-            Some(0),
-            &c,
-        );
-        assert_eq!(p, Placement::Own(Role::Assistant));
-        assert_eq!(roles(&out), ["system", "assistant", "user"]);
+    fn place(head: Vec<Message>, tail: Vec<Message>) -> (Vec<Message>, Placement) {
+        assemble(head, "body", tail, &Counter::new(Encoding::O200k))
     }
 
     #[test]
-    fn folds_into_a_neighbour_when_both_roles_collide() {
-        let c = Counter::new(Encoding::O200k);
-        let (out, p) = assemble(
-            vec![m("user", "first")],
-            "body",
+    fn the_summary_speaks_as_the_user_where_the_order_allows() {
+        let (out, p) = place(
+            vec![m("system", "s")],
             vec![m("assistant", "a"), m("user", "u")],
-            Some(1),
-            &c,
+        );
+        assert_eq!(p, Placement::Own(Role::User));
+        assert_eq!(roles(&out), ["system", "user", "assistant", "user"]);
+        // After the task and before another user message: the assistant's turn.
+        let (out, p) = place(
+            vec![m("system", "s"), m("user", "task")],
+            vec![m("user", "u"), m("assistant", "a"), m("user", "v")],
+        );
+        assert_eq!(p, Placement::Own(Role::Assistant));
+        assert_eq!(
+            roles(&out),
+            ["system", "user", "assistant", "user", "assistant", "user"]
+        );
+    }
+
+    #[test]
+    fn with_no_room_between_speakers_it_joins_a_neighbour() {
+        // Nothing but instructions before the latest user message: it goes first in it,
+        // and the client's text ends the message unchanged.
+        let (out, p) = place(vec![m("system", "s")], vec![m("user", "latest")]);
+        assert_eq!(p, Placement::MergedIntoNext);
+        assert_eq!(roles(&out), ["system", "user"]);
+        assert!(out[1].text().starts_with(MARKER) && out[1].text().ends_with("\n\nlatest"));
+        // Task then an assistant reply: the reply carries it.
+        let (out, p) = place(
+            vec![m("user", "task")],
+            vec![m("assistant", "a"), m("user", "u")],
         );
         assert_eq!(p, Placement::MergedIntoNext);
-        assert_eq!(roles(&out), ["user", "assistant", "user"]);
         assert!(out[1].text().starts_with(MARKER) && out[1].text().ends_with("\n\na"));
-        // The latest user message is never the one that absorbs the summary.
-        let (out, p) = assemble(
-            vec![m("assistant", "prev")],
-            "body",
+        // The latest user message is left alone when the previous message can take it.
+        let (out, p) = place(
+            vec![m("user", "task"), m("assistant", "prev")],
             vec![m("user", "u")],
-            Some(0),
-            &c,
         );
         assert_eq!(p, Placement::MergedIntoPrevious);
-        assert_eq!(out[1].text(), "u");
-        assert!(out[0].text().starts_with("prev\n\n"));
+        assert_eq!(out[2].text(), "u");
+        assert!(out[1].text().starts_with("prev\n\n"));
     }
 }

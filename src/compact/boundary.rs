@@ -1,64 +1,106 @@
-//! Pass 4: where the protected head ends and the verbatim tail starts. Everything between
-//! is replaced by the summary.
+//! Pass 4: where the protected head ends and the kept tail starts. Everything between is
+//! replaced by the summary, and it is as little as the budget allows: the tail keeps the
+//! turn in progress and as much recent history as fits, newest first, each group whole
+//! where it fits, pruned where only that fits, and the last one cut to the room left, so
+//! the result fills its budget instead of dropping a large message and much of the room
+//! with it.
 
-use super::merge::last_user;
-use super::message::Message;
+use std::collections::HashSet;
 
-/// End (exclusive) of the protected head: leading system/developer messages, then the first
-/// `first_n` other messages, extended past any results that answer a call inside the head.
-/// The head stops before the latest user message: the summary must come before it, or a
-/// model would take the summary for the newest request.
-pub fn head_end(messages: &[Message], first_n: usize) -> usize {
-    let mut end = messages
-        .iter()
-        .position(|m| !m.role.is_instruction())
-        .unwrap_or(messages.len());
-    end = (end + first_n).min(messages.len());
-    while end < messages.len() && messages[end].role.is_result() {
+use super::message::{Message, Role};
+use super::prune::Pruner;
+use super::regions::Regions;
+use super::summary::has_marker;
+use super::tokens::Counter;
+
+/// A message is cut to the room left only when that room is worth a message.
+const MIN_CUT_TOKENS: usize = 200;
+
+/// End (exclusive) of the protected head: the leading instructions, the task (the first
+/// user message) and, with `first_n` of 2 or more, the assistant's reply to it with its
+/// results, unless that reply carries an earlier summary. Never reaches into the turn in
+/// progress.
+pub fn head_end(messages: &[Message], regions: &Regions, first_n: usize) -> usize {
+    let Some(task) = regions.task else {
+        return regions.instructions_end.min(regions.turn_start);
+    };
+    let mut end = task + 1;
+    let reply = messages
+        .get(end)
+        .is_some_and(|m| m.role == Role::Assistant && !has_marker(&m.text()));
+    if first_n >= 2 && reply {
         end += 1;
+        while end < messages.len() && messages[end].role.is_result() {
+            end += 1;
+        }
     }
-    match last_user(messages) {
-        Some(u) => end.min(u),
-        None => end,
-    }
+    end.min(regions.turn_start)
 }
 
-/// Start of the protected tail. Walks back from the end adding whole messages while they
-/// fit `budget`, letting one message run over up to 1.5x so a large recent message is not
-/// the reason the tail stops short; keeps at least `min_messages`; never starts on a result
-/// (the call and its results stay together); always includes the latest user message.
+/// How much history the tail may keep.
+#[derive(Clone, Copy, Debug)]
+pub struct Room {
+    /// Tokens of history to keep beside everything else.
+    pub fill: usize,
+    /// How far the last group kept may run past `fill` (up to the hard target).
+    pub stretch: usize,
+}
+
+/// Start of the kept tail, walking back from the turn in progress by groups (an assistant
+/// message with its results, or one message). Instructions cost nothing here: they are
+/// kept wherever they stand. Replaces messages of the tail by their pruned or cut forms
+/// where that is what fits.
 pub fn tail_start(
-    messages: &[Message],
+    messages: &mut [Message],
     head_end: usize,
-    budget: usize,
-    min_messages: usize,
+    turn_start: usize,
+    room: Room,
+    pruner: &Pruner,
+    counter: &Counter,
 ) -> usize {
-    let n = messages.len();
-    if head_end >= n {
-        return n;
-    }
-    let soft_ceiling = budget.saturating_add(budget / 2);
-    let mut used = 0usize;
-    let mut start = n;
-    for i in (head_end..n).rev() {
-        let kept = n - i - 1;
-        let cost = messages[i].tokens;
-        if kept >= min_messages && used.saturating_add(cost) > soft_ceiling {
+    let mut start = turn_start;
+    let mut left = room.fill;
+    // Results that were pruned, so no earlier copy is turned into a pointer to them.
+    let mut pruned: HashSet<usize> = HashSet::new();
+    while start > head_end {
+        let g = align_to_group_start(messages, start - 1).max(head_end);
+        let cost = cost(&messages[g..start]);
+        if cost <= left {
+            left -= cost;
+            start = g;
+            continue;
+        }
+        let end = start;
+        let prunes = pruner.oldest_first(messages, g..end, usize::MAX, |j| {
+            j >= end && !pruned.contains(&j)
+        });
+        let smaller = cost.saturating_sub(prunes.saved);
+        if smaller <= left.saturating_add(room.stretch) {
+            pruned.extend(g..end);
+            prunes.apply(messages);
+            start = g;
+            if smaller <= left {
+                left -= smaller;
+                continue;
+            }
             break;
         }
-        if kept >= min_messages && used > budget {
-            break;
+        let text = g + 1 == end && matches!(messages[g].role, Role::User | Role::Assistant);
+        if text && !messages[g].makes_calls() && left >= MIN_CUT_TOKENS {
+            messages[g].cut_to(left, counter);
+            start = g;
         }
-        used = used.saturating_add(cost);
-        start = i;
-    }
-    start = align_to_group_start(messages, start).max(head_end);
-    if let Some(u) = last_user(messages) {
-        if u >= head_end {
-            start = start.min(u);
-        }
+        break;
     }
     start
+}
+
+fn cost(group: &[Message]) -> usize {
+    group
+        .iter()
+        .filter(|m| !m.role.is_instruction())
+        .map(|m| m.tokens)
+        .sum()
 }
 
 /// Moves a boundary that falls on a tool/function result back to the assistant message
@@ -73,8 +115,8 @@ pub fn align_to_group_start(messages: &[Message], mut idx: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::message::Role;
-    use crate::compact::tokens::{Counter, Encoding};
+    use crate::compact::tokens::Encoding;
+    use crate::compact::Options;
     use serde_json::{json, Value};
 
     fn convo(roles: &[(&str, usize)]) -> Vec<Message> {
@@ -102,59 +144,85 @@ mod tests {
             .collect()
     }
 
+    fn walk(m: &mut [Message], fill: usize, stretch: usize) -> usize {
+        let c = Counter::new(Encoding::O200k);
+        let opts = Options::default();
+        let regions = Regions::find(m);
+        let snapshot = m.to_vec();
+        let pruner = Pruner::new(&snapshot, &opts, &c);
+        let head = head_end(m, &regions, 2);
+        tail_start(
+            m,
+            head,
+            regions.turn_start,
+            Room { fill, stretch },
+            &pruner,
+            &c,
+        )
+    }
+
     #[test]
-    fn head_covers_instructions_and_first_turns_and_whole_groups() {
+    fn head_covers_instructions_the_task_and_its_reply() {
         let m = convo(&[
             ("system", 5),
             ("developer", 5),
             ("user", 5),
             ("call", 0),
             ("tool", 5),
+            ("assistant", 5),
             ("user", 5),
         ]);
-        assert_eq!(head_end(&m, 0), 2);
-        assert_eq!(head_end(&m, 1), 3);
-        assert_eq!(head_end(&m, 2), 5, "the call's result joins the head");
+        let r = Regions::find(&m);
+        assert_eq!(head_end(&m, &r, 0), 3, "the task is always kept");
+        assert_eq!(head_end(&m, &r, 2), 5, "the reply's results join the head");
+        let only_turn = convo(&[("system", 5), ("user", 5), ("call", 0), ("tool", 5)]);
+        let r = Regions::find(&only_turn);
         assert_eq!(
-            head_end(&m, 9),
-            5,
-            "the latest user message is never in the head"
+            head_end(&only_turn, &r, 2),
+            1,
+            "never into the turn in progress"
         );
     }
 
     #[test]
-    fn tail_respects_budget_groups_and_latest_user() {
-        let m = convo(&[
-            ("system", 5),
+    fn the_tail_keeps_whole_groups_newest_first() {
+        let mut m = convo(&[
+            ("user", 10),
+            ("assistant", 10),
             ("user", 100),
             ("assistant", 100),
             ("user", 100),
-            ("call", 0),
-            ("tool", 100),
-            ("call", 0),
-            ("tool", 100),
             ("assistant", 100),
+            ("user", 10),
         ]);
-        // A small budget keeps the minimum, pulled back so the user message is included.
-        let start = tail_start(&m, 1, 10, 1);
-        assert_eq!(start, 3);
-        assert_eq!(m[start].role, Role::User);
-        // A boundary on a tool result moves to its call.
-        assert_eq!(align_to_group_start(&m, 7), 6);
-        // A generous budget keeps everything after the head.
-        assert_eq!(tail_start(&m, 1, 100_000, 3), 1);
+        let each = m[3].tokens;
+        assert_eq!(walk(&mut m, 2 * each + 5, 0), 4);
+        assert_eq!(walk(&mut m, 100_000, 0), 2, "never into the head");
     }
 
     #[test]
-    fn one_large_recent_message_may_exceed_the_budget() {
-        let m = convo(&[
+    fn the_last_group_is_pruned_or_cut_rather_than_dropped() {
+        // A large tool output at the boundary: pruned to a line, kept in the tail.
+        let mut m = convo(&[
             ("user", 10),
             ("assistant", 10),
             ("user", 10),
+            ("call", 0),
+            ("tool", 3000),
             ("assistant", 10),
-            ("user", 140),
+            ("user", 10),
         ]);
-        let budget = m[4].tokens - 20;
-        assert_eq!(tail_start(&m, 0, budget, 0), 4);
+        assert_eq!(walk(&mut m, 400, 0), 2);
+        assert!(m[4].text().starts_with("[output of f"));
+        // A large user message at the boundary: cut to the room left.
+        let mut m = convo(&[
+            ("user", 10),
+            ("assistant", 10),
+            ("user", 3000),
+            ("assistant", 10),
+            ("user", 10),
+        ]);
+        assert_eq!(walk(&mut m, 1000, 0), 2);
+        assert!(m[2].tokens <= 1000 && m[2].tokens > 500, "{}", m[2].tokens);
     }
 }

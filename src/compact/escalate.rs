@@ -1,16 +1,56 @@
-//! Pass 8: when head + summary + tail is still over the target, give up more in a fixed
-//! sequence of steps, each tried once: a smaller tail, pruned tail tool traffic, truncated
-//! oversized messages, and finally instructions + summary + latest user message alone.
+//! Pass 8: when head + summary + tail is still over the target, give up more, in the
+//! order that costs the model least, each step taken once and only while still over:
+//!
+//! 1. prune tool traffic, oldest first, in the head's first exchange and in the tail up to
+//!    the latest calls;
+//! 2. fold the head's first exchange into the summary, a group at a time (the leading
+//!    instructions and the task stay);
+//! 3. fold the history kept in the tail into it too, oldest group first;
+//! 4. raise the target towards the ceiling: the answer gets less room, the turn in
+//!    progress keeps its own;
+//! 5. cut a huge task to a quarter of the target;
+//! 6. cut the turn's earlier messages, largest first;
+//! 7. shorten the summary;
+//! 8. cut the latest tool results and what else the turn holds, largest first, keeping
+//!    each one's beginning and end. The latest user message is never cut.
+//!
 //! The smallest candidate wins if none fits.
 
 use serde_json::Value;
 
-use super::boundary;
-use super::merge::last_user;
-use super::message::{keep_ends, Message};
-use super::prune;
-use super::summary::{digest, wrap};
-use super::{build, chars_for, Options, Plan};
+use super::message::{keep_ends, Message, Role};
+use super::prune::Pruner;
+use super::roles::OPENING;
+use super::summary::{self, digest};
+use super::{build, chars_for, note_prunes, Options, Plan};
+
+/// Messages are never cut below this many tokens: what is left must still say what it was.
+const CUT_FLOOR: usize = 48;
+/// Nor is a summary shortened below this.
+const SUMMARY_FLOOR: usize = 64;
+
+/// The messages to send, with the notes on the steps taken.
+pub struct Fitted {
+    pub messages: Vec<Message>,
+    pub notes: Vec<String>,
+    /// The target reached for: the plan's, or higher when the answer's room was lowered.
+    pub target: usize,
+    /// Escalation wrote (or extended) the summary from turns it folded in.
+    pub summarised: bool,
+}
+
+/// The parts of a candidate: `tail[turn..]` is the turn in progress.
+struct Draft<'p> {
+    plan: &'p Plan,
+    head: Vec<Message>,
+    kept: Vec<Message>,
+    body: Option<String>,
+    tail: Vec<Message>,
+    turn: usize,
+    target: usize,
+    notes: Vec<String>,
+    summarised: bool,
+}
 
 struct Best {
     messages: Vec<Message>,
@@ -18,164 +58,371 @@ struct Best {
     notes: Vec<String>,
 }
 
-impl Best {
-    /// Keeps `candidate` if it is smaller; says whether it fits.
-    fn offer(&mut self, plan: &Plan, candidate: Vec<Message>, notes: &[String]) -> bool {
-        let tokens = plan.total(&candidate);
-        if tokens < self.tokens {
-            self.messages = candidate;
-            self.tokens = tokens;
-            self.notes = notes.to_vec();
-        }
-        tokens <= plan.target
+impl Draft<'_> {
+    /// The candidate these parts make, with the notes on the steps that led to it.
+    fn build(&self) -> (Vec<Message>, Vec<String>) {
+        let mut notes = self.notes.clone();
+        let messages = build(
+            self.plan,
+            &self.head,
+            &self.kept,
+            self.body.as_deref(),
+            &self.tail,
+            &mut notes,
+        );
+        (messages, notes)
     }
+
+    /// Builds the candidate, keeps it if it is the smallest yet; whether it fits.
+    fn offer(&mut self, best: &mut Best) -> bool {
+        let (candidate, notes) = self.build();
+        let tokens = self.plan.total(&candidate);
+        if tokens < best.tokens {
+            best.messages = candidate;
+            best.tokens = tokens;
+            best.notes = notes;
+        }
+        tokens <= self.target
+    }
+
+    fn over(&self, best: &Best) -> usize {
+        best.tokens.saturating_sub(self.target)
+    }
+
+    /// Index in the tail of the latest assistant message that called tools.
+    fn latest_calls(&self) -> Option<usize> {
+        // Steps only ever take messages from before them, so they stay the last calls.
+        self.plan.regions.latest_calls?;
+        let turn = self.tail.get(self.turn..)?;
+        turn.iter()
+            .rposition(Message::makes_calls)
+            .map(|i| i + self.turn)
+    }
+
+    /// Index in the tail of the latest user message, which is never cut.
+    fn latest_user(&self) -> Option<usize> {
+        self.tail.iter().rposition(|m| m.role == Role::User)
+    }
+
+    /// Folds `messages` into the summary (instructions among them are kept instead).
+    fn digest(&mut self, messages: Vec<Message>, opts: &Options) {
+        let (instructions, turns): (Vec<Message>, Vec<Message>) =
+            messages.into_iter().partition(|m| m.role.is_instruction());
+        self.kept.extend(instructions);
+        if turns.is_empty() {
+            return;
+        }
+        self.absorb_earlier_summaries();
+        let budget = chars_for(opts.summary_budget(self.target));
+        self.body = Some(digest(self.body.as_deref(), &turns, budget));
+        self.summarised = true;
+    }
+
+    /// Takes an earlier summary still standing in a kept message (one folded into the
+    /// message after it) into the summary being written, so the result carries one.
+    fn absorb_earlier_summaries(&mut self) {
+        let counter = self.plan.counter;
+        let mut earlier = Vec::new();
+        for m in self.head.iter_mut().chain(self.tail.iter_mut()) {
+            let Some((body, rest)) = summary::extract(&m.text()) else {
+                continue;
+            };
+            let rest = if rest.is_empty() {
+                OPENING.to_string()
+            } else {
+                rest
+            };
+            m.set_content(Value::String(rest), &counter);
+            earlier.push(body);
+        }
+        if earlier.is_empty() {
+            return;
+        }
+        earlier.extend(self.body.take());
+        self.body = Some(earlier.join("\n\n"));
+    }
+
+    /// Cuts the tail messages at `candidates` down to a common level, largest first,
+    /// until `over` tokens are saved or all are at the floor. Returns how many were cut.
+    fn level(&mut self, candidates: &[usize], over: usize) -> usize {
+        let counter = self.plan.counter;
+        let mut cut = 0;
+        let mut over = over;
+        // A second round makes up for what the notes added by each cut cost.
+        for _ in 0..2 {
+            if over == 0 {
+                break;
+            }
+            let sizes: Vec<usize> = candidates.iter().map(|&i| self.tail[i].tokens).collect();
+            let level = water_level(&sizes, over, CUT_FLOOR);
+            let before: usize = sizes.iter().sum();
+            for &i in candidates {
+                if self.tail[i].tokens > level && self.tail[i].cut_to(level, &counter) {
+                    cut += 1;
+                }
+            }
+            let after: usize = candidates.iter().map(|&i| self.tail[i].tokens).sum();
+            over = over.saturating_sub(before.saturating_sub(after));
+        }
+        cut
+    }
+}
+
+/// Folds `messages` into the summary one group at a time, oldest first, until a candidate
+/// fits; `place` puts what is not folded yet back in its place. Whether one fitted.
+fn fold(
+    d: &mut Draft,
+    best: &mut Best,
+    opts: &Options,
+    messages: &[Message],
+    place: impl Fn(&mut Draft, usize),
+) -> bool {
+    // Each try starts from the same parts: digesting may also take an earlier summary
+    // out of a kept message.
+    let (body, kept, summarised) = (d.body.clone(), d.kept.clone(), d.summarised);
+    let (head, tail) = (d.head.clone(), d.tail.clone());
+    let mut moved = 0;
+    while moved < messages.len() {
+        moved = next_group_end(messages, moved, messages.len());
+        d.body = body.clone();
+        d.kept = kept.clone();
+        d.summarised = summarised;
+        d.head = head.clone();
+        d.tail = tail.clone();
+        d.digest(messages[..moved].to_vec(), opts);
+        place(d, moved);
+        if d.offer(best) {
+            return true;
+        }
+    }
+    false
+}
+
+/// End of the group (a message, or an assistant message with its results) that starts at
+/// `at`, at most `limit`.
+fn next_group_end(messages: &[Message], at: usize, limit: usize) -> usize {
+    let mut end = at + 1;
+    while end < limit && messages[end].role.is_result() {
+        end += 1;
+    }
+    end.min(limit)
+}
+
+/// The highest level L (at least `floor`) such that cutting every size above L down to L
+/// saves `over`; `floor` when even that is not enough.
+fn water_level(sizes: &[usize], over: usize, floor: usize) -> usize {
+    let saved = |level: usize| -> usize { sizes.iter().map(|s| s.saturating_sub(level)).sum() };
+    let (mut lo, mut hi) = (
+        floor,
+        sizes.iter().copied().max().unwrap_or(floor).max(floor),
+    );
+    if saved(lo) < over {
+        return floor;
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if saved(mid) >= over {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
 }
 
 /// Returns the assembled messages and notes on the steps taken.
-pub fn build_fitting(plan: &Plan, body: &str, opts: &Options) -> (Vec<Message>, Vec<String>) {
+pub fn build_fitting(plan: &Plan, body: Option<String>, opts: &Options) -> Fitted {
     let msgs = &plan.messages;
-    let counter = &plan.counter;
-    let mut notes = Vec::new();
-    let first = build(
+    let mut d = Draft {
         plan,
-        &msgs[..plan.head_end],
-        &plan.kept_instructions,
+        head: msgs[..plan.head_end].to_vec(),
+        kept: plan.kept_instructions.clone(),
         body,
-        &msgs[plan.tail_start..],
-        &mut notes,
-    );
+        tail: msgs[plan.tail_start..].to_vec(),
+        turn: plan.regions.turn_start - plan.tail_start,
+        target: plan.target,
+        notes: Vec::new(),
+        summarised: false,
+    };
+    let (first, notes) = d.build();
     let mut best = Best {
         tokens: plan.total(&first),
         messages: first,
-        notes: notes.clone(),
+        notes,
     };
-    if best.tokens <= plan.target {
-        return (best.messages, best.notes);
+    if best.tokens > d.target && !escalate(&mut d, &mut best, opts) {
+        best.notes.push("escalate: no form fits".into());
     }
-    let budget_chars = chars_for(opts.summary_budget(plan.target));
-
-    // 1. No protected first turns, a quarter of the tail budget, one message minimum.
-    let head_end = boundary::head_end(msgs, 0);
-    let tail_start = boundary::tail_start(msgs, head_end, opts.tail_budget(plan.target) / 4, 1)
-        .max(plan.tail_start);
-    // Instructions keep their relative order: those from the dropped head turns come before
-    // the middle's, those from the dropped tail turns after.
-    let mut kept = Vec::new();
-    let mut extra = Vec::new();
-    let mut sort = |m: &Message, kept: &mut Vec<Message>| {
-        if m.role.is_instruction() {
-            kept.push(m.clone());
-        } else {
-            extra.push(m.clone());
-        }
-    };
-    msgs[head_end..plan.head_end]
-        .iter()
-        .for_each(|m| sort(m, &mut kept));
-    kept.extend(plan.kept_instructions.iter().cloned());
-    msgs[plan.tail_start..tail_start]
-        .iter()
-        .for_each(|m| sort(m, &mut kept));
-    let body = if extra.is_empty() {
-        body.to_string()
-    } else {
-        digest(Some(body), &extra, budget_chars)
-    };
-    notes.push(format!(
-        "escalate: tail cut to {} messages",
-        msgs.len() - tail_start
-    ));
-    let mut tail = msgs[tail_start..].to_vec();
-    let candidate = build(plan, &msgs[..head_end], &kept, &body, &tail, &mut notes);
-    if best.offer(plan, candidate, &notes) {
-        return (best.messages, best.notes);
+    Fitted {
+        messages: best.messages,
+        notes: best.notes,
+        target: d.target,
+        summarised: d.summarised,
     }
-
-    // 2. Prune tool outputs and arguments inside the tail as well.
-    let stats = prune::prune(&mut tail, usize::MAX, opts, counter);
-    if stats.total() > 0 {
-        notes.push(format!("escalate: pruned {} in the tail", stats.total()));
-    }
-    let candidate = build(plan, &msgs[..head_end], &kept, &body, &tail, &mut notes);
-    if best.offer(plan, candidate, &notes) {
-        return (best.messages, best.notes);
-    }
-
-    // 3. Cut single oversized messages down to their beginning and end.
-    let cap = (plan.target / 8).max(256);
-    let latest = last_user(&tail);
-    let mut cut = 0;
-    for (i, m) in tail.iter_mut().enumerate() {
-        if Some(i) != latest && !m.role.is_instruction() && m.tokens > cap {
-            cut += usize::from(truncate(m, chars_for(cap), counter));
-        }
-    }
-    let body = keep_ends(&body, budget_chars * 2 / 3, budget_chars / 3);
-    if cut > 0 {
-        notes.push(format!("escalate: truncated {cut} messages"));
-    }
-    let candidate = build(plan, &msgs[..head_end], &kept, &body, &tail, &mut notes);
-    if best.offer(plan, candidate, &notes) {
-        return (best.messages, best.notes);
-    }
-
-    // 4. Last resort: every instruction, the summary, the latest user message.
-    let instructions: Vec<Message> = msgs
-        .iter()
-        .filter(|m| m.role.is_instruction())
-        .cloned()
-        .collect();
-    let latest: Vec<Message> = last_user(msgs)
-        .map(|i| msgs[i].clone())
-        .into_iter()
-        .collect();
-    let dropped: Vec<Message> = tail
-        .iter()
-        .enumerate()
-        .filter(|(i, m)| Some(*i) != last_user(&tail) && !m.role.is_instruction())
-        .map(|(_, m)| m.clone())
-        .collect();
-    let fixed = plan.total(&instructions) + plan.total(&latest) - plan.overhead;
-    let framing = counter.text(&wrap("")) + 8;
-    let room = plan.target.saturating_sub(fixed + framing);
-    let room_chars = chars_for(room).min(budget_chars);
-    let body = digest(Some(&body), &dropped, room_chars);
-    let body = keep_ends(&body, room_chars * 2 / 3, room_chars / 3);
-    notes.push("escalate: last resort, instructions + summary + latest user message".into());
-    let candidate = build(plan, &instructions, &[], &body, &latest, &mut notes);
-    best.offer(plan, candidate, &notes);
-    (best.messages, best.notes)
 }
 
-/// Keeps the beginning and end of each long text in a message. Returns whether it changed.
-fn truncate(m: &mut Message, max_chars: usize, counter: &super::Counter) -> bool {
-    let head = max_chars * 2 / 3;
-    let tail = max_chars / 3;
-    let content = match m.content() {
-        Some(Value::String(s)) if s.len() > max_chars => Value::String(keep_ends(s, head, tail)),
-        Some(Value::Array(parts)) => {
-            let mut changed = false;
-            let parts: Vec<Value> = parts
+/// Runs the steps until one fits; whether one did.
+fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
+    let counter = d.plan.counter;
+
+    // 1. Tool traffic, oldest first: the head's first exchange, then the tail up to the
+    //    latest calls.
+    let over = d.over(best);
+    let head = Pruner::new(&d.head, opts, &counter);
+    let lead = d.plan.regions.instructions_end.min(d.head.len());
+    let head_prunes = head.oldest_first(&d.head, lead..d.head.len(), over, |_| false);
+    let saved = head_prunes.saved;
+    let mut stats = head_prunes.apply(&mut d.head);
+    let end = d.latest_calls().unwrap_or(d.tail.len());
+    let pruner = Pruner::new(&d.tail, opts, &counter);
+    let prunes = pruner.oldest_first(&d.tail, 0..end, over.saturating_sub(saved), |j| j >= end);
+    stats.add(prunes.apply(&mut d.tail));
+    note_prunes(&mut d.notes, "escalate: pruned", stats);
+    if stats.total() > 0 && d.offer(best) {
+        return true;
+    }
+
+    // 2. The head's first exchange joins the summary, oldest group first: the leading
+    //    instructions and the task stay.
+    let task = d.plan.regions.task.filter(|&t| t < d.head.len());
+    let head = d.head.clone();
+    let folded: Vec<usize> = (0..head.len())
+        .filter(|&i| Some(i) != task && !head[i].role.is_instruction())
+        .collect();
+    if !folded.is_empty() {
+        let rest: Vec<Message> = folded.iter().map(|&i| head[i].clone()).collect();
+        d.notes.push("escalate: first exchange summarised".into());
+        let fitted = fold(d, best, opts, &rest, |d, moved| {
+            d.head = head
                 .iter()
-                .map(|p| {
-                    let mut p = p.clone();
-                    if let Some(Value::String(t)) = p.get_mut("text") {
-                        if t.len() > max_chars {
-                            *t = keep_ends(t, head, tail);
-                            changed = true;
-                        }
-                    }
-                    p
-                })
+                .enumerate()
+                .filter(|(i, _)| !folded[..moved].contains(i))
+                .map(|(_, m)| m.clone())
                 .collect();
-            if !changed {
-                return false;
-            }
-            Value::Array(parts)
+        });
+        if fitted {
+            return true;
         }
-        _ => return false,
+    }
+
+    // 3. So does the history kept in the tail, oldest group first.
+    if d.turn > 0 {
+        let history = d.tail[..d.turn].to_vec();
+        let turn = d.tail[d.turn..].to_vec();
+        d.notes.push("escalate: tail history summarised".into());
+        let fitted = fold(d, best, opts, &history, |d, moved| {
+            d.tail = history[moved..].to_vec();
+            d.tail.extend_from_slice(&turn);
+            d.turn = history.len() - moved;
+        });
+        if fitted {
+            return true;
+        }
+    }
+
+    // 4. The answer's room, down to its minimum, before the turn's own messages.
+    if d.plan.ceiling > d.target {
+        d.target = d.plan.ceiling;
+        d.notes.push(format!(
+            "escalate: answer room lowered, target {}",
+            d.target
+        ));
+        if best.tokens <= d.target {
+            return true;
+        }
+    }
+
+    // 5. A huge task is cut to a quarter of the target.
+    let task = d.head.iter().rposition(|m| m.role == Role::User);
+    if let Some(t) = task {
+        if d.head[t].cut_to(d.target / 4, &counter) {
+            d.notes.push("escalate: task cut".into());
+            if d.offer(best) {
+                return true;
+            }
+        }
+    }
+
+    // 6. The turn's earlier messages, before its latest calls.
+    let cuttable = |d: &Draft, range: std::ops::Range<usize>| -> Vec<usize> {
+        let latest_user = d.latest_user();
+        range
+            .filter(|&i| Some(i) != latest_user && !d.tail[i].role.is_instruction())
+            .collect()
     };
-    let before = m.tokens;
-    m.set_content(content, counter);
-    m.tokens < before
+    let end = d.latest_calls().unwrap_or(0);
+    let earlier = cuttable(d, 0..end);
+    let cut = d.level(&earlier, d.over(best));
+    if cut > 0 {
+        d.notes
+            .push(format!("escalate: {cut} earlier messages of the turn cut"));
+        if d.offer(best) {
+            return true;
+        }
+    }
+
+    // 6b. Still over: the turn's earlier rounds of calls join the summary, oldest first.
+    //     Its user messages and the latest calls stay.
+    let end = d.latest_calls().unwrap_or(0);
+    let tail = d.tail.clone();
+    let rounds: Vec<usize> = (d.turn..end)
+        .filter(|&i| !matches!(tail[i].role, Role::User) && !tail[i].role.is_instruction())
+        .collect();
+    if !rounds.is_empty() {
+        let moved_msgs: Vec<Message> = rounds.iter().map(|&i| tail[i].clone()).collect();
+        let turn = d.turn;
+        d.notes
+            .push("escalate: earlier rounds of the turn summarised".into());
+        let fitted = fold(d, best, opts, &moved_msgs, |d, moved| {
+            d.tail = tail
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !rounds[..moved].contains(i))
+                .map(|(_, m)| m.clone())
+                .collect();
+            d.turn = turn;
+        });
+        if fitted {
+            return true;
+        }
+    }
+
+    // 7. A shorter summary.
+    if let Some(body) = d.body.take() {
+        let keep = counter
+            .text(&body)
+            .saturating_sub(d.over(best))
+            .max(SUMMARY_FLOOR);
+        let chars = chars_for(keep);
+        d.body = Some(keep_ends(&body, chars * 2 / 3, chars / 3));
+        d.notes.push("escalate: summary shortened".into());
+        if d.offer(best) {
+            return true;
+        }
+    }
+
+    // 8. Last: the latest results and whatever else the turn holds.
+    let rest = cuttable(d, 0..d.tail.len());
+    let cut = d.level(&rest, d.over(best));
+    if cut > 0 {
+        d.notes
+            .push(format!("escalate: {cut} messages of the turn cut to fit"));
+        if d.offer(best) {
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_water_level_saves_what_is_asked_cutting_the_largest_first() {
+        assert_eq!(water_level(&[1000, 100, 50], 500, 10), 500);
+        assert_eq!(water_level(&[1000, 600, 50], 500, 10), 550);
+        assert_eq!(water_level(&[100, 100], 1000, 10), 10);
+        assert_eq!(water_level(&[], 5, 10), 10);
+    }
 }

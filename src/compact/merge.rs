@@ -49,7 +49,7 @@ fn can_merge(prev: &Message, next: &Message) -> bool {
     role_ok && same_fields && !has_marker(&prev.text()) && !has_marker(&next.text())
 }
 
-fn join_content(a: Option<&Value>, b: Option<&Value>) -> Value {
+pub(super) fn join_content(a: Option<&Value>, b: Option<&Value>) -> Value {
     match (a, b) {
         (None | Some(Value::Null), other) | (other, None | Some(Value::Null)) => {
             other.cloned().unwrap_or(Value::Null)

@@ -141,6 +141,33 @@ impl Message {
         self.body.get("name").and_then(Value::as_str)
     }
 
+    /// Shortens the message's text to about `tokens`, keeping the beginning and the end
+    /// of each text and saying how much was cut. Returns whether it got smaller.
+    pub fn cut_to(&mut self, tokens: usize, counter: &Counter) -> bool {
+        let before = self.tokens;
+        if before <= tokens {
+            return false;
+        }
+        let Some(original) = self.content().cloned() else {
+            return false;
+        };
+        let chars: usize = text_lens(&original).iter().sum();
+        if chars == 0 {
+            return false;
+        }
+        // Text and tokens shrink in about the same proportion; a second or third try
+        // corrects for the framing and the note the cut adds.
+        let mut keep = chars.saturating_mul(tokens) / before;
+        for _ in 0..4 {
+            self.set_content(cut_texts(&original, keep, chars), counter);
+            if self.tokens <= tokens {
+                break;
+            }
+            keep = keep.saturating_mul(tokens) / self.tokens.max(1);
+        }
+        self.tokens < before
+    }
+
     /// Whether any content part is an image, audio clip or file.
     pub fn has_media(&self) -> bool {
         match self.content() {
@@ -192,6 +219,44 @@ pub fn is_media_part(part: &Value) -> bool {
         part_type(part),
         "image_url" | "input_image" | "image" | "input_audio" | "audio" | "file" | "input_file"
     )
+}
+
+/// Lengths of the texts of a content value that `cut_texts` may shorten.
+fn text_lens(content: &Value) -> Vec<usize> {
+    match content {
+        Value::String(s) => vec![s.len()],
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(str::len)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `content` with its texts (`total` characters in all) cut in proportion so that about
+/// `keep` characters remain.
+fn cut_texts(content: &Value, keep: usize, total: usize) -> Value {
+    let cut = |s: &str| {
+        let share = s.len().saturating_mul(keep) / total.max(1);
+        keep_ends(s, share * 2 / 3, share / 3)
+    };
+    match content {
+        Value::String(s) => Value::String(cut(s)),
+        Value::Array(parts) => Value::Array(
+            parts
+                .iter()
+                .map(|p| {
+                    let mut p = p.clone();
+                    if let Some(Value::String(t)) = p.get_mut("text") {
+                        *t = cut(t);
+                    }
+                    p
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 /// Text of a `content` value; media and unknown parts contribute nothing.
@@ -294,6 +359,25 @@ mod tests {
         assert!(kept.starts_with(&"a".repeat(100)));
         assert!(kept.ends_with(&"b".repeat(100)));
         assert!(kept.contains("800 characters omitted"));
+    }
+
+    #[test]
+    fn cut_to_keeps_both_ends_within_the_budget() {
+        let counter = Counter::new(super::super::tokens::Encoding::O200k);
+        let text: String = (0..2000).map(|i| format!("line {i}\n")).collect();
+        let v = serde_json::json!({"role": "tool", "tool_call_id": "a", "content": text});
+        let mut m = Message::parse(0, &v, &counter).unwrap();
+        let before = m.tokens;
+        assert!(m.cut_to(before / 4, &counter));
+        assert!(m.tokens <= before / 4, "{} > {}", m.tokens, before / 4);
+        assert!(
+            m.tokens > before / 8,
+            "cut far more than asked: {}",
+            m.tokens
+        );
+        let t = m.text();
+        assert!(t.starts_with("line 0\n") && t.ends_with("line 1999\n"));
+        assert!(t.contains("characters omitted by compaction"));
     }
 
     #[test]

@@ -11,11 +11,17 @@
 //! ```
 //!
 //! [`compact`] does both with the deterministic summary. Passes, cheapest first, stopping as
-//! soon as the request fits: merge same-role runs, strip old media, prune old tool traffic,
-//! then head/tail boundaries, summary, assembly, sanitising and bounded escalation.
+//! soon as the request fits: merge same-role runs, strip old media, prune old tool traffic
+//! (oldest first, no more than needed), then the head and the smallest middle whose summary
+//! makes it fit, assembly, sanitising, the strict role order, and bounded escalation.
+//!
+//! What is given up last: the instructions (never), the latest user message (never), the
+//! results of the latest tool calls, the task (the first user message), the rest of the
+//! turn in progress, and the history, oldest first.
 
 mod assemble;
 mod boundary;
+pub mod budget;
 mod calls;
 mod escalate;
 mod media;
@@ -23,6 +29,8 @@ mod merge;
 pub mod message;
 mod pretoken;
 mod prune;
+mod regions;
+mod roles;
 mod sanitize;
 pub mod summary;
 pub mod tokens;
@@ -31,11 +39,15 @@ mod validate;
 use serde_json::{Map, Value};
 
 pub use message::{Message, Role};
+pub use roles::OPENING;
 pub use summary::{Summary, SummarySource, END_MARKER, MARKER};
 pub use tokens::{count_messages, count_request, Counter};
-pub use validate::{validate, ValidationError};
+pub use validate::{validate, validate_strict, ValidationError};
 
 use assemble::Placement;
+use boundary::Room;
+use prune::Pruner;
+use regions::Regions;
 
 /// Why a request body cannot be compacted: it is not a chat-completions request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,18 +83,25 @@ pub struct Options {
     /// Prompt-token target to reach; by default the window minus the completion budget
     /// and a safety margin.
     pub target_tokens: Option<usize>,
+    /// The most prompt tokens allowed when keeping the turn in progress whole means giving
+    /// the answer less room than the completion budget; by default the window minus
+    /// `min_output_tokens` and the margin.
+    pub ceiling_tokens: Option<usize>,
     /// Completion budget assumed when the request sets neither `max_completion_tokens` nor
-    /// `max_tokens` (capped at a quarter of the window).
+    /// `max_tokens`; the budget is capped at a quarter of the window either way.
     pub default_output_reserve: usize,
+    /// The answer room the turn in progress may leave, at least: below it, the turn's own
+    /// messages are cut instead.
+    pub min_output_tokens: usize,
     /// Share of the window, in percent, left free because the upstream's own count of tool
     /// definitions and framing can differ slightly from ours.
     pub safety_margin_percent: usize,
-    /// Non-system messages kept verbatim at the start on a first compaction.
+    /// Non-instruction messages kept verbatim at the start: the first user message (the
+    /// task) always, and with 2 or more the assistant's reply to it.
     pub protect_first_n: usize,
-    /// Share of the target, in percent, the verbatim tail may use.
-    pub tail_percent: usize,
-    /// The tail keeps at least this many messages.
-    pub min_tail_messages: usize,
+    /// When a summary is needed, the share of the target, in percent, the result aims at:
+    /// the room left lets the next turns grow before compacting again.
+    pub fill_percent: usize,
     /// Tool outputs longer than this many characters are pruned outside the tail.
     pub prune_min_chars: usize,
     /// String values in old tool-call arguments are cut to this many characters.
@@ -97,11 +116,12 @@ impl Default for Options {
             context_window: DEFAULT_CONTEXT_WINDOW,
             model: None,
             target_tokens: None,
+            ceiling_tokens: None,
             default_output_reserve: 4096,
+            min_output_tokens: 1024,
             safety_margin_percent: 2,
             protect_first_n: 2,
-            tail_percent: 40,
-            min_tail_messages: 3,
+            fill_percent: 70,
             prune_min_chars: 400,
             arg_max_chars: 300,
             summary_max_tokens: 4000,
@@ -117,28 +137,54 @@ impl Options {
         }
     }
 
-    /// The prompt-token target for this request.
+    /// The prompt-token target for this request: the window less the completion budget
+    /// ([`budget::reserve`], the proxy's rule too) and the margin.
     pub fn target_for(&self, request: &Value) -> usize {
         if let Some(t) = self.target_tokens {
             return t;
         }
-        let asked = ["max_completion_tokens", "max_tokens"]
-            .iter()
-            .find_map(|k| request.get(*k).and_then(Value::as_u64));
-        let reserve = match asked {
-            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-            None => self.default_output_reserve.min(self.context_window / 4),
-        };
-        let margin = (self.context_window / 100).saturating_mul(self.safety_margin_percent);
+        let reserve = self.reserve_for(request);
         self.context_window
             .saturating_sub(reserve)
-            .saturating_sub(margin)
+            .saturating_sub(self.margin())
     }
 
-    fn tail_budget(&self, target: usize) -> usize {
+    /// The most prompt tokens this request may carry with its answer room cut to the
+    /// minimum; never below the target.
+    pub fn ceiling_for(&self, request: &Value) -> usize {
+        let target = self.target_for(request);
+        // A target set by hand is a hard one unless a ceiling is set with it.
+        let ceiling = match (self.ceiling_tokens, self.target_tokens) {
+            (Some(c), _) => c,
+            (None, Some(t)) => t,
+            (None, None) => {
+                let least = self.min_output_tokens.min(self.reserve_for(request));
+                self.context_window
+                    .saturating_sub(least)
+                    .saturating_sub(self.margin())
+            }
+        };
+        ceiling.max(target)
+    }
+
+    fn reserve_for(&self, request: &Value) -> usize {
+        let window = self.context_window as u64;
+        let reserve = budget::reserve(
+            budget::asked(request),
+            self.default_output_reserve as u64,
+            window,
+        );
+        usize::try_from(reserve).unwrap_or(usize::MAX)
+    }
+
+    fn margin(&self) -> usize {
+        (self.context_window / 100).saturating_mul(self.safety_margin_percent)
+    }
+
+    fn fill(&self, target: usize) -> usize {
         (target / 100)
-            .saturating_mul(self.tail_percent)
-            .saturating_add((target % 100).saturating_mul(self.tail_percent) / 100)
+            .saturating_mul(self.fill_percent)
+            .saturating_add((target % 100).saturating_mul(self.fill_percent) / 100)
     }
 
     /// Summary budget: a tenth of the target, capped.
@@ -210,11 +256,11 @@ enum Stage {
     Unchanged,
     /// The cheap passes were enough.
     Fits,
-    /// The middle must be summarised.
-    Summarize,
+    /// A head, a middle to replace (perhaps nothing), and a tail.
+    Reduce,
 }
 
-/// The state between the two phases: the conversation after passes 1-3 and the chosen
+/// The state between the two phases: the conversation after passes 1-4 and the chosen
 /// head/tail boundaries.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -224,9 +270,12 @@ pub struct Plan {
     counter: Counter,
     overhead: usize,
     target: usize,
+    /// How far the target may rise, at the answer's expense, to keep the turn in progress.
+    ceiling: usize,
     messages_before: usize,
     tokens_before: usize,
     messages: Vec<Message>,
+    regions: Regions,
     head_end: usize,
     tail_start: usize,
     /// System/developer messages found in the middle: kept, placed before the summary.
@@ -239,10 +288,9 @@ pub struct Plan {
 
 impl Plan {
     /// Whether `finish` needs a summary (of [`Plan::turns`], carrying
-    /// [`Plan::previous_summary`] forward).
+    /// [`Plan::previous_summary`] forward). Never for an empty middle.
     pub fn needs_summary(&self) -> bool {
-        self.stage == Stage::Summarize
-            && (!self.turns.is_empty() || self.previous_summary.is_some())
+        self.stage == Stage::Reduce && (!self.turns.is_empty() || self.previous_summary.is_some())
     }
 
     /// The messages the summary replaces, in order.
@@ -260,7 +308,7 @@ impl Plan {
         &self.messages[..self.head_end]
     }
 
-    /// The messages kept verbatim after the summary.
+    /// The messages kept after the summary.
     pub fn tail(&self) -> &[Message] {
         &self.messages[self.tail_start..]
     }
@@ -398,9 +446,11 @@ pub fn plan_with_counts(
         counter,
         overhead,
         target,
+        ceiling: opts.ceiling_for(request),
         messages_before: raw.len(),
         tokens_before,
         messages: Vec::new(),
+        regions: Regions::find(&[]),
         head_end: 0,
         tail_start: 0,
         kept_instructions: Vec::new(),
@@ -426,6 +476,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     if merged > 0 {
         plan.notes.push(format!("merge: joined {merged}"));
     }
+    plan.regions = Regions::find(&plan.messages);
     plan.stage = Stage::Fits;
     if plan.fits() {
         return;
@@ -437,31 +488,70 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     if plan.fits() {
         return;
     }
-    let already_compacted = plan.messages.iter().any(|m| summary::has_marker(&m.text()));
-    let first_n = if already_compacted {
-        0
-    } else {
-        opts.protect_first_n
-    };
-    plan.head_end = boundary::head_end(&plan.messages, first_n);
-    plan.tail_start = boundary::tail_start(
-        &plan.messages,
-        plan.head_end,
-        opts.tail_budget(plan.target),
-        opts.min_tail_messages,
-    );
-    let stats = prune::prune(&mut plan.messages, plan.tail_start, opts, &counter);
-    if stats.total() > 0 {
-        plan.notes.push(format!(
-            "prune: {} outputs, {} duplicates, {} arguments",
-            stats.summarized, stats.deduplicated, stats.arguments
-        ));
-    }
-    if plan.fits() {
+    let turn_start = plan.regions.turn_start;
+    let pruner = Pruner::new(&plan.messages, opts, &counter);
+    // Pruning the history, oldest first, is enough: no summary, nothing else lost.
+    let over = plan.total(&plan.messages) - plan.target;
+    let prunes = pruner.oldest_first(&plan.messages, 0..turn_start, over, |j| j >= turn_start);
+    if prunes.saved >= over {
+        let stats = prunes.apply(&mut plan.messages);
+        note_prunes(&mut plan.notes, "prune", stats);
         return;
     }
-    plan.stage = Stage::Summarize;
+    // Otherwise the smallest middle whose summary makes the rest fit. The middle is
+    // summarised from its original messages, not from pruned ones.
+    plan.stage = Stage::Reduce;
+    plan.head_end = boundary::head_end(&plan.messages, &plan.regions, opts.protect_first_n);
+    let fixed = plan.overhead
+        + plan.messages[..plan.head_end]
+            .iter()
+            .chain(&plan.messages[turn_start..])
+            .chain(
+                plan.messages[plan.head_end..turn_start]
+                    .iter()
+                    .filter(|m| m.role.is_instruction()),
+            )
+            .map(|m| m.tokens)
+            .sum::<usize>()
+        + opts.summary_budget(plan.target);
+    let fill = opts.fill(plan.target).saturating_sub(fixed);
+    let room = Room {
+        fill,
+        stretch: plan.target.saturating_sub(fixed).saturating_sub(fill),
+    };
+    let before: Vec<usize> = plan.messages.iter().map(|m| m.tokens).collect();
+    // An earlier summary is always in the middle, to be carried into the new one.
+    let floor = plan.messages[plan.head_end..turn_start]
+        .iter()
+        .rposition(|m| summary::has_marker(&m.text()))
+        .map_or(plan.head_end, |i| plan.head_end + i + 1);
+    plan.tail_start = boundary::tail_start(
+        &mut plan.messages,
+        floor,
+        turn_start,
+        room,
+        &pruner,
+        &counter,
+    );
+    let reshaped = plan.messages[plan.tail_start..turn_start]
+        .iter()
+        .zip(&before[plan.tail_start..turn_start])
+        .filter(|(m, b)| m.tokens != **b)
+        .count();
+    if reshaped > 0 {
+        plan.notes
+            .push(format!("tail: {reshaped} kept pruned or cut"));
+    }
     split_middle(plan);
+}
+
+fn note_prunes(notes: &mut Vec<String>, pass: &str, stats: prune::PruneStats) {
+    if stats.total() > 0 {
+        notes.push(format!(
+            "{pass}: {} outputs, {} duplicates, {} arguments, {} cut",
+            stats.summarized, stats.deduplicated, stats.arguments, stats.cut
+        ));
+    }
 }
 
 /// Sorts the middle into kept instructions, an earlier summary, and turns to summarise.
@@ -486,59 +576,84 @@ fn split_middle(plan: &mut Plan) {
     }
 }
 
-/// Passes 5-8: assemble head + summary + tail, sanitise, validate, escalate if needed.
-/// `summary` is used when the plan needs one; an empty or missing one is replaced by the
-/// deterministic digest.
+/// Passes 5-8: assemble head + summary + tail, sanitise, put the roles in strict order,
+/// validate, escalate if needed. `summary` is used when the plan needs one; an empty or
+/// missing one is replaced by the deterministic digest. A plan whose middle is empty
+/// gets no summary at all.
 pub fn finish(plan: Plan, summary: Option<Summary>, opts: &Options) -> Outcome {
     match plan.stage {
-        Stage::Unchanged => unchanged(&plan, true, Vec::new()),
+        Stage::Unchanged => unchanged(&plan, true, Vec::new(), plan.target),
         Stage::Fits => {
             let mut notes = Vec::new();
             let messages = repair(plan.messages.clone(), &plan.counter, &mut notes);
-            conclude(&plan, messages, SummarySource::None, notes)
+            conclude(&plan, messages, SummarySource::None, notes, plan.target)
         }
-        Stage::Summarize => {
-            let summary = match summary {
+        Stage::Reduce => {
+            let summary = plan.needs_summary().then(|| match summary {
                 Some(s) if !s.text.trim().is_empty() => s,
                 _ => summarize_deterministic(&plan, opts),
-            };
-            let mut notes = vec![format!(
-                "summarised {} messages{}",
-                plan.turns.len(),
-                if plan.previous_summary.is_some() {
-                    ", earlier summary carried"
-                } else {
-                    ""
+            });
+            let mut notes = Vec::new();
+            if summary.is_some() {
+                notes.push(format!(
+                    "summarised {} messages{}",
+                    plan.turns.len(),
+                    if plan.previous_summary.is_some() {
+                        ", earlier summary carried"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            let source = summary.as_ref().map_or(SummarySource::None, |s| s.source);
+            let fitted = escalate::build_fitting(&plan, summary.map(|s| s.text), opts);
+            notes.extend(fitted.notes);
+            let source = if fitted.summarised {
+                // Escalation digested more turns into a summary of its own making.
+                match source {
+                    SummarySource::None => SummarySource::Fallback,
+                    other => other,
                 }
-            )];
-            let (messages, more) = escalate::build_fitting(&plan, &summary.text, opts);
-            notes.extend(more);
-            conclude(&plan, messages, summary.source, notes)
+            } else {
+                source
+            };
+            conclude(&plan, fitted.messages, source, notes, fitted.target)
         }
     }
 }
 
-/// Builds head + kept instructions + summary + tail and repairs the tool protocol.
+/// Builds head + kept instructions + summary + tail and repairs the tool protocol and
+/// the role order.
 fn build(
     plan: &Plan,
     head: &[Message],
     kept: &[Message],
-    body: &str,
+    body: Option<&str>,
     tail: &[Message],
     notes: &mut Vec<String>,
 ) -> Vec<Message> {
     let mut head_part: Vec<Message> = head.to_vec();
     head_part.extend(kept.iter().cloned());
-    let latest_user = tail.iter().rposition(|m| m.role == Role::User);
-    let (assembled, placement) =
-        assemble::assemble(head_part, body, tail.to_vec(), latest_user, &plan.counter);
-    match placement {
-        Placement::Own(_) => {}
-        Placement::MergedIntoNext => notes.push("summary merged into the next message".into()),
-        Placement::MergedIntoPrevious => {
-            notes.push("summary merged into the previous message".into())
+    let assembled = match body {
+        Some(body) => {
+            let (assembled, placement) =
+                assemble::assemble(head_part, body, tail.to_vec(), &plan.counter);
+            match placement {
+                Placement::Own(_) => {}
+                Placement::MergedIntoNext => {
+                    notes.push("summary merged into the next message".into())
+                }
+                Placement::MergedIntoPrevious => {
+                    notes.push("summary merged into the previous message".into())
+                }
+            }
+            assembled
         }
-    }
+        None => {
+            head_part.extend(tail.iter().cloned());
+            head_part
+        }
+    };
     repair(assembled, &plan.counter, notes)
 }
 
@@ -550,10 +665,14 @@ fn repair(messages: Vec<Message>, counter: &Counter, notes: &mut Vec<String>) ->
             stats.dropped_results, stats.stubbed_calls
         ));
     }
-    clean
+    let (strict, changes) = roles::conform(clean, counter);
+    if changes > 0 {
+        notes.push(format!("roles: {changes} merged or added for strict order"));
+    }
+    strict
 }
 
-fn unchanged(plan: &Plan, fits: bool, notes: Vec<String>) -> Outcome {
+fn unchanged(plan: &Plan, fits: bool, notes: Vec<String>, target: usize) -> Outcome {
     Outcome {
         rewritten: None,
         report: Report {
@@ -561,7 +680,7 @@ fn unchanged(plan: &Plan, fits: bool, notes: Vec<String>) -> Outcome {
             messages_after: plan.messages_before,
             tokens_before: plan.tokens_before,
             tokens_after: plan.tokens_before,
-            target_tokens: plan.target,
+            target_tokens: target,
             fits,
             unchanged: true,
             summary: SummarySource::None,
@@ -570,28 +689,30 @@ fn unchanged(plan: &Plan, fits: bool, notes: Vec<String>) -> Outcome {
     }
 }
 
-/// Final checks: the result must validate and must be smaller than the input, otherwise
-/// the original goes out unchanged.
+/// Final checks: the result must pass the strict validator and must be smaller than the
+/// input, otherwise the original goes out unchanged. `target` is the target reached for,
+/// raised above the plan's when the turn in progress took room from the answer.
 fn conclude(
     plan: &Plan,
     messages: Vec<Message>,
     source: SummarySource,
     extra: Vec<String>,
+    target: usize,
 ) -> Outcome {
     let mut notes = plan.notes.clone();
     notes.extend(extra);
     let tokens_after = plan.total(&messages);
     if tokens_after >= plan.tokens_before {
         notes.push("no smaller form found".into());
-        return unchanged(plan, false, notes);
+        return unchanged(plan, plan.tokens_before <= target, notes, target);
     }
     let values: Vec<Value> = messages
         .into_iter()
         .map(|m| Value::Object(m.body))
         .collect();
-    if let Err(e) = validate(&values) {
+    if let Err(e) = validate_strict(&values) {
         notes.push(format!("result failed validation ({e}); sent unchanged"));
-        return unchanged(plan, false, notes);
+        return unchanged(plan, false, notes, target);
     }
     let messages_after = values.len();
     let mut body = plan.envelope.clone();
@@ -603,8 +724,8 @@ fn conclude(
             messages_after,
             tokens_before: plan.tokens_before,
             tokens_after,
-            target_tokens: plan.target,
-            fits: tokens_after <= plan.target,
+            target_tokens: target,
+            fits: tokens_after <= target,
             unchanged: false,
             summary: source,
             notes,
@@ -739,35 +860,52 @@ mod tests {
     }
 
     #[test]
-    fn escalation_ends_at_instructions_summary_and_latest_user() {
-        // A huge reply after the latest user message: no tail can drop it, and even cut to
-        // its ends it is over the target.
+    fn escalation_cuts_the_turn_in_progress_last_and_keeps_task_and_latest_user() {
+        // A huge reply after the latest user message: nothing but cutting it can make room.
         let mut request = session(3, 500);
         let msgs = request["messages"].as_array_mut().unwrap();
         msgs.push(json!({"role": "assistant", "content": "x ".repeat(20_000)}));
         let opts = Options {
-            target_tokens: Some(160),
+            target_tokens: Some(600),
             ..Options::default()
         };
         let outcome = compact(&request, &opts).unwrap();
         let body = outcome.rewritten.unwrap();
+        assert!(outcome.report.fits, "{}", outcome.report);
         assert_eq!(
             roles(&body),
-            ["system", "assistant", "user"],
+            ["system", "user", "assistant", "user", "assistant"],
             "{}",
             outcome.report
         );
-        assert!(outcome.report.fits, "{}", outcome.report);
-        assert!(outcome
-            .report
-            .notes
-            .iter()
-            .any(|n| n.contains("last resort")));
-        assert_eq!(body["messages"][2]["content"], "finish up");
-        assert!(body["messages"][1]["content"]
-            .as_str()
-            .unwrap()
-            .starts_with(MARKER));
+        let out = body["messages"].as_array().unwrap();
+        assert_eq!(out[1]["content"], "step 0: keep going", "the task stays");
+        assert!(out[2]["content"].as_str().unwrap().starts_with(MARKER));
+        assert_eq!(out[3]["content"], "finish up");
+        let reply = out[4]["content"].as_str().unwrap();
+        assert!(reply.starts_with("x x") && reply.contains("omitted by compaction"));
+        validate_strict(out).unwrap();
+    }
+
+    #[test]
+    fn a_turn_that_fits_only_with_less_answer_room_is_kept_whole() {
+        // An agent's turn: big instructions, the task, one tool result. The window would
+        // keep it all with a smaller answer: nothing of the turn is lost.
+        let request = json!({"model": "gpt-4o", "messages": [
+            {"role": "system", "content": "Rules: be careful. ".repeat(1800)},
+            {"role": "user", "content": "please use the tool"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "bash", "arguments": "{\"command\": \"seq 1 120\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "output line, padded with words\n".repeat(400)},
+        ]});
+        let opts = Options::with_window(count_request(&request) + 2000);
+        assert!(opts.target_for(&request) < count_request(&request));
+        let outcome = compact(&request, &opts).unwrap();
+        assert!(
+            outcome.report.unchanged && outcome.report.fits,
+            "{}",
+            outcome.report
+        );
     }
 
     #[test]
@@ -781,6 +919,7 @@ mod tests {
         assert!(!outcome.report.fits);
         assert!(outcome.report.tokens_after < outcome.report.tokens_before);
         assert!(outcome.report.to_string().contains("DOES NOT FIT"));
+        assert!(outcome.report.to_string().contains("no form fits"));
     }
 
     #[test]

@@ -8,7 +8,9 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::Value;
 
-use super::calls::{first_error_line, index_calls, result_info, PRUNED_ERROR, PRUNED_PREFIX};
+use super::calls::{
+    first_error_line, index_calls, result_info, CallInfo, PRUNED_ERROR, PRUNED_PREFIX,
+};
 use super::message::{clip, Message, Role};
 use super::summary::has_marker;
 use super::tokens::Counter;
@@ -19,61 +21,204 @@ pub struct PruneStats {
     pub deduplicated: usize,
     pub summarized: usize,
     pub arguments: usize,
+    /// Outputs only cut to their beginning and end: the last one pruned, when a line
+    /// would have saved far more than needed.
+    pub cut: usize,
 }
 
 impl PruneStats {
     pub fn total(&self) -> usize {
-        self.deduplicated + self.summarized + self.arguments
+        self.deduplicated + self.summarized + self.arguments + self.cut
     }
-}
 
-/// Prunes tool results and call arguments in `messages[..end]`.
-pub fn prune(
-    messages: &mut [Message],
-    end: usize,
-    opts: &Options,
-    counter: &Counter,
-) -> PruneStats {
-    let end = end.min(messages.len());
-    let index = index_calls(messages);
-    let mut stats = PruneStats::default();
-    let duplicates = find_duplicates(messages, end, opts.prune_min_chars);
-    for i in 0..end {
-        if messages[i].role.is_result() {
-            let line = {
-                let text = messages[i].text();
-                if text.len() <= opts.prune_min_chars || has_marker(&text) {
-                    continue;
-                }
-                let label = result_info(messages, i, &index)
-                    .map_or_else(|| "a tool".to_string(), |c| c.label());
-                if duplicates.binary_search(&i).is_ok() {
-                    format!(
-                        "[duplicate output of {label}: identical to a later result, kept there]"
-                    )
-                } else {
-                    describe_output(&label, &text)
-                }
-            };
-            if replace_if_smaller(&mut messages[i], Value::String(line), counter) {
-                if duplicates.binary_search(&i).is_ok() {
-                    stats.deduplicated += 1;
-                } else {
-                    stats.summarized += 1;
-                }
-            }
-        } else if messages[i].role == Role::Assistant {
-            stats.arguments += shrink_call_arguments(&mut messages[i], opts.arg_max_chars, counter);
+    pub fn add(&mut self, other: PruneStats) {
+        self.deduplicated += other.deduplicated;
+        self.summarized += other.summarized;
+        self.arguments += other.arguments;
+        self.cut += other.cut;
+    }
+
+    fn count(&mut self, kind: Kind) {
+        match kind {
+            Kind::Duplicate => self.deduplicated += 1,
+            Kind::Described => self.summarized += 1,
+            Kind::Arguments => self.arguments += 1,
+            Kind::Cut => self.cut += 1,
         }
     }
-    stats
 }
 
-/// Results in `[..end]` whose text equals a later result's (anywhere, tail included),
-/// ascending.
-fn find_duplicates(messages: &[Message], end: usize, min_chars: usize) -> Vec<usize> {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Duplicate,
+    Described,
+    Arguments,
+    Cut,
+}
+
+/// What pruning knows of a conversation: who made each call, and which result has an
+/// identical later copy.
+pub struct Pruner<'a> {
+    opts: &'a Options,
+    counter: &'a Counter,
+    index: HashMap<String, CallInfo>,
+    /// Result index -> index of the nearest later result with the same text.
+    later_copy: HashMap<usize, usize>,
+}
+
+/// Pruned forms of some messages, oldest first, and the tokens they save.
+pub struct Prunes {
+    edits: Vec<(usize, Message, Kind)>,
+    pub saved: usize,
+}
+
+impl Prunes {
+    /// Puts the pruned forms in place.
+    pub fn apply(self, messages: &mut [Message]) -> PruneStats {
+        let mut stats = PruneStats::default();
+        for (i, m, kind) in self.edits {
+            messages[i] = m;
+            stats.count(kind);
+        }
+        stats
+    }
+}
+
+impl<'a> Pruner<'a> {
+    pub fn new(messages: &[Message], opts: &'a Options, counter: &'a Counter) -> Pruner<'a> {
+        Pruner {
+            opts,
+            counter,
+            index: index_calls(messages),
+            later_copy: later_copies(messages, opts.prune_min_chars),
+        }
+    }
+
+    /// Prunes `range` oldest first until `over` tokens are saved (or the range ends).
+    /// `verbatim(j)` says whether message `j` is sure to reach the model as it is: only
+    /// then may an earlier copy of it become a pointer to it.
+    pub fn oldest_first(
+        &self,
+        messages: &[Message],
+        range: std::ops::Range<usize>,
+        over: usize,
+        verbatim: impl Fn(usize) -> bool,
+    ) -> Prunes {
+        let mut prunes = Prunes {
+            edits: Vec::new(),
+            saved: 0,
+        };
+        for i in range {
+            if prunes.saved >= over {
+                break;
+            }
+            let Some((m, kind)) = self.pruned(messages, i, &verbatim) else {
+                continue;
+            };
+            // The last message pruned gives up no more than is still needed, so the
+            // result fills its budget rather than falling far below it.
+            let need = over - prunes.saved;
+            let saving = messages[i].tokens.saturating_sub(m.tokens);
+            let (m, kind) = match (saving > need)
+                .then(|| self.partly(&messages[i], need))
+                .flatten()
+            {
+                Some(partial) => partial,
+                None => (m, kind),
+            };
+            prunes.saved += messages[i].tokens.saturating_sub(m.tokens);
+            prunes.edits.push((i, m, kind));
+        }
+        prunes
+    }
+
+    /// A form of `msg` about `need` tokens smaller: an output cut to its ends, or call
+    /// arguments shortened no more than that takes.
+    fn partly(&self, msg: &Message, need: usize) -> Option<(Message, Kind)> {
+        if msg.role.is_result() {
+            let mut m = msg.clone();
+            return (m.cut_to(msg.tokens.saturating_sub(need), self.counter)
+                && msg.tokens - m.tokens >= need)
+                .then_some((m, Kind::Cut));
+        }
+        // The longest cap on argument strings that still saves `need`.
+        let saves = |max: usize| {
+            let mut m = msg.clone();
+            shrink_call_arguments(&mut m, max, self.counter);
+            (msg.tokens.saturating_sub(m.tokens) >= need).then_some(m)
+        };
+        let (mut lo, mut hi) = (self.opts.arg_max_chars, longest_argument(msg));
+        let mut best = saves(lo)?;
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            match saves(mid) {
+                Some(m) => {
+                    best = m;
+                    lo = mid;
+                }
+                None => hi = mid - 1,
+            }
+        }
+        Some((best, Kind::Arguments))
+    }
+
+    /// The pruned form of `messages[i]` when it is smaller: a tool output becomes one line
+    /// (or a pointer to its verbatim later copy), a call's long arguments are shortened.
+    fn pruned(
+        &self,
+        messages: &[Message],
+        i: usize,
+        verbatim: &impl Fn(usize) -> bool,
+    ) -> Option<(Message, Kind)> {
+        let msg = &messages[i];
+        if msg.role == Role::Assistant {
+            let mut m = msg.clone();
+            let changed = shrink_call_arguments(&mut m, self.opts.arg_max_chars, self.counter);
+            return (changed > 0 && m.tokens < msg.tokens).then_some((m, Kind::Arguments));
+        }
+        if !msg.role.is_result() {
+            return None;
+        }
+        let text = msg.text();
+        if text.len() <= self.opts.prune_min_chars || has_marker(&text) {
+            return None;
+        }
+        let label = result_info(messages, i, &self.index)
+            .map_or_else(|| "a tool".to_string(), |c| c.label());
+        let copy_kept = self.later_copy.get(&i).is_some_and(|&j| verbatim(j));
+        let (line, kind) = if copy_kept {
+            (
+                format!("[duplicate output of {label}: identical to a later result, kept there]"),
+                Kind::Duplicate,
+            )
+        } else {
+            (describe_output(&label, &text), Kind::Described)
+        };
+        let mut m = msg.clone();
+        m.set_content(Value::String(line), self.counter);
+        (m.tokens < msg.tokens).then_some((m, kind))
+    }
+}
+
+/// Length of the arguments of the longest call a message makes: no string in them is
+/// longer.
+fn longest_argument(msg: &Message) -> usize {
+    msg.tool_calls()
+        .iter()
+        .filter_map(|c| c.get("function")?.get("arguments")?.as_str())
+        .chain(
+            msg.function_call()
+                .and_then(|f| f.get("arguments")?.as_str()),
+        )
+        .map(str::len)
+        .max()
+        .unwrap_or(0)
+}
+
+/// For each long result, the nearest later result with the same text.
+fn later_copies(messages: &[Message], min_chars: usize) -> HashMap<usize, usize> {
     let mut newest: HashMap<u64, usize> = HashMap::new();
-    let mut dups = Vec::new();
+    let mut copies = HashMap::new();
     for i in (0..messages.len()).rev() {
         if !messages[i].role.is_result() {
             continue;
@@ -84,16 +229,14 @@ fn find_duplicates(messages: &[Message], end: usize, min_chars: usize) -> Vec<us
         }
         let mut h = std::collections::hash_map::DefaultHasher::new();
         text.hash(&mut h);
-        match newest.get(&h.finish()) {
-            Some(&j) if i < end && messages[j].text() == text => dups.push(i),
-            Some(_) => {}
-            None => {
-                newest.insert(h.finish(), i);
+        if let Some(&j) = newest.get(&h.finish()) {
+            if messages[j].text() == text {
+                copies.insert(i, j);
             }
         }
+        newest.insert(h.finish(), i);
     }
-    dups.reverse();
-    dups
+    copies
 }
 
 /// One line that keeps what a later turn may need from an output: which call, how big,
@@ -110,21 +253,6 @@ pub fn describe_output(label: &str, text: &str) -> String {
     }
     line.push(']');
     line
-}
-
-fn replace_if_smaller(msg: &mut Message, content: Value, counter: &Counter) -> bool {
-    let tokens = msg.tokens;
-    let old = msg.body.insert("content".into(), content);
-    msg.recount(counter);
-    if msg.tokens < tokens {
-        return true;
-    }
-    match old {
-        Some(old) => msg.body.insert("content".into(), old),
-        None => msg.body.shift_remove("content"),
-    };
-    msg.tokens = tokens;
-    false
 }
 
 /// Shortens long string values inside each call's JSON arguments; returns how many calls
@@ -232,13 +360,17 @@ mod tests {
         ]);
         let mut msgs = parse(&input);
         let c = Counter::new(Encoding::O200k);
-        let stats = prune(&mut msgs, 4, &Options::default(), &c);
+        let opts = Options::default();
+        let pruner = Pruner::new(&msgs, &opts, &c);
+        let prunes = pruner.oldest_first(&msgs, 0..4, usize::MAX, |j| j >= 4);
+        let stats = prunes.apply(&mut msgs);
         assert_eq!(
             stats,
             PruneStats {
                 deduplicated: 1,
                 summarized: 1,
-                arguments: 0
+                arguments: 0,
+                cut: 0
             }
         );
         assert!(msgs[2]
@@ -250,6 +382,42 @@ mod tests {
         assert!(line.contains("first error: error: linker failed"), "{line}");
         // The tail copy is untouched.
         assert_eq!(msgs[5].text(), big);
+    }
+
+    #[test]
+    fn a_pointer_only_to_a_copy_that_stays_and_no_more_than_needed() {
+        let big = "line of output\n".repeat(100);
+        let input = json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": null, "tool_calls": [call("a", "bash", json!({"command": "ls"}))]},
+            {"role": "tool", "tool_call_id": "a", "content": big},
+            {"role": "assistant", "content": null, "tool_calls": [call("b", "bash", json!({"command": "ls"}))]},
+            {"role": "tool", "tool_call_id": "b", "content": big},
+            {"role": "assistant", "content": null, "tool_calls": [call("c", "bash", json!({"command": "ls"}))]},
+            {"role": "tool", "tool_call_id": "c", "content": big},
+        ]);
+        let msgs = parse(&input);
+        let c = Counter::new(Encoding::O200k);
+        let opts = Options::default();
+        let pruner = Pruner::new(&msgs, &opts, &c);
+        // The copy at 4 may itself be pruned: the output at 2 is described, not pointed.
+        let mut all = msgs.clone();
+        pruner
+            .oldest_first(&msgs, 0..5, usize::MAX, |j| j >= 6)
+            .apply(&mut all);
+        assert!(all[2]
+            .text()
+            .starts_with("[output of bash command=ls pruned"));
+        assert!(all[4].text().starts_with("[duplicate output of bash"));
+        // Pruning stops once enough is saved: the oldest goes first, and gives up no
+        // more than needed.
+        let mut some = msgs.clone();
+        let prunes = pruner.oldest_first(&msgs, 0..5, 100, |j| j >= 6);
+        assert!(prunes.saved >= 100);
+        assert_eq!(prunes.apply(&mut some).cut, 1);
+        assert!(some[2].text().contains("characters omitted by compaction"));
+        assert!(msgs[2].tokens - some[2].tokens < 200);
+        assert_eq!(some[4].text(), big);
     }
 
     #[test]

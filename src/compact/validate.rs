@@ -1,13 +1,16 @@
 //! A strict check of a chat-completions message list, shared by the engine (on its own
-//! output), the proxy and the tests. It rejects what OpenAI-compatible upstreams reject:
-//! unknown roles, malformed content, tool results that do not answer the assistant message
-//! right before them, and tool calls left without a result.
+//! output), the proxy and the tests. [`validate`] rejects what OpenAI-compatible upstreams
+//! reject: unknown roles, malformed content, tool results that do not answer the assistant
+//! message right before them, and tool calls left without a result. [`validate_strict`]
+//! adds what strict chat templates reject: a conversation that does not open with the
+//! user after its instructions, or two user (or two assistant) messages in a row.
 
 use std::collections::HashSet;
 
 use serde_json::Value;
 
 use super::message::{part_type, Role};
+use super::roles::{Break, Last};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValidationError {
@@ -37,6 +40,28 @@ pub enum ValidationError {
     OrphanFunctionResult { index: usize },
     #[error("tool call {id:?} made in messages[{index}] has no result")]
     MissingResult { index: usize, id: String },
+    #[error("messages[{index}] is an assistant message before any user message")]
+    AssistantFirst { index: usize },
+    #[error("messages[{index}] is a second {role} message in a row")]
+    RoleRepeated { index: usize, role: &'static str },
+}
+
+/// Checks a request's `messages` as [`validate`] does, then the role order strict chat
+/// templates require. The proxy holds every request it rewrites to this.
+pub fn validate_strict(messages: &[Value]) -> Result<(), ValidationError> {
+    validate(messages)?;
+    let mut last = Last::Start;
+    for (index, value) in messages.iter().enumerate() {
+        let role = role_of(index, value)?;
+        last = last.after(role).map_err(|b| match b {
+            Break::AssistantFirst => ValidationError::AssistantFirst { index },
+            Break::Repeated => ValidationError::RoleRepeated {
+                index,
+                role: role.as_str(),
+            },
+        })?;
+    }
+    Ok(())
 }
 
 /// Checks a request's `messages`.
@@ -121,7 +146,9 @@ fn check_content(index: usize, role: Role, value: &Value) -> Result<(), Validati
     match content {
         None | Some(Value::Null) => match role {
             Role::Assistant if calls || value.get("refusal").is_some() => Ok(()),
-            Role::Function => Ok(()),
+            // Instructions are the client's, never edited: whatever the upstream makes of
+            // an empty one, it is not a reason to refuse compacting the rest.
+            Role::Function | Role::System | Role::Developer => Ok(()),
             _ => Err(bad("content is missing or null")),
         },
         Some(Value::String(_)) => Ok(()),
@@ -240,6 +267,8 @@ mod tests {
             Err(ValidationError::UnknownRole { index: 0, .. })
         ));
         assert!(check(json!([{"role": "user", "content": null}])).is_err());
+        check(json!([{"role": "system", "content": null}, {"role": "user", "content": "q"}]))
+            .unwrap();
         assert!(check(json!([{"role": "user", "content": 5}])).is_err());
         assert!(check(json!([{"role": "system", "content": [
             {"type": "image_url", "image_url": {"url": "x"}}]}]))
@@ -285,5 +314,47 @@ mod tests {
             check(stray_fn),
             Err(ValidationError::OrphanFunctionResult { index: 1 })
         ));
+    }
+
+    #[test]
+    fn strict_mode_wants_the_user_first_and_turns_alternating() {
+        let strict = |v: Value| validate_strict(v.as_array().unwrap());
+        strict(json!([
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": null, "tool_calls": [call("a")]},
+            {"role": "tool", "tool_call_id": "a", "content": "1"},
+            {"role": "assistant", "content": "done"},
+            {"role": "developer", "content": "note"},
+            {"role": "user", "content": "next"},
+        ]))
+        .unwrap();
+        assert_eq!(
+            strict(
+                json!([{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"},
+                {"role": "user", "content": "q"}])
+            ),
+            Err(ValidationError::AssistantFirst { index: 1 })
+        );
+        assert_eq!(
+            strict(
+                json!([{"role": "user", "content": "a"}, {"role": "system", "content": "s"},
+                {"role": "user", "content": "b"}])
+            ),
+            Err(ValidationError::RoleRepeated {
+                index: 2,
+                role: "user"
+            })
+        );
+        assert_eq!(
+            strict(
+                json!([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                {"role": "assistant", "content": "c"}])
+            ),
+            Err(ValidationError::RoleRepeated {
+                index: 2,
+                role: "assistant"
+            })
+        );
     }
 }
