@@ -58,6 +58,8 @@ pub struct Metrics {
     requests: AtomicU64,
     upstream_attempts: AtomicU64,
     compactions: [AtomicU64; 2],
+    /// Requests whose completion cap was lowered to fit the window, by trigger.
+    output_lowered: [AtomicU64; 2],
     summaries: [AtomicU64; 3],
     tokens_saved: AtomicU64,
     /// Summariser calls that gave a usable summary (`[0]`) or did not (`[1]`).
@@ -76,6 +78,10 @@ impl Metrics {
 
     pub fn compaction(&self, trigger: Trigger) {
         self.compactions[trigger as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn output_lowered(&self, trigger: Trigger) {
+        self.output_lowered[trigger as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn summary(&self, source: SummarySource) {
@@ -117,6 +123,13 @@ impl Metrics {
             "Chat requests the proxy compacted, by what triggered it.",
             "trigger",
             Trigger::ALL.map(|t| (t.as_str(), &self.compactions[t as usize])),
+        );
+        labelled(
+            &mut out,
+            "compaction_proxy_output_lowered_total",
+            "Chat requests whose completion cap (max_tokens) the proxy lowered to fit the window, by what triggered it.",
+            "trigger",
+            Trigger::ALL.map(|t| (t.as_str(), &self.output_lowered[t as usize])),
         );
         labelled(
             &mut out,
@@ -256,6 +269,7 @@ mod tests {
         assert!(text.contains("compaction_proxy_upstream_attempts_total 1\n"));
         assert!(text.contains("compaction_proxy_compactions_total{trigger=\"error\"} 1\n"));
         assert!(text.contains("compaction_proxy_compactions_total{trigger=\"preflight\"} 0\n"));
+        assert!(text.contains("compaction_proxy_output_lowered_total{trigger=\"preflight\"} 0\n"));
         assert!(text.contains("compaction_proxy_summaries_total{source=\"fallback\"} 1\n"));
         assert!(text.contains("compaction_proxy_tokens_saved_total 1200\n"));
     }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::chat::summarizer::{Call, Summarizer};
-use crate::compact::{self, Options, Outcome, DEFAULT_CONTEXT_WINDOW};
+use crate::compact::{self, budget, Options, Outcome, DEFAULT_CONTEXT_WINDOW};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::models;
@@ -28,8 +28,9 @@ deterministic digest and nothing goes over the network, unless --summarize-via n
 OpenAI-compatible API (base URL) to write it: then the middle is summarised by --model (default: \
 the request's model) with the key in --api-key-env, falling back to the digest on any failure. \
 A body that already fits is written back byte for byte.\n\nThe token target is the context window minus the completion budget (the request's \
-max_completion_tokens or max_tokens, else 4096 capped at a quarter of the window) minus a 2% \
-margin.\n\nExit status: 0 the result fits, 3 it cannot be made to fit (the best effort \
+max_completion_tokens or max_tokens, else 4096, capped at a quarter of the window, as the proxy \
+does) minus a 2% margin. To keep the turn in progress whole the answer may get less room, down to \
+1024 tokens; a completion cap that would then overflow the window is lowered in the output.\n\nExit status: 0 the result fits, 3 it cannot be made to fit (the best effort \
 is still written), 2 bad input (nothing on stdout)."
 )]
 pub struct CompactArgs {
@@ -97,7 +98,19 @@ pub fn run(args: &CompactArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => return fail(&e),
     };
-    let written = match &outcome.rewritten {
+    // The proxy's rule for the answer's room: a completion cap that would overflow the
+    // window beside the prompt is lowered to what fits.
+    let mut body = outcome.rewritten.clone();
+    let mut capped = body.clone().unwrap_or_else(|| request.clone());
+    let lowered = budget::fit_output(
+        &mut capped,
+        window as u64,
+        outcome.report.tokens_after as u64,
+    );
+    if lowered.is_some() {
+        body = Some(capped);
+    }
+    let written = match &body {
         None => write_stdout(&input),
         Some(body) => serde_json::to_vec(body)
             .map_err(std::io::Error::other)
@@ -110,7 +123,13 @@ pub fn run(args: &CompactArgs) -> ExitCode {
         eprintln!("compaction-proxy compact: cannot write to stdout: {e}");
         return ExitCode::FAILURE;
     }
-    eprintln!("compaction-proxy compact: {}", outcome.report);
+    match lowered {
+        Some((before, after)) => eprintln!(
+            "compaction-proxy compact: {}; completion cap lowered {before} -> {after}",
+            outcome.report
+        ),
+        None => eprintln!("compaction-proxy compact: {}", outcome.report),
+    }
     ExitCode::from(if outcome.report.fits {
         FITS
     } else {

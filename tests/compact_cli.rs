@@ -159,3 +159,35 @@ fn closed_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }
+
+/// The same rule for the answer's room as the proxy's: a completion cap as large as the
+/// window does not make the target zero, and a cap that would overflow beside the prompt
+/// is lowered in the output.
+#[test]
+fn an_oversized_completion_cap_is_lowered_not_paid_for_with_the_conversation() {
+    let request = serde_json::json!({"model": "fake-model", "max_tokens": 2400, "messages": [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hello world ".repeat(300)},
+    ]});
+    let o = run(
+        &["--context-window", "3000"],
+        request.to_string().as_bytes(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let body: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(body["messages"], request["messages"]);
+    let cap = body["max_tokens"].as_u64().unwrap();
+    assert!((256..2400).contains(&cap), "{cap}");
+    assert!(
+        stderr(&o).contains("completion cap lowered 2400 -> "),
+        "{}",
+        stderr(&o)
+    );
+
+    let mut agent: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("coding_agent")).unwrap()).unwrap();
+    agent["max_tokens"] = serde_json::json!(8000);
+    let o = run(&["--context-window", "8000"], agent.to_string().as_bytes());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("(target 5840, fits)"), "{}", stderr(&o));
+}

@@ -287,26 +287,43 @@ async fn output_cap_is_fixed_by_asking_for_fewer_tokens_first() {
 }
 
 #[tokio::test]
-async fn a_huge_max_tokens_on_a_short_prompt_is_not_compacted_before_sending() {
+async fn a_huge_max_tokens_on_a_short_prompt_is_lowered_before_sending_not_compacted() {
     let mock = Mock::start().await;
     let config = "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = 6000\n";
     let proxy = Proxy::start(&mock.url("/v1"), config);
     let mut agent = Agent::new(false);
     agent.max_tokens = Some(5500);
     let request = agent.turn(1);
-    let (status, x, _) = send(&proxy, "vllm-old", 6000, &request).await;
-    assert_eq!(status, 200);
-    let x = x.expect("x-compaction");
-    assert!(x.starts_with("applied; trigger=error; attempts=2;"), "{x}");
+    for turn in 0..3 {
+        let (status, x, _) = send(&proxy, "vllm-old", 6000, &request).await;
+        assert_eq!(status, 200);
+        let x = x.expect("x-compaction");
+        // The window is known: the lossless fix goes out with the first call, every time,
+        // and the header says what changed (nothing but the completion cap).
+        assert!(
+            x.starts_with("applied; trigger=preflight; attempts=1; messages=5->5; summary=none;"),
+            "turn {turn}: {x}"
+        );
+        let (before, after) = x.split("output=").nth(1).unwrap().split_once("->").unwrap();
+        assert_eq!(before, "5500");
+        assert!(after.parse::<u64>().unwrap() < 5500, "{x}");
+    }
     let recorded = mock.recorded();
-    let first: Value = serde_json::from_slice(&recorded[0].body).unwrap();
-    assert_eq!(
-        first, request,
-        "the first attempt must be the client's own request"
-    );
-    let second: Value = serde_json::from_slice(&recorded[1].body).unwrap();
-    assert_eq!(second["messages"], request["messages"]);
-    assert!(second["max_tokens"].as_u64().unwrap() < 5500);
+    assert_eq!(recorded.len(), 3, "one upstream call per request");
+    let sent: Value = serde_json::from_slice(&recorded[0].body).unwrap();
+    assert_eq!(sent["messages"], request["messages"], "no message touched");
+    assert!(sent["max_tokens"].as_u64().unwrap() < 5500);
+    let metrics = client()
+        .get(proxy.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("compaction_proxy_output_lowered_total{trigger=\"preflight\"} 3\n"));
+    assert!(metrics.contains("compaction_proxy_compactions_total{trigger=\"preflight\"} 3\n"));
+    assert!(metrics.contains("compaction_proxy_summaries_total{source=\"fallback\"} 0\n"));
 }
 
 #[tokio::test]

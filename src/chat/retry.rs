@@ -24,7 +24,7 @@ use crate::chat::summarizer::Call;
 use crate::chat::x_compaction::{Outcome, XCompaction};
 use crate::checkpoint::{self, Applied, Checkpoint, Key, Partition};
 use crate::classify::{Classification, Kind};
-use crate::compact;
+use crate::compact::{self, budget};
 use crate::error::ProxyError;
 use crate::metrics::{SummarySource, Trigger};
 
@@ -37,8 +37,6 @@ const BLIND_SHRINK: f64 = 0.6;
 const ESCALATION: f64 = 0.8;
 /// Upper bound on the tokens an image part can cost, for the cheap "surely fits" test.
 const MAX_IMAGE_TOKENS: u64 = 1_600;
-/// Smallest completion budget worth retrying with after an output-cap refusal.
-const MIN_USEFUL_OUTPUT: u64 = 256;
 /// Bodies above this size are parsed and counted on a thread that may block.
 const LARGE_BODY: usize = 256 * 1024;
 /// Built once: building a searcher costs more than running it on a small body.
@@ -125,6 +123,19 @@ struct Attempts<'a> {
     hit: Option<Hit>,
     /// The checkpoint this request's compaction made, stored once the upstream takes it.
     pending: Option<Pending>,
+    /// The completion cap as the client asked it and as lowered to fit the window.
+    output: Option<(u64, u64)>,
+    /// `parsed` holds a change (a lowered completion cap) that the body does not have yet.
+    unsent: bool,
+}
+
+/// What a compaction aims at: prompt tokens by our count, the most it may keep when the
+/// answer's room is cut to its minimum, and the window (the upstream's tokens).
+#[derive(Clone, Copy, Debug)]
+struct Goal {
+    target: u64,
+    ceiling: u64,
+    window: u64,
 }
 
 /// A stored checkpoint put in place of the client's prefix.
@@ -165,6 +176,8 @@ impl<'a> Attempts<'a> {
             hashes: None,
             hit: None,
             pending: None,
+            output: None,
+            unsent: false,
         }
     }
 
@@ -195,7 +208,41 @@ impl<'a> Attempts<'a> {
     /// upstream says so); it must not make the proxy cut the conversation to make room.
     fn output_budget(&self, window: u64) -> u64 {
         let reserve = self.app.config.compaction.output_reserve_tokens;
-        self.head.max_output.unwrap_or(reserve).min(window / 4)
+        budget::reserve(self.head.max_output, reserve, window)
+    }
+
+    /// The most prompt tokens (the upstream's) a request may carry when the answer's room
+    /// is cut to its minimum to keep the turn in progress whole.
+    fn ceiling(&self, usable: f64, window: u64) -> f64 {
+        let least = self
+            .output_budget(window)
+            .min(compact::Options::default().min_output_tokens as u64);
+        (usable - least as f64).max(0.0)
+    }
+
+    /// Lowers the completion cap of the request compaction starts from when prompt plus
+    /// cap would overflow the window: the lossless fix, made before the upstream refuses.
+    fn fit_output(&mut self, window: u64, prompt: u64) {
+        let Some(asked) = self.head.max_output else {
+            return;
+        };
+        if asked.saturating_add(prompt) <= window.saturating_sub(budget::margin(window)) {
+            return;
+        }
+        let Some(request) = self.base_request_mut() else {
+            return;
+        };
+        if let Some((before, after)) = budget::fit_output(request, window, prompt) {
+            self.lowered(before, after);
+            self.unsent = true;
+        }
+    }
+
+    fn lowered(&mut self, before: u64, after: u64) {
+        let first = self.output.map_or(before, |(first, _)| first);
+        self.output = Some((first, after));
+        self.head.max_output = Some(after);
+        self.tried = true;
     }
 
     /// Puts the conversation's checkpoint, when the cache holds one for a prefix of its
@@ -267,10 +314,15 @@ impl<'a> Attempts<'a> {
         self.trigger = Some(Trigger::Preflight);
     }
 
-    /// A resumed conversation that needed no further compaction is sent as resumed.
+    /// A resumed conversation that needed no further compaction is sent as resumed, and
+    /// a lowered completion cap is sent too.
     fn settle(&mut self) {
-        if self.hit.is_none() || self.rewrites > 0 {
+        if (self.hit.is_none() && !self.unsent) || self.rewrites > 0 {
             return;
+        }
+        self.unsent = false;
+        if self.trigger.is_none() {
+            self.trigger = Some(Trigger::Preflight);
         }
         match self.parsed.as_ref().map(serde_json::to_vec) {
             Some(Ok(bytes)) => self.body = Bytes::from(bytes),
@@ -283,6 +335,7 @@ impl<'a> Attempts<'a> {
                 self.tokens_original = None;
                 self.tried = false;
                 self.trigger = None;
+                self.output = None;
             }
         }
     }
@@ -293,23 +346,24 @@ impl<'a> Attempts<'a> {
     async fn preflight(&mut self) {
         // Parsing, hashing and counting a large body takes milliseconds: off the threads
         // that move other requests' bytes.
-        let target = if self.original.len() > LARGE_BODY {
+        let goal = if self.original.len() > LARGE_BODY {
             tokio::task::block_in_place(|| self.decide())
         } else {
             self.decide()
         };
-        if let Some((target, window)) = target {
-            if self.rewrite(target, window).await {
+        if let Some(goal) = goal {
+            if self.rewrite(goal).await {
                 self.trigger = Some(Trigger::Preflight);
             }
         }
         self.settle();
     }
 
-    /// Resumes from a checkpoint, then the compaction target (and window) if the request
-    /// needs compacting before it is sent. Costs a byte-length comparison for the many
-    /// requests that are obviously small, and one token count for the rest.
-    fn decide(&mut self) -> Option<(u64, u64)> {
+    /// Resumes from a checkpoint, then the compaction goal if the request needs
+    /// compacting before it is sent; one that needs none but asks for more completion
+    /// tokens than the window leaves gets its cap lowered. Costs a byte-length comparison
+    /// for the many requests that are obviously small, and one token count for the rest.
+    fn decide(&mut self) -> Option<Goal> {
         self.resume();
         let window = self.window()?;
         let factor = self.app.models.factor(self.upstream(), &self.head.model);
@@ -319,18 +373,28 @@ impl<'a> Attempts<'a> {
         // from above, except for image parts whose cost is fixed and may exceed their
         // URL's length.
         let images = IMAGE_URL.find_iter(&self.original).count() as u64;
-        let bound = self.original.len() as u64 + images * MAX_IMAGE_TOKENS;
-        if self.hit.is_none() && (bound as f64 * factor) as u64 + budget <= limit {
+        let bound =
+            ((self.original.len() as u64 + images * MAX_IMAGE_TOKENS) as f64 * factor) as u64;
+        let cap_fits = |prompt: u64| {
+            self.head.max_output.is_none_or(|asked| {
+                prompt.saturating_add(asked) <= window.saturating_sub(budget::margin(window))
+            })
+        };
+        if self.hit.is_none() && bound + budget <= limit && cap_fits(bound) {
             return None;
         }
         let tokens = self.count_original()?;
-        if (tokens as f64 * factor) as u64 + budget <= limit {
+        let prompt = (tokens as f64 * factor) as u64;
+        if prompt + budget <= limit {
+            self.fit_output(window, prompt);
             return None;
         }
-        Some((
-            ((limit.saturating_sub(budget)) as f64 / factor) as u64,
+        Some(Goal {
+            target: ((limit.saturating_sub(budget)) as f64 / factor) as u64,
+            ceiling: (self.ceiling(window as f64 - budget::margin(window) as f64, window) / factor)
+                as u64,
             window,
-        ))
+        })
     }
 
     /// Learns what the refusal says and prepares the next attempt. `false` when there
@@ -386,12 +450,11 @@ impl<'a> Attempts<'a> {
         ) {
             (Some(cap), _, _) if cap < asked => cap,
             (_, Some(window), Some(prompt)) if prompt < window => {
-                let margin = (window as f64 * 0.01) as u64 + 16;
-                window.saturating_sub(prompt).saturating_sub(margin)
+                budget::output_room(window, prompt)
             }
             _ => return false,
         };
-        if room < MIN_USEFUL_OUTPUT || room >= asked {
+        if room < budget::MIN_USEFUL_OUTPUT || room >= asked {
             return false;
         }
         let Some(mut request) = self.current_value() else {
@@ -401,7 +464,7 @@ impl<'a> Attempts<'a> {
         match serde_json::to_vec(&request) {
             Ok(bytes) => {
                 self.body = Bytes::from(bytes);
-                self.head.max_output = Some(room);
+                self.lowered(asked, room);
                 self.parsed = Some(request);
                 true
             }
@@ -409,55 +472,88 @@ impl<'a> Attempts<'a> {
         }
     }
 
-    /// Compacts to a tighter target than the last attempt's.
+    /// Compacts to a tighter target than the last attempt's. A body too large is about
+    /// bytes, not the window: it shrinks from what was sent, whatever the window.
     async fn shrink(&mut self, class: &Classification) -> bool {
         let window = class.numbers.context_window.or_else(|| self.window());
         let factor = self.app.models.factor(self.upstream(), &self.head.model);
         let tightening = ESCALATION.powi(self.rewrites as i32);
-        let target = match window {
+        let blind = match self.count_sent() {
+            Some(sent) => (sent as f64 * BLIND_SHRINK * tightening) as u64,
+            None if window.is_none() => return false,
+            None => u64::MAX,
+        };
+        let goal = match window {
             Some(window) => {
                 let budget = self.output_budget(window) as f64;
-                let usable = window as f64 * (1.0 - RETRY_MARGIN) - budget;
-                (usable.max(0.0) / factor * tightening) as u64
+                let usable = window as f64 * (1.0 - RETRY_MARGIN);
+                let target = ((usable - budget).max(0.0) / factor * tightening) as u64;
+                let ceiling = (self.ceiling(usable, window) / factor * tightening) as u64;
+                match class.kind {
+                    Kind::BodyTooLarge => Goal {
+                        target: target.min(blind),
+                        ceiling: ceiling.min(blind),
+                        window,
+                    },
+                    _ => Goal {
+                        target,
+                        ceiling,
+                        window,
+                    },
+                }
             }
-            None => {
-                let Some(sent) = self.count_sent() else {
-                    return false;
-                };
-                (sent as f64 * BLIND_SHRINK * tightening) as u64
-            }
+            None => Goal {
+                target: blind,
+                ceiling: blind,
+                window: u64::MAX,
+            },
         };
-        let window = window.unwrap_or(u64::MAX);
-        self.rewrite(target, window).await
+        self.rewrite(goal).await
     }
 
-    /// Runs the engine on the client's original request to `target` tokens (ours).
-    /// `false` when the engine could not produce anything new to send.
-    async fn rewrite(&mut self, target: u64, window: u64) -> bool {
-        let Some(outcome) = self.compact(target, window).await else {
+    /// Runs the engine on the client's original request towards `goal`, then lowers the
+    /// completion cap if prompt plus cap would still overflow the window (the engine may
+    /// have kept the turn in progress by taking room from the answer). `false` when there
+    /// is nothing new to send.
+    async fn rewrite(&mut self, goal: Goal) -> bool {
+        let Some(outcome) = self.compact(goal).await else {
             return false;
         };
         self.tried = true;
-        let report = &outcome.report;
+        let report = outcome.report;
         if report.summary != compact::SummarySource::None
             && checkpoint::poor_savings_after(0, report.tokens_before, report.tokens_after) > 0
         {
             self.llm = false;
         }
-        let Some(rewritten) = outcome.rewritten else {
+        let compacted = outcome.rewritten.is_some();
+        let Some(mut request) = outcome.rewritten.or_else(|| self.parsed.clone()) else {
             return false;
         };
-        let Ok(bytes) = serde_json::to_vec(&rewritten) else {
+        if goal.window != u64::MAX {
+            let factor = self.app.models.factor(self.upstream(), &self.head.model);
+            let prompt = (report.tokens_after as f64 * factor) as u64;
+            if let Some((before, after)) = budget::fit_output(&mut request, goal.window, prompt) {
+                self.lowered(before, after);
+            }
+        }
+        let Ok(bytes) = serde_json::to_vec(&request) else {
             return false;
         };
         if bytes[..] == self.body[..] {
             return false;
         }
-        self.pending = self.checkpoint_of(&rewritten, report);
+        if !compacted {
+            // Only the completion cap changed: the next compaction starts from it.
+            self.body = Bytes::from(bytes);
+            self.parsed = Some(request);
+            return true;
+        }
+        self.pending = self.checkpoint_of(&request, &report);
         self.rewrites += 1;
         self.body = Bytes::from(bytes);
-        self.tokens_original = Some(outcome.report.tokens_before as u64);
-        self.report = Some(outcome.report);
+        self.tokens_original = Some(report.tokens_before as u64);
+        self.report = Some(report);
         true
     }
 
@@ -519,16 +615,19 @@ impl<'a> Attempts<'a> {
 
     /// Plans, asks the LLM summariser for the middle when the plan needs a summary, and
     /// finishes. `None` when the engine refused the request.
-    async fn compact(&mut self, target: u64, window: u64) -> Option<compact::Outcome> {
+    async fn compact(&mut self, goal: Goal) -> Option<compact::Outcome> {
         self.base_request()?;
         // Moved into the blocking task and back rather than cloned: for a conversation of
         // a million tokens a clone costs as much as the compaction.
         let request = self.parsed.take()?;
+        let tokens = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         let options = compact::Options {
-            context_window: usize::try_from(window).unwrap_or(usize::MAX),
-            target_tokens: Some(usize::try_from(target).unwrap_or(usize::MAX)),
+            context_window: tokens(goal.window),
+            target_tokens: Some(tokens(goal.target)),
+            ceiling_tokens: Some(tokens(goal.ceiling.max(goal.target))),
             ..compact::Options::default()
         };
+        let window = goal.window;
         let counts = self.counts.take();
         let started = Instant::now();
         // Compaction is CPU work measured in milliseconds for huge conversations: keep
@@ -593,10 +692,14 @@ impl<'a> Attempts<'a> {
     /// The request compaction starts from, parsed once: the client's, with a lowered
     /// output cap if one was needed.
     fn base_request(&mut self) -> Option<&Value> {
+        self.base_request_mut().map(|v| &*v)
+    }
+
+    fn base_request_mut(&mut self) -> Option<&mut Value> {
         if self.parsed.is_none() {
             self.parsed = serde_json::from_slice(&self.original).ok();
         }
-        self.parsed.as_ref()
+        self.parsed.as_mut()
     }
 
     /// The request as last sent, as JSON.
@@ -641,26 +744,31 @@ impl<'a> Attempts<'a> {
             (None, Some(_)) => Some(SummarySource::Cache),
             (None, None) => None,
         };
-        let resumed_messages = || {
+        // Without a compaction the messages went as they were (resumed, or with only the
+        // completion cap lowered).
+        let sent_messages = || {
             self.parsed
                 .as_ref()
                 .and_then(messages_of)
                 .map_or(0, Vec::len)
         };
+        let sent_tokens = self.tokens_original.unwrap_or(0);
         Some(XCompaction {
             outcome,
             trigger,
             attempts: self.count,
-            messages_before: hit.map_or(report.map_or(0, |r| r.messages_before), |h| {
-                h.messages_before
-            }),
-            messages_after: report.map_or_else(resumed_messages, |r| r.messages_after),
+            messages_before: hit.map_or_else(
+                || report.map_or_else(sent_messages, |r| r.messages_before),
+                |h| h.messages_before,
+            ),
+            messages_after: report.map_or_else(sent_messages, |r| r.messages_after),
             summary,
-            tokens_before: hit.map_or(report.map_or(0, |r| r.tokens_before as u64), |h| {
-                h.tokens_before
-            }),
-            tokens_after: report
-                .map_or(self.tokens_original.unwrap_or(0), |r| r.tokens_after as u64),
+            tokens_before: hit.map_or(
+                report.map_or(sent_tokens, |r| r.tokens_before as u64),
+                |h| h.tokens_before,
+            ),
+            tokens_after: report.map_or(sent_tokens, |r| r.tokens_after as u64),
+            output: self.output,
         })
     }
 
@@ -694,6 +802,7 @@ impl<'a> Attempts<'a> {
             summary: None,
             tokens_before: 0,
             tokens_after: 0,
+            output: self.output,
         });
         self.record(&x);
         response.headers_mut().insert("x-compaction", x.to_header());
@@ -702,12 +811,15 @@ impl<'a> Attempts<'a> {
 
     fn record(&self, x: &XCompaction) {
         let metrics = &self.app.metrics;
-        if self.report.is_some() || self.hit.is_some() {
+        if self.report.is_some() || self.hit.is_some() || self.output.is_some() {
             metrics.compaction(x.trigger);
             if let Some(source) = x.summary {
                 metrics.summary(source);
             }
             metrics.tokens_saved(x.tokens_before.saturating_sub(x.tokens_after));
+        }
+        if self.output.is_some() {
+            metrics.output_lowered(x.trigger);
         }
         let passes = self.report.as_ref().map(|r| r.notes.join("; "));
         tracing::info!(
@@ -721,6 +833,7 @@ impl<'a> Attempts<'a> {
             tokens_after = x.tokens_after,
             summary = x.summary.map_or("none", SummarySource::as_str),
             passes = passes.as_deref().unwrap_or(""),
+            output = ?self.output,
             window = ?self.window(),
             "compaction"
         );

@@ -25,6 +25,8 @@ pub struct XCompaction {
     pub summary: Option<SummarySource>,
     pub tokens_before: u64,
     pub tokens_after: u64,
+    /// The completion cap before and after, when the proxy lowered it to fit the window.
+    pub output: Option<(u64, u64)>,
 }
 
 impl XCompaction {
@@ -46,6 +48,9 @@ impl XCompaction {
             self.tokens_before,
             self.tokens_after,
         );
+        if let Some((before, after)) = self.output {
+            let _ = write!(text, "; output={before}->{after}");
+        }
         // Only ASCII digits, letters and punctuation go in, so this cannot fail.
         HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static("applied"))
     }
@@ -66,11 +71,32 @@ mod tests {
             summary: Some(SummarySource::Fallback),
             tokens_before: 150_000,
             tokens_after: 30_000,
+            output: None,
         }
         .to_header();
         assert_eq!(
             header,
             "applied; trigger=error; attempts=2; messages=120->14; summary=fallback; tokens=150000->30000"
+        );
+    }
+
+    #[test]
+    fn a_lowered_completion_cap_is_its_own_field() {
+        let header = XCompaction {
+            outcome: Outcome::Applied,
+            trigger: Trigger::Preflight,
+            attempts: 1,
+            messages_before: 5,
+            messages_after: 5,
+            summary: None,
+            tokens_before: 21_000,
+            tokens_after: 21_000,
+            output: Some((32_000, 6_700)),
+        }
+        .to_header();
+        assert_eq!(
+            header,
+            "applied; trigger=preflight; attempts=1; messages=5->5; summary=none; tokens=21000->21000; output=32000->6700"
         );
     }
 
@@ -85,6 +111,7 @@ mod tests {
             summary: None,
             tokens_before: 10,
             tokens_after: 10,
+            output: None,
         }
         .to_header();
         assert!(header

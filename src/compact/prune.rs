@@ -116,10 +116,11 @@ impl<'a> Pruner<'a> {
                 continue;
             };
             // The last message pruned gives up no more than is still needed, so the
-            // result fills its budget rather than falling far below it.
+            // result fills its budget rather than falling far below it (a copy kept
+            // verbatim later is pointed to all the same: it says nothing new).
             let need = over - prunes.saved;
             let saving = messages[i].tokens.saturating_sub(m.tokens);
-            let (m, kind) = match (saving > need)
+            let (m, kind) = match (saving > need && kind != Kind::Duplicate)
                 .then(|| self.partly(&messages[i], need))
                 .flatten()
             {

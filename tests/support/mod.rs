@@ -359,9 +359,28 @@ fn json_text_len(content: &serde_json::Value) -> usize {
 }
 
 /// Checks what a strict provider checks: known roles, every tool call answered right
-/// after its assistant message, no tool result without its call, and no two user or
-/// two assistant messages in a row.
+/// after its assistant message, no tool result without its call, no two user or two
+/// assistant messages in a row, and (as strict chat templates do) the user speaking
+/// first after the instructions.
 pub fn strict_violations(request: &serde_json::Value) -> Vec<String> {
+    let mut problems = pairing_violations(request);
+    let first = request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| !matches!(m["role"].as_str(), Some("system" | "developer")));
+    if let Some(first) = first {
+        if first["role"] != "user" {
+            problems.push(format!(
+                "the first message after the instructions is {}",
+                first["role"]
+            ));
+        }
+    }
+    problems
+}
+
+fn pairing_violations(request: &serde_json::Value) -> Vec<String> {
     let mut problems = Vec::new();
     let Some(messages) = request["messages"].as_array() else {
         return vec!["no messages".into()];
