@@ -8,7 +8,7 @@ mod support;
 
 use compaction_proxy::compact::{validate_strict, MARKER};
 use serde_json::{json, Value};
-use support::{client, post_chat, Mock, Proxy};
+use support::{metrics, post_chat, Mock, Proxy};
 
 const MODEL: &str = "mock-agent-model";
 
@@ -45,11 +45,6 @@ fn result(id: &str, output: &str) -> Value {
 
 fn last_sent(mock: &Mock) -> Value {
     serde_json::from_slice(&mock.last().body).unwrap()
-}
-
-async fn metrics(proxy: &Proxy) -> String {
-    let response = client().get(proxy.url("/metrics")).send().await.unwrap();
-    response.text().await.unwrap()
 }
 
 /// The reproduction of the agents' loops: a turn with two large tool results, the
@@ -240,4 +235,42 @@ async fn a_system_message_without_content_does_not_stop_compaction() {
         json!({"role": "system", "content": null})
     );
     assert!(sent["messages"].as_array().unwrap().len() < messages.len());
+}
+
+/// Compaction uses the room it has: a long chat compacted before the first call keeps
+/// well over half of its target instead of falling to a small summary and the last turn.
+#[tokio::test]
+async fn a_compaction_fills_its_target_rather_than_falling_far_below_it() {
+    let mock = Mock::start().await;
+    let window = 8000;
+    let proxy = Proxy::start(&mock.url("/v1"), &config(window));
+    let mut messages = vec![json!({"role": "system", "content": "You are a helpful assistant."})];
+    for n in 0..40 {
+        messages.push(
+            json!({"role": "user", "content": format!("question {n}: {}", "why ".repeat(40))}),
+        );
+        // One long answer in the middle of the session, as a pasted file would be.
+        let len = if n == 30 { 1500 } else { 60 };
+        messages.push(json!({"role": "assistant", "content": format!("answer {n}: {}", "because ".repeat(len))}));
+    }
+    messages.push(json!({"role": "user", "content": "and now?"}));
+    let request = json!({"model": MODEL, "messages": messages});
+    let (status, x) = send(&proxy, 100_000, &request).await;
+    assert_eq!(status, 200);
+    assert!(x.starts_with("applied; trigger=preflight;"), "{x}");
+    let after: u64 = x
+        .split("tokens=")
+        .nth(1)
+        .unwrap()
+        .split("->")
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The target: 90% of the window less the answer's reserve (a quarter of it here).
+    let target = window * 9 / 10 - window / 4;
+    assert!(
+        after >= target / 2 && after <= target,
+        "{after} of {target}: {x}"
+    );
 }

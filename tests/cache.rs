@@ -7,7 +7,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{client, post_chat, Mock, Proxy};
+use support::{client, metrics, post_chat, Mock, Proxy};
 
 /// The upstream's window, in the mock's tokens; the proxy is told the same.
 const WINDOW: u64 = 6000;
@@ -173,14 +173,7 @@ async fn a_long_session_pays_for_a_few_summaries_and_resends_the_same_bytes() {
         assert!(!String::from_utf8_lossy(&call.body).contains(API_KEY));
     }
 
-    let metrics = client()
-        .get(proxy.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&proxy).await;
     assert!(
         metrics.contains(&format!(
             "compaction_proxy_summaries_total{{source=\"cache\"}} {cached}\n"

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use support::{client, Mock, Proxy};
+use support::{client, metrics, Mock, Proxy};
 
 const SYSTEM: &str = "You are a careful coding agent working in the repository at /work/app. \
 Use the tools to read files and run commands. Keep answers short.";
@@ -313,14 +313,7 @@ async fn a_huge_max_tokens_on_a_short_prompt_is_lowered_before_sending_not_compa
     let sent: Value = serde_json::from_slice(&recorded[0].body).unwrap();
     assert_eq!(sent["messages"], request["messages"], "no message touched");
     assert!(sent["max_tokens"].as_u64().unwrap() < 5500);
-    let metrics = client()
-        .get(proxy.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&proxy).await;
     assert!(metrics.contains("compaction_proxy_output_lowered_total{trigger=\"preflight\"} 3\n"));
     assert!(metrics.contains("compaction_proxy_compactions_total{trigger=\"preflight\"} 3\n"));
     assert!(metrics.contains("compaction_proxy_summaries_total{source=\"fallback\"} 0\n"));

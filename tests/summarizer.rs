@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{client, post_chat, Mock, Proxy, CANNED_SUMMARY};
+use support::{metrics, post_chat, Mock, Proxy, CANNED_SUMMARY};
 
 const API_KEY: &str = "sk-proj-Xq7LmN2pR9sT4vW8yZ1aB3cD5eF6gH0jK2lM4nP6qR8sT0uV";
 const PASSWORD: &str = "Tr0ub4dor-and-3-horses";
@@ -70,11 +70,6 @@ fn bodies(recorded: &[support::Recorded]) -> Vec<Value> {
         .iter()
         .map(|r| serde_json::from_slice(&r.body).unwrap())
         .collect()
-}
-
-async fn metrics(proxy: &Proxy) -> String {
-    let response = client().get(proxy.url("/metrics")).send().await.unwrap();
-    response.text().await.unwrap()
 }
 
 #[tokio::test]

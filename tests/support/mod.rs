@@ -743,6 +743,12 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// The proxy's `/metrics` text.
+pub async fn metrics(proxy: &Proxy) -> String {
+    let response = client().get(proxy.url("/metrics")).send().await.unwrap();
+    response.text().await.unwrap()
+}
+
 /// Posts a chat request through `proxy` with `headers` added; returns the status and the
 /// `x-compaction` header ("" when absent).
 pub async fn post_chat(
