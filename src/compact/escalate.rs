@@ -168,8 +168,10 @@ impl Draft<'_> {
     }
 }
 
-/// Folds `messages` into the summary one group at a time, oldest first, until a candidate
-/// fits; `place` puts what is not folded yet back in its place. Whether one fitted.
+/// Folds into the summary the fewest of `messages`' groups, oldest first, that make a
+/// candidate fit; `place` puts what is not folded back in its place. Whether one fitted
+/// (if none, all are folded). Folding fewer groups than hold the excess cannot fit, so
+/// the tries start there: a few builds, not one per group.
 fn fold(
     d: &mut Draft,
     best: &mut Best,
@@ -177,13 +179,22 @@ fn fold(
     messages: &[Message],
     place: impl Fn(&mut Draft, usize),
 ) -> bool {
+    let over = d.over(best);
+    let mut ends = Vec::new();
+    let (mut at, mut held) = (0, 0);
+    while at < messages.len() {
+        let end = next_group_end(messages, at, messages.len());
+        held += messages[at..end].iter().map(|m| m.tokens).sum::<usize>();
+        if held >= over || end == messages.len() {
+            ends.push(end);
+        }
+        at = end;
+    }
     // Each try starts from the same parts: digesting may also take an earlier summary
     // out of a kept message.
     let (body, kept, summarised) = (d.body.clone(), d.kept.clone(), d.summarised);
     let (head, tail) = (d.head.clone(), d.tail.clone());
-    let mut moved = 0;
-    while moved < messages.len() {
-        moved = next_group_end(messages, moved, messages.len());
+    for moved in ends {
         d.body = body.clone();
         d.kept = kept.clone();
         d.summarised = summarised;
