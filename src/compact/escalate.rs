@@ -3,18 +3,20 @@
 //!
 //! 1. prune tool traffic, oldest first, in the head's first exchange and in the tail up to
 //!    the latest calls;
-//! 2. fold the head's first exchange into the summary, a group at a time (the leading
-//!    instructions and the task stay);
-//! 3. fold the history kept in the tail into it too, oldest group first;
+//! 2. fold the head's first exchange into the summary (the leading instructions and the
+//!    task stay);
+//! 3. fold the history kept in the tail into it too, oldest first;
 //! 4. raise the target towards the ceiling: the answer gets less room, the turn in
 //!    progress keeps its own;
 //! 5. cut a huge task to a quarter of the target;
 //! 6. cut the turn's earlier messages, largest first;
-//! 7. shorten the summary;
-//! 8. cut the latest tool results and what else the turn holds, largest first, keeping
+//! 7. fold the turn's earlier rounds of calls into the summary;
+//! 8. shorten the summary;
+//! 9. cut the latest tool results and what else the turn holds, largest first, keeping
 //!    each one's beginning and end. The latest user message is never cut.
 //!
-//! The smallest candidate wins if none fits.
+//! Folding takes the fewest groups that make the rest fit. The smallest candidate wins
+//! if none fits.
 
 use serde_json::Value;
 
@@ -307,7 +309,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
             d.head = head
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| !folded[..moved].contains(i))
+                .filter(|(i, _)| folded[..moved].binary_search(i).is_err())
                 .map(|(_, m)| m.clone())
                 .collect();
         });
@@ -372,8 +374,8 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
-    // 6b. Still over: the turn's earlier rounds of calls join the summary, oldest first.
-    //     Its user messages and the latest calls stay.
+    // 7. Still over: the turn's earlier rounds of calls join the summary, oldest first.
+    //    Its user messages and the latest calls stay.
     let end = d.latest_calls().unwrap_or(0);
     let tail = d.tail.clone();
     let rounds: Vec<usize> = (d.turn..end)
@@ -388,7 +390,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
             d.tail = tail
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| !rounds[..moved].contains(i))
+                .filter(|(i, _)| rounds[..moved].binary_search(i).is_err())
                 .map(|(_, m)| m.clone())
                 .collect();
             d.turn = turn;
@@ -398,7 +400,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
-    // 7. A shorter summary.
+    // 8. A shorter summary.
     if let Some(body) = d.body.take() {
         let keep = counter
             .text(&body)
@@ -412,7 +414,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
-    // 8. Last: the latest results and whatever else the turn holds.
+    // 9. Last: the latest results and whatever else the turn holds.
     let rest = cuttable(d, 0..d.tail.len());
     let cut = d.level(&rest, d.over(best));
     if cut > 0 {
