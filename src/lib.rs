@@ -27,3 +27,4 @@ pub mod router;
 pub mod server;
 pub mod summarize;
 pub mod upstream;
+pub mod wire;

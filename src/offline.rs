@@ -11,6 +11,7 @@ use crate::compact::{self, budget, Options, Outcome, DEFAULT_CONTEXT_WINDOW};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::models;
+use crate::wire::Dialect;
 
 /// Exit status when the result fits the target.
 const FITS: u8 = 0;
@@ -176,6 +177,7 @@ fn compact_via(
             model,
             window: opts.context_window as u64,
             id: 0,
+            dialect: Dialect::Chat,
         };
         Ok::<_, String>(
             summarizer

@@ -1,5 +1,5 @@
 //! Where each request goes: the proxy's own endpoints, the compaction path for chat
-//! completions, or plain pass-through. Also the one place a request is counted, its
+//! completions and the Responses API, or plain pass-through. Also the one place a request is counted, its
 //! client key checked and its outcome logged.
 
 use std::convert::Infallible;
@@ -11,13 +11,15 @@ use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
+use crate::wire::Dialect;
 use crate::{chat, passthrough};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
     Health,
     Metrics,
-    Chat,
+    /// A conversation the proxy may compact, in one of its dialects.
+    Compact(Dialect),
     Passthrough,
 }
 
@@ -27,7 +29,7 @@ impl Route {
         match (request.method(), path) {
             (&Method::GET, "/healthz") => Self::Health,
             (&Method::GET, "/metrics") => Self::Metrics,
-            (&Method::POST, p) if p.ends_with("/chat/completions") => Self::Chat,
+            (&Method::POST, p) => Dialect::of_path(p).map_or(Self::Passthrough, Self::Compact),
             _ => Self::Passthrough,
         }
     }
@@ -70,12 +72,12 @@ async fn dispatch(
             app.metrics
                 .render(app.checkpoints.as_ref().map(|c| c.store.held())),
         ),
-        Route::Chat | Route::Passthrough => {
+        Route::Compact(_) | Route::Passthrough => {
             app.metrics.request();
-            let result = match app.auth.check(request.headers()) {
-                Err(e) => Err(e),
-                Ok(()) if route == Route::Chat => chat::handle(app, request, id).await,
-                Ok(()) => passthrough::forward(app, request).await,
+            let result = match (app.auth.check(request.headers()), route) {
+                (Err(e), _) => Err(e),
+                (Ok(()), Route::Compact(dialect)) => chat::handle(app, request, dialect, id).await,
+                (Ok(()), _) => passthrough::forward(app, request).await,
             };
             result.unwrap_or_else(|e| {
                 tracing::warn!(id, error = %e, "proxy error");
@@ -106,19 +108,32 @@ mod tests {
     fn routes_by_method_and_path() {
         assert_eq!(route(Method::GET, "/healthz"), Route::Health);
         assert_eq!(route(Method::GET, "/metrics"), Route::Metrics);
-        assert_eq!(route(Method::POST, "/v1/chat/completions"), Route::Chat);
+        let chat = Route::Compact(Dialect::Chat);
+        assert_eq!(route(Method::POST, "/v1/chat/completions"), chat);
         assert_eq!(
             route(
                 Method::POST,
                 "/openai/deployments/x/chat/completions?api-version=1"
             ),
-            Route::Chat
+            chat
         );
         assert_eq!(
             route(Method::GET, "/v1/chat/completions"),
             Route::Passthrough
         );
-        assert_eq!(route(Method::POST, "/v1/responses"), Route::Passthrough);
+        assert_eq!(
+            route(Method::POST, "/v1/responses"),
+            Route::Compact(Dialect::Responses)
+        );
+        // Codex's compaction endpoint and a stored response are not conversations.
+        assert_eq!(
+            route(Method::POST, "/v1/responses/compact"),
+            Route::Passthrough
+        );
+        assert_eq!(
+            route(Method::GET, "/v1/responses/resp_1"),
+            Route::Passthrough
+        );
         assert_eq!(route(Method::POST, "/healthz"), Route::Passthrough);
     }
 }

@@ -1,4 +1,5 @@
-//! The compaction path: `POST .../chat/completions`. The body is read (bounded) so a
+//! The compaction path: `POST .../chat/completions` and `POST .../responses` (see
+//! [`crate::wire`] for how each dialect is read and written). The body is read (bounded) so a
 //! request that is too long for its model can be rewritten; one that needs nothing goes
 //! upstream as the client's original bytes.
 
@@ -11,6 +12,7 @@ use hyper::body::Incoming;
 use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::error::ProxyError;
+use crate::wire::Dialect;
 
 pub mod inspect;
 pub mod request;
@@ -21,12 +23,13 @@ pub mod x_compaction;
 pub async fn handle(
     app: &App,
     request: Request<Incoming>,
+    dialect: Dialect,
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, incoming) = request.into_parts();
     let original = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
-    match request::ChatHead::parse(&original) {
-        Some(head) => retry::run(app, parts, original, head, id).await,
+    match dialect.head(&original) {
+        Some(head) => retry::run(app, parts, original, head, dialect, id).await,
         // Not a chat request the proxy understands: the upstream is the judge of it.
         None => {
             app.metrics.upstream_attempt();

@@ -27,6 +27,7 @@ use crate::classify::{Classification, Kind};
 use crate::compact::{self, budget};
 use crate::error::ProxyError;
 use crate::metrics::{SummarySource, Trigger};
+use crate::wire::Dialect;
 
 /// Share of the window left free on a retry, for the difference between our token
 /// count and the upstream's that calibration has not yet learned.
@@ -47,9 +48,10 @@ pub async fn run(
     parts: Parts,
     original: Bytes,
     head: ChatHead,
+    dialect: Dialect,
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let mut attempt = Attempts::new(app, &parts, original, head, id);
+    let mut attempt = Attempts::new(app, &parts, original, head, dialect, id);
     attempt.preflight().await;
     loop {
         attempt.count += 1;
@@ -123,6 +125,10 @@ struct Attempts<'a> {
     hit: Option<Hit>,
     /// The checkpoint this request's compaction made, stored once the upstream takes it.
     pending: Option<Pending>,
+    /// The API the client speaks, and for the Responses API its request as parsed, which
+    /// the compacted view is written back into.
+    dialect: Dialect,
+    source: Option<Value>,
     /// The completion cap as the client asked it and as lowered to fit the window.
     output: Option<(u64, u64)>,
     /// `parsed` holds a change (a lowered completion cap) that the body does not have yet.
@@ -155,7 +161,14 @@ struct Pending {
 }
 
 impl<'a> Attempts<'a> {
-    fn new(app: &'a App, parts: &'a Parts, original: Bytes, head: ChatHead, id: u64) -> Self {
+    fn new(
+        app: &'a App,
+        parts: &'a Parts,
+        original: Bytes,
+        head: ChatHead,
+        dialect: Dialect,
+        id: u64,
+    ) -> Self {
         Self {
             app,
             parts,
@@ -178,6 +191,8 @@ impl<'a> Attempts<'a> {
             pending: None,
             output: None,
             unsent: false,
+            dialect,
+            source: None,
         }
     }
 
@@ -324,8 +339,8 @@ impl<'a> Attempts<'a> {
         if self.trigger.is_none() {
             self.trigger = Some(Trigger::Preflight);
         }
-        match self.parsed.as_ref().map(serde_json::to_vec) {
-            Some(Ok(bytes)) => self.body = Bytes::from(bytes),
+        match self.parsed.as_ref().and_then(|v| self.encode(v)) {
+            Some(bytes) => self.body = bytes,
             // Not reachable for a request parsed from JSON; sending the client's own bytes
             // is the safe way out.
             _ => {
@@ -457,19 +472,16 @@ impl<'a> Attempts<'a> {
         if room < budget::MIN_USEFUL_OUTPUT || room >= asked {
             return false;
         }
-        let Some(mut request) = self.current_value() else {
+        let Some(bytes) = self.dialect.with_output_cap(&self.body, field, room) else {
             return false;
         };
-        request[field] = Value::from(room);
-        match serde_json::to_vec(&request) {
-            Ok(bytes) => {
-                self.body = Bytes::from(bytes);
-                self.lowered(asked, room);
-                self.parsed = Some(request);
-                true
-            }
-            Err(_) => false,
+        self.body = Bytes::from(bytes);
+        self.lowered(asked, room);
+        // Later compactions start from the client's request with the lower cap too.
+        if let Some(request) = self.parsed.as_mut().and_then(Value::as_object_mut) {
+            request.insert(field.into(), Value::from(room));
         }
+        true
     }
 
     /// Compacts to a tighter target than the last attempt's. A body too large is about
@@ -537,7 +549,7 @@ impl<'a> Attempts<'a> {
                 self.lowered(before, after);
             }
         }
-        let Ok(bytes) = serde_json::to_vec(&request) else {
+        let Some(bytes) = self.encode(&request) else {
             return false;
         };
         if bytes[..] == self.body[..] {
@@ -545,13 +557,13 @@ impl<'a> Attempts<'a> {
         }
         if !compacted {
             // Only the completion cap changed: the next compaction starts from it.
-            self.body = Bytes::from(bytes);
+            self.body = bytes;
             self.parsed = Some(request);
             return true;
         }
         self.pending = self.checkpoint_of(&request, &report);
         self.rewrites += 1;
-        self.body = Bytes::from(bytes);
+        self.body = bytes;
         self.tokens_original = Some(report.tokens_before as u64);
         self.report = Some(report);
         true
@@ -673,6 +685,7 @@ impl<'a> Attempts<'a> {
             model: &self.head.model,
             window,
             id: self.id,
+            dialect: self.dialect,
         };
         let work = || summarizer.summarize(&self.app.metrics, &call, plan, options);
         match &self.app.checkpoints {
@@ -697,17 +710,18 @@ impl<'a> Attempts<'a> {
 
     fn base_request_mut(&mut self) -> Option<&mut Value> {
         if self.parsed.is_none() {
-            self.parsed = serde_json::from_slice(&self.original).ok();
+            let (view, source) = self.dialect.view(&self.original)?;
+            self.parsed = Some(view);
+            self.source = source;
         }
         self.parsed.as_mut()
     }
 
-    /// The request as last sent, as JSON.
-    fn current_value(&mut self) -> Option<Value> {
-        if self.body == self.original {
-            return self.base_request().cloned();
-        }
-        serde_json::from_slice(&self.body).ok()
+    /// The bytes to send for `view`, in the client's dialect.
+    fn encode(&self, view: &Value) -> Option<Bytes> {
+        self.dialect
+            .encode(view, self.source.as_ref())
+            .map(Bytes::from)
     }
 
     fn count_original(&mut self) -> Option<u64> {

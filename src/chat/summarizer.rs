@@ -26,6 +26,7 @@ use crate::summarize::{
     AnswerStream, SummaryRequest,
 };
 use crate::upstream::{Upstream, UpstreamInitError};
+use crate::wire::{responses, Dialect};
 
 /// Client headers that must not travel with the summariser's call: its body is new (its
 /// own length and type), its answer is read by the proxy (no compression asked for), and
@@ -59,6 +60,8 @@ pub struct Call<'a> {
     pub window: u64,
     /// The request id, for log lines.
     pub id: u64,
+    /// The API the client speaks, which its summariser calls speak too.
+    pub dialect: Dialect,
 }
 
 /// Why one summariser call gave nothing usable. Messages never quote the conversation.
@@ -201,6 +204,10 @@ impl Summarizer {
                 .date(Some(&date))
                 .input_limit(limit)
                 .body();
+            let body = match call.dialect {
+                Dialect::Chat => body,
+                Dialect::Responses => responses::summary_request(&body),
+            };
             let result = self.send(call.parts, &body).await;
             metrics.summarizer_call(result.is_ok());
             summary = Some(result?);

@@ -104,11 +104,41 @@ impl AnswerStream {
             self.answer.error = Some(message.map_or_else(|| err.to_string(), str::to_string));
             return;
         }
+        if let Some(kind) = v.get("type").and_then(Value::as_str) {
+            self.take_responses_event(kind, v);
+            return;
+        }
         let choice = &v["choices"][0];
         if let Some(s) = choice["delta"]["content"].as_str() {
             self.answer.text.push_str(s);
         }
         self.take_finish(choice);
+    }
+
+    /// An event of a streamed Responses answer: text deltas, then a completed (or
+    /// incomplete, or failed) response.
+    fn take_responses_event(&mut self, kind: &str, v: &Value) {
+        match kind {
+            "response.output_text.delta" => {
+                if let Some(s) = v["delta"].as_str() {
+                    self.answer.text.push_str(s);
+                }
+            }
+            "response.completed" => {
+                self.answer.finish_reason = Some("stop".into());
+                self.done = true;
+            }
+            "response.incomplete" => {
+                self.answer.finish_reason = Some("length".into());
+                self.done = true;
+            }
+            "response.failed" | "error" => {
+                let error = &v["response"]["error"];
+                let message = error["message"].as_str().or(v["message"].as_str());
+                self.answer.error = Some(message.unwrap_or("failed").to_string());
+            }
+            _ => {}
+        }
     }
 
     fn take_completion(&mut self, v: &Value) {
@@ -151,6 +181,23 @@ mod tests {
             s.feed(c);
         }
         s.finish()
+    }
+
+    #[test]
+    fn reads_a_streamed_responses_answer() {
+        let a = collect(&[
+            b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{}}\n\n",
+            b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"## Go\"}\n\n",
+            b"data: {\"type\":\"response.output_text.delta\",\"delta\":\"al\"}\n\n",
+            b"data: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\"}}\n\n",
+        ]);
+        assert_eq!(a.text, "## Goal");
+        assert_eq!(a.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(a.error, None);
+        let failed = collect(&[
+            b"data: {\"type\":\"response.failed\",\"response\":{\"error\":{\"message\":\"too long\"}}}\n\n",
+        ]);
+        assert_eq!(failed.error.as_deref(), Some("too long"));
     }
 
     #[test]

@@ -146,6 +146,9 @@ async fn respond(
     let response = match behaviour.as_str() {
         "echo" => echo(&parts.headers, body),
         "openai" => openai(parts.method.as_str(), parts.uri.path(), &body),
+        "window" if parts.uri.path().ends_with("/responses") => {
+            responses_window(&state, &parts.headers, &body)
+        }
         "window" => window(&state, &parts.headers, &body),
         "error" => error_answer(&parts.headers),
         "sse-gated" => sse_gated(state),
@@ -177,10 +180,22 @@ pub const CANNED_SUMMARY: &str = "## Active Task\nMOCK-CHECKPOINT: fix the faili
 
 fn is_summary_call(body: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| {
-        v["messages"][0]["content"]
-            .as_str()
-            .is_some_and(|s| s.starts_with(SUMMARY_PROMPT))
+        // Chat (the system message) or the Responses API (its instructions).
+        [&v["messages"][0]["content"], &v["instructions"]]
+            .iter()
+            .any(|s| s.as_str().is_some_and(|s| s.starts_with(SUMMARY_PROMPT)))
     })
+}
+
+/// A streamed answer in the dialect of `body` (a Responses request has `input`).
+fn stream_answer(body: &[u8], model: &str, reply: &str) -> Response<MockBody> {
+    let responses =
+        serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| v.get("input").is_some());
+    if responses {
+        responses_stream(reply)
+    } else {
+        openai_stream(model, reply, false)
+    }
 }
 
 /// The summariser's answer, by `x-mock-summary`: `ok` (the default, a streamed
@@ -193,10 +208,10 @@ async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> 
         .unwrap_or("ok");
     if let Some(words) = behaviour.strip_prefix("long:") {
         let filler = " step".repeat(words.parse().unwrap());
-        return openai_stream(
+        return stream_answer(
+            body,
             "mock-summariser",
             &format!("{CANNED_SUMMARY}{filler}"),
-            false,
         );
     }
     let behaviour = match behaviour.strip_prefix("500-for:") {
@@ -211,12 +226,12 @@ async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> 
         None => behaviour,
     };
     match behaviour {
-        "ok" => openai_stream("mock-summariser", CANNED_SUMMARY, false),
-        "empty" => openai_stream("mock-summariser", "  ", false),
-        "refusal" => openai_stream(
+        "ok" => stream_answer(body, "mock-summariser", CANNED_SUMMARY),
+        "empty" => stream_answer(body, "mock-summariser", "  "),
+        "refusal" => stream_answer(
+            body,
             "mock-summariser",
             "I'm sorry, but I can't help with that.",
-            false,
         ),
         "silent" => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -506,6 +521,84 @@ fn overflow(shape: &str, tokens: u64, output: u64, limit: u64, stream: bool) -> 
     response
         .headers_mut()
         .insert("content-type", content_type.parse().unwrap());
+    response
+}
+
+/// The Responses API with a window: counts `instructions` and `input` its own way,
+/// refuses an invalid input (call/output pairing, as the real API does) with 400, an
+/// over-long one as OpenAI does (`x-mock-shape: responses`, a 400; `responses-stream`, a
+/// 200 stream whose first event is `response.failed`), and answers the rest.
+fn responses_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    };
+    let limit: u64 = header("x-mock-window").parse().unwrap_or(4096);
+    let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return plain(StatusCode::BAD_REQUEST, "not json");
+    };
+    let input = request["input"].as_array().cloned().unwrap_or_default();
+    if let Err(e) = compaction_proxy::wire::responses::validate(&input) {
+        state.violations.lock().unwrap().push(e.to_string());
+        return plain(StatusCode::BAD_REQUEST, &e.to_string());
+    }
+    let text: usize = input.iter().map(|i| i.to_string().len()).sum::<usize>()
+        + request["instructions"].as_str().map_or(0, str::len);
+    let tokens = text as u64 / 3 + input.len() as u64 * 6;
+    let output = request["max_output_tokens"].as_u64().unwrap_or(0);
+    let stream = request["stream"] == true;
+    if tokens + output <= limit {
+        let reply = format!("MOCK-RESPONSE: saw {} items", input.len());
+        return if stream {
+            responses_stream(&reply)
+        } else {
+            json(serde_json::json!({"id": "resp_mock", "object": "response", "status": "completed",
+                "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                    "content": [{"type": "output_text", "text": reply, "annotations": []}]}],
+                "usage": {"input_tokens": tokens, "output_tokens": 5}}).to_string())
+        };
+    }
+    let error = serde_json::json!({"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+        "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"});
+    if header("x-mock-shape") == "responses-stream" && stream {
+        let failed = serde_json::json!({"type": "response.failed", "response": {"id": "resp_mock", "status": "failed", "error": error}});
+        let events = format!(
+            "event: response.created\ndata: {}\n\nevent: response.failed\ndata: {failed}\n\n",
+            serde_json::json!({"type": "response.created", "response": {"id": "resp_mock", "status": "in_progress"}})
+        );
+        let mut response = sse_response(full(events));
+        response
+            .headers_mut()
+            .insert("content-type", "text/event-stream".parse().unwrap());
+        return response;
+    }
+    let mut response = Response::new(full(serde_json::json!({"error": error}).to_string()));
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    response
+}
+
+/// A streamed Responses answer with `reply` as its text, in two deltas.
+fn responses_stream(reply: &str) -> Response<MockBody> {
+    let (a, b) = reply.split_at(reply.len() / 2);
+    let event =
+        |v: serde_json::Value| format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap());
+    let events = [
+        event(serde_json::json!({"type": "response.created", "response": {"id": "resp_mock", "status": "in_progress"}})),
+        event(serde_json::json!({"type": "response.output_text.delta", "delta": a})),
+        event(serde_json::json!({"type": "response.output_text.delta", "delta": b})),
+        event(serde_json::json!({"type": "response.completed", "response": {"id": "resp_mock", "status": "completed",
+            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": reply}]}]}})),
+    ]
+    .concat();
+    let mut response = sse_response(full(events));
+    response
+        .headers_mut()
+        .insert("content-type", "text/event-stream".parse().unwrap());
     response
 }
 

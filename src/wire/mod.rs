@@ -1,0 +1,81 @@
+//! The API dialects the proxy compacts, as adapters around the one engine: each reads a
+//! request's steering fields, gives the chat-completions view the engine and the retry
+//! loop work on, and writes the compacted view back into the client's own request.
+//! Chat completions is the view itself; `responses` is the Responses API.
+
+pub mod responses;
+
+use serde_json::Value;
+
+use crate::chat::request::ChatHead;
+
+/// Which API a compacted request speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// `POST .../chat/completions`.
+    Chat,
+    /// `POST .../responses`.
+    Responses,
+}
+
+impl Dialect {
+    /// The dialect a `POST` to `path` speaks, if the proxy compacts it.
+    pub fn of_path(path: &str) -> Option<Dialect> {
+        if path.ends_with("/chat/completions") {
+            Some(Dialect::Chat)
+        } else if path.ends_with("/responses") {
+            Some(Dialect::Responses)
+        } else {
+            None
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Chat => "chat",
+            Dialect::Responses => "responses",
+        }
+    }
+
+    /// The fields that steer compaction, or `None` for a body the upstream should judge
+    /// as it is (not JSON, no conversation, a conversation the upstream holds).
+    pub fn head(self, body: &[u8]) -> Option<ChatHead> {
+        match self {
+            Dialect::Chat => ChatHead::parse(body),
+            Dialect::Responses => responses::head(body),
+        }
+    }
+
+    /// The chat view of the client's request, and (for the Responses API) the request
+    /// itself, which the view is written back into.
+    pub fn view(self, body: &[u8]) -> Option<(Value, Option<Value>)> {
+        let request: Value = serde_json::from_slice(body).ok()?;
+        match self {
+            Dialect::Chat => Some((request, None)),
+            Dialect::Responses => Some((responses::to_chat(&request)?, Some(request))),
+        }
+    }
+
+    /// The bytes to send for `view`, written into `source` for the Responses API.
+    pub fn encode(self, view: &Value, source: Option<&Value>) -> Option<Vec<u8>> {
+        match (self, source) {
+            (Dialect::Responses, Some(source)) => {
+                serde_json::to_vec(&responses::from_chat(view, source)).ok()
+            }
+            _ => serde_json::to_vec(view).ok(),
+        }
+    }
+
+    /// `sent` with its completion cap set to `cap`.
+    pub fn with_output_cap(self, sent: &[u8], field: &str, cap: u64) -> Option<Vec<u8>> {
+        let mut request: Value = serde_json::from_slice(sent).ok()?;
+        let field = match self {
+            Dialect::Chat => field,
+            Dialect::Responses => "max_output_tokens",
+        };
+        request
+            .as_object_mut()?
+            .insert(field.into(), Value::from(cap));
+        serde_json::to_vec(&request).ok()
+    }
+}

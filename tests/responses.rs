@@ -1,0 +1,183 @@
+//! Clients of the Responses API (`POST /v1/responses`: Codex, the Agents SDK, the AI SDK's
+//! `openai()`) survive sessions longer than their model's window, as chat clients do: the
+//! proxy compacts the `input` items on the same path, writes back the client's own items
+//! (reasoning with the call it preceded, unknown item types whole), leaves `instructions`
+//! alone, summarises in the client's dialect, and passes server-side conversations
+//! (`previous_response_id`) through untouched.
+
+mod support;
+
+use compaction_proxy::compact::MARKER;
+use compaction_proxy::wire::responses::validate;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use support::{client, Mock, Proxy, CANNED_SUMMARY};
+
+const MODEL: &str = "mock-agent-model";
+const INSTRUCTIONS: &str = "You are a coding agent. Use the tools; keep answers short.";
+
+fn proxy(mock: &Mock, window: Option<u64>) -> Proxy {
+    let config = window.map_or(String::new(), |w| {
+        format!("[[models]]\nmatch = \"{MODEL}\"\ncontext_window = {w}\n")
+    });
+    Proxy::start(&mock.url("/v1"), &config)
+}
+
+/// One turn of an agent as the Responses API has it: the user asks, the model reasons,
+/// calls a tool and a hosted web search, the output comes back, the model answers.
+fn turn(n: usize) -> Vec<Value> {
+    let id = format!("call_{n}");
+    let log = format!(
+        "running test_{n}\nerror[E0382]: borrow of moved value\n{}test result: FAILED\n",
+        "   Compiling app v0.1.0 (/work/app)\n".repeat(40)
+    );
+    vec![
+        json!({"role": "user", "content": format!("turn {n}: fix test_{n}")}),
+        json!({"type": "reasoning", "id": format!("rs_{n}"), "summary": [], "encrypted_content": "gAAAA".repeat(20)}),
+        json!({"type": "function_call", "id": format!("fc_{n}"), "call_id": id, "name": "shell",
+            "arguments": json!({"command": format!("cargo test test_{n}")}).to_string()}),
+        json!({"type": "function_call_output", "call_id": id, "output": log}),
+        json!({"type": "web_search_call", "id": format!("ws_{n}"), "status": "completed",
+            "action": {"type": "search", "query": format!("E0382 test_{n}")}}),
+        json!({"type": "message", "role": "assistant", "id": format!("msg_{n}"),
+            "content": [{"type": "output_text", "text": format!("Fixed test_{n}."), "annotations": []}]}),
+    ]
+}
+
+fn request(input: &[Value], stream: bool) -> Value {
+    json!({"model": MODEL, "instructions": INSTRUCTIONS, "input": input, "stream": stream,
+        "store": false, "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}}]})
+}
+
+/// Sends one request; returns the status, `x-compaction` and the text the client read.
+async fn send(proxy: &Proxy, shape: &str, window: u64, body: &Value) -> (u16, String, String) {
+    let response = client()
+        .post(proxy.url("/v1/responses"))
+        .header("x-mock", "window")
+        .header("x-mock-shape", shape)
+        .header("x-mock-window", window.to_string())
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let x = response
+        .headers()
+        .get("x-compaction")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let mut stream = response.bytes_stream();
+    let mut raw = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        raw.extend_from_slice(&chunk.unwrap());
+    }
+    (status, x, String::from_utf8(raw).unwrap())
+}
+
+fn sent(mock: &Mock) -> Value {
+    serde_json::from_slice(&mock.last().body).unwrap()
+}
+
+#[tokio::test]
+async fn a_long_responses_session_never_dies_of_its_length() {
+    for stream in [false, true] {
+        let mock = Mock::start().await;
+        let proxy = proxy(&mock, Some(3000));
+        let mut input = Vec::new();
+        for n in 0..30 {
+            let mut items = turn(n);
+            let answer = items.pop().unwrap();
+            input.extend(items);
+            let (status, x, text) = send(&proxy, "responses", 9000, &request(&input, stream)).await;
+            assert_eq!(status, 200, "turn {n}: {x}\n{text}");
+            assert!(text.contains("MOCK-RESPONSE"), "turn {n}: {text}");
+            let got = sent(&mock);
+            let items = got["input"].as_array().unwrap();
+            validate(items).unwrap_or_else(|e| panic!("turn {n}: {e}"));
+            assert_eq!(got["instructions"], INSTRUCTIONS);
+            // The turn in progress reaches the model whole: its call and its output.
+            let last = &input[input.len() - 3..];
+            for item in last {
+                assert!(items.contains(item), "turn {n}: {item} lost ({x})");
+            }
+            // Every reasoning item kept still goes with the call after it.
+            for (i, item) in items.iter().enumerate() {
+                if item["type"] == "reasoning" {
+                    assert_eq!(items[i + 1]["type"], "function_call", "turn {n}");
+                }
+            }
+            input.push(answer);
+        }
+        assert!(mock.state.violations.lock().unwrap().is_empty());
+        let got = sent(&mock);
+        assert!(
+            got.to_string().contains(MARKER),
+            "the session was never compacted"
+        );
+        assert!(
+            got.to_string().contains("web_search_call"),
+            "hosted calls kept whole"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_summary_is_asked_for_in_the_responses_dialect() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, Some(3000));
+    let mut input = Vec::new();
+    for n in 0..30 {
+        input.extend(turn(n));
+    }
+    input.push(json!({"role": "user", "content": "and now the last one"}));
+    let (status, x, _) = send(&proxy, "responses", 9000, &request(&input, false)).await;
+    assert_eq!(status, 200, "{x}");
+    assert!(x.contains("summary=llm"), "{x}");
+    let call: Value = serde_json::from_slice(&mock.summaries()[0].body).unwrap();
+    assert_eq!(call["stream"], true);
+    assert!(
+        call["input"].is_array() && call["instructions"].is_string(),
+        "{call}"
+    );
+    let got = sent(&mock);
+    assert!(CANNED_SUMMARY.contains("MOCK-CHECKPOINT"));
+    assert!(got.to_string().contains("MOCK-CHECKPOINT"));
+    assert_eq!(
+        got["input"].as_array().unwrap().last().unwrap(),
+        input.last().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn an_overflow_reported_in_the_stream_is_retried_before_the_client_sees_a_byte() {
+    let mock = Mock::start().await;
+    // No window known: only the upstream's own failure can tell.
+    let proxy = proxy(&mock, None);
+    let mut input = Vec::new();
+    for n in 0..14 {
+        input.extend(turn(n));
+    }
+    input.push(json!({"role": "user", "content": "and now the last one"}));
+    let (status, x, text) = send(&proxy, "responses-stream", 9000, &request(&input, true)).await;
+    assert_eq!(status, 200);
+    assert!(x.starts_with("applied; trigger=error;"), "{x}");
+    assert!(!text.contains("response.failed"), "{text}");
+    assert!(text.contains("response.completed"), "{text}");
+}
+
+#[tokio::test]
+async fn a_conversation_the_upstream_holds_passes_untouched() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, Some(6000));
+    let mut input = Vec::new();
+    for n in 0..14 {
+        input.extend(turn(n));
+    }
+    let mut body = request(&input, false);
+    body["previous_response_id"] = json!("resp_earlier");
+    let (status, x, text) = send(&proxy, "responses", 9000, &body).await;
+    assert_eq!(status, 400, "the upstream's own answer");
+    assert!(text.contains("exceeds the context window"), "{text}");
+    assert_eq!(x, "", "no compaction was tried");
+    assert_eq!(sent(&mock), body);
+}
