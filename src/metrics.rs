@@ -25,6 +25,24 @@ impl Trigger {
     }
 }
 
+/// The API a compacted request speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Responses,
+}
+
+impl Api {
+    pub const ALL: [Api; 2] = [Api::Chat, Api::Responses];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::Responses => "responses",
+        }
+    }
+}
+
 /// Where the summary of a compaction came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SummarySource {
@@ -60,6 +78,8 @@ pub struct Metrics {
     compactions: [AtomicU64; 2],
     /// Requests whose completion cap was lowered to fit the window, by trigger.
     output_lowered: [AtomicU64; 2],
+    /// Requests rewritten, by API: chat completions, the Responses API.
+    compactions_by_api: [AtomicU64; 2],
     summaries: [AtomicU64; 3],
     tokens_saved: AtomicU64,
     /// Summariser calls that gave a usable summary (`[0]`) or did not (`[1]`).
@@ -78,6 +98,11 @@ impl Metrics {
 
     pub fn compaction(&self, trigger: Trigger) {
         self.compactions[trigger as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A rewritten request of the API `api`.
+    pub fn compaction_of_api(&self, api: Api) {
+        self.compactions_by_api[api as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn output_lowered(&self, trigger: Trigger) {
@@ -123,6 +148,13 @@ impl Metrics {
             "Chat requests the proxy compacted, by what triggered it.",
             "trigger",
             Trigger::ALL.map(|t| (t.as_str(), &self.compactions[t as usize])),
+        );
+        labelled(
+            &mut out,
+            "compaction_proxy_compactions_by_api_total",
+            "Requests the proxy rewrote, by the API they speak (chat completions or responses).",
+            "api",
+            Api::ALL.map(|a| (a.as_str(), &self.compactions_by_api[a as usize])),
         );
         labelled(
             &mut out,
@@ -270,6 +302,7 @@ mod tests {
         assert!(text.contains("compaction_proxy_compactions_total{trigger=\"error\"} 1\n"));
         assert!(text.contains("compaction_proxy_compactions_total{trigger=\"preflight\"} 0\n"));
         assert!(text.contains("compaction_proxy_output_lowered_total{trigger=\"preflight\"} 0\n"));
+        assert!(text.contains("compaction_proxy_compactions_by_api_total{api=\"responses\"} 0\n"));
         assert!(text.contains("compaction_proxy_summaries_total{source=\"fallback\"} 1\n"));
         assert!(text.contains("compaction_proxy_tokens_saved_total 1200\n"));
     }

@@ -11,7 +11,7 @@ use crate::compact::{self, budget, Options, Outcome, DEFAULT_CONTEXT_WINDOW};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::models;
-use crate::wire::Dialect;
+use crate::wire::{responses, Dialect};
 
 /// Exit status when the result fits the target.
 const FITS: u8 = 0;
@@ -22,8 +22,9 @@ const DOES_NOT_FIT: u8 = 3;
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(
-    about = "Compact a chat-completions request body offline",
-    long_about = "Reads a chat-completions request body (FILE, or stdin when FILE is absent or -), \
+    about = "Compact a chat-completions or Responses API request body offline",
+    long_about = "Reads a chat-completions request body, or a Responses API one (an input array of \
+items; written back as items), from FILE, or stdin when FILE is absent or -, and \
 writes the compacted body to stdout and a one-line report to stderr. The summary is the \
 deterministic digest and nothing goes over the network, unless --summarize-via names an \
 OpenAI-compatible API (base URL) to write it: then the middle is summarised by --model (default: \
@@ -74,9 +75,21 @@ pub fn run(args: &CompactArgs) -> ExitCode {
         Ok(bytes) => bytes,
         Err(msg) => return fail(&msg),
     };
-    let request: serde_json::Value = match serde_json::from_slice(&input) {
+    let body: serde_json::Value = match serde_json::from_slice(&input) {
         Ok(v) => v,
         Err(e) => return fail(&format!("request body is not valid JSON: {e}")),
+    };
+    // A Responses API body (an `input` array, no `messages`) is compacted through its
+    // chat view and written back as Responses items.
+    let responses =
+        body.get("messages").is_none() && body.get("input").is_some_and(|i| i.is_array());
+    let request = if responses {
+        match responses::to_chat(&body) {
+            Some(view) => view,
+            None => return fail("\"input\" is not an array of items"),
+        }
+    } else {
+        body.clone()
     };
     let model = args.model.clone().or_else(|| {
         request
@@ -101,17 +114,20 @@ pub fn run(args: &CompactArgs) -> ExitCode {
     };
     // The proxy's rule for the answer's room: a completion cap that would overflow the
     // window beside the prompt is lowered to what fits.
-    let mut body = outcome.rewritten.clone();
-    let mut capped = body.clone().unwrap_or_else(|| request.clone());
+    let mut rewritten = outcome.rewritten.clone();
+    let mut capped = rewritten.clone().unwrap_or_else(|| request.clone());
     let lowered = budget::fit_output(
         &mut capped,
         window as u64,
         outcome.report.tokens_after as u64,
     );
     if lowered.is_some() {
-        body = Some(capped);
+        rewritten = Some(capped);
     }
-    let written = match &body {
+    if responses {
+        rewritten = rewritten.map(|view| responses::from_chat(&view, &body));
+    }
+    let written = match &rewritten {
         None => write_stdout(&input),
         Some(body) => serde_json::to_vec(body)
             .map_err(std::io::Error::other)

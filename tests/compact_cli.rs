@@ -191,3 +191,36 @@ fn an_oversized_completion_cap_is_lowered_not_paid_for_with_the_conversation() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stderr(&o).contains("(target 5840, fits)"), "{}", stderr(&o));
 }
+
+/// A Responses API body is compacted too, and written back as Responses items.
+#[test]
+fn a_responses_body_is_compacted_as_items() {
+    let mut input = Vec::new();
+    for n in 0..40 {
+        let id = format!("call_{n}");
+        input.push(serde_json::json!({"role": "user", "content": format!("step {n}")}));
+        input.push(
+            serde_json::json!({"type": "function_call", "call_id": id, "name": "shell",
+            "arguments": "{\"command\":\"make\"}"}),
+        );
+        input.push(
+            serde_json::json!({"type": "function_call_output", "call_id": id,
+            "output": "build line\n".repeat(200)}),
+        );
+    }
+    input.push(serde_json::json!({"role": "user", "content": "finish"}));
+    let request =
+        serde_json::json!({"model": "gpt-4o", "instructions": "Be brief.", "input": input});
+    let o = run(
+        &["--context-window", "4000"],
+        request.to_string().as_bytes(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let body: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(body.get("messages").is_none());
+    assert_eq!(body["instructions"], "Be brief.");
+    let items = body["input"].as_array().unwrap();
+    compaction_proxy::wire::responses::validate(items).unwrap();
+    assert!(body.to_string().contains("pruned by compaction"), "{body}");
+    assert_eq!(items.last().unwrap()["content"], "finish");
+}

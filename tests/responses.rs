@@ -11,7 +11,7 @@ use compaction_proxy::compact::MARKER;
 use compaction_proxy::wire::responses::validate;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use support::{client, Mock, Proxy, CANNED_SUMMARY};
+use support::{client, metrics, Mock, Proxy, CANNED_SUMMARY};
 
 const MODEL: &str = "mock-agent-model";
 const INSTRUCTIONS: &str = "You are a coding agent. Use the tools; keep answers short.";
@@ -117,6 +117,11 @@ async fn a_long_responses_session_never_dies_of_its_length() {
         assert!(
             got.to_string().contains("web_search_call"),
             "hosted calls kept whole"
+        );
+        let metrics = metrics(&proxy).await;
+        assert!(
+            !metrics.contains("compaction_proxy_compactions_by_api_total{api=\"responses\"} 0\n"),
+            "{metrics}"
         );
     }
 }

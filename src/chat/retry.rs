@@ -827,6 +827,7 @@ impl<'a> Attempts<'a> {
         let metrics = &self.app.metrics;
         if self.report.is_some() || self.hit.is_some() || self.output.is_some() {
             metrics.compaction(x.trigger);
+            metrics.compaction_of_api(self.dialect.api());
             if let Some(source) = x.summary {
                 metrics.summary(source);
             }
@@ -839,6 +840,7 @@ impl<'a> Attempts<'a> {
         tracing::info!(
             id = self.id,
             outcome = ?x.outcome,
+            api = self.dialect.api().as_str(),
             trigger = x.trigger.as_str(),
             attempts = x.attempts,
             messages_before = x.messages_before,

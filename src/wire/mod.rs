@@ -8,6 +8,7 @@ pub mod responses;
 use serde_json::Value;
 
 use crate::chat::request::ChatHead;
+use crate::metrics::Api;
 
 /// Which API a compacted request speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,10 +31,10 @@ impl Dialect {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub fn api(self) -> Api {
         match self {
-            Dialect::Chat => "chat",
-            Dialect::Responses => "responses",
+            Dialect::Chat => Api::Chat,
+            Dialect::Responses => Api::Responses,
         }
     }
 
