@@ -18,6 +18,7 @@
 use std::hint::black_box;
 
 use compaction_proxy::compact::{self, count_messages, count_request, Options};
+use compaction_proxy::wire::responses;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde_json::{json, Value};
 
@@ -85,5 +86,48 @@ fn compaction(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, counting, compaction);
+/// The chat session as a Responses API request: the system prompt as `instructions`,
+/// calls and outputs as items.
+fn as_responses(chat: &Value) -> Value {
+    let mut instructions = Value::Null;
+    let mut input = Vec::new();
+    for m in chat["messages"].as_array().unwrap() {
+        match m["role"].as_str().unwrap() {
+            "system" => instructions = m["content"].clone(),
+            "tool" => input.push(json!({"type": "function_call_output",
+                "call_id": m["tool_call_id"], "output": m["content"]})),
+            "assistant" if m["tool_calls"].is_array() => {
+                for call in m["tool_calls"].as_array().unwrap() {
+                    input.push(json!({"type": "function_call", "call_id": call["id"],
+                        "name": call["function"]["name"], "arguments": call["function"]["arguments"]}));
+                }
+            }
+            role => input.push(json!({"role": role, "content": m["content"]})),
+        }
+    }
+    json!({"model": chat["model"], "instructions": instructions, "input": input})
+}
+
+/// The Responses path: the view, the same engine, the items written back.
+fn responses(c: &mut Criterion) {
+    let mut g = c.benchmark_group("responses");
+    g.sample_size(10);
+    let request = as_responses(&session(128_000));
+    let view = responses::to_chat(&request).unwrap();
+    let before = count_request(&view);
+    let opts = Options {
+        target_tokens: Some(before / 2),
+        ..Options::with_window(before)
+    };
+    g.bench_function("compact_128k", |b| {
+        b.iter(|| {
+            let view = responses::to_chat(black_box(&request)).unwrap();
+            let outcome = compact::compact(&view, &opts).unwrap();
+            responses::from_chat(outcome.body(&view), &request)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, counting, compaction, responses);
 criterion_main!(benches);

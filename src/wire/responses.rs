@@ -127,24 +127,27 @@ pub fn to_chat(request: &Value) -> Option<Value> {
 /// `original` with its `input` written back from the (compacted) chat `view`, and its
 /// completion cap from the view's.
 pub fn from_chat(view: &Value, original: &Value) -> Value {
-    let items = original["input"].as_array().cloned().unwrap_or_default();
+    let items: &[Value] = original["input"].as_array().map_or(&[], Vec::as_slice);
     let mut input = Vec::new();
     for message in view["messages"].as_array().into_iter().flatten() {
         if message.get(INSTRUCTIONS).is_some() {
             continue;
         }
-        render(message, &items, &mut input);
+        render(message, items, &mut input);
     }
-    let mut out = original.clone();
-    if let Some(obj) = out.as_object_mut() {
-        obj.insert("input".into(), Value::Array(input));
-        if let Some(cap) = view.get("max_completion_tokens").and_then(Value::as_u64) {
-            if obj.contains_key("max_output_tokens") {
-                obj.insert("max_output_tokens".into(), Value::from(cap));
-            }
-        }
+    let cap = view.get("max_completion_tokens").and_then(Value::as_u64);
+    // Every other field as it was, in its place; the old items are not copied.
+    let mut out = Map::new();
+    let mut input = Some(input);
+    for (key, value) in original.as_object().into_iter().flatten() {
+        let value = match key.as_str() {
+            "input" => Value::Array(input.take().unwrap_or_default()),
+            "max_output_tokens" if cap.is_some() => Value::from(cap.unwrap_or_default()),
+            _ => value.clone(),
+        };
+        out.insert(key.clone(), value);
     }
-    out
+    Value::Object(out)
 }
 
 fn item_type(item: &Value) -> &str {
