@@ -186,3 +186,25 @@ async fn a_conversation_the_upstream_holds_passes_untouched() {
     assert_eq!(x, "", "no compaction was tried");
     assert_eq!(sent(&mock), body);
 }
+
+/// An upstream that counts more than the proxy and says no numbers: when the excess was
+/// the requested completion, the proxy learns a window below prompt and completion
+/// together (not below the prompt alone), and asks for fewer completion tokens rather
+/// than failing.
+#[tokio::test]
+async fn an_overflow_without_numbers_lowers_the_completion_cap_and_succeeds() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, Some(6000));
+    let input = vec![
+        json!({"role": "user", "content": "Summarise these notes: ".to_string() + &"notes about the build ".repeat(450)}),
+    ];
+    let mut body = request(&input, false);
+    body["max_output_tokens"] = json!(5000);
+    for round in 0..3 {
+        let (status, x, text) = send(&proxy, "responses", 6000, &body).await;
+        assert_eq!(status, 200, "round {round}: {x}\n{text}");
+        assert!(x.contains("output=5000->"), "round {round}: {x}");
+        let got = sent(&mock);
+        assert_eq!(got["input"], body["input"], "the conversation is untouched");
+    }
+}

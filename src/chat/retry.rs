@@ -418,7 +418,17 @@ impl<'a> Attempts<'a> {
         self.learn(class);
         let changed = match class.kind {
             Kind::OutputCap => self.lower_output_cap(class) || self.shrink(class).await,
-            Kind::ContextOverflow | Kind::BodyTooLarge => self.shrink(class).await,
+            Kind::ContextOverflow => {
+                let (rewrites, cap) = (self.rewrites, self.head.max_output);
+                let shrunk = self.shrink(class).await;
+                // Nothing of the conversation could go: only the completion cap can make
+                // room, by an amount the upstream did not say; halve it at least.
+                let halved = self.rewrites == rewrites
+                    && cap.is_some_and(|c| self.head.max_output.unwrap_or(c) > c / 2)
+                    && self.halve_output_cap(cap);
+                shrunk || halved
+            }
+            Kind::BodyTooLarge => self.shrink(class).await,
             Kind::Other => false,
         };
         if changed && self.trigger.is_none() {
@@ -435,11 +445,14 @@ impl<'a> Attempts<'a> {
         if let Some(window) = numbers.context_window {
             self.app.models.learn(&upstream, &model, window);
         } else if class.kind == Kind::ContextOverflow {
-            // No numbers: the window is at least below what was just refused. (A 413 says
-            // nothing about tokens: its bytes may be images that cost few.)
+            // No numbers: the window is below what was just refused, prompt and requested
+            // completion together (many upstreams count both; counting the prompt alone
+            // could set the window far too small when the completion was the excess). A
+            // 413 says nothing about tokens: its bytes may be images that cost few.
             if let Some(sent) = self.count_sent() {
                 let factor = self.app.models.factor(&upstream, &model);
-                let bound = (sent as f64 * factor * (1.0 - RETRY_MARGIN)) as u64;
+                let asked = self.head.max_output.unwrap_or(0) as f64;
+                let bound = ((sent as f64 * factor + asked) * (1.0 - RETRY_MARGIN)) as u64;
                 self.app.models.learn_at_most(&upstream, &model, bound);
             }
         }
@@ -472,16 +485,37 @@ impl<'a> Attempts<'a> {
         if room < budget::MIN_USEFUL_OUTPUT || room >= asked {
             return false;
         }
-        let Some(bytes) = self.dialect.with_output_cap(&self.body, field, room) else {
+        self.set_output_cap(field, asked, room)
+    }
+
+    /// Sends the last request again with completion cap `cap` in place of `asked`.
+    fn set_output_cap(&mut self, field: &str, asked: u64, cap: u64) -> bool {
+        let Some(bytes) = self.dialect.with_output_cap(&self.body, field, cap) else {
             return false;
         };
         self.body = Bytes::from(bytes);
-        self.lowered(asked, room);
+        self.lowered(asked, cap);
         // Later compactions start from the client's request with the lower cap too.
         if let Some(request) = self.parsed.as_mut().and_then(Value::as_object_mut) {
-            request.insert(field.into(), Value::from(room));
+            request.insert(field.into(), Value::from(cap));
         }
         true
+    }
+
+    /// The last resort for an overflow with no numbers that compaction could not shrink
+    /// further: the upstream counts more than we do, or counts the completion cap, so ask
+    /// for half the completion tokens `before` asked for (never below a useful answer).
+    fn halve_output_cap(&mut self, before: Option<u64>) -> bool {
+        let (Some(field), Some(asked), Some(before)) =
+            (self.head.max_output_field, self.head.max_output, before)
+        else {
+            return false;
+        };
+        let half = before / 2;
+        if half < budget::MIN_USEFUL_OUTPUT || half >= asked {
+            return false;
+        }
+        self.set_output_cap(field, asked, half)
     }
 
     /// Compacts to a tighter target than the last attempt's. A body too large is about
