@@ -442,12 +442,7 @@ fn pairing_violations(request: &serde_json::Value) -> Vec<String> {
 /// longer requests in the shape of the provider named by `x-mock-shape`, and answers
 /// the rest like OpenAI after checking the conversation is valid.
 fn window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    };
+    let header = |name: &str| header_str(headers, name);
     let limit: u64 = header("x-mock-window").parse().unwrap_or(4096);
     let shape = header("x-mock-shape").to_owned();
     let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
@@ -524,17 +519,20 @@ fn overflow(shape: &str, tokens: u64, output: u64, limit: u64, stream: bool) -> 
     response
 }
 
+/// A request header's value, "" when absent.
+fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> &'h str {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
 /// The Responses API with a window: counts `instructions` and `input` its own way,
 /// refuses an invalid input (call/output pairing, as the real API does) with 400, an
 /// over-long one as OpenAI does (`x-mock-shape: responses`, a 400; `responses-stream`, a
 /// 200 stream whose first event is `response.failed`), and answers the rest.
 fn responses_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    };
+    let header = |name: &str| header_str(headers, name);
     let limit: u64 = header("x-mock-window").parse().unwrap_or(4096);
     let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
         return plain(StatusCode::BAD_REQUEST, "not json");
