@@ -229,19 +229,15 @@ impl<'a> Attempts<'a> {
     /// The most prompt tokens (the upstream's) a request may carry when the answer's room
     /// is cut to its minimum to keep the turn in progress whole.
     fn ceiling(&self, usable: f64, window: u64) -> f64 {
-        let least = self
-            .output_budget(window)
-            .min(compact::Options::default().min_output_tokens as u64);
+        let least = self.output_budget(window).min(budget::MIN_OUTPUT_ROOM);
         (usable - least as f64).max(0.0)
     }
 
     /// Lowers the completion cap of the request compaction starts from when prompt plus
     /// cap would overflow the window: the lossless fix, made before the upstream refuses.
     fn fit_output(&mut self, window: u64, prompt: u64) {
-        let Some(asked) = self.head.max_output else {
-            return;
-        };
-        if asked.saturating_add(prompt) <= window.saturating_sub(budget::margin(window)) {
+        // Checked on the head first: most requests need no parsing for it.
+        if budget::cap_fits(window, prompt, self.head.max_output) {
             return;
         }
         let Some(request) = self.base_request_mut() else {
@@ -390,12 +386,8 @@ impl<'a> Attempts<'a> {
         let images = IMAGE_URL.find_iter(&self.original).count() as u64;
         let bound =
             ((self.original.len() as u64 + images * MAX_IMAGE_TOKENS) as f64 * factor) as u64;
-        let cap_fits = |prompt: u64| {
-            self.head.max_output.is_none_or(|asked| {
-                prompt.saturating_add(asked) <= window.saturating_sub(budget::margin(window))
-            })
-        };
-        if self.hit.is_none() && bound + budget <= limit && cap_fits(bound) {
+        let asked = self.head.max_output;
+        if self.hit.is_none() && bound + budget <= limit && budget::cap_fits(window, bound, asked) {
             return None;
         }
         let tokens = self.count_original()?;
@@ -423,9 +415,7 @@ impl<'a> Attempts<'a> {
                 let shrunk = self.shrink(class).await;
                 // Nothing of the conversation could go: only the completion cap can make
                 // room, by an amount the upstream did not say; halve it at least.
-                let halved = self.rewrites == rewrites
-                    && cap.is_some_and(|c| self.head.max_output.unwrap_or(c) > c / 2)
-                    && self.halve_output_cap(cap);
+                let halved = self.rewrites == rewrites && self.halve_output_cap(cap);
                 shrunk || halved
             }
             Kind::BodyTooLarge => self.shrink(class).await,

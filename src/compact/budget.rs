@@ -11,6 +11,10 @@ pub const OUTPUT_FIELDS: [&str; 2] = ["max_completion_tokens", "max_tokens"];
 /// anything useful, and the conversation has to shrink instead.
 pub const MIN_USEFUL_OUTPUT: u64 = 256;
 
+/// The answer room the turn in progress may leave, at least, before its own messages are
+/// cut instead (the engine's default `min_output_tokens`, the proxy's ceiling).
+pub const MIN_OUTPUT_ROOM: u64 = 1024;
+
 /// The completion cap the request asks for, if any.
 pub fn asked(request: &Value) -> Option<u64> {
     OUTPUT_FIELDS
@@ -31,6 +35,11 @@ pub fn margin(window: u64) -> u64 {
     window / 100 + 16
 }
 
+/// Whether prompt plus the completion cap `asked` (if any) fits the window.
+pub fn cap_fits(window: u64, prompt: u64, asked: Option<u64>) -> bool {
+    asked.is_none_or(|asked| asked <= output_room(window, prompt))
+}
+
 /// The largest completion cap that fits beside `prompt` tokens in `window`.
 pub fn output_room(window: u64, prompt: u64) -> u64 {
     window.saturating_sub(prompt).saturating_sub(margin(window))
@@ -41,7 +50,7 @@ pub fn output_room(window: u64, prompt: u64) -> u64 {
 pub fn fit_output(request: &mut Value, window: u64, prompt: u64) -> Option<(u64, u64)> {
     let asked = asked(request)?;
     let room = output_room(window, prompt);
-    if asked <= room || room < MIN_USEFUL_OUTPUT {
+    if cap_fits(window, prompt, Some(asked)) || room < MIN_USEFUL_OUTPUT {
         return None;
     }
     let obj = request.as_object_mut()?;

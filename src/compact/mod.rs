@@ -118,7 +118,7 @@ impl Default for Options {
             target_tokens: None,
             ceiling_tokens: None,
             default_output_reserve: 4096,
-            min_output_tokens: 1024,
+            min_output_tokens: budget::MIN_OUTPUT_ROOM as usize,
             safety_margin_percent: 2,
             protect_first_n: 2,
             fill_percent: 70,

@@ -209,15 +209,19 @@ fn view_of(item: &Value, indices: Vec<usize>) -> Value {
             .and_then(Value::as_str)
             .filter(|r| matches!(*r, "user" | "assistant" | "system" | "developer"))
             .unwrap_or("user");
-        let content = match item.get("content") {
-            Some(Value::String(s)) => Value::String(s.clone()),
-            Some(Value::Array(parts)) => Value::Array(parts.iter().map(chat_part).collect()),
-            _ => Value::String(String::new()),
-        };
-        return json!({"role": role, "content": content, ITEMS: indices});
+        return json!({"role": role, "content": message_content(item), ITEMS: indices});
     }
     // Opaque: the engine sees its size and kind, keeps it whole or drops it whole.
     json!({"role": "assistant", "content": format!("[{kind}] {item}"), "x_opaque": true, ITEMS: indices})
+}
+
+/// The chat content of a message item.
+fn message_content(item: &Value) -> Value {
+    match item.get("content") {
+        Some(Value::String(s)) => Value::String(s.clone()),
+        Some(Value::Array(parts)) => Value::Array(parts.iter().map(chat_part).collect()),
+        _ => Value::String(String::new()),
+    }
 }
 
 /// A chat content part for a Responses content part: text stays text, media stays
@@ -303,7 +307,7 @@ fn render(message: &Value, items: &[Value], input: &mut Vec<Value>) {
                 return;
             };
             let reasoning = &originals[..originals.len() - 1];
-            let unchanged = view_of(last, indices.clone())["content"] == message["content"];
+            let unchanged = message_content(last) == message["content"];
             input.extend(reasoning.iter().map(|v| (*v).clone()));
             if unchanged {
                 input.push((*last).clone());
