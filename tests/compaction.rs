@@ -368,15 +368,16 @@ async fn client_disconnect_during_a_retry_stops_further_upstream_calls() {
     for n in 1..=10 {
         request = agent.turn(n);
     }
-    // Every call is refused after 400 ms; the client gives up at 600 ms, while the
-    // proxy waits on its second attempt. A third call would start at about 800 ms.
+    // Every call is refused after 400 ms; the client gives up at 800 ms, while the
+    // proxy waits on its second attempt (sent once the first refusal is compacted, well
+    // before then even on a loaded machine). A third call would start after 900 ms.
     let response = client()
         .post(proxy.url("/v1/chat/completions"))
         .header("x-mock", "window")
         .header("x-mock-shape", "openai")
         .header("x-mock-window", "10")
         .header("x-mock-delay-ms", "400")
-        .timeout(Duration::from_millis(600))
+        .timeout(Duration::from_millis(800))
         .json(&request)
         .send()
         .await;
