@@ -5,11 +5,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::auth::Auth;
-use crate::chat::summarizer::Summarizer;
 use crate::checkpoint::Checkpoints;
 use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
 use crate::models::ModelWindows;
+use crate::summarize::Summarizer;
 use crate::upstream::{Upstream, UpstreamInitError};
 
 #[derive(Debug, thiserror::Error)]

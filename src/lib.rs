@@ -1,17 +1,17 @@
 //! compaction-proxy: a transparent OpenAI-compatible reverse proxy that compacts chat
 //! conversations too long for their model. The modules follow a request's path:
-//! `server` (listen) -> `router` (route, auth, log) -> `chat` (the compaction path, for
-//! each dialect `wire` reads and writes) or `passthrough` -> `upstream` (send) -> `body`
-//! (stream back). `classify` decides what
-//! an upstream's refusal means; `models` knows context windows; `compact` is the pure
-//! engine that rewrites a conversation; `offline` is the `compact` command; `summarize`
-//! and `redact` are the pure parts of the LLM summariser (prompt, chunking, answer
-//! checks, secret masking), not yet called by the proxy.
+//! `server` (listen) -> `router` (route, auth, log) -> `attempt` (the compaction path and
+//! its one retry loop, for each dialect `wire` reads and writes) or `passthrough` ->
+//! `upstream` (send) -> `body` (stream back). `classify` decides what an upstream's
+//! refusal means; `models` knows context windows; `compact` is the pure engine that
+//! rewrites a conversation; `summarize` is the LLM summariser and `redact` masks the
+//! secrets it must not repeat; `checkpoint` is the summary cache; `offline` is the
+//! `compact` command.
 
 pub mod app;
+pub mod attempt;
 pub mod auth;
 pub mod body;
-pub mod chat;
 pub mod checkpoint;
 pub mod classify;
 pub mod cli;

@@ -5,65 +5,16 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// What made the proxy compact a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
-    /// Predicted before the first upstream call.
-    Preflight,
-    /// The upstream answered with a context-overflow error.
-    Error,
-}
+use crate::attempt::Trigger;
+use crate::compact::SummarySource;
+use crate::wire::Dialect;
 
-impl Trigger {
-    pub const ALL: [Trigger; 2] = [Trigger::Preflight, Trigger::Error];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Preflight => "preflight",
-            Self::Error => "error",
-        }
-    }
-}
-
-/// The API a compacted request speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    Chat,
-    Responses,
-}
-
-impl Api {
-    pub const ALL: [Api; 2] = [Api::Chat, Api::Responses];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Chat => "chat",
-            Self::Responses => "responses",
-        }
-    }
-}
-
-/// Where the summary of a compaction came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SummarySource {
-    Llm,
-    /// The deterministic summary, used when no LLM summary could be had.
-    Fallback,
-    /// A stored checkpoint from an earlier turn of the same conversation.
-    Cache,
-}
-
-impl SummarySource {
-    pub const ALL: [SummarySource; 3] = [Self::Llm, Self::Fallback, Self::Cache];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Llm => "llm",
-            Self::Fallback => "fallback",
-            Self::Cache => "cache",
-        }
-    }
-}
+/// The summary sources counted: a compaction without a summary counts none.
+const SOURCES: [SummarySource; 3] = [
+    SummarySource::Llm,
+    SummarySource::Fallback,
+    SummarySource::Cache,
+];
 
 /// Upper bounds (seconds) of the compaction-time histogram: compaction work is
 /// expected in the sub-millisecond to tens-of-milliseconds range.
@@ -79,7 +30,7 @@ pub struct Metrics {
     /// Requests whose completion cap was lowered to fit the window, by trigger.
     output_lowered: [AtomicU64; 2],
     /// Requests rewritten, by API: chat completions, the Responses API.
-    compactions_by_api: [AtomicU64; 2],
+    compactions_by_api: [AtomicU64; Dialect::ALL.len()],
     summaries: [AtomicU64; 3],
     tokens_saved: AtomicU64,
     /// Summariser calls that gave a usable summary (`[0]`) or did not (`[1]`).
@@ -100,9 +51,9 @@ impl Metrics {
         self.compactions[trigger as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A rewritten request of the API `api`.
-    pub fn compaction_of_api(&self, api: Api) {
-        self.compactions_by_api[api as usize].fetch_add(1, Ordering::Relaxed);
+    /// A rewritten request of the API `dialect` speaks.
+    pub fn compaction_of_api(&self, dialect: Dialect) {
+        self.compactions_by_api[dialect as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn output_lowered(&self, trigger: Trigger) {
@@ -110,7 +61,9 @@ impl Metrics {
     }
 
     pub fn summary(&self, source: SummarySource) {
-        self.summaries[source as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = SOURCES.iter().position(|s| *s == source) {
+            self.summaries[i].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub fn tokens_saved(&self, tokens: u64) {
@@ -154,7 +107,7 @@ impl Metrics {
             "compaction_proxy_compactions_by_api_total",
             "Requests the proxy rewrote, by the API they speak (chat completions or responses).",
             "api",
-            Api::ALL.map(|a| (a.as_str(), &self.compactions_by_api[a as usize])),
+            Dialect::ALL.map(|d| (d.as_str(), &self.compactions_by_api[d as usize])),
         );
         labelled(
             &mut out,
@@ -168,7 +121,7 @@ impl Metrics {
             "compaction_proxy_summaries_total",
             "Summaries used in compactions, by source.",
             "source",
-            SummarySource::ALL.map(|s| (s.as_str(), &self.summaries[s as usize])),
+            [0, 1, 2].map(|i| (SOURCES[i].as_str(), &self.summaries[i])),
         );
         counter(
             &mut out,

@@ -6,11 +6,11 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::chat::summarizer::{Call, Summarizer};
 use crate::compact::{self, budget, Options, Outcome, DEFAULT_CONTEXT_WINDOW};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::models;
+use crate::summarize::{Call, Summarizer};
 use crate::wire::{responses, Dialect};
 
 /// Exit status when the result fits the target.

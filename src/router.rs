@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::wire::Dialect;
-use crate::{chat, passthrough};
+use crate::{attempt, passthrough};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -76,7 +76,9 @@ async fn dispatch(
             app.metrics.request();
             let result = match (app.auth.check(request.headers()), route) {
                 (Err(e), _) => Err(e),
-                (Ok(()), Route::Compact(dialect)) => chat::handle(app, request, dialect, id).await,
+                (Ok(()), Route::Compact(dialect)) => {
+                    attempt::handle(app, request, dialect, id).await
+                }
                 (Ok(()), _) => passthrough::forward(app, request).await,
             };
             result.unwrap_or_else(|e| {

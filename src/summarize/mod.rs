@@ -1,6 +1,9 @@
-//! The pure parts of the LLM summariser: what to ask, how much, in how many calls, and
-//! whether the answer is usable. The HTTP call, fallbacks and the summary cache live
-//! elsewhere; this module neither does I/O nor reads the clock.
+//! The LLM summariser, all of it: what to ask, how much, in how many calls, and whether
+//! the answer is usable (pure, in this module's files), and the calls themselves with
+//! their fallbacks ([`call`], the only file that does I/O or reads the clock). The
+//! deterministic digest used when no LLM answers belongs to the engine
+//! ([`crate::compact`]); the single flight that lets concurrent requests share one call
+//! belongs to the summary cache ([`crate::checkpoint`]).
 //!
 //! ```text
 //! let budget = summary_budget(content_tokens, window.min(summariser_window));
@@ -21,12 +24,14 @@
 //! ```
 
 mod answer;
+pub mod call;
 mod chunk;
 mod request;
 mod serialize;
 mod stream;
 
 pub use answer::{check_answer, AnswerProblem};
+pub use call::{Call, Summarizer};
 pub use chunk::{chunk_input_limit, chunk_turns};
 pub use request::{max_tokens, SummaryRequest};
 pub use stream::{AnswerStream, StreamedAnswer};

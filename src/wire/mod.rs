@@ -3,12 +3,22 @@
 //! loop work on, and writes the compacted view back into the client's own request.
 //! Chat completions is the view itself; `responses` is the Responses API.
 
+pub mod chat;
 pub mod responses;
 
 use serde_json::Value;
 
-use crate::chat::request::ChatHead;
-use crate::metrics::Api;
+/// The few top-level fields of a request that steer compaction, named as the engine's
+/// chat view names them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Head {
+    pub model: String,
+    pub stream: bool,
+    /// The completion cap the client asked for.
+    pub max_output: Option<u64>,
+    /// The view's field holding it, to lower the same one.
+    pub max_output_field: Option<&'static str>,
+}
 
 /// Which API a compacted request speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,18 +41,21 @@ impl Dialect {
         }
     }
 
-    pub fn api(self) -> Api {
+    pub const ALL: [Dialect; 2] = [Dialect::Chat, Dialect::Responses];
+
+    /// The API's name in metrics labels and log lines.
+    pub fn as_str(self) -> &'static str {
         match self {
-            Dialect::Chat => Api::Chat,
-            Dialect::Responses => Api::Responses,
+            Dialect::Chat => "chat",
+            Dialect::Responses => "responses",
         }
     }
 
     /// The fields that steer compaction, or `None` for a body the upstream should judge
     /// as it is (not JSON, no conversation, a conversation the upstream holds).
-    pub fn head(self, body: &[u8]) -> Option<ChatHead> {
+    pub fn head(self, body: &[u8]) -> Option<Head> {
         match self {
-            Dialect::Chat => ChatHead::parse(body),
+            Dialect::Chat => chat::head(body),
             Dialect::Responses => responses::head(body),
         }
     }

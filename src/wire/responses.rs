@@ -15,7 +15,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::chat::request::ChatHead;
+use super::Head;
 
 /// Field on a view message listing the input items it stands for.
 const ITEMS: &str = "x_items";
@@ -52,12 +52,12 @@ struct Raw<'a> {
 /// items. `None` when the request is not one the proxy can compact: no `input` array,
 /// or a conversation held by the upstream (`previous_response_id`, `conversation`), whose
 /// earlier turns the proxy never sees. The completion cap is named as the view names it.
-pub fn head(body: &[u8]) -> Option<ChatHead> {
+pub fn head(body: &[u8]) -> Option<Head> {
     let raw: Raw = serde_json::from_slice(body).ok()?;
     if raw.previous_response_id.is_some() || raw.conversation.is_some() {
         return None;
     }
-    Some(ChatHead {
+    Some(Head {
         model: raw.model.map(|m| m.into_owned()).unwrap_or_default(),
         stream: raw.stream.unwrap_or(false),
         max_output: raw.max_output_tokens,

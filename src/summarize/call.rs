@@ -1,5 +1,4 @@
-//! The LLM summariser as the retry loop uses it: the network half of
-//! [`crate::summarize`]. It asks a model for the checkpoint of a plan's middle (in chunks
+//! The LLM summariser's calls: the network half of [`crate::summarize`]. It asks a model for the checkpoint of a plan's middle (in chunks
 //! when the middle exceeds the summariser's window), streaming the answer so a long
 //! checkpoint does not trip an idle timeout, and checks it. Any failure falls back: the
 //! configured model, then the request's own model, then `None`, which makes the engine use
@@ -16,15 +15,15 @@ use http::{Method, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
+use super::{
+    check_answer, chunk_input_limit, chunk_turns, focus_topic, summary_budget, AnswerProblem,
+    AnswerStream, SummaryRequest,
+};
 use crate::body;
 use crate::compact::{self, Counter, Options, Plan, Summary, SummarySource};
 use crate::config::Config;
 use crate::error::{BoxError, ProxyError};
 use crate::metrics::Metrics;
-use crate::summarize::{
-    check_answer, chunk_input_limit, chunk_turns, focus_topic, summary_budget, AnswerProblem,
-    AnswerStream, SummaryRequest,
-};
 use crate::upstream::{Upstream, UpstreamInitError};
 use crate::wire::{responses, Dialect};
 

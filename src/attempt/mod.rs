@@ -1,0 +1,305 @@
+//! The compaction path, for every dialect [`crate::wire`] reads and writes
+//! (`POST .../chat/completions`, `POST .../responses`). The body is read (bounded) so a
+//! request too long for its model can be rewritten; one that needs nothing goes upstream as
+//! the client's original bytes.
+//!
+//! One loop, in [`run`], drives a request's upstream calls; each phase of it has its file:
+//! - `preflight.rs`: before the first call, resume the conversation from its checkpoint,
+//!   predict an overflow, fit the completion cap;
+//! - `inspect.rs`: read just enough of an answer to know whether compaction could fix it;
+//! - `recover.rs`: after such a refusal, learn from it and decide what to send next (the
+//!   retry policy);
+//! - `rewrite.rs`: run the engine and the summariser towards a goal, and derive the
+//!   checkpoint the result makes;
+//! - `report.rs`: what was done, told once, in the `x-compaction` header, the metrics and
+//!   the log line.
+//!
+//! `work.rs` holds the request as it is being rewritten; [`Done`] what has been done to it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap};
+use http::request::Parts;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use crate::app::App;
+use crate::body::{self, ProxyBody};
+use crate::checkpoint::{Applied, Checkpoint, Key, Partition};
+use crate::compact;
+use crate::error::ProxyError;
+use crate::wire::{Dialect, Head};
+
+mod cap;
+pub mod inspect;
+mod preflight;
+mod recover;
+pub mod report;
+mod rewrite;
+mod work;
+
+pub use report::Trigger;
+
+use inspect::Verdict;
+use work::Work;
+
+pub async fn handle(
+    app: &App,
+    request: Request<Incoming>,
+    dialect: Dialect,
+    id: u64,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let (parts, incoming) = request.into_parts();
+    let original = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
+    match dialect.head(&original) {
+        Some(head) => run(app, &parts, original, head, dialect, id).await,
+        // Not a request the proxy understands: the upstream is the judge of it.
+        None => {
+            app.metrics.upstream_attempt();
+            app.upstream
+                .send(
+                    parts.method,
+                    &parts.uri,
+                    &parts.headers,
+                    body::full(original),
+                )
+                .await
+        }
+    }
+}
+
+/// The one loop: prepare the first attempt, send, and on an answer compaction can fix
+/// (context overflow, output cap, body too large) let the policy prepare the next, up to
+/// `compaction.max_attempts` calls. The client gets the first answer that is not such a
+/// refusal, or the upstream's own last refusal.
+async fn run(
+    app: &App,
+    parts: &Parts,
+    original: Bytes,
+    head: Head,
+    dialect: Dialect,
+    id: u64,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let work = Work::new(original, &head);
+    let mut attempt = Attempt {
+        ctx: Ctx {
+            app,
+            parts,
+            id,
+            dialect,
+            head,
+        },
+        work,
+        done: Done::default(),
+    };
+    attempt.preflight().await;
+    loop {
+        attempt.done.calls += 1;
+        app.metrics.upstream_attempt();
+        let response = app
+            .upstream
+            .send(
+                parts.method.clone(),
+                &parts.uri,
+                &parts.headers,
+                body::full(attempt.work.body.clone()),
+            )
+            .await?;
+        let hold = app.config.first_event_timeout();
+        let verdict = inspect::inspect(response, attempt.ctx.head.stream, hold).await?;
+        match verdict {
+            Verdict::Deliver(response) => return Ok(attempt.deliver(response)),
+            Verdict::Refused { parts, body, class } => {
+                if attempt.done.calls >= app.config.compaction.max_attempts
+                    || !attempt.recover(&class).await
+                {
+                    return Ok(attempt.fail(inspect::deliver_refused(parts, body)));
+                }
+            }
+        }
+    }
+}
+
+/// What stays fixed across a request's attempts.
+struct Ctx<'a> {
+    app: &'a App,
+    /// The client's method, path and headers, which a summariser call reuses.
+    parts: &'a Parts,
+    /// The request id, for log lines.
+    id: u64,
+    dialect: Dialect,
+    /// The client's steering fields, as it sent them.
+    head: Head,
+}
+
+impl Ctx<'_> {
+    fn upstream(&self) -> &str {
+        self.app.upstream.base_url()
+    }
+
+    /// The model's window in the upstream's tokens, when known or learned.
+    fn window(&self) -> Option<u64> {
+        self.app
+            .models
+            .window_for(self.upstream(), &self.head.model)
+            .map(|w| w.tokens)
+    }
+
+    /// Upstream tokens per token of ours, as learned for this model.
+    fn factor(&self) -> f64 {
+        self.app.models.factor(self.upstream(), &self.head.model)
+    }
+
+    /// The conversation's partition in the summary cache.
+    fn partition(&self) -> Partition {
+        Partition::new(&self.parts.headers, self.upstream(), &self.head.model)
+    }
+}
+
+/// One request across its attempts: who asked, what is being sent, what was done.
+struct Attempt<'a> {
+    ctx: Ctx<'a>,
+    work: Work,
+    done: Done,
+}
+
+/// What the proxy has done to a request so far. The header, the metrics and the log line
+/// are read off it; a request it is all empty for reaches the client unmarked.
+#[derive(Default)]
+struct Done {
+    /// Upstream calls made.
+    calls: u32,
+    /// When the first change was made: before the first call, or after a refusal.
+    trigger: Option<Trigger>,
+    /// The checkpoint put in place of the client's prefix before the first call.
+    resumed: Option<Hit>,
+    /// The completion cap as the client asked for it and as lowered to fit the window.
+    output: Option<(u64, u64)>,
+    engine: Engine,
+    /// The LLM summariser is no longer worth asking: when a summarised compaction saved
+    /// under a tenth, the middle is small beside what is kept, and another paid summary of
+    /// it would not save more; further attempts escalate with the deterministic digest.
+    digest_only: bool,
+}
+
+impl Done {
+    /// Whether the proxy had a go at the request: a refusal returned after that is a
+    /// compaction that failed, not an untouched request.
+    fn tried(&self) -> bool {
+        self.resumed.is_some() || self.output.is_some() || !matches!(self.engine, Engine::Unused)
+    }
+
+    fn triggered(&mut self, trigger: Trigger) {
+        self.trigger.get_or_insert(trigger);
+    }
+
+    fn report(&self) -> Option<&compact::Report> {
+        match &self.engine {
+            Engine::Rewrote { report, .. } => Some(report),
+            _ => None,
+        }
+    }
+}
+
+/// What the engine did with the request.
+#[derive(Default)]
+enum Engine {
+    /// Not asked.
+    #[default]
+    Unused,
+    /// Asked, and it could not shrink the request.
+    Ran,
+    /// It rewrote the request `rewrites` times. `pending` is the checkpoint the last
+    /// rewrite makes, stored once the upstream takes it.
+    Rewrote {
+        rewrites: u32,
+        report: compact::Report,
+        pending: Option<Box<Pending>>,
+    },
+}
+
+/// A stored checkpoint put in place of the client's prefix.
+struct Hit {
+    key: Key,
+    checkpoint: Arc<Checkpoint>,
+    applied: Applied,
+    /// The client's request, for the header and the metrics.
+    messages_before: usize,
+    tokens_before: u64,
+}
+
+/// The checkpoint a rewrite makes, with the one it supersedes.
+struct Pending {
+    key: Key,
+    checkpoint: Checkpoint,
+    replaces: Option<Key>,
+}
+
+/// What a compaction aims at: prompt tokens by our count, the most it may keep when the
+/// answer's room is cut to its minimum, and the window (the upstream's tokens).
+#[derive(Clone, Copy, Debug)]
+struct Goal {
+    target: u64,
+    ceiling: u64,
+    window: u64,
+}
+
+impl Attempt<'_> {
+    /// The successful answer, marked when the request was rewritten. The upstream took
+    /// the rewritten request: its checkpoint can serve the conversation's next turns.
+    fn deliver(&mut self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+        if let (Some(cache), Engine::Rewrote { pending, .. }) =
+            (&self.ctx.app.checkpoints, &mut self.done.engine)
+        {
+            if let Some(pending) = pending.take().map(|p| *p) {
+                cache
+                    .store
+                    .put(pending.key, Arc::new(pending.checkpoint), pending.replaces);
+            }
+        }
+        if let Some(x) = self.x_compaction(report::Outcome::Applied) {
+            self.record(&x);
+            response.headers_mut().insert("x-compaction", x.to_header());
+        }
+        response
+    }
+
+    /// The upstream's own last refusal, marked as a compaction that did not succeed when
+    /// the proxy had a go at it.
+    fn fail(&self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+        if !self.done.tried() {
+            return response;
+        }
+        let x = self.x_compaction(report::Outcome::Failed);
+        let x = x.unwrap_or_else(|| report::XCompaction::failed(self.done.calls, self.done.output));
+        self.record(&x);
+        response.headers_mut().insert("x-compaction", x.to_header());
+        response
+    }
+}
+
+/// Reads the whole body, refusing early when `Content-Length` already says it is over
+/// the limit, and stopping as soon as a body without one crosses it.
+async fn read_body(
+    incoming: Incoming,
+    headers: &HeaderMap,
+    limit: u64,
+) -> Result<Bytes, ProxyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(ProxyError::BodyTooLarge { limit });
+    }
+    let max = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(incoming, max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ProxyError::BodyTooLarge { limit })
+        }
+        Err(e) => Err(ProxyError::ClientBody(e.to_string())),
+    }
+}

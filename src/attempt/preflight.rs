@@ -1,0 +1,170 @@
+//! Before the first call: resume a conversation compacted before from its checkpoint,
+//! and compact when the model's window is known and the request would fill more than the
+//! threshold of it; a request that fits but asks for more completion tokens than the window
+//! leaves gets its cap lowered (the lossless fix, made before the upstream refuses).
+
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
+use super::work::messages_of;
+use super::{Attempt, Goal, Hit, Trigger};
+use crate::checkpoint::{Applied, Key};
+use crate::compact::{self, budget};
+
+/// Upper bound on the tokens an image part can cost, for the cheap "surely fits" test.
+const MAX_IMAGE_TOKENS: u64 = 1_600;
+/// Bodies above this size are parsed and counted on a thread that may block.
+const LARGE_BODY: usize = 256 * 1024;
+/// Built once: building a searcher costs more than running it on a small body.
+static IMAGE_URL: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("image_url"));
+
+impl Attempt<'_> {
+    pub(super) async fn preflight(&mut self) {
+        // Parsing, hashing and counting a large body takes milliseconds: off the threads
+        // that move other requests' bytes.
+        let goal = if self.work.original().len() > LARGE_BODY {
+            tokio::task::block_in_place(|| self.decide())
+        } else {
+            self.decide()
+        };
+        let rewritten = match goal {
+            Some(goal) => self.rewrite(goal).await,
+            None => false,
+        };
+        if !rewritten && (self.done.resumed.is_some() || self.done.output.is_some()) {
+            self.send_base();
+        }
+        if self.done.tried() {
+            self.done.triggered(Trigger::Preflight);
+        }
+    }
+
+    /// Resumes from a checkpoint, then the compaction goal if the request needs
+    /// compacting before it is sent. Costs a byte-length comparison for the many requests
+    /// that are obviously small, and one token count for the rest.
+    fn decide(&mut self) -> Option<Goal> {
+        self.resume();
+        let window = self.ctx.window()?;
+        let factor = self.ctx.factor();
+        let limit = (window as f64 * self.ctx.app.config.compaction.threshold) as u64;
+        let budget = self.output_budget(window);
+        // A token is at least one byte of JSON, so the body's length bounds the prompt
+        // from above, except for image parts whose cost is fixed and may exceed their
+        // URL's length.
+        let original = self.work.original();
+        let images = IMAGE_URL.find_iter(original).count() as u64;
+        let bound = ((original.len() as u64 + images * MAX_IMAGE_TOKENS) as f64 * factor) as u64;
+        if self.done.resumed.is_none()
+            && bound + budget <= limit
+            && budget::cap_fits(window, bound, self.work.cap)
+        {
+            return None;
+        }
+        let tokens = self.work.tokens(self.ctx.dialect)?;
+        let prompt = (tokens as f64 * factor) as u64;
+        if prompt + budget <= limit {
+            self.fit_output(window, prompt);
+            return None;
+        }
+        let usable = window as f64 - budget::margin(window) as f64;
+        Some(Goal {
+            target: ((limit.saturating_sub(budget)) as f64 / factor) as u64,
+            ceiling: (self.ceiling(usable, window) / factor) as u64,
+            window,
+        })
+    }
+
+    /// Puts the conversation's checkpoint, when the cache holds one for a prefix of its
+    /// messages, in place of that prefix: a conversation compacted before is sent
+    /// compacted the same way from the first attempt, byte for byte, without a summary.
+    /// Costs nothing for tenants whose conversations were never compacted.
+    fn resume(&mut self) {
+        let Some(cache) = &self.ctx.app.checkpoints else {
+            return;
+        };
+        // An empty store is the usual case; it spares every request the credential's
+        // SHA-256.
+        if cache.store.held().0 == 0 {
+            return;
+        }
+        let partition = self.ctx.partition();
+        self.work.partition = Some(partition);
+        if !cache.store.may_hold(partition) {
+            return;
+        }
+        let dialect = self.ctx.dialect;
+        if self.work.hashes(dialect, partition).is_none() {
+            return;
+        }
+        let (Some(hashes), Some(base)) = (self.work.hashes.as_deref(), self.work.parsed()) else {
+            return;
+        };
+        let Some(messages) = messages_of(&base.view) else {
+            return;
+        };
+        let Some((len, checkpoint)) = cache
+            .store
+            .longest(partition, hashes)
+            .filter(|(len, checkpoint)| checkpoint.continues(messages.get(*len)))
+        else {
+            return;
+        };
+        let key = Key {
+            partition,
+            prefix: hashes[len],
+        };
+        let Some(base) = self.work.base(dialect) else {
+            return;
+        };
+        let counter = compact::Counter::for_request(&base.view);
+        let overhead = counter.request_overhead(&base.view);
+        let Some(messages) = base.view.get_mut("messages").and_then(|m| m.as_array_mut()) else {
+            return;
+        };
+        let messages_before = messages.len();
+        let form_len = checkpoint.messages.len();
+        messages.splice(..len, checkpoint.messages.iter().cloned());
+        let later = counter.messages(&messages[form_len..]);
+        let later_tokens = later.iter().sum::<usize>();
+        let mut counts = checkpoint.counts.clone();
+        counts.extend(later);
+        base.tokens = Some((counts.iter().sum::<usize>() + overhead) as u64);
+        base.counts = Some(counts);
+        if !checkpoint.worth_summarising() {
+            self.done.digest_only = true;
+        }
+        self.done.resumed = Some(Hit {
+            key,
+            tokens_before: (checkpoint.prefix_tokens + later_tokens + overhead) as u64,
+            applied: Applied {
+                form_len,
+                prefix_len: len,
+            },
+            checkpoint,
+            messages_before,
+        });
+    }
+
+    /// Sends the base as it is: resumed from its checkpoint, or with a lowered cap.
+    fn send_base(&mut self) {
+        let dialect = self.ctx.dialect;
+        let bytes = self
+            .work
+            .parsed()
+            .and_then(|base| self.work.encode(dialect, &base.view));
+        match bytes {
+            Some(bytes) => self.work.body = bytes,
+            // Not reachable for a request parsed from JSON; sending the client's own bytes
+            // is the safe way out.
+            None => {
+                tracing::warn!(
+                    id = self.ctx.id,
+                    "a resumed request could not be encoded; sent as the client's"
+                );
+                self.work.reset(&self.ctx.head);
+                self.done = Default::default();
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The request as it is being rewritten: the client's bytes, what the next attempt sends,
+//! and the parsed request compaction starts from, with what was learned of it (token
+//! counts, cache keys) kept so no attempt computes it twice.
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::checkpoint::{self, Partition};
+use crate::compact;
+use crate::wire::{Dialect, Head};
+
+pub(super) struct Work {
+    /// The client's bytes, sent as they are until a rewrite is needed.
+    original: Bytes,
+    /// What the next attempt sends.
+    pub body: Bytes,
+    /// The completion cap the request compaction starts from asks for, and the view's
+    /// field that holds it.
+    pub cap: Option<u64>,
+    pub cap_field: Option<&'static str>,
+    /// The request compaction starts from, parsed only once a rewrite is considered.
+    base: Option<Base>,
+    /// The conversation's partition in the summary cache, and the hash of every prefix of
+    /// the client's messages, once computed.
+    pub partition: Option<Partition>,
+    pub hashes: Option<Vec<u128>>,
+}
+
+/// The request compaction starts from: the client's (resumed from its checkpoint, with a
+/// lowered completion cap when one was needed), in the engine's chat view.
+pub(super) struct Base {
+    pub view: Value,
+    /// The client's own request, which a view is written back into, for dialects that
+    /// are not the view itself.
+    pub source: Option<Value>,
+    /// Per-message token counts of `view`, so the engine does not count them again, and
+    /// their total with the request's overhead.
+    pub counts: Option<Vec<usize>>,
+    pub tokens: Option<u64>,
+}
+
+impl Work {
+    pub fn new(original: Bytes, head: &Head) -> Work {
+        Work {
+            body: original.clone(),
+            original,
+            cap: head.max_output,
+            cap_field: head.max_output_field,
+            base: None,
+            partition: None,
+            hashes: None,
+        }
+    }
+
+    pub fn original(&self) -> &Bytes {
+        &self.original
+    }
+
+    /// The request compaction starts from, parsed on first use; `None` when the body does
+    /// not parse as its dialect.
+    pub fn base(&mut self, dialect: Dialect) -> Option<&mut Base> {
+        if self.base.is_none() {
+            let (view, source) = dialect.view(&self.original)?;
+            self.base = Some(Base {
+                view,
+                source,
+                counts: None,
+                tokens: None,
+            });
+        }
+        self.base.as_mut()
+    }
+
+    /// The base when it was parsed already.
+    pub fn parsed(&self) -> Option<&Base> {
+        self.base.as_ref()
+    }
+
+    pub fn parsed_mut(&mut self) -> Option<&mut Base> {
+        self.base.as_mut()
+    }
+
+    /// Takes the base out, for work on a thread that may block; [`Work::restore`] puts it
+    /// back. Moved rather than cloned: for a conversation of a million tokens a clone
+    /// costs as much as the compaction.
+    pub fn take(&mut self) -> Option<Base> {
+        self.base.take()
+    }
+
+    pub fn restore(&mut self, base: Base) {
+        self.base = Some(base);
+    }
+
+    /// Forgets the parsed request: the next attempt is the client's own bytes.
+    pub fn reset(&mut self, head: &Head) {
+        *self = Work::new(self.original.clone(), head);
+    }
+
+    /// Our token count of the base, counted on first use.
+    pub fn tokens(&mut self, dialect: Dialect) -> Option<u64> {
+        let base = self.base(dialect)?;
+        if base.tokens.is_none() {
+            let counts = compact::count_messages(&base.view);
+            let overhead = compact::Counter::for_request(&base.view).request_overhead(&base.view);
+            base.tokens = Some((counts.iter().sum::<usize>() + overhead) as u64);
+            base.counts = Some(counts);
+        }
+        base.tokens
+    }
+
+    /// The hash of every prefix of the base's messages in `partition`, computed once.
+    pub fn hashes(&mut self, dialect: Dialect, partition: Partition) -> Option<&[u128]> {
+        if self.hashes.is_none() {
+            let messages = self.base(dialect).and_then(|b| messages_of(&b.view))?;
+            self.hashes = Some(checkpoint::prefix_hashes(partition, messages));
+        }
+        self.hashes.as_deref()
+    }
+
+    /// The bytes to send for `view`, in the client's dialect.
+    pub fn encode(&self, dialect: Dialect, view: &Value) -> Option<Bytes> {
+        let source = self.base.as_ref().and_then(|b| b.source.as_ref());
+        dialect.encode(view, source).map(Bytes::from)
+    }
+}
+
+pub(super) fn messages_of(request: &Value) -> Option<&Vec<Value>> {
+    request.get("messages").and_then(Value::as_array)
+}
