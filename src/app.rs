@@ -2,7 +2,7 @@
 //! its cache, client keys and metrics. Built once at start; what it learns later (windows,
 //! checkpoints, counters) sits behind its own locks and atomics.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::auth::Auth;
 use crate::checkpoint::Checkpoints;
@@ -31,6 +31,9 @@ pub struct App {
     pub summarizer: Option<Summarizer>,
     /// The summary cache; `None` when `cache.enabled` is off.
     pub checkpoints: Option<Checkpoints>,
+    /// The upstream answered a remote compaction request as one it does not know: the
+    /// proxy answers them (see [`crate::attempt::remote_compaction`]).
+    pub remote_compaction_missing: AtomicBool,
     next_id: AtomicU64,
 }
 
@@ -49,6 +52,7 @@ impl App {
             upstream,
             auth,
             metrics: Metrics::default(),
+            remote_compaction_missing: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
         })
     }

@@ -259,6 +259,23 @@ pub struct CompactionConfig {
     /// first event, which is where some servers report an overflow. Past it, the
     /// stream is passed on as it is.
     pub first_event_timeout_ms: u64,
+    /// Who answers Codex's remote compaction requests (`POST .../responses/compact`, and
+    /// a Responses request ending in a `compaction_trigger` item).
+    pub remote_compaction: RemoteCompaction,
+}
+
+/// See [`CompactionConfig::remote_compaction`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RemoteCompaction {
+    /// The upstream, unless it answers that it does not know them: then the proxy, for
+    /// that request and every later one.
+    #[default]
+    Auto,
+    /// Always the proxy, without asking the upstream.
+    Proxy,
+    /// Always the upstream, whatever it answers.
+    Upstream,
 }
 
 impl Default for CompactionConfig {
@@ -268,6 +285,7 @@ impl Default for CompactionConfig {
             max_attempts: 3,
             output_reserve_tokens: 4096,
             first_event_timeout_ms: 30_000,
+            remote_compaction: RemoteCompaction::Auto,
         }
     }
 }

@@ -26,9 +26,9 @@ const BUCKETS: [f64; 12] = [
 pub struct Metrics {
     requests: AtomicU64,
     upstream_attempts: AtomicU64,
-    compactions: [AtomicU64; 2],
+    compactions: [AtomicU64; Trigger::ALL.len()],
     /// Requests whose completion cap was lowered to fit the window, by trigger.
-    output_lowered: [AtomicU64; 2],
+    output_lowered: [AtomicU64; Trigger::ALL.len()],
     /// Requests rewritten, by API: chat completions, the Responses API.
     compactions_by_api: [AtomicU64; Dialect::ALL.len()],
     summaries: [AtomicU64; 3],

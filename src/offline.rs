@@ -10,7 +10,7 @@ use crate::compact::{self, budget, Options, Outcome, DEFAULT_CONTEXT_WINDOW};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::models;
-use crate::summarize::{Call, Summarizer};
+use crate::summarize::{Call, Middle, Summarizer};
 use crate::wire::{responses, Dialect};
 
 /// Exit status when the result fits the target.
@@ -197,7 +197,7 @@ fn compact_via(
         };
         Ok::<_, String>(
             summarizer
-                .summarize(&Metrics::default(), &call, &plan, opts)
+                .summarize(&Metrics::default(), &call, &Middle::of_plan(&plan, opts))
                 .await,
         )
     })?;

@@ -20,6 +20,9 @@ enum Route {
     Metrics,
     /// A conversation the proxy may compact, in one of its dialects.
     Compact(Dialect),
+    /// Codex's `POST .../responses/compact`, which the proxy answers for upstreams that
+    /// lack it.
+    RemoteCompaction,
     Passthrough,
 }
 
@@ -29,6 +32,7 @@ impl Route {
         match (request.method(), path) {
             (&Method::GET, "/healthz") => Self::Health,
             (&Method::GET, "/metrics") => Self::Metrics,
+            (&Method::POST, p) if p.ends_with("/responses/compact") => Self::RemoteCompaction,
             (&Method::POST, p) => Dialect::of_path(p).map_or(Self::Passthrough, Self::Compact),
             _ => Self::Passthrough,
         }
@@ -72,12 +76,15 @@ async fn dispatch(
             app.metrics
                 .render(app.checkpoints.as_ref().map(|c| c.store.held())),
         ),
-        Route::Compact(_) | Route::Passthrough => {
+        Route::Compact(_) | Route::RemoteCompaction | Route::Passthrough => {
             app.metrics.request();
             let result = match (app.auth.check(request.headers()), route) {
                 (Err(e), _) => Err(e),
                 (Ok(()), Route::Compact(dialect)) => {
                     attempt::handle(app, request, dialect, id).await
+                }
+                (Ok(()), Route::RemoteCompaction) => {
+                    attempt::remote_compaction::handle_endpoint(app, request, id).await
                 }
                 (Ok(()), _) => passthrough::forward(app, request).await,
             };
@@ -127,10 +134,11 @@ mod tests {
             route(Method::POST, "/v1/responses"),
             Route::Compact(Dialect::Responses)
         );
-        // Codex's compaction endpoint and a stored response are not conversations.
+        // Codex's compaction endpoint has its own route; a stored response is not a
+        // conversation.
         assert_eq!(
             route(Method::POST, "/v1/responses/compact"),
-            Route::Passthrough
+            Route::RemoteCompaction
         );
         assert_eq!(
             route(Method::GET, "/v1/responses/resp_1"),

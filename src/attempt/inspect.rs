@@ -136,7 +136,7 @@ async fn hold_stream_head(
 
 /// Appends the rest of `body` to `head`, up to about `limit` bytes in all; stops early
 /// past the limit, leaving the rest unread. Says whether the body was read to its end.
-async fn read_to_end(
+pub(super) async fn read_to_end(
     body: &mut ProxyBody,
     head: Bytes,
     limit: usize,

@@ -30,12 +30,13 @@ use crate::body::{self, ProxyBody};
 use crate::checkpoint::{Applied, Checkpoint, Key, Partition};
 use crate::compact;
 use crate::error::ProxyError;
-use crate::wire::{Dialect, Head};
+use crate::wire::{self, Dialect, Head};
 
 mod cap;
 pub mod inspect;
 mod preflight;
 mod recover;
+pub mod remote_compaction;
 pub mod report;
 mod rewrite;
 mod work;
@@ -53,6 +54,17 @@ pub async fn handle(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, incoming) = request.into_parts();
     let original = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
+    let original = match dialect {
+        // The proxy's own compaction items, which no upstream can read, become text.
+        Dialect::Responses => {
+            wire::remote_compaction::expand(&original).map_or(original, Bytes::from)
+        }
+        Dialect::Chat => original,
+    };
+    if dialect == Dialect::Responses && wire::remote_compaction::is_trigger(&original) {
+        let ask = remote_compaction::Ask::Trigger;
+        return remote_compaction::handle(app, &parts, original, ask, id).await;
+    }
     match dialect.head(&original) {
         Some(head) => run(app, &parts, original, head, dialect, id).await,
         // Not a request the proxy understands: the upstream is the judge of it.
@@ -282,7 +294,7 @@ impl Attempt<'_> {
 
 /// Reads the whole body, refusing early when `Content-Length` already says it is over
 /// the limit, and stopping as soon as a body without one crosses it.
-async fn read_body(
+pub(crate) async fn read_body(
     incoming: Incoming,
     headers: &HeaderMap,
     limit: u64,

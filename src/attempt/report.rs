@@ -16,15 +16,19 @@ pub enum Trigger {
     Preflight,
     /// The upstream answered with a context-overflow error.
     Error,
+    /// The client asked for a compaction (Codex's remote compaction), and the proxy
+    /// answered it for an upstream that could not.
+    Client,
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 2] = [Trigger::Preflight, Trigger::Error];
+    pub const ALL: [Trigger; 3] = [Trigger::Preflight, Trigger::Error, Trigger::Client];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Preflight => "preflight",
             Self::Error => "error",
+            Self::Client => "client",
         }
     }
 }

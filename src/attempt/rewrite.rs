@@ -10,7 +10,7 @@ use super::work::messages_of;
 use super::{Attempt, Engine, Goal, Pending};
 use crate::checkpoint::{self, Checkpoint, Key};
 use crate::compact::{self, budget};
-use crate::summarize::Call;
+use crate::summarize::{Call, Middle};
 
 impl Attempt<'_> {
     /// Runs the engine on the base towards `goal`, then lowers the completion cap if
@@ -203,7 +203,8 @@ impl Attempt<'_> {
             id: self.ctx.id,
             dialect: self.ctx.dialect,
         };
-        let work = || summarizer.summarize(&self.ctx.app.metrics, &call, plan, options);
+        let middle = Middle::of_plan(plan, options);
+        let work = || summarizer.summarize(&self.ctx.app.metrics, &call, &middle);
         match &self.ctx.app.checkpoints {
             // Concurrent requests of one conversation wait for one call.
             Some(cache) => {

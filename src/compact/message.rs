@@ -77,7 +77,6 @@ impl Message {
     }
 
     /// Parses and counts `messages[index]`.
-    #[cfg(test)]
     pub fn parse(index: usize, value: &Value, counter: &Counter) -> Result<Message, EngineError> {
         let role = role_of(index, value)?;
         let tokens = value.as_object().map_or(0, |m| counter.message(m));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
-use http::{Method, StatusCode};
+use http::{Method, StatusCode, Uri};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
@@ -20,7 +20,7 @@ use super::{
     AnswerStream, SummaryRequest,
 };
 use crate::body;
-use crate::compact::{self, Counter, Options, Plan, Summary, SummarySource};
+use crate::compact::{self, Counter, Message, Options, Plan, Summary, SummarySource};
 use crate::config::Config;
 use crate::error::{BoxError, ProxyError};
 use crate::metrics::Metrics;
@@ -61,6 +61,55 @@ pub struct Call<'a> {
     pub id: u64,
     /// The API the client speaks, which its summariser calls speak too.
     pub dialect: Dialect,
+}
+
+impl Call<'_> {
+    /// Where the summariser's calls go: the client's own path, except that a request to
+    /// `/responses/compact` is summarised by the Responses endpoint beside it.
+    fn uri(&self) -> Uri {
+        let uri = &self.parts.uri;
+        let Some(base) = uri.path().strip_suffix("/compact") else {
+            return uri.clone();
+        };
+        let path_and_query = match uri.query() {
+            Some(query) => format!("{base}?{query}"),
+            None => base.to_owned(),
+        };
+        let mut parts = uri.clone().into_parts();
+        match path_and_query.parse() {
+            Ok(pq) => parts.path_and_query = Some(pq),
+            Err(_) => return uri.clone(),
+        }
+        Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
+    }
+}
+
+/// What a summary is asked of.
+pub struct Middle<'a> {
+    /// The messages it replaces, in order.
+    pub turns: &'a [Message],
+    /// The summary those messages continue, carried forward.
+    pub previous: Option<&'a str>,
+    /// What comes after them, where the focus is read from.
+    pub after: &'a [Message],
+    /// The most tokens the summary may take: what is left of the target beside what is
+    /// kept (asking for more would pay for text that is thrown away).
+    pub budget_cap: usize,
+    /// The window of the request, for the summary's share of it.
+    pub context_window: usize,
+}
+
+impl<'a> Middle<'a> {
+    /// The middle of an engine plan.
+    pub fn of_plan(plan: &'a Plan, opts: &Options) -> Middle<'a> {
+        Middle {
+            turns: plan.turns(),
+            previous: plan.previous_summary(),
+            after: plan.tail(),
+            budget_cap: plan.summary_budget_tokens(opts),
+            context_window: opts.context_window,
+        }
+    }
 }
 
 /// Why one summariser call gave nothing usable. Messages never quote the conversation.
@@ -107,24 +156,23 @@ impl Summarizer {
         }))
     }
 
-    /// An LLM-written summary of `plan`'s middle, or `None` when every model in the
-    /// fallback chain failed or is cooling down (the engine then uses its own).
+    /// An LLM-written summary of `middle`, or `None` when every model in the fallback
+    /// chain failed or is cooling down (the engine then uses its own digest).
     pub async fn summarize(
         &self,
         metrics: &Metrics,
         call: &Call<'_>,
-        plan: &Plan,
-        opts: &Options,
+        middle: &Middle<'_>,
     ) -> Option<Summary> {
         // Only an earlier summary to carry: the deterministic digest carries it as it is.
-        if plan.turns().is_empty() {
+        if middle.turns.is_empty() {
             return None;
         }
         for model in self.chain(call.model) {
             if self.cooling_down(model) {
                 continue;
             }
-            match self.checkpoint(metrics, call, model, plan, opts).await {
+            match self.checkpoint(metrics, call, model, middle).await {
                 Ok(text) => {
                     return Some(Summary {
                         text,
@@ -173,31 +221,27 @@ impl Summarizer {
         cooling.insert(model.to_owned(), now + self.cooldown);
     }
 
-    /// The checkpoint of `plan`'s middle written by `model`: one call per chunk that fits
-    /// the summariser's window, each updating the checkpoint the one before wrote.
+    /// The checkpoint of `middle` written by `model`: one call per chunk that fits the
+    /// summariser's window, each updating the checkpoint the one before wrote.
     async fn checkpoint(
         &self,
         metrics: &Metrics,
         call: &Call<'_>,
         model: &str,
-        plan: &Plan,
-        opts: &Options,
+        middle: &Middle<'_>,
     ) -> Result<String, Failure> {
         let window = self.window.unwrap_or_else(|| request_window(call.window));
         let counter = Counter::for_model(model);
-        let previous = plan.previous_summary();
-        let content = plan.turns().iter().map(|m| m.tokens).sum::<usize>()
-            + previous.map_or(0, |p| counter.text(p));
-        // The engine cuts a summary to what the target leaves room for: asking for more
-        // would pay for text that is thrown away.
-        let budget = summary_budget(content, window.min(opts.context_window))
-            .min(plan.summary_budget_tokens(opts));
-        let focus = focus_topic(plan.tail());
+        let content = middle.turns.iter().map(|m| m.tokens).sum::<usize>()
+            + middle.previous.map_or(0, |p| counter.text(p));
+        let budget =
+            summary_budget(content, window.min(middle.context_window)).min(middle.budget_cap);
+        let focus = focus_topic(middle.after);
         let limit = chunk_input_limit(window, budget, &counter);
         let date = today();
-        let mut summary = previous.map(str::to_owned);
-        for range in chunk_turns(plan.turns(), window, budget, &counter) {
-            let body = SummaryRequest::new(model, &plan.turns()[range], budget, counter)
+        let mut summary = middle.previous.map(str::to_owned);
+        for range in chunk_turns(middle.turns, window, budget, &counter) {
+            let body = SummaryRequest::new(model, &middle.turns[range], budget, counter)
                 .previous_summary(summary.as_deref())
                 .focus(focus.as_deref())
                 .date(Some(&date))
@@ -207,7 +251,7 @@ impl Summarizer {
                 Dialect::Chat => body,
                 Dialect::Responses => responses::summary_request(&body),
             };
-            let result = self.send(call.parts, &body).await;
+            let result = self.send(call, &body).await;
             metrics.summarizer_call(result.is_ok());
             summary = Some(result?);
         }
@@ -216,12 +260,12 @@ impl Summarizer {
 
     /// One summariser call: the client's path and end-to-end headers with a new body;
     /// the streamed answer collected and checked.
-    async fn send(&self, parts: &Parts, body: &Value) -> Result<String, Failure> {
-        let headers = summary_headers(&parts.headers);
+    async fn send(&self, call: &Call<'_>, body: &Value) -> Result<String, Failure> {
+        let headers = summary_headers(&call.parts.headers);
         let bytes = Bytes::from(body.to_string());
         let response = self
             .upstream
-            .send(Method::POST, &parts.uri, &headers, body::full(bytes))
+            .send(Method::POST, &call.uri(), &headers, body::full(bytes))
             .await?;
         if !response.status().is_success() {
             return Err(Failure::Status(response.status()));

@@ -31,7 +31,7 @@ mod serialize;
 mod stream;
 
 pub use answer::{check_answer, AnswerProblem};
-pub use call::{Call, Summarizer};
+pub use call::{Call, Middle, Summarizer};
 pub use chunk::{chunk_input_limit, chunk_turns};
 pub use request::{max_tokens, SummaryRequest};
 pub use stream::{AnswerStream, StreamedAnswer};

@@ -4,6 +4,7 @@
 //! Chat completions is the view itself; `responses` is the Responses API.
 
 pub mod chat;
+pub mod remote_compaction;
 pub mod responses;
 
 use serde_json::Value;

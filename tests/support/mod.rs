@@ -146,6 +146,9 @@ async fn respond(
     let response = match behaviour.as_str() {
         "echo" => echo(&parts.headers, body),
         "openai" => openai(parts.method.as_str(), parts.uri.path(), &body),
+        "window" if parts.uri.path().ends_with("/responses/compact") => {
+            responses_compact(&parts.headers)
+        }
         "window" if parts.uri.path().ends_with("/responses") => {
             responses_window(&state, &parts.headers, &body)
         }
@@ -527,8 +530,24 @@ fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> &'h str {
         .unwrap_or("")
 }
 
+/// `POST /responses/compact`: unknown (404, as vLLM and llama.cpp answer) unless
+/// `x-mock-compaction: native` makes the mock OpenAI, which answers with its own opaque item.
+fn responses_compact(headers: &HeaderMap) -> Response<MockBody> {
+    if header_str(headers, "x-mock-compaction") != "native" {
+        return plain(StatusCode::NOT_FOUND, "{\"detail\":\"Not Found\"}");
+    }
+    json(serde_json::json!({"id": "resp_native", "object": "response.compaction", "created_at": 1,
+        "output": [{"type": "compaction", "id": "cmp_native", "encrypted_content": NATIVE_COMPACTION}],
+        "usage": {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12}}).to_string())
+}
+
+/// The opaque state the mock, acting as OpenAI, puts in its compaction items.
+pub const NATIVE_COMPACTION: &str = "gAAAAB-native-compaction";
+
 /// The Responses API with a window: counts `instructions` and `input` its own way,
-/// refuses an invalid input (call/output pairing, as the real API does) with 400, an
+/// refuses item types it does not know (`compaction_trigger`, `compaction`: as vLLM does,
+/// unless `x-mock-compaction: native`) and an invalid input (call/output pairing, as the
+/// real API does) with 400, an
 /// over-long one as OpenAI does (`x-mock-shape: responses`, a 400; `responses-stream`, a
 /// 200 stream whose first event is `response.failed`), and answers the rest.
 fn responses_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
@@ -538,6 +557,29 @@ fn responses_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> Resp
         return plain(StatusCode::BAD_REQUEST, "not json");
     };
     let input = request["input"].as_array().cloned().unwrap_or_default();
+    let native = header("x-mock-compaction") == "native";
+    if let Some(at) = input
+        .iter()
+        .position(|i| i["type"] == "compaction_trigger" || i["type"] == "compaction")
+    {
+        if !native {
+            let kind = input[at]["type"].as_str().unwrap_or_default();
+            state
+                .violations
+                .lock()
+                .unwrap()
+                .push(format!("unknown item {kind}"));
+            let error = serde_json::json!({"error": {"message": format!("Invalid value: '{kind}'."),
+                "type": "invalid_request_error", "param": format!("input[{at}].type"), "code": "invalid_value"}});
+            let mut response = json(error.to_string());
+            *response.status_mut() = StatusCode::BAD_REQUEST;
+            return response;
+        }
+        if input[at]["type"] == "compaction_trigger" {
+            return json(serde_json::json!({"id": "resp_native", "object": "response", "status": "completed",
+                "output": [{"type": "compaction", "id": "cmp_native", "encrypted_content": NATIVE_COMPACTION}]}).to_string());
+        }
+    }
     if let Err(e) = compaction_proxy::wire::responses::validate(&input) {
         state.violations.lock().unwrap().push(e.to_string());
         return plain(StatusCode::BAD_REQUEST, &e.to_string());
