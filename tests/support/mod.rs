@@ -195,7 +195,7 @@ fn stream_answer(body: &[u8], model: &str, reply: &str) -> Response<MockBody> {
     let responses =
         serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| v.get("input").is_some());
     if responses {
-        responses_stream(reply)
+        responses_stream(reply, 0)
     } else {
         openai_stream(model, reply, false)
     }
@@ -592,7 +592,7 @@ fn responses_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> Resp
     if tokens + output <= limit {
         let reply = format!("MOCK-RESPONSE: saw {} items", input.len());
         return if stream {
-            responses_stream(&reply)
+            responses_stream(&reply, tokens)
         } else {
             json(serde_json::json!({"id": "resp_mock", "object": "response", "status": "completed",
                 "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
@@ -622,17 +622,27 @@ fn responses_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> Resp
     response
 }
 
-/// A streamed Responses answer with `reply` as its text, in two deltas.
-fn responses_stream(reply: &str) -> Response<MockBody> {
+/// A streamed Responses answer with `reply` as its text, in two deltas, reporting
+/// `input_tokens` of usage (clients such as Codex decide when to compact from it).
+fn responses_stream(reply: &str, input_tokens: u64) -> Response<MockBody> {
     let (a, b) = reply.split_at(reply.len() / 2);
     let event =
         |v: serde_json::Value| format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap());
+    let item = serde_json::json!({"type": "message", "id": "msg_mock", "role": "assistant", "status": "completed",
+        "content": [{"type": "output_text", "text": reply, "annotations": []}]});
+    let usage = serde_json::json!({"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": input_tokens + 5});
     let events = [
-        event(serde_json::json!({"type": "response.created", "response": {"id": "resp_mock", "status": "in_progress"}})),
-        event(serde_json::json!({"type": "response.output_text.delta", "delta": a})),
-        event(serde_json::json!({"type": "response.output_text.delta", "delta": b})),
-        event(serde_json::json!({"type": "response.completed", "response": {"id": "resp_mock", "status": "completed",
-            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": reply}]}]}})),
+        event(serde_json::json!({"type": "response.created", "response": {"id": "resp_mock", "object": "response",
+            "created_at": 1, "model": "mock-model", "status": "in_progress", "output": []}})),
+        event(serde_json::json!({"type": "response.output_item.added", "output_index": 0,
+            "item": {"type": "message", "id": "msg_mock", "role": "assistant", "status": "in_progress", "content": []}})),
+        event(serde_json::json!({"type": "response.output_text.delta", "item_id": "msg_mock", "output_index": 0, "content_index": 0, "delta": a})),
+        event(serde_json::json!({"type": "response.output_text.delta", "item_id": "msg_mock", "output_index": 0, "content_index": 0, "delta": b})),
+        event(serde_json::json!({"type": "response.output_item.done", "output_index": 0, "item": item})),
+        event(serde_json::json!({"type": "response.completed", "response": {"id": "resp_mock", "object": "response",
+            "created_at": 1, "model": "mock-model", "status": "completed", "incomplete_details": null,
+            "output": [item], "usage": usage}})),
     ]
     .concat();
     let mut response = sse_response(full(events));
