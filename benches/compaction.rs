@@ -108,11 +108,13 @@ fn as_responses(chat: &Value) -> Value {
     json!({"model": chat["model"], "instructions": instructions, "input": input})
 }
 
-/// The Responses path: the view, the same engine, the items written back.
+/// The Responses path: the view, the same engine, the items written back as bytes; beside
+/// it the chat path on the same session, to the same bytes-out point.
 fn responses(c: &mut Criterion) {
     let mut g = c.benchmark_group("responses");
     g.sample_size(10);
-    let request = as_responses(&session(128_000));
+    let chat = session(128_000);
+    let request = as_responses(&chat);
     let view = responses::to_chat(&request).unwrap();
     let before = count_request(&view);
     let opts = Options {
@@ -123,8 +125,27 @@ fn responses(c: &mut Criterion) {
         b.iter(|| {
             let view = responses::to_chat(black_box(&request)).unwrap();
             let outcome = compact::compact(&view, &opts).unwrap();
-            responses::from_chat(outcome.body(&view), &request)
+            responses::encode(outcome.body(&view), &request).unwrap()
         })
+    });
+    let chat_opts = Options {
+        target_tokens: Some(count_request(&chat) / 2),
+        ..Options::with_window(count_request(&chat))
+    };
+    g.bench_function("chat_128k", |b| {
+        b.iter(|| {
+            let outcome = compact::compact(black_box(&chat), &chat_opts).unwrap();
+            serde_json::to_vec(outcome.body(&chat)).unwrap()
+        })
+    });
+    // The adapter's share: reading the items as a view, and writing a view back.
+    g.bench_function("to_chat_128k", |b| {
+        b.iter(|| responses::to_chat(black_box(&request)).unwrap())
+    });
+    let outcome = compact::compact(&view, &opts).unwrap();
+    let compacted = outcome.body(&view);
+    g.bench_function("encode_128k", |b| {
+        b.iter(|| responses::encode(black_box(compacted), &request).unwrap())
     });
     g.finish();
 }

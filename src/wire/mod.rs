@@ -74,9 +74,7 @@ impl Dialect {
     /// The bytes to send for `view`, written into `source` for the Responses API.
     pub fn encode(self, view: &Value, source: Option<&Value>) -> Option<Vec<u8>> {
         match (self, source) {
-            (Dialect::Responses, Some(source)) => {
-                serde_json::to_vec(&responses::from_chat(view, source)).ok()
-            }
+            (Dialect::Responses, Some(source)) => responses::encode(view, source),
             _ => serde_json::to_vec(view).ok(),
         }
     }

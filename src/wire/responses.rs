@@ -11,7 +11,10 @@
 //! references, types yet unknown) travel as opaque assistant messages: kept whole, or
 //! summarised away whole, never invented. A reasoning item goes with the item after it.
 
+use std::borrow::Cow;
+
 use serde::de::IgnoredAny;
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -127,27 +130,73 @@ pub fn to_chat(request: &Value) -> Option<Value> {
 /// `original` with its `input` written back from the (compacted) chat `view`, and its
 /// completion cap from the view's.
 pub fn from_chat(view: &Value, original: &Value) -> Value {
-    let items: &[Value] = original["input"].as_array().map_or(&[], Vec::as_slice);
-    let mut input = Vec::new();
-    for message in view["messages"].as_array().into_iter().flatten() {
-        if message.get(INSTRUCTIONS).is_some() {
-            continue;
-        }
-        render(message, items, &mut input);
-    }
-    let cap = view.get("max_completion_tokens").and_then(Value::as_u64);
-    // Every other field as it was, in its place; the old items are not copied.
+    let rewritten = Rewritten::new(view, original);
+    let mut input = Some(rewritten.input);
     let mut out = Map::new();
-    let mut input = Some(input);
     for (key, value) in original.as_object().into_iter().flatten() {
         let value = match key.as_str() {
-            "input" => Value::Array(input.take().unwrap_or_default()),
-            "max_output_tokens" if cap.is_some() => Value::from(cap.unwrap_or_default()),
+            "input" => Value::Array(
+                input
+                    .take()
+                    .into_iter()
+                    .flatten()
+                    .map(Cow::into_owned)
+                    .collect(),
+            ),
+            "max_output_tokens" if rewritten.cap.is_some() => rewritten.cap.into(),
             _ => value.clone(),
         };
         out.insert(key.clone(), value);
     }
     Value::Object(out)
+}
+
+/// The bytes of [`from_chat`]'s request, written without copying what is kept: the
+/// client's items and fields are serialised from where they are.
+pub fn encode(view: &Value, original: &Value) -> Option<Vec<u8>> {
+    serde_json::to_vec(&Rewritten::new(view, original)).ok()
+}
+
+/// A Responses request written back from a view: the client's own fields, in their
+/// order, with `input` and the completion cap replaced.
+struct Rewritten<'a> {
+    original: &'a Value,
+    input: Vec<Cow<'a, Value>>,
+    cap: Option<u64>,
+}
+
+impl<'a> Rewritten<'a> {
+    fn new(view: &Value, original: &'a Value) -> Rewritten<'a> {
+        let items: &[Value] = original["input"].as_array().map_or(&[], Vec::as_slice);
+        let mut input = Vec::new();
+        for message in view["messages"].as_array().into_iter().flatten() {
+            if message.get(INSTRUCTIONS).is_some() {
+                continue;
+            }
+            render(message, items, &mut input);
+        }
+        let cap = view.get("max_completion_tokens").and_then(Value::as_u64);
+        Rewritten {
+            original,
+            input,
+            cap,
+        }
+    }
+}
+
+impl Serialize for Rewritten<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let fields = self.original.as_object();
+        let mut map = serializer.serialize_map(fields.map(Map::len))?;
+        for (key, value) in fields.into_iter().flatten() {
+            match (key.as_str(), self.cap) {
+                ("input", _) => map.serialize_entry(key, &self.input)?,
+                ("max_output_tokens", Some(cap)) => map.serialize_entry(key, &cap)?,
+                _ => map.serialize_entry(key, value)?,
+            }
+        }
+        map.end()
+    }
 }
 
 fn item_type(item: &Value) -> &str {
@@ -250,8 +299,9 @@ fn chat_part(part: &Value) -> Value {
     }
 }
 
-/// Writes the items one view message stands for into `input`.
-fn render(message: &Value, items: &[Value], input: &mut Vec<Value>) {
+/// Writes the items one view message stands for into `input`: borrowed where they are
+/// the client's as they were.
+fn render<'a>(message: &Value, items: &'a [Value], input: &mut Vec<Cow<'a, Value>>) {
     let indices: Vec<usize> = message
         .get(ITEMS)
         .and_then(Value::as_array)
@@ -264,11 +314,11 @@ fn render(message: &Value, items: &[Value], input: &mut Vec<Value>) {
         .unwrap_or_default();
     let originals: Vec<&Value> = indices.iter().filter_map(|&i| items.get(i)).collect();
     if originals.is_empty() {
-        input.extend(new_items(message));
+        input.extend(new_items(message).into_iter().map(Cow::Owned));
         return;
     }
     if message.get("x_opaque").is_some() {
-        input.extend(originals.into_iter().cloned());
+        input.extend(originals.into_iter().map(Cow::Borrowed));
         return;
     }
     match message["role"].as_str() {
@@ -288,7 +338,8 @@ fn render(message: &Value, items: &[Value], input: &mut Vec<Value>) {
                 .collect();
             let text = text_of(&message["content"]);
             if !text.is_empty() {
-                input.extend(new_items(&json!({"role": "assistant", "content": text})));
+                let said = new_items(&json!({"role": "assistant", "content": text}));
+                input.extend(said.into_iter().map(Cow::Owned));
             }
             for item in originals {
                 match item.get("call_id").and_then(Value::as_str) {
@@ -297,7 +348,7 @@ fn render(message: &Value, items: &[Value], input: &mut Vec<Value>) {
                             input.push(patched_call(item, call));
                         }
                     }
-                    None => input.push(item.clone()),
+                    None => input.push(Cow::Borrowed(item)),
                 }
             }
         }
@@ -308,11 +359,11 @@ fn render(message: &Value, items: &[Value], input: &mut Vec<Value>) {
             };
             let reasoning = &originals[..originals.len() - 1];
             let unchanged = message_content(last) == message["content"];
-            input.extend(reasoning.iter().map(|v| (*v).clone()));
+            input.extend(reasoning.iter().map(|v| Cow::Borrowed(*v)));
             if unchanged {
-                input.push((*last).clone());
+                input.push(Cow::Borrowed(*last));
             } else {
-                input.push(patched_message(last, message));
+                input.push(Cow::Owned(patched_message(last, message)));
             }
         }
     }
@@ -330,34 +381,39 @@ fn text_of(content: &Value) -> String {
     }
 }
 
-fn patched_output(item: &Value, content: &Value) -> Value {
-    let mut item = item.clone();
-    let text = text_of(content);
-    let same = match item.get("output") {
-        Some(Value::String(s)) => *s == text,
-        Some(Value::Array(parts)) => {
-            parts.iter().map(chat_part).collect::<Vec<_>>()
-                == content.as_array().cloned().unwrap_or_default()
-        }
+fn patched_output<'a>(item: &'a Value, content: &Value) -> Cow<'a, Value> {
+    let same = match (item.get("output"), content) {
+        (Some(Value::String(s)), Value::String(text)) => s == text,
+        (Some(Value::String(s)), _) => *s == text_of(content),
+        (Some(Value::Array(parts)), view) => parts.iter().map(chat_part).eq(view
+            .as_array()
+            .into_iter()
+            .flatten()
+            .cloned()),
         _ => false,
     };
-    if !same {
-        item["output"] = Value::String(text);
+    if same {
+        return Cow::Borrowed(item);
     }
-    item
+    let mut item = item.clone();
+    item["output"] = Value::String(text_of(content));
+    Cow::Owned(item)
 }
 
-fn patched_call(item: &Value, call: &Value) -> Value {
-    let mut item = item.clone();
+fn patched_call<'a>(item: &'a Value, call: &Value) -> Cow<'a, Value> {
     let arguments = &call["function"]["arguments"];
-    if item.get("arguments").is_some_and(|a| a != arguments) {
-        item["arguments"] = arguments.clone();
-    } else if item_type(&item) == "custom_tool_call"
+    let field = if item.get("arguments").is_some_and(|a| a != arguments) {
+        "arguments"
+    } else if item_type(item) == "custom_tool_call"
         && item.get("input").is_some_and(|a| a != arguments)
     {
-        item["input"] = arguments.clone();
-    }
-    item
+        "input"
+    } else {
+        return Cow::Borrowed(item);
+    };
+    let mut item = item.clone();
+    item[field] = arguments.clone();
+    Cow::Owned(item)
 }
 
 fn patched_message(item: &Value, message: &Value) -> Value {
