@@ -250,6 +250,10 @@ pub struct CompactionConfig {
     /// Compact before the first upstream call when the estimated prompt plus the
     /// completion budget exceeds this share of a known context window.
     pub threshold: f64,
+    /// A compaction brings prompt plus completion budget down to this share of the
+    /// window, so that several turns fit before the next one; between two compactions a
+    /// conversation's request only grows at its end, and the upstream's prompt cache hits.
+    pub low_water: f64,
     /// Upstream calls allowed for one chat request, the first included.
     pub max_attempts: u32,
     /// Completion budget assumed when a request sets neither `max_completion_tokens`
@@ -282,6 +286,7 @@ impl Default for CompactionConfig {
     fn default() -> Self {
         Self {
             threshold: 0.9,
+            low_water: 0.6,
             max_attempts: 3,
             output_reserve_tokens: 4096,
             first_event_timeout_ms: 30_000,
@@ -373,6 +378,12 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "compaction.threshold must be above 0 and at most 1 (got {})",
                 compaction.threshold
+            )));
+        }
+        if !(compaction.low_water > 0.0 && compaction.low_water <= compaction.threshold) {
+            return Err(ConfigError::Invalid(format!(
+                "compaction.low_water must be above 0 and at most compaction.threshold (got {})",
+                compaction.low_water
             )));
         }
         if compaction.max_attempts == 0 {

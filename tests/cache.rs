@@ -47,8 +47,12 @@ fn request(messages: &[Value]) -> Value {
 }
 
 fn proxy(mock: &Mock) -> Proxy {
+    proxy_for(mock, WINDOW)
+}
+
+fn proxy_for(mock: &Mock, window: u64) -> Proxy {
     let config = format!(
-        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {window}\n\n[summarizer]\ncontext_window = 128000\n"
     );
     Proxy::start(&mock.url("/v1"), &config)
 }
@@ -60,7 +64,17 @@ async fn send(proxy: &Proxy, summary: &str, request: &Value) -> (u16, String) {
 }
 
 async fn send_as(proxy: &Proxy, credential: &str, summary: &str, request: &Value) -> (u16, String) {
-    let window = WINDOW.to_string();
+    send_to(proxy, WINDOW, credential, summary, request).await
+}
+
+async fn send_to(
+    proxy: &Proxy,
+    window: u64,
+    credential: &str,
+    summary: &str,
+    request: &Value,
+) -> (u16, String) {
+    let window = window.to_string();
     let headers = [
         ("authorization", credential),
         ("x-mock", "window"),
@@ -196,8 +210,10 @@ async fn a_fallback_summary_is_stored_without_the_secrets_it_summarised() {
         headers.iter().any(|x| x.contains("summary=fallback")),
         "{headers:#?}"
     );
+    // Served again from the cache, the digest is still reported as the degraded summary
+    // it is, never as `cache`.
     assert!(
-        headers.iter().any(|x| x.contains("summary=cache")),
+        headers.iter().all(|x| !x.contains("summary=cache")),
         "{headers:#?}"
     );
     // Once turn 3 is summarised, the key is in no request: not in the stored summary
@@ -305,4 +321,104 @@ async fn a_conversation_whose_compactions_save_little_stops_calling_the_summaris
     assert_eq!(sources[..3], ["llm", "llm", "fallback"], "{compactions:#?}");
     let llm = sources.iter().filter(|s| **s == "llm").count();
     assert_eq!(mock.summaries().len(), llm);
+}
+
+/// Whether the upstream request `next` sends `previous`'s messages, byte for byte, and
+/// more after them: what the upstream's prompt cache needs to hit.
+fn extends(previous: &[u8], next: &[u8]) -> bool {
+    let messages = |body: &[u8]| {
+        let value: Value = serde_json::from_slice(body).unwrap();
+        serde_json::to_string(&value["messages"]).unwrap()
+    };
+    let (previous, next) = (messages(previous), messages(next));
+    next.starts_with(previous.trim_end_matches(']'))
+}
+
+/// A tool-heavy round: the output of each call is long beside the window, as a file
+/// read or a test log is.
+fn heavy_round(n: usize) -> Vec<Value> {
+    let mut round = round(n);
+    round[1]["content"] = json!(format!(
+        "{}\n{}",
+        round[1]["content"].as_str().unwrap(),
+        format!("   Compiling module_{n} v0.1.0 (/work/module_{n})\n").repeat(60)
+    ));
+    round
+}
+
+/// Compactions are rare events: each brings the request down to the low-water mark
+/// (60% of the window), and until the next one crosses the threshold (90%) the turns
+/// between are sent as resumed, the same bytes with the new messages after them.
+#[tokio::test]
+async fn between_compactions_the_request_only_grows_at_its_end() {
+    const WINDOW: u64 = 20_000;
+    let mock = Mock::start().await;
+    let proxy = proxy_for(&mock, WINDOW);
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let mut headers = Vec::new();
+    for n in 0..40 {
+        history.push(ask(n));
+        let (status, x) = send_to(&proxy, WINDOW, "Bearer k", "ok", &request(&history)).await;
+        assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
+        headers.push(x);
+        history.extend(heavy_round(n));
+    }
+    let sent = mock.recorded();
+    assert_eq!(sent.len(), 40, "one upstream call per turn");
+    let pairs: Vec<bool> = sent
+        .windows(2)
+        .map(|pair| extends(&pair[0].body, &pair[1].body))
+        .collect();
+    let grown = pairs.iter().filter(|e| **e).count();
+    // A request that does not extend the one before is a compaction event: the
+    // proxy compacted there, and nowhere else.
+    let events: Vec<usize> = (0..pairs.len())
+        .filter(|i| !pairs[*i])
+        .map(|i| i + 1)
+        .collect();
+    assert!(
+        grown * 100 >= pairs.len() * 85,
+        "{grown} of {} requests extend the one before; events at {events:?}: {headers:#?}",
+        pairs.len()
+    );
+    // One summariser call at most per event.
+    assert!(mock.summaries().len() <= events.len());
+}
+
+/// A summary the summariser could not write is the digest, stored like any other; it is
+/// replaced by a real one at the first turn the summariser may be asked again.
+#[tokio::test]
+async fn a_stored_fallback_gives_way_to_a_real_summary_once_the_summariser_answers() {
+    let mock = Mock::start().await;
+    let config = format!(
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\ncooldown_ms = 300\n"
+    );
+    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let mut headers = Vec::new();
+    for n in 0..50 {
+        history.push(ask(n));
+        // The summariser fails until turn 45 (the first compaction is near turn 37).
+        let summary = if n < 45 { "500" } else { "ok" };
+        if n == 45 {
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        }
+        let (status, x) = send(&proxy, summary, &request(&history)).await;
+        assert_eq!(status, 200, "turn {n}: {x}");
+        headers.push(x);
+        history.extend(round(n));
+    }
+    let compacted: Vec<&String> = headers[..45].iter().filter(|x| !x.is_empty()).collect();
+    assert!(!compacted.is_empty(), "{headers:#?}");
+    assert!(
+        compacted.iter().all(|x| x.contains("summary=fallback")),
+        "{headers:#?}"
+    );
+    assert!(headers[45].contains("summary=llm"), "{headers:#?}");
+    assert!(
+        headers[46..].iter().all(|x| x.contains("summary=cache")),
+        "{headers:#?}"
+    );
+    let last = String::from_utf8_lossy(&mock.last().body).into_owned();
+    assert!(last.contains("MOCK-CHECKPOINT"), "{last}");
 }

@@ -1,7 +1,9 @@
 //! Before the first call: resume a conversation compacted before from its checkpoint,
 //! and compact when the model's window is known and the request would fill more than the
-//! threshold of it; a request that fits but asks for more completion tokens than the window
-//! leaves gets its cap lowered (the lossless fix, made before the upstream refuses).
+//! threshold of it, down to the low-water mark, so that the next turns are sent as resumed,
+//! growing only at their end, until they cross the threshold again; a request that fits
+//! but asks for more completion tokens than the window leaves gets its cap lowered (the
+//! lossless fix, made before the upstream refuses).
 
 use std::sync::LazyLock;
 
@@ -10,7 +12,7 @@ use memchr::memmem::Finder;
 use super::work::messages_of;
 use super::{Attempt, Goal, Hit, Trigger};
 use crate::checkpoint::{Applied, Key};
-use crate::compact::{self, budget};
+use crate::compact::{self, budget, SummarySource};
 
 /// Upper bound on the tokens an image part can cost, for the cheap "surely fits" test.
 const MAX_IMAGE_TOKENS: u64 = 1_600;
@@ -68,8 +70,9 @@ impl Attempt<'_> {
             return None;
         }
         let usable = window as f64 - budget::margin(window) as f64;
+        let low_water = (window as f64 * self.ctx.app.config.compaction.low_water) as u64;
         Some(Goal {
-            target: ((limit.saturating_sub(budget)) as f64 / factor) as u64,
+            target: ((low_water.saturating_sub(budget)) as f64 / factor) as u64,
             ceiling: (self.ceiling(usable, window) / factor) as u64,
             window,
         })
@@ -110,6 +113,20 @@ impl Attempt<'_> {
         else {
             return;
         };
+        // A stored digest is a degraded summary: once the summariser may answer again,
+        // the conversation is compacted anew from the client's own messages, so that a
+        // real summary takes its place.
+        let summarizer = self.ctx.app.summarizer.as_ref();
+        if checkpoint.summary == SummarySource::Fallback
+            && checkpoint.worth_summarising()
+            && summarizer.is_some_and(|s| s.ready(&self.ctx.head.model))
+        {
+            tracing::info!(
+                id = self.ctx.id,
+                "the stored summary is a fallback: summarising again"
+            );
+            return;
+        }
         let key = Key {
             partition,
             prefix: hashes[len],

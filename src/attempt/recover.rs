@@ -99,7 +99,11 @@ impl Attempt<'_> {
             Some(window) => {
                 let budget = self.output_budget(window) as f64;
                 let usable = window as f64 * (1.0 - RETRY_MARGIN);
-                let target = ((usable - budget).max(0.0) / factor * tightening) as u64;
+                // Down to the low-water mark, as before the first call: the next turns
+                // are then sent as resumed instead of overflowing one by one.
+                let low_water = window as f64 * self.ctx.app.config.compaction.low_water;
+                let fill = usable.min(low_water);
+                let target = ((fill - budget).max(0.0) / factor * tightening) as u64;
                 let ceiling = (self.ceiling(usable, window) / factor * tightening) as u64;
                 match class.kind {
                     Kind::BodyTooLarge => Goal {

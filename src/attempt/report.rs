@@ -107,12 +107,17 @@ impl Attempt<'_> {
         let report = done.report();
         let hit = done.resumed.as_ref();
         // A resumed request is measured from the client's own; one compacted again after
-        // that says where its summary came from, one sent as resumed says `cache`.
+        // that says where its summary came from, one sent as resumed says `cache`, unless
+        // the stored summary is the digest: a degraded summary stays visible as such.
+        let stored = |hit: &super::Hit| match hit.checkpoint.summary {
+            SummarySource::Llm | SummarySource::Cache => SummarySource::Cache,
+            other => other,
+        };
         let summary = match (report, hit) {
             // Compacted again without a new summary: the stored one is what it carries.
-            (Some(r), Some(_)) if r.summary == SummarySource::None => SummarySource::Cache,
+            (Some(r), Some(hit)) if r.summary == SummarySource::None => stored(hit),
             (Some(r), _) => r.summary,
-            (None, Some(_)) => SummarySource::Cache,
+            (None, Some(hit)) => stored(hit),
             (None, None) => SummarySource::None,
         };
         // Without a compaction the messages went as they were (resumed, or with only the

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::work::messages_of;
 use super::{Attempt, Engine, Goal, Pending};
 use crate::checkpoint::{self, Checkpoint, Key};
-use crate::compact::{self, budget};
+use crate::compact::{self, budget, SummarySource};
 use crate::summarize::{Call, Middle};
 
 impl Attempt<'_> {
@@ -109,6 +109,12 @@ impl Attempt<'_> {
             .and_then(Value::as_str)
             .map(str::to_owned);
         let form_counts = compact::Counter::for_request(output).messages(&form);
+        // A new summary, or the one the resumed form carried.
+        let summary = match (report.summary, hit) {
+            (SummarySource::Llm | SummarySource::Fallback, _) => report.summary,
+            (_, Some(hit)) => hit.checkpoint.summary,
+            (_, None) => SummarySource::None,
+        };
         let poor_savings = checkpoint::poor_savings_after(
             hit.map_or(0, |h| h.checkpoint.poor_savings),
             report.tokens_before,
@@ -126,7 +132,8 @@ impl Attempt<'_> {
                 form_counts,
                 next_role,
                 poor_savings,
-            ),
+            )
+            .with_summary(summary),
             replaces: hit.map(|h| h.key),
         })
     }

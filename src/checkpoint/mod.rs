@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::compact::{Role, Summary};
+use crate::compact::{Role, Summary, SummarySource};
 use crate::config::CacheConfig;
 pub use flight::Flights;
 pub use hash::{prefix_hashes, Partition};
@@ -42,6 +42,9 @@ pub struct Checkpoint {
     /// Consecutive compactions of this conversation that saved under a tenth: past two,
     /// another paid summary of it would not help, and escalation takes over.
     pub poor_savings: u8,
+    /// Where the summary in `messages` came from: the LLM, the deterministic digest (a
+    /// degraded summary, reported as such every time it is served again), or none.
+    pub summary: SummarySource,
     /// Estimated bytes held, for the store's bound.
     pub size: usize,
 }
@@ -66,8 +69,15 @@ impl Checkpoint {
             counts,
             next_role,
             poor_savings,
+            summary: SummarySource::None,
             size,
         }
+    }
+
+    /// The same checkpoint, carrying a summary from `source`.
+    pub fn with_summary(mut self, source: SummarySource) -> Checkpoint {
+        self.summary = source;
+        self
     }
 
     /// Whether a request whose message after the prefix is `next` may take this form: not a

@@ -193,6 +193,12 @@ impl Summarizer {
         None
     }
 
+    /// Whether a call for `request_model` would be tried now: some model of its fallback
+    /// chain is not cooling down after a failure.
+    pub fn ready(&self, request_model: &str) -> bool {
+        self.chain(request_model).any(|m| !self.cooling_down(m))
+    }
+
     /// The models to try, in order: the configured one, then the request's.
     fn chain<'m>(&'m self, request_model: &'m str) -> impl Iterator<Item = &'m str> {
         let configured =
