@@ -43,7 +43,7 @@ impl App {
         let auth = Auth::from_config(&config.auth)?;
         let models = ModelWindows::new(config.models.clone());
         let summarizer = Summarizer::new(&config)?;
-        let checkpoints = Checkpoints::new(&config.cache);
+        let checkpoints = Checkpoints::new(&config.cache, config.compaction.prepare_concurrency);
         Ok(Self {
             checkpoints,
             models,

@@ -254,6 +254,12 @@ pub struct CompactionConfig {
     /// window, so that several turns fit before the next one; between two compactions a
     /// conversation's request only grows at its end, and the upstream's prompt cache hits.
     pub low_water: f64,
+    /// Past this share of the window, the compaction the threshold will call for is
+    /// prepared in the background, so that the turn that crosses the threshold does not
+    /// wait for the summariser. At or above `threshold`, nothing is prepared.
+    pub prepare_at: f64,
+    /// Preparations running at once; 0 turns preparation off.
+    pub prepare_concurrency: usize,
     /// Upstream calls allowed for one chat request, the first included.
     pub max_attempts: u32,
     /// Completion budget assumed when a request sets neither `max_completion_tokens`
@@ -287,6 +293,8 @@ impl Default for CompactionConfig {
         Self {
             threshold: 0.9,
             low_water: 0.6,
+            prepare_at: 0.75,
+            prepare_concurrency: 2,
             max_attempts: 3,
             output_reserve_tokens: 4096,
             first_event_timeout_ms: 30_000,
@@ -384,6 +392,12 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "compaction.low_water must be above 0 and at most compaction.threshold (got {})",
                 compaction.low_water
+            )));
+        }
+        if !(compaction.prepare_at > 0.0 && compaction.prepare_at <= 1.0) {
+            return Err(ConfigError::Invalid(format!(
+                "compaction.prepare_at must be above 0 and at most 1 (got {})",
+                compaction.prepare_at
             )));
         }
         if compaction.max_attempts == 0 {

@@ -6,14 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::attempt::Trigger;
+use crate::checkpoint::Checkpoints;
 use crate::compact::SummarySource;
 use crate::wire::Dialect;
 
 /// The summary sources counted: a compaction without a summary counts none.
-const SOURCES: [SummarySource; 3] = [
+const SOURCES: [SummarySource; 4] = [
     SummarySource::Llm,
     SummarySource::Fallback,
     SummarySource::Cache,
+    SummarySource::CachedFallback,
 ];
 
 /// Upper bounds (seconds) of the compaction-time histogram: compaction work is
@@ -31,7 +33,7 @@ pub struct Metrics {
     output_lowered: [AtomicU64; Trigger::ALL.len()],
     /// Requests rewritten, by API: chat completions, the Responses API.
     compactions_by_api: [AtomicU64; Dialect::ALL.len()],
-    summaries: [AtomicU64; 3],
+    summaries: [AtomicU64; SOURCES.len()],
     tokens_saved: AtomicU64,
     /// Summariser calls that gave a usable summary (`[0]`) or did not (`[1]`).
     summarizer_calls: [AtomicU64; 2],
@@ -80,8 +82,8 @@ impl Metrics {
         self.compaction_time.observe(elapsed.as_secs_f64());
     }
 
-    /// The Prometheus text; `cache` is the summary cache's checkpoints and bytes, when on.
-    pub fn render(&self, cache: Option<(usize, usize)>) -> String {
+    /// The Prometheus text; `cache` is the summary cache, when on.
+    pub fn render(&self, cache: Option<&Checkpoints>) -> String {
         let mut out = String::with_capacity(2048);
         counter(
             &mut out,
@@ -121,7 +123,7 @@ impl Metrics {
             "compaction_proxy_summaries_total",
             "Summaries used in compactions, by source.",
             "source",
-            [0, 1, 2].map(|i| (SOURCES[i].as_str(), &self.summaries[i])),
+            [0, 1, 2, 3].map(|i| (SOURCES[i].as_str(), &self.summaries[i])),
         );
         counter(
             &mut out,
@@ -144,7 +146,22 @@ impl Metrics {
             "compaction_proxy_compaction_seconds",
             "Time spent compacting a request, excluding the summariser call.",
         );
-        if let Some((checkpoints, bytes)) = cache {
+        if let Some(prepared) = cache.and_then(|c| c.prepared.as_ref()) {
+            header(
+                &mut out,
+                "compaction_proxy_prepared_total",
+                "Compactions prepared ahead in the background, by fate: made, used by a compaction event, or wasted (dropped unused).",
+                "counter",
+            );
+            for (fate, count) in prepared.fates() {
+                let _ = writeln!(
+                    out,
+                    "compaction_proxy_prepared_total{{fate=\"{}\"}} {count}",
+                    fate.as_str()
+                );
+            }
+        }
+        if let Some((checkpoints, bytes)) = cache.map(|c| c.store.held()) {
             gauge(
                 &mut out,
                 "compaction_proxy_cache_checkpoints",

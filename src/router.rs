@@ -63,7 +63,7 @@ pub async fn handle(
 }
 
 async fn dispatch(
-    app: &App,
+    app: &Arc<App>,
     route: Route,
     request: Request<Incoming>,
     id: u64,
@@ -73,8 +73,7 @@ async fn dispatch(
         Route::Metrics => text(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            app.metrics
-                .render(app.checkpoints.as_ref().map(|c| c.store.held())),
+            app.metrics.render(app.checkpoints.as_ref()),
         ),
         Route::Compact(_) | Route::RemoteCompaction | Route::Passthrough => {
             app.metrics.request();

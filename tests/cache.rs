@@ -213,7 +213,13 @@ async fn a_fallback_summary_is_stored_without_the_secrets_it_summarised() {
     // Served again from the cache, the digest is still reported as the degraded summary
     // it is, never as `cache`.
     assert!(
-        headers.iter().all(|x| !x.contains("summary=cache")),
+        headers
+            .iter()
+            .any(|x| x.contains("summary=cached-fallback;")),
+        "{headers:#?}"
+    );
+    assert!(
+        headers.iter().all(|x| !x.contains("summary=cache;")),
         "{headers:#?}"
     );
     // Once turn 3 is summarised, the key is in no request: not in the stored summary
@@ -296,7 +302,11 @@ async fn with_the_cache_off_every_turn_is_compacted_anew() {
 #[tokio::test]
 async fn a_conversation_whose_compactions_save_little_stops_calling_the_summariser() {
     let mock = Mock::start().await;
-    let proxy = proxy(&mock);
+    // Nothing prepared ahead: each compaction is made, and judged, in its own turn.
+    let config = format!(
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[compaction]\nprepare_concurrency = 0\n\n[summarizer]\ncontext_window = 128000\n"
+    );
+    let proxy = Proxy::start(&mock.url("/v1"), &config);
     // Instructions fill most of the window, so each compaction has little to replace
     // and saves under a tenth.
     let system = "You are a coding agent; keep to the rules. ".repeat(SYSTEM_REPEAT);
@@ -320,7 +330,7 @@ async fn a_conversation_whose_compactions_save_little_stops_calling_the_summaris
     // enough to start the count again.
     assert_eq!(sources[..3], ["llm", "llm", "fallback"], "{compactions:#?}");
     let llm = sources.iter().filter(|s| **s == "llm").count();
-    assert_eq!(mock.summaries().len(), llm);
+    assert_eq!(mock.summaries().len(), llm, "{compactions:#?}");
 }
 
 /// Whether the upstream request `next` sends `previous`'s messages, byte for byte, and
@@ -351,12 +361,12 @@ fn heavy_round(n: usize) -> Vec<Value> {
 /// between are sent as resumed, the same bytes with the new messages after them.
 #[tokio::test]
 async fn between_compactions_the_request_only_grows_at_its_end() {
-    const WINDOW: u64 = 20_000;
+    const WINDOW: u64 = 40_000;
     let mock = Mock::start().await;
     let proxy = proxy_for(&mock, WINDOW);
     let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
     let mut headers = Vec::new();
-    for n in 0..40 {
+    for n in 0..60 {
         history.push(ask(n));
         let (status, x) = send_to(&proxy, WINDOW, "Bearer k", "ok", &request(&history)).await;
         assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
@@ -364,7 +374,7 @@ async fn between_compactions_the_request_only_grows_at_its_end() {
         history.extend(heavy_round(n));
     }
     let sent = mock.recorded();
-    assert_eq!(sent.len(), 40, "one upstream call per turn");
+    assert_eq!(sent.len(), 60, "one upstream call per turn");
     let pairs: Vec<bool> = sent
         .windows(2)
         .map(|pair| extends(&pair[0].body, &pair[1].body))
@@ -411,7 +421,7 @@ async fn a_stored_fallback_gives_way_to_a_real_summary_once_the_summariser_answe
     let compacted: Vec<&String> = headers[..45].iter().filter(|x| !x.is_empty()).collect();
     assert!(!compacted.is_empty(), "{headers:#?}");
     assert!(
-        compacted.iter().all(|x| x.contains("summary=fallback")),
+        compacted.iter().all(|x| x.contains("fallback")),
         "{headers:#?}"
     );
     assert!(headers[45].contains("summary=llm"), "{headers:#?}");
@@ -421,4 +431,57 @@ async fn a_stored_fallback_gives_way_to_a_real_summary_once_the_summariser_answe
     );
     let last = String::from_utf8_lossy(&mock.last().body).into_owned();
     assert!(last.contains("MOCK-CHECKPOINT"), "{last}");
+}
+
+/// The turn that crosses the threshold does not wait for the summariser: the compaction
+/// it needs was prepared in the background once the conversation passed the prepare mark,
+/// with the one summariser call the event costs.
+#[tokio::test]
+async fn the_turn_that_crosses_the_threshold_does_not_wait_for_the_summary() {
+    const WINDOW: u64 = 20_000;
+    let mock = Mock::start().await;
+    let proxy = proxy_for(&mock, WINDOW);
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let mut turns = Vec::new();
+    for n in 0..36 {
+        history.push(ask(n));
+        let window = WINDOW.to_string();
+        let headers = [
+            ("authorization", "Bearer k"),
+            ("x-mock", "window"),
+            ("x-mock-shape", "openai"),
+            ("x-mock-window", window.as_str()),
+            ("x-mock-summary", "ok"),
+            // A slow summariser: a turn that waited for it would take half a second more.
+            ("x-mock-summary-delay-ms", "500"),
+        ];
+        let started = std::time::Instant::now();
+        let (status, x) = post_chat(&proxy, &headers, &request(&history)).await;
+        assert_eq!(status, 200, "turn {n}: {x}");
+        turns.push((x, started.elapsed()));
+        // A long answer in prose: what only a summary can shorten.
+        let answer = format!("Module {n}: the fix and why it holds. ").repeat(80);
+        history.push(json!({"role": "assistant", "content": answer}));
+        // The client thinks between turns, as a model answering or a tool running does.
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    }
+    let events: Vec<&(String, std::time::Duration)> = turns
+        .iter()
+        .filter(|(x, _)| x.contains("summary=llm"))
+        .collect();
+    assert!(!events.is_empty(), "{turns:#?}");
+    for (x, took) in &events {
+        assert!(
+            took.as_millis() < 400,
+            "the event waited {took:?}: {x}\n{turns:#?}"
+        );
+    }
+    // One summariser call per event, made ahead of it.
+    assert_eq!(mock.summaries().len(), events.len(), "{turns:#?}");
+    let metrics = metrics(&proxy).await;
+    let used = format!(
+        "compaction_proxy_prepared_total{{fate=\"used\"}} {}\n",
+        events.len()
+    );
+    assert!(metrics.contains(&used), "{metrics}");
 }

@@ -35,6 +35,7 @@ use crate::wire::{self, Dialect, Head};
 mod cap;
 pub mod inspect;
 mod preflight;
+mod prepare;
 mod recover;
 pub mod remote_compaction;
 pub mod report;
@@ -47,7 +48,7 @@ use inspect::Verdict;
 use work::Work;
 
 pub async fn handle(
-    app: &App,
+    app: &Arc<App>,
     request: Request<Incoming>,
     dialect: Dialect,
     id: u64,
@@ -87,7 +88,7 @@ pub async fn handle(
 /// `compaction.max_attempts` calls. The client gets the first answer that is not such a
 /// refusal, or the upstream's own last refusal.
 async fn run(
-    app: &App,
+    app: &Arc<App>,
     parts: &Parts,
     original: Bytes,
     head: Head,
@@ -136,7 +137,8 @@ async fn run(
 
 /// What stays fixed across a request's attempts.
 struct Ctx<'a> {
-    app: &'a App,
+    /// Shared, for the work that outlives the request (a compaction prepared ahead).
+    app: &'a Arc<App>,
     /// The client's method, path and headers, which a summariser call reuses.
     parts: &'a Parts,
     /// The request id, for log lines.
@@ -190,10 +192,15 @@ struct Done {
     /// The completion cap as the client asked for it and as lowered to fit the window.
     output: Option<(u64, u64)>,
     engine: Engine,
+    /// A compaction prepared ahead was put in place: its checkpoint becomes the
+    /// conversation's once the upstream takes the request.
+    promote: Option<Promote>,
     /// The LLM summariser is no longer worth asking: when a summarised compaction saved
     /// under a tenth, the middle is small beside what is kept, and another paid summary of
     /// it would not save more; further attempts escalate with the deterministic digest.
     digest_only: bool,
+    /// The summariser was asked for this request and gave nothing usable.
+    summariser_failed: bool,
 }
 
 impl Done {
@@ -242,6 +249,12 @@ struct Hit {
     tokens_before: u64,
 }
 
+/// A prepared checkpoint in place (it is the resumed [`Hit`]), with the stored checkpoint
+/// it supersedes.
+struct Promote {
+    replaces: Option<Key>,
+}
+
 /// The checkpoint a rewrite makes, with the one it supersedes.
 struct Pending {
     key: Key,
@@ -262,13 +275,20 @@ impl Attempt<'_> {
     /// The successful answer, marked when the request was rewritten. The upstream took
     /// the rewritten request: its checkpoint can serve the conversation's next turns.
     fn deliver(&mut self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
-        if let (Some(cache), Engine::Rewrote { pending, .. }) =
-            (&self.ctx.app.checkpoints, &mut self.done.engine)
-        {
-            if let Some(pending) = pending.take().map(|p| *p) {
-                cache
-                    .store
-                    .put(pending.key, Arc::new(pending.checkpoint), pending.replaces);
+        if let Some(cache) = &self.ctx.app.checkpoints {
+            let done = &mut self.done;
+            match (&mut done.engine, &done.promote, &done.resumed) {
+                (Engine::Rewrote { pending, .. }, _, _) => {
+                    if let Some(pending) = pending.take().map(|p| *p) {
+                        let checkpoint = Arc::new(pending.checkpoint);
+                        cache.store.put(pending.key, checkpoint, pending.replaces);
+                    }
+                }
+                (_, Some(promote), Some(hit)) => {
+                    let checkpoint = Arc::clone(&hit.checkpoint);
+                    cache.store.put(hit.key, checkpoint, promote.replaces);
+                }
+                _ => {}
             }
         }
         if let Some(x) = self.x_compaction(report::Outcome::Applied) {

@@ -5,14 +5,14 @@
 //! but asks for more completion tokens than the window leaves gets its cap lowered (the
 //! lossless fix, made before the upstream refuses).
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use memchr::memmem::Finder;
 
 use super::work::messages_of;
 use super::{Attempt, Goal, Hit, Trigger};
-use crate::checkpoint::{Applied, Key};
-use crate::compact::{self, budget, SummarySource};
+use crate::checkpoint::{Applied, Checkpoint, Key};
+use crate::compact::{self, budget};
 
 /// Upper bound on the tokens an image part can cost, for the cheap "surely fits" test.
 const MAX_IMAGE_TOKENS: u64 = 1_600;
@@ -21,18 +21,35 @@ const LARGE_BODY: usize = 256 * 1024;
 /// Built once: building a searcher costs more than running it on a small body.
 static IMAGE_URL: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("image_url"));
 
+/// What a request needs before it is sent.
+enum Decision {
+    /// Nothing: it goes as it is (resumed, or with a lowered cap).
+    Send,
+    /// Nothing yet, but it is past the prepare mark: the compaction the threshold will
+    /// call for is made in the background.
+    Prepare(Goal),
+    /// Compaction, now.
+    Compact(Goal),
+}
+
 impl Attempt<'_> {
     pub(super) async fn preflight(&mut self) {
         // Parsing, hashing and counting a large body takes milliseconds: off the threads
         // that move other requests' bytes.
-        let goal = if self.work.original().len() > LARGE_BODY {
+        let decision = if self.work.original().len() > LARGE_BODY {
             tokio::task::block_in_place(|| self.decide())
         } else {
             self.decide()
         };
-        let rewritten = match goal {
-            Some(goal) => self.rewrite(goal).await,
-            None => false,
+        let rewritten = match decision {
+            Decision::Send => false,
+            Decision::Prepare(goal) => {
+                self.prepare(goal);
+                false
+            }
+            // A compaction prepared ahead is put in place; only if there is none, or it
+            // no longer fits, does this turn compact (and wait for the summariser).
+            Decision::Compact(goal) => !self.use_prepared(goal).await && self.rewrite(goal).await,
         };
         if !rewritten && (self.done.resumed.is_some() || self.done.output.is_some()) {
             self.send_base();
@@ -42,14 +59,18 @@ impl Attempt<'_> {
         }
     }
 
-    /// Resumes from a checkpoint, then the compaction goal if the request needs
-    /// compacting before it is sent. Costs a byte-length comparison for the many requests
-    /// that are obviously small, and one token count for the rest.
-    fn decide(&mut self) -> Option<Goal> {
+    /// Resumes from a checkpoint, then decides what the request needs before it is sent.
+    /// Costs a byte-length comparison for the many requests that are obviously small, and
+    /// one token count for the rest.
+    fn decide(&mut self) -> Decision {
         self.resume();
-        let window = self.ctx.window()?;
+        let Some(window) = self.ctx.window() else {
+            return Decision::Send;
+        };
         let factor = self.ctx.factor();
-        let limit = (window as f64 * self.ctx.app.config.compaction.threshold) as u64;
+        let settings = &self.ctx.app.config.compaction;
+        let limit = (window as f64 * settings.threshold) as u64;
+        let prepare_at = (window as f64 * settings.prepare_at) as u64;
         let budget = self.output_budget(window);
         // A token is at least one byte of JSON, so the body's length bounds the prompt
         // from above, except for image parts whose cost is fixed and may exceed their
@@ -58,31 +79,51 @@ impl Attempt<'_> {
         let images = IMAGE_URL.find_iter(original).count() as u64;
         let bound = ((original.len() as u64 + images * MAX_IMAGE_TOKENS) as f64 * factor) as u64;
         if self.done.resumed.is_none()
-            && bound + budget <= limit
+            && bound + budget <= limit.min(prepare_at)
             && budget::cap_fits(window, bound, self.work.cap)
         {
-            return None;
+            return Decision::Send;
         }
-        let tokens = self.work.tokens(self.ctx.dialect)?;
+        let Some(tokens) = self.work.tokens(self.ctx.dialect) else {
+            return Decision::Send;
+        };
         let prompt = (tokens as f64 * factor) as u64;
-        if prompt + budget <= limit {
-            self.fit_output(window, prompt);
-            return None;
-        }
         let usable = window as f64 - budget::margin(window) as f64;
-        let low_water = (window as f64 * self.ctx.app.config.compaction.low_water) as u64;
-        Some(Goal {
+        let low_water = (window as f64 * settings.low_water) as u64;
+        let goal = Goal {
             target: ((low_water.saturating_sub(budget)) as f64 / factor) as u64,
             ceiling: (self.ceiling(usable, window) / factor) as u64,
             window,
+        };
+        if prompt + budget > limit {
+            return Decision::Compact(goal);
+        }
+        self.fit_output(window, prompt);
+        if prompt + budget <= prepare_at {
+            return Decision::Send;
+        }
+        // Prepared now, put in place at the threshold: the turns in between will be added
+        // to it, so it aims that much lower, for the event to end at the low-water mark
+        // (never below half of it).
+        let growth = limit - (prompt + budget);
+        let aim = low_water.saturating_sub(growth).max(low_water / 2);
+        Decision::Prepare(Goal {
+            target: ((aim.saturating_sub(budget)) as f64 / factor) as u64,
+            ..goal
         })
+    }
+
+    /// Whether a request at `tokens` (ours) would be compacted before it is sent.
+    pub(super) fn over_threshold(&self, tokens: u64, window: u64) -> bool {
+        let limit = (window as f64 * self.ctx.app.config.compaction.threshold) as u64;
+        (tokens as f64 * self.ctx.factor()) as u64 + self.output_budget(window) > limit
     }
 
     /// Puts the conversation's checkpoint, when the cache holds one for a prefix of its
     /// messages, in place of that prefix: a conversation compacted before is sent
     /// compacted the same way from the first attempt, byte for byte, without a summary.
     /// Costs nothing for tenants whose conversations were never compacted.
-    fn resume(&mut self) {
+    pub(super) fn resume(&mut self) {
         let Some(cache) = &self.ctx.app.checkpoints else {
             return;
         };
@@ -117,7 +158,7 @@ impl Attempt<'_> {
         // the conversation is compacted anew from the client's own messages, so that a
         // real summary takes its place.
         let summarizer = self.ctx.app.summarizer.as_ref();
-        if checkpoint.summary == SummarySource::Fallback
+        if checkpoint.summariser_failed
             && checkpoint.worth_summarising()
             && summarizer.is_some_and(|s| s.ready(&self.ctx.head.model))
         {
@@ -131,7 +172,12 @@ impl Attempt<'_> {
             partition,
             prefix: hashes[len],
         };
-        let Some(base) = self.work.base(dialect) else {
+        self.apply(len, checkpoint, key);
+    }
+
+    /// Puts `checkpoint` in place of the client's first `len` messages in the base.
+    pub(super) fn apply(&mut self, len: usize, checkpoint: Arc<Checkpoint>, key: Key) {
+        let Some(base) = self.work.base(self.ctx.dialect) else {
             return;
         };
         let counter = compact::Counter::for_request(&base.view);

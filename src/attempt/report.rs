@@ -111,12 +111,17 @@ impl Attempt<'_> {
         // the stored summary is the digest: a degraded summary stays visible as such.
         let stored = |hit: &super::Hit| match hit.checkpoint.summary {
             SummarySource::Llm | SummarySource::Cache => SummarySource::Cache,
-            other => other,
+            SummarySource::Fallback | SummarySource::CachedFallback => {
+                SummarySource::CachedFallback
+            }
+            SummarySource::None => SummarySource::None,
         };
         let summary = match (report, hit) {
             // Compacted again without a new summary: the stored one is what it carries.
             (Some(r), Some(hit)) if r.summary == SummarySource::None => stored(hit),
             (Some(r), _) => r.summary,
+            // A compaction prepared ahead: its summary is new in this request.
+            (None, Some(hit)) if done.promote.is_some() => hit.checkpoint.summary,
             (None, Some(hit)) => stored(hit),
             (None, None) => SummarySource::None,
         };

@@ -110,10 +110,12 @@ impl Attempt<'_> {
             .map(str::to_owned);
         let form_counts = compact::Counter::for_request(output).messages(&form);
         // A new summary, or the one the resumed form carried.
-        let summary = match (report.summary, hit) {
-            (SummarySource::Llm | SummarySource::Fallback, _) => report.summary,
-            (_, Some(hit)) => hit.checkpoint.summary,
-            (_, None) => SummarySource::None,
+        let (summary, failed) = match (report.summary, hit) {
+            (SummarySource::Llm | SummarySource::Fallback, _) => {
+                (report.summary, self.done.summariser_failed)
+            }
+            (_, Some(hit)) => (hit.checkpoint.summary, hit.checkpoint.summariser_failed),
+            (_, None) => (SummarySource::None, false),
         };
         let poor_savings = checkpoint::poor_savings_after(
             hit.map_or(0, |h| h.checkpoint.poor_savings),
@@ -133,7 +135,7 @@ impl Attempt<'_> {
                 next_role,
                 poor_savings,
             )
-            .with_summary(summary),
+            .with_summary(summary, failed),
             replaces: hit.map(|h| h.key),
         })
     }
@@ -194,7 +196,7 @@ impl Attempt<'_> {
     /// The LLM's summary of the plan's middle, when it needs one and the summariser may
     /// be asked; `None` leaves the engine to its deterministic digest.
     async fn llm_summary(
-        &self,
+        &mut self,
         plan: &compact::Plan,
         options: &compact::Options,
         window: u64,
@@ -203,6 +205,18 @@ impl Attempt<'_> {
         if self.done.digest_only || !plan.needs_summary() {
             return None;
         }
+        let summary = self.ask_summariser(summarizer, plan, options, window).await;
+        self.done.summariser_failed |= summary.is_none();
+        summary
+    }
+
+    async fn ask_summariser(
+        &self,
+        summarizer: &crate::summarize::Summarizer,
+        plan: &compact::Plan,
+        options: &compact::Options,
+        window: u64,
+    ) -> Option<compact::Summary> {
         let call = Call {
             parts: self.ctx.parts,
             model: &self.ctx.head.model,

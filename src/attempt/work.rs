@@ -91,6 +91,12 @@ impl Work {
         self.base = Some(base);
     }
 
+    /// Forgets the parsed base: the next use parses the client's request again. Its cache
+    /// keys, which are the client's, stay.
+    pub fn forget_base(&mut self) {
+        self.base = None;
+    }
+
     /// Forgets the parsed request: the next attempt is the client's own bytes.
     pub fn reset(&mut self, head: &Head) {
         *self = Work::new(self.original.clone(), head);

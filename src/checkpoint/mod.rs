@@ -11,6 +11,7 @@
 
 pub mod flight;
 pub mod hash;
+pub mod prepared;
 pub mod store;
 
 use std::mem::size_of;
@@ -22,6 +23,7 @@ use crate::compact::{Role, Summary, SummarySource};
 use crate::config::CacheConfig;
 pub use flight::Flights;
 pub use hash::{prefix_hashes, Partition};
+pub use prepared::Prepared;
 pub use store::{Key, MemoryStore, Store};
 
 /// The compacted form of a conversation's first `prefix_len` messages.
@@ -45,6 +47,9 @@ pub struct Checkpoint {
     /// Where the summary in `messages` came from: the LLM, the deterministic digest (a
     /// degraded summary, reported as such every time it is served again), or none.
     pub summary: SummarySource,
+    /// The summary is the digest because the summariser failed (not because it was not
+    /// worth asking): a real one should take its place once the summariser answers.
+    pub summariser_failed: bool,
     /// Estimated bytes held, for the store's bound.
     pub size: usize,
 }
@@ -70,13 +75,16 @@ impl Checkpoint {
             next_role,
             poor_savings,
             summary: SummarySource::None,
+            summariser_failed: false,
             size,
         }
     }
 
-    /// The same checkpoint, carrying a summary from `source`.
-    pub fn with_summary(mut self, source: SummarySource) -> Checkpoint {
+    /// The same checkpoint, carrying a summary from `source`; `failed` when that is the
+    /// digest standing in for a summariser that failed.
+    pub fn with_summary(mut self, source: SummarySource, failed: bool) -> Checkpoint {
         self.summary = source;
+        self.summariser_failed = failed && source == SummarySource::Fallback;
         self
     }
 
@@ -183,21 +191,25 @@ pub fn derive(
     (replaced > 0).then_some((replaced, form))
 }
 
-/// The cache as the proxy uses it: a store and the summariser calls in flight.
+/// The cache as the proxy uses it: a store, the summariser calls in flight, and the
+/// compactions prepared ahead (`None` when `compaction.prepare_concurrency` is 0).
 pub struct Checkpoints {
     pub store: Box<dyn Store>,
     pub flights: Flights<Option<Summary>>,
+    pub prepared: Option<Prepared>,
 }
 
 impl Checkpoints {
     /// The cache `config` describes; `None` when it is disabled.
-    pub fn new(config: &CacheConfig) -> Option<Checkpoints> {
+    pub fn new(config: &CacheConfig, prepare_concurrency: usize) -> Option<Checkpoints> {
+        let ttl = Duration::from_millis(config.ttl_ms);
         config.enabled.then(|| Checkpoints {
             store: Box::new(MemoryStore::new(
                 usize::try_from(config.max_bytes).unwrap_or(usize::MAX),
-                Duration::from_millis(config.ttl_ms),
+                ttl,
             )),
             flights: Flights::default(),
+            prepared: (prepare_concurrency > 0).then(|| Prepared::new(prepare_concurrency, ttl)),
         })
     }
 }

@@ -35,6 +35,9 @@ pub enum SummarySource {
     Fallback,
     /// Reused from an earlier compaction.
     Cache,
+    /// The deterministic digest of an earlier compaction, reused: still a degraded
+    /// summary, and reported as one.
+    CachedFallback,
     /// No summary was needed.
     None,
 }
@@ -45,6 +48,7 @@ impl SummarySource {
             SummarySource::Llm => "llm",
             SummarySource::Fallback => "fallback",
             SummarySource::Cache => "cache",
+            SummarySource::CachedFallback => "cached-fallback",
             SummarySource::None => "none",
         }
     }
