@@ -10,6 +10,7 @@ use http::{Method, Response, Uri};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 
+use crate::auth;
 use crate::body::{IdleTimeout, ProxyBody};
 use crate::config::Config;
 use crate::error::ProxyError;
@@ -154,7 +155,9 @@ impl Upstream {
     /// their order less those that describe its connection to us, then `Host`. A body
     /// of known length gets its own `Content-Length` (a rewritten body has a new length,
     /// and the client's would lie), in the place of the client's if it sent one; so does
-    /// an injected key, in the place of the client's `Authorization`.
+    /// an injected key, in the place of the client's first credential header. With a key
+    /// injected, every credential header of the client's is dropped: in sidecar mode they
+    /// carry this proxy's client keys, which the upstream must never see.
     fn head(
         &self,
         method: &Method,
@@ -185,10 +188,10 @@ impl Upstream {
                     continue;
                 }
             }
-            if name == header::AUTHORIZATION {
+            if auth::is_credential(name) {
                 if let Some(key) = &self.api_key {
                     if !std::mem::replace(&mut key_written, true) {
-                        wire::header(&mut head, name.as_str(), key.as_bytes());
+                        wire::header(&mut head, header::AUTHORIZATION.as_str(), key.as_bytes());
                     }
                     continue;
                 }
@@ -396,10 +399,21 @@ mod tests {
             HeaderValue::from_static("Bearer client"),
         );
         headers.insert("x-a", HeaderValue::from_static("1"));
+        headers.insert("x-api-key", HeaderValue::from_static("client"));
+        headers.insert("api-key", HeaderValue::from_static("client"));
         assert_eq!(
             head_of(&upstream(Some("Bearer injected")), &headers, Some(12)),
             "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\ncontent-length: 12\r\nauthorization: Bearer injected\r\n\
              x-a: 1\r\nhost: up:8000\r\n\r\n"
+        );
+        // A key sent only as `x-api-key` gives its place to the injected one.
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", HeaderValue::from_static("client"));
+        headers.insert("x-a", HeaderValue::from_static("1"));
+        assert_eq!(
+            head_of(&upstream(Some("Bearer injected")), &headers, None),
+            "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\nauthorization: Bearer injected\r\nx-a: 1\r\n\
+             host: up:8000\r\ntransfer-encoding: chunked\r\n\r\n"
         );
         // Without them from the client, they follow Host.
         let mut headers = HeaderMap::new();
