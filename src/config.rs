@@ -78,6 +78,11 @@ pub struct UpstreamConfig {
     /// chunks of its body. Reasoning models can think for minutes before the first token,
     /// so the default is generous; there is deliberately no total timeout.
     pub idle_timeout_ms: u64,
+    /// How long a connection to the upstream is kept for reuse once idle. Shorter than
+    /// the servers in front of models keep theirs (uvicorn/vLLM and Node close idle
+    /// connections after 5 s), so the proxy rarely sends on a connection as the upstream
+    /// closes it. 0: connections are not reused.
+    pub pool_idle_timeout_ms: u64,
 }
 
 impl Default for UpstreamConfig {
@@ -87,6 +92,7 @@ impl Default for UpstreamConfig {
             api_key_env: None,
             connect_timeout_ms: 10_000,
             idle_timeout_ms: 600_000,
+            pool_idle_timeout_ms: 4_000,
         }
     }
 }
@@ -414,6 +420,10 @@ impl Config {
 
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_millis(self.upstream.idle_timeout_ms)
+    }
+
+    pub fn pool_idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream.pool_idle_timeout_ms)
     }
 
     pub fn first_event_timeout(&self) -> Duration {

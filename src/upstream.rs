@@ -18,7 +18,7 @@ use crate::error::ProxyError;
 mod pool;
 mod wire;
 
-use pool::Pool;
+use pool::{Pool, SendError};
 use wire::RequestFraming;
 
 /// Hop-by-hop headers (RFC 9110 section 7.6.1) plus `expect`: they describe one
@@ -114,7 +114,7 @@ impl Upstream {
             .enable_http1()
             .wrap_connector(http);
         Ok(Self {
-            pool: Pool::new(https, origin),
+            pool: Pool::new(https, origin, config.pool_idle_timeout()),
             prefix: uri.path().trim_end_matches('/').to_owned(),
             base: base.to_owned(),
             host,
@@ -143,7 +143,11 @@ impl Upstream {
             response = self.pool.send(&method, head, framing, body) => response,
             () = timer.as_mut() => return Err(ProxyError::UpstreamTimeout(self.idle)),
         };
-        let response = response.map_err(|e| ProxyError::UpstreamUnreachable(error_chain(&*e)))?;
+        let response = response.map_err(|e| match e {
+            SendError::Client(e) | SendError::Upstream(e) => {
+                ProxyError::UpstreamUnreachable(error_chain(&*e))
+            }
+        })?;
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         let body = IdleTimeout::with_timer(body, self.idle, timer).boxed_unsync();

@@ -4,6 +4,7 @@
 
 mod support;
 
+use futures_util::StreamExt;
 use support::{client, Proxy, RawUpstream};
 
 /// The routes that relay an upstream's answer: the compaction path and pass-through.
@@ -65,4 +66,87 @@ async fn a_transfer_coding_the_proxy_cannot_relay_is_a_502() {
             "{error}"
         );
     }
+}
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+/// Answers the first request on each connection and closes the connection on the next
+/// one unanswered: an upstream whose idle timer fires just as the proxy reuses the
+/// connection.
+fn first_only(nth: usize) -> Option<&'static [u8]> {
+    (nth == 0).then_some(OK)
+}
+
+#[tokio::test]
+async fn a_reused_connection_the_upstream_closes_unanswered_is_retried_on_a_new_one() {
+    let upstream = RawUpstream::start(first_only).await;
+    let proxy = Proxy::start(&upstream.url("/v1"), "");
+    // Each request after the first finds the pooled connection, which fails; the chat
+    // body (held in memory) and small pass-through bodies are sent again whole.
+    let requests = [
+        ("/v1/models", ""),
+        ("/v1/chat/completions", CHAT),
+        ("/v1/embeddings", r#"{"input":"a"}"#),
+        ("/v1/chat/completions", r#"{"not":"a chat request"}"#),
+        ("/v1/models", ""),
+    ];
+    for (path, body) in requests {
+        let request = match body {
+            "" => client().get(proxy.url(path)),
+            body => client().post(proxy.url(path)).body(body),
+        };
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path} {body}");
+        assert_eq!(response.text().await.unwrap(), "ok");
+    }
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 2 * requests.len() - 1);
+    // The request that failed and the one that answered are the same bytes.
+    for pair in seen[1..].chunks(2) {
+        assert_eq!(pair[0], pair[1]);
+    }
+    assert_eq!(upstream.connections(), requests.len());
+}
+
+#[tokio::test]
+async fn a_streamed_body_already_sent_is_not_sent_again() {
+    let upstream = RawUpstream::start(first_only).await;
+    let proxy = Proxy::start(&upstream.url("/v1"), "");
+    let warm = client().get(proxy.url("/v1/models")).send().await.unwrap();
+    assert_eq!(warm.status(), 200);
+    // Several frames, read and sent before the upstream closed: they are gone, so the
+    // client hears of the failure instead of the upstream getting part of a body.
+    let parts = futures_util::stream::iter(["part one,", "part two,", "part three"]).then(
+        |part| async move {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            Ok::<_, std::io::Error>(part)
+        },
+    );
+    let response = client()
+        .post(proxy.url("/v1/files"))
+        .body(reqwest::Body::wrap_stream(parts))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 502);
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].1, b"part one,part two,part three");
+}
+
+#[tokio::test]
+async fn idle_upstream_connections_are_not_reused_past_the_pool_idle_timeout() {
+    let upstream = RawUpstream::start(|_| Some(OK)).await;
+    let proxy = Proxy::start(
+        &upstream.url("/v1"),
+        "[upstream]\npool_idle_timeout_ms = 200\n",
+    );
+    let get = || client().get(proxy.url("/v1/models")).send();
+    for _ in 0..3 {
+        assert_eq!(get().await.unwrap().status(), 200);
+    }
+    assert_eq!(upstream.connections(), 1);
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(get().await.unwrap().status(), 200);
+    assert_eq!(upstream.connections(), 2);
 }
