@@ -144,9 +144,8 @@ impl Upstream {
             () = timer.as_mut() => return Err(ProxyError::UpstreamTimeout(self.idle)),
         };
         let response = response.map_err(|e| match e {
-            SendError::Client(e) | SendError::Upstream(e) => {
-                ProxyError::UpstreamUnreachable(error_chain(&*e))
-            }
+            SendError::Client(e) => ProxyError::ClientBody(error_chain(&*e)),
+            SendError::Upstream(e) => ProxyError::UpstreamUnreachable(error_chain(&*e)),
         })?;
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);

@@ -1,0 +1,32 @@
+//! Clients that misbehave (broken framing, odd methods and paths) get an answer of the
+//! proxy's own that says it was the client's doing, never a 502 that blames the upstream.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{raw, Mock, Proxy};
+
+/// The JSON error in a raw HTTP answer, after checking its status line.
+fn json_error(answer: &str, status: u16) -> serde_json::Value {
+    assert!(
+        answer.starts_with(&format!("HTTP/1.1 {status} ")),
+        "{answer}"
+    );
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"))
+}
+
+#[tokio::test]
+async fn a_chunked_body_with_bare_lf_lines_is_the_clients_error() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    for path in ["/v1/files", "/v1/chat/completions"] {
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n5;a=b\nhello\n0\n\n"
+        );
+        let answer = raw(proxy.addr, request.as_bytes(), Duration::from_secs(5)).await;
+        let error = json_error(&answer, 400);
+        assert_eq!(error["error"]["code"], "invalid_body", "{path}");
+    }
+}
