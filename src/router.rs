@@ -11,6 +11,7 @@ use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
+use crate::error::ProxyError;
 use crate::wire::Dialect;
 use crate::{chat, passthrough};
 
@@ -21,6 +22,8 @@ enum Route {
     /// A conversation the proxy may compact, in one of its dialects.
     Compact(Dialect),
     Passthrough,
+    /// `CONNECT`, refused: there is no upstream request it could become.
+    Connect,
 }
 
 impl Route {
@@ -29,6 +32,7 @@ impl Route {
         match (request.method(), path) {
             (&Method::GET, "/healthz") => Self::Health,
             (&Method::GET, "/metrics") => Self::Metrics,
+            (&Method::CONNECT, _) => Self::Connect,
             (&Method::POST, p) => Dialect::of_path(p).map_or(Self::Passthrough, Self::Compact),
             _ => Self::Passthrough,
         }
@@ -72,10 +76,11 @@ async fn dispatch(
             app.metrics
                 .render(app.checkpoints.as_ref().map(|c| c.store.held())),
         ),
-        Route::Compact(_) | Route::Passthrough => {
+        Route::Compact(_) | Route::Passthrough | Route::Connect => {
             app.metrics.request();
             let result = match (app.auth.check(request.headers()), route) {
                 (Err(e), _) => Err(e),
+                (Ok(()), Route::Connect) => Err(ProxyError::Connect),
                 (Ok(()), Route::Compact(dialect)) => chat::handle(app, request, dialect, id).await,
                 (Ok(()), _) => passthrough::forward(app, request).await,
             };
@@ -135,5 +140,6 @@ mod tests {
             Route::Passthrough
         );
         assert_eq!(route(Method::POST, "/healthz"), Route::Passthrough);
+        assert_eq!(route(Method::CONNECT, "/v1/models"), Route::Connect);
     }
 }

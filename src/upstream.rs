@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures_util::FutureExt;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Method, Response, Uri};
@@ -11,7 +13,7 @@ use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::auth;
-use crate::body::{IdleTimeout, ProxyBody};
+use crate::body::{IdleTimeout, ProxyBody, Replay};
 use crate::config::Config;
 use crate::error::ProxyError;
 
@@ -147,8 +149,18 @@ impl Upstream {
             SendError::Client(e) => ProxyError::ClientBody(error_chain(&*e)),
             SendError::Upstream(e) => ProxyError::UpstreamUnreachable(error_chain(&*e)),
         })?;
-        let (mut parts, body) = response.into_parts();
+        let (mut parts, mut body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
+        // A body that fails at its very start would reach the client as an empty reply:
+        // hyper drops the connection before it has flushed the head. When the failure is
+        // in what came with the head, the client gets a 502 like any failed answer.
+        let first = match body.frame().now_or_never() {
+            Some(Some(Err(e))) => return Err(ProxyError::UpstreamUnreachable(error_chain(&*e))),
+            // The pool's bodies carry data frames only.
+            Some(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
+            Some(None) | None => Bytes::new(),
+        };
+        let body = Replay::new(first, body);
         let body = IdleTimeout::with_timer(body, self.idle, timer).boxed_unsync();
         Ok(Response::from_parts(parts, body))
     }

@@ -30,3 +30,15 @@ async fn a_chunked_body_with_bare_lf_lines_is_the_clients_error() {
         assert_eq!(error["error"]["code"], "invalid_body", "{path}");
     }
 }
+
+#[tokio::test]
+async fn connect_is_refused_with_a_501_not_an_empty_reply() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    let request =
+        b"CONNECT evil.example:443 HTTP/1.1\r\nhost: evil.example:443\r\nconnection: close\r\n\r\n";
+    let answer = raw(proxy.addr, request, Duration::from_secs(5)).await;
+    let error = json_error(&answer, 501);
+    assert_eq!(error["error"]["code"], "unsupported_method");
+    assert!(mock.recorded().is_empty());
+}

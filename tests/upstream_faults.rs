@@ -150,3 +150,20 @@ async fn idle_upstream_connections_are_not_reused_past_the_pool_idle_timeout() {
     assert_eq!(get().await.unwrap().status(), 200);
     assert_eq!(upstream.connections(), 2);
 }
+
+#[tokio::test]
+async fn a_body_that_fails_before_its_first_byte_is_a_502_not_an_empty_reply() {
+    // A chunk size past 64 bits, in the same packet as the head.
+    let upstream = RawUpstream::start(|_| {
+        Some(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nffffffffffffffffffff\r\nabc")
+    })
+    .await;
+    let proxy = Proxy::start(&upstream.url("/v1"), "");
+    for path in ROUTES {
+        let response = client().post(proxy.url(path)).body(CHAT).send().await;
+        let response = response.unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(response.status(), 502, "{path}");
+        let error: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "upstream_unreachable", "{path}");
+    }
+}
