@@ -26,6 +26,9 @@ pub enum ProxyError {
     /// A client key was required and the request had none, or an unknown one.
     #[error("invalid or missing API key for this proxy")]
     Unauthorized,
+    /// A path with dot segments that cannot be resolved inside its root.
+    #[error("invalid request path: {0}")]
+    InvalidPath(#[from] crate::upstream::PathError),
     /// `CONNECT`: a forward proxy's tunnel, which a reverse proxy does not open.
     #[error("CONNECT is not supported: this proxy forwards requests to its upstream and opens no tunnels")]
     Connect,
@@ -39,6 +42,7 @@ impl ProxyError {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::ClientBody(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::InvalidPath(_) => StatusCode::BAD_REQUEST,
             Self::Connect => StatusCode::NOT_IMPLEMENTED,
         }
     }
@@ -51,6 +55,7 @@ impl ProxyError {
             Self::BodyTooLarge { .. } => ("invalid_request_error", "request_too_large"),
             Self::ClientBody(_) => ("invalid_request_error", "invalid_body"),
             Self::Unauthorized => ("invalid_request_error", "invalid_api_key"),
+            Self::InvalidPath(_) => ("invalid_request_error", "invalid_path"),
             Self::Connect => ("invalid_request_error", "unsupported_method"),
         }
     }

@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::error::ProxyError;
 use crate::wire::Dialect;
-use crate::{chat, passthrough};
+use crate::{chat, passthrough, upstream};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -41,16 +41,30 @@ impl Route {
 
 pub async fn handle(
     app: Arc<App>,
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let started = Instant::now();
     let id = app.next_request_id();
-    let route = Route::of(&request);
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
-    // The id is a field of each line rather than a span: entering a span on every poll
-    // of every request costs more than the log lines themselves.
-    let response = dispatch(&app, route, request, id).await;
+    // Dot segments are resolved before anything looks at the path, so the route and the
+    // upstream see the same one, and it stays under the base URL's path.
+    let normalised = upstream::normalise_path(request.uri());
+    let response = match normalised {
+        Err(e) => {
+            tracing::warn!(id, error = %e, "refused path");
+            ProxyError::from(e).into_response()
+        }
+        Ok(normal) => {
+            if let Some(uri) = normal {
+                *request.uri_mut() = uri;
+            }
+            let route = Route::of(&request);
+            // The id is a field of each line rather than a span: entering a span on every
+            // poll of every request costs more than the log lines themselves.
+            dispatch(&app, route, request, id).await
+        }
+    };
     tracing::info!(
         id,
         %method,

@@ -17,8 +17,11 @@ use crate::body::{IdleTimeout, ProxyBody, Replay};
 use crate::config::Config;
 use crate::error::ProxyError;
 
+mod path;
 mod pool;
 mod wire;
+
+pub use path::{normalise as normalise_path, PathError};
 
 use pool::{Pool, SendError};
 use wire::RequestFraming;

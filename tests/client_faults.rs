@@ -42,3 +42,37 @@ async fn connect_is_refused_with_a_501_not_an_empty_reply() {
     assert_eq!(error["error"]["code"], "unsupported_method");
     assert!(mock.recorded().is_empty());
 }
+
+#[tokio::test]
+async fn dot_segments_never_step_outside_the_base_path() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/api/v1"), "");
+    // Resolved before the path is joined to the base URL: whatever climbs, it climbs
+    // inside the client's own path.
+    let resolved = [
+        ("/v1/m/x/../../../admin?x=1", "/api/v1/admin?x=1"),
+        ("/v1/models/%2e%2E/files", "/api/v1/files"),
+        ("/v1/./models", "/api/v1/models"),
+    ];
+    // Sent raw: HTTP clients resolve dot segments themselves, attackers do not.
+    let get = |path: &str| {
+        let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        async move { raw(proxy.addr, request.as_bytes(), Duration::from_secs(5)).await }
+    };
+    for (path, upstream) in resolved {
+        let answer = get(path).await;
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{path}: {answer}");
+        assert_eq!(mock.last().uri, upstream, "{path}");
+    }
+    // What cannot be resolved inside the path is refused before it goes anywhere.
+    let seen = mock.recorded().len();
+    for path in [
+        "/v1/../../admin",
+        "/v1/x/..%2f..%2f..%2fadmin",
+        "/%2e%2e/admin",
+    ] {
+        let error = json_error(&get(path).await, 400);
+        assert_eq!(error["error"]["code"], "invalid_path", "{path}");
+    }
+    assert_eq!(mock.recorded().len(), seen);
+}
