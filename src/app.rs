@@ -3,11 +3,13 @@
 //! checkpoints, counters) sits behind its own locks and atomics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::auth::Auth;
 use crate::chat::summarizer::Summarizer;
 use crate::checkpoint::Checkpoints;
 use crate::config::{Config, ConfigError};
+use crate::limits::Buffers;
 use crate::metrics::Metrics;
 use crate::models::ModelWindows;
 use crate::upstream::{Upstream, UpstreamInitError};
@@ -31,6 +33,8 @@ pub struct App {
     pub summarizer: Option<Summarizer>,
     /// The summary cache; `None` when `cache.enabled` is off.
     pub checkpoints: Option<Checkpoints>,
+    /// The memory chat bodies read whole may take, all together.
+    pub buffers: Arc<Buffers>,
     next_id: AtomicU64,
 }
 
@@ -42,6 +46,7 @@ impl App {
         let summarizer = Summarizer::new(&config)?;
         let checkpoints = Checkpoints::new(&config.cache);
         Ok(Self {
+            buffers: Buffers::new(config.limits.max_buffered_bytes),
             checkpoints,
             models,
             summarizer,

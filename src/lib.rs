@@ -1,8 +1,8 @@
 //! compaction-proxy: a transparent OpenAI-compatible reverse proxy that compacts chat
 //! conversations too long for their model. The modules follow a request's path:
-//! `server` (listen) -> `router` (route, auth, log) -> `chat` (the compaction path, for
-//! each dialect `wire` reads and writes) or `passthrough` -> `upstream` (send) -> `body`
-//! (stream back). `classify` decides what
+//! `server` (listen) -> `router` (route, auth, log; `limits` bounds the client's body)
+//! -> `chat` (the compaction path, for each dialect `wire` reads and writes) or
+//! `passthrough` -> `upstream` (send) -> `body` (stream back). `classify` decides what
 //! an upstream's refusal means; `models` knows context windows; `compact` is the pure
 //! engine that rewrites a conversation; `offline` is the `compact` command; `summarize`
 //! and `redact` are the pure parts of the LLM summariser (prompt, chunking, answer
@@ -18,6 +18,7 @@ pub mod cli;
 pub mod compact;
 pub mod config;
 pub mod error;
+pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod models;

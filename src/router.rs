@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::error::ProxyError;
+use crate::limits::ClientBody;
 use crate::wire::Dialect;
 use crate::{chat, passthrough, upstream};
 
@@ -92,16 +93,45 @@ async fn dispatch(
         ),
         Route::Compact(_) | Route::Passthrough | Route::Connect => {
             app.metrics.request();
-            let result = match (app.auth.check(request.headers()), route) {
-                (Err(e), _) => Err(e),
-                (Ok(()), Route::Connect) => Err(ProxyError::Connect),
-                (Ok(()), Route::Compact(dialect)) => chat::handle(app, request, dialect, id).await,
-                (Ok(()), _) => passthrough::forward(app, request).await,
-            };
-            result.unwrap_or_else(|e| {
+            forward(app, route, request, id).await.unwrap_or_else(|e| {
                 tracing::warn!(id, error = %e, "proxy error");
                 e.into_response()
             })
+        }
+    }
+}
+
+/// A client's request on its way upstream: its key checked, its body bounded (see
+/// [`ClientBody`]), then the compaction path or pass-through.
+async fn forward(
+    app: &App,
+    route: Route,
+    request: Request<Incoming>,
+    id: u64,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    app.auth.check(request.headers())?;
+    let timeout = app.config.body_read_timeout();
+    match route {
+        Route::Compact(dialect) => {
+            // Held until the answer is ready, as the body stays in memory that long. A
+            // declared length is reserved before any of the body is read; one over
+            // `max_body_bytes` is refused unread by the chat path instead.
+            let reservation = Arc::new(app.buffers.reservation());
+            let declared = request
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            if let Some(len) = declared.filter(|&len| len <= app.config.limits.max_body_bytes) {
+                reservation.grow_to(len)?;
+            }
+            let held = Some(Arc::clone(&reservation));
+            let request = request.map(|body| ClientBody::new(body, timeout, held));
+            chat::handle(app, request, dialect, id).await
+        }
+        Route::Connect => Err(ProxyError::Connect),
+        Route::Health | Route::Metrics | Route::Passthrough => {
+            let request = request.map(|body| ClientBody::new(body, timeout, None));
+            passthrough::forward(app, request).await
         }
     }
 }

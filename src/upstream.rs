@@ -15,7 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use crate::auth;
 use crate::body::{IdleTimeout, ProxyBody, Replay};
 use crate::config::Config;
-use crate::error::ProxyError;
+use crate::error::{error_chain, ProxyError};
 
 mod path;
 mod pool;
@@ -149,7 +149,7 @@ impl Upstream {
             () = timer.as_mut() => return Err(ProxyError::UpstreamTimeout(self.idle)),
         };
         let response = response.map_err(|e| match e {
-            SendError::Client(e) => ProxyError::ClientBody(error_chain(&*e)),
+            SendError::Client(e) => ProxyError::client_body(e),
             SendError::Upstream(e) => ProxyError::UpstreamUnreachable(error_chain(&*e)),
         })?;
         let (mut parts, mut body) = response.into_parts();
@@ -299,19 +299,6 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
 
 fn is_hop_by_hop(name: &HeaderName, named: &[HeaderName]) -> bool {
     HOP_BY_HOP.contains(name) || named.contains(name)
-}
-
-/// hyper's top-level client errors say little ("client error (Connect)"); the causes
-/// say what happened.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 #[cfg(test)]

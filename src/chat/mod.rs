@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::error::ProxyError;
+use crate::limits::ClientBody;
 use crate::wire::Dialect;
 
 pub mod inspect;
@@ -22,7 +23,7 @@ pub mod x_compaction;
 
 pub async fn handle(
     app: &App,
-    request: Request<Incoming>,
+    request: Request<ClientBody<Incoming>>,
     dialect: Dialect,
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -48,7 +49,7 @@ pub async fn handle(
 /// Reads the whole body, refusing early when `Content-Length` already says it is over
 /// the limit, and stopping as soon as a body without one crosses it.
 async fn read_body(
-    incoming: Incoming,
+    incoming: ClientBody<Incoming>,
     headers: &HeaderMap,
     limit: u64,
 ) -> Result<Bytes, ProxyError> {
@@ -65,6 +66,6 @@ async fn read_body(
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             Err(ProxyError::BodyTooLarge { limit })
         }
-        Err(e) => Err(ProxyError::ClientBody(e.to_string())),
+        Err(e) => Err(ProxyError::client_body(e)),
     }
 }
