@@ -52,7 +52,7 @@ impl ProxyError {
             Self::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::InvalidPath(_) => StatusCode::BAD_REQUEST,
-            Self::Connect => StatusCode::NOT_IMPLEMENTED,
+            Self::Connect => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
 
@@ -67,7 +67,7 @@ impl ProxyError {
             Self::Overloaded(_) => ("server_error", "overloaded"),
             Self::Unauthorized => ("invalid_request_error", "invalid_api_key"),
             Self::InvalidPath(_) => ("invalid_request_error", "invalid_path"),
-            Self::Connect => ("invalid_request_error", "unsupported_method"),
+            Self::Connect => ("invalid_request_error", "method_not_allowed"),
         }
     }
 
@@ -98,6 +98,14 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if matches!(self, Self::Connect) {
+            // A 405 names what the target allows (RFC 9110 section 15.5.6): every method
+            // goes upstream but CONNECT.
+            response.headers_mut().insert(
+                header::ALLOW,
+                HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+            );
+        }
         response
     }
 }

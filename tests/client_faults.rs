@@ -32,14 +32,18 @@ async fn a_chunked_body_with_bare_lf_lines_is_the_clients_error() {
 }
 
 #[tokio::test]
-async fn connect_is_refused_with_a_501_not_an_empty_reply() {
+async fn connect_is_refused_with_a_405_not_an_empty_reply() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
     let request =
         b"CONNECT evil.example:443 HTTP/1.1\r\nhost: evil.example:443\r\nconnection: close\r\n\r\n";
     let answer = raw(proxy.addr, request, Duration::from_secs(5)).await;
-    let error = json_error(&answer, 501);
-    assert_eq!(error["error"]["code"], "unsupported_method");
+    let error = json_error(&answer, 405);
+    assert_eq!(error["error"]["code"], "method_not_allowed");
+    assert!(
+        answer.to_ascii_lowercase().contains("\r\nallow: get, "),
+        "{answer}"
+    );
     assert!(mock.recorded().is_empty());
 }
 
