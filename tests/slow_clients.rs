@@ -97,7 +97,7 @@ async fn chat_bodies_held_in_memory_share_one_bound_and_get_503_past_it() {
         .unwrap();
     assert_eq!(small.status(), 200);
     drop(slow);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let large = client()
         .post(proxy.url("/v1/chat/completions"))
         .body(chat.repeat(5))
