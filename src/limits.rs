@@ -105,13 +105,16 @@ impl Drop for Reservation {
 /// Its error is a concrete type, not a boxed one, so that the futures reading it stay
 /// `Send` whatever adapters (`Limited`) they go through.
 ///
-/// The timer is set only when the body makes its reader wait, so a body that arrived
-/// with its head (most of them) costs no timer at all.
+/// The silence counted is the time the reader spent waiting for the body, from the
+/// first poll that found nothing: time the reader spent elsewhere (writing to a slow
+/// upstream) is not the client's. The timer is set only when the body makes its reader
+/// wait, so a body that arrived with its head (most of them) costs no timer at all.
 pub struct ClientBody<B> {
     inner: B,
     timeout: Duration,
     sleep: Option<Pin<Box<Sleep>>>,
-    last_frame: Instant,
+    /// When the reader began waiting for the next frame; `None` while it is not.
+    waiting_since: Option<Instant>,
     /// Set for a body read into memory: every byte it delivers is reserved first.
     reservation: Option<Arc<Reservation>>,
     delivered: u64,
@@ -123,7 +126,7 @@ impl<B> ClientBody<B> {
             inner,
             timeout,
             sleep: None,
-            last_frame: Instant::now(),
+            waiting_since: None,
             reservation,
             delivered: 0,
         }
@@ -137,10 +140,10 @@ impl<B> ClientBody<B> {
         reservation.grow_to(self.delivered)
     }
 
-    /// Whether the body has been silent for `timeout`; otherwise the timer is (re)set to
-    /// fire `timeout` after its last frame.
+    /// Whether the reader has waited for `timeout`; otherwise the timer is (re)set to
+    /// fire `timeout` after it began waiting.
     fn timed_out(&mut self, cx: &mut Context<'_>) -> bool {
-        let deadline = self.last_frame + self.timeout;
+        let deadline = *self.waiting_since.get_or_insert_with(Instant::now) + self.timeout;
         let sleep = self
             .sleep
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
@@ -165,7 +168,7 @@ where
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                this.last_frame = Instant::now();
+                this.waiting_since = None;
                 let reserved = this.reserve(&frame).map_err(BodyError::Overloaded);
                 Poll::Ready(Some(reserved.map(|()| frame)))
             }
@@ -230,6 +233,29 @@ mod tests {
         }
         let err = body.frame().await.unwrap().unwrap_err();
         assert!(matches!(err, BodyError::Timeout(_)), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_the_reader_spends_elsewhere_is_not_the_clients() {
+        // The second frame comes 50 s after it is asked for; the reader asks 120 s after
+        // the first (busy writing to a slow upstream, say).
+        let frames = stream::unfold(0, |sent| async move {
+            if sent > 0 {
+                tokio::time::sleep(Duration::from_secs(50)).await;
+            }
+            Some((
+                Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"x"))),
+                sent + 1,
+            ))
+        });
+        let mut body = ClientBody::new(
+            StreamBody::new(Box::pin(frames)),
+            Duration::from_secs(60),
+            None,
+        );
+        assert!(body.frame().await.unwrap().is_ok());
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert!(body.frame().await.unwrap().is_ok());
     }
 
     #[tokio::test]

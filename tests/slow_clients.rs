@@ -55,6 +55,42 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_keep_alive_timeout() 
 }
 
 #[tokio::test]
+async fn the_keep_alive_timeout_never_cuts_a_request_in_progress() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "[server]\nkeep_alive_timeout_ms = 200\n");
+    // The timer runs only while the connection waits for a request head: not while the
+    // upstream thinks, nor while the answer streams.
+    let slow = client()
+        .post(proxy.url("/v1/embeddings"))
+        .header("x-mock-delay-ms", "600")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(slow.text().await.unwrap(), "{}");
+    let response = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .header("x-mock", "sse-gated")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let mut stream = response.bytes_stream();
+    let first = futures_util::StreamExt::next(&mut stream)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, support::SSE_FIRST);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    mock.state.gate.notify_one();
+    let mut rest = Vec::new();
+    while let Some(chunk) = futures_util::StreamExt::next(&mut stream).await {
+        rest.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(rest, support::SSE_REST.as_bytes());
+}
+
+#[tokio::test]
 async fn chat_bodies_held_in_memory_share_one_bound_and_get_503_past_it() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(
