@@ -85,8 +85,7 @@ pub async fn serve(
 /// A slot for one more connection, waiting for one to close when all are taken: new
 /// connections then wait in the listen backlog, as at nginx's `worker_connections`.
 /// `full` remembers that the cap was hit, so it is logged once per episode, not once
-/// per connection let in.
-/// `None` only if the semaphore were closed, which it never is.
+/// per connection let in. `None` only if the semaphore were closed, which it never is.
 async fn connection_slot(slots: &Arc<Semaphore>, full: &mut bool) -> Option<OwnedSemaphorePermit> {
     if let Ok(slot) = Arc::clone(slots).try_acquire_owned() {
         *full = false;
