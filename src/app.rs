@@ -3,10 +3,12 @@
 //! checkpoints, counters) sits behind its own locks and atomics.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::auth::Auth;
 use crate::checkpoint::Checkpoints;
 use crate::config::{Config, ConfigError};
+use crate::limits::Buffers;
 use crate::metrics::Metrics;
 use crate::models::ModelWindows;
 use crate::summarize::Summarizer;
@@ -34,6 +36,8 @@ pub struct App {
     /// The upstream answered a remote compaction request as one it does not know: the
     /// proxy answers them (see [`crate::attempt::remote_compaction`]).
     pub remote_compaction_missing: AtomicBool,
+    /// The memory chat bodies read whole may take, all together.
+    pub buffers: Arc<Buffers>,
     next_id: AtomicU64,
 }
 
@@ -45,6 +49,7 @@ impl App {
         let summarizer = Summarizer::new(&config)?;
         let checkpoints = Checkpoints::new(&config.cache, config.compaction.prepare_concurrency);
         Ok(Self {
+            buffers: Buffers::new(config.limits.max_buffered_bytes),
             checkpoints,
             models,
             summarizer,

@@ -1,10 +1,23 @@
 //! Client keys for sidecar mode: when the proxy holds the upstream key, it must not lend
 //! it to whoever can reach the port.
 
-use http::header::{self, HeaderMap};
+use http::header::{self, HeaderMap, HeaderName};
 
 use crate::config::{AuthConfig, ConfigError};
 use crate::error::ProxyError;
+
+/// Headers that carry a client's credentials: its key for this proxy or for the
+/// upstream (`Authorization`, Anthropic's and others' `x-api-key`, Azure's `api-key`).
+const CREDENTIAL_HEADERS: [HeaderName; 3] = [
+    header::AUTHORIZATION,
+    HeaderName::from_static("x-api-key"),
+    HeaderName::from_static("api-key"),
+];
+
+/// Whether `name` is a header that carries a client's credentials.
+pub fn is_credential(name: &HeaderName) -> bool {
+    CREDENTIAL_HEADERS.contains(name)
+}
 
 /// The keys a client may present; empty means every request is let through.
 pub struct Auth {

@@ -101,13 +101,13 @@ where
 
 /// A body whose first bytes were already read (to look at them) and are sent first,
 /// followed by the rest of the original body untouched.
-pub struct Replay {
+pub struct Replay<B = ProxyBody> {
     head: Option<Bytes>,
-    rest: ProxyBody,
+    rest: B,
 }
 
-impl Replay {
-    pub fn new(head: Bytes, rest: ProxyBody) -> Self {
+impl<B> Replay<B> {
+    pub fn new(head: Bytes, rest: B) -> Self {
         Self {
             head: (!head.is_empty()).then_some(head),
             rest,
@@ -115,7 +115,11 @@ impl Replay {
     }
 }
 
-impl Body for Replay {
+impl<B> Body for Replay<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     type Data = Bytes;
     type Error = BoxError;
 
@@ -126,7 +130,9 @@ impl Body for Replay {
         if let Some(head) = self.head.take() {
             return Poll::Ready(Some(Ok(Frame::data(head))));
         }
-        Pin::new(&mut self.rest).poll_frame(cx)
+        Pin::new(&mut self.rest)
+            .poll_frame(cx)
+            .map(|frame| frame.map(|f| f.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {

@@ -78,6 +78,11 @@ pub struct UpstreamConfig {
     /// chunks of its body. Reasoning models can think for minutes before the first token,
     /// so the default is generous; there is deliberately no total timeout.
     pub idle_timeout_ms: u64,
+    /// How long a connection to the upstream is kept for reuse once idle. Shorter than
+    /// the servers in front of models keep theirs (uvicorn/vLLM and Node close idle
+    /// connections after 5 s), so the proxy rarely sends on a connection as the upstream
+    /// closes it. 0: connections are not reused.
+    pub pool_idle_timeout_ms: u64,
 }
 
 impl Default for UpstreamConfig {
@@ -87,6 +92,7 @@ impl Default for UpstreamConfig {
             api_key_env: None,
             connect_timeout_ms: 10_000,
             idle_timeout_ms: 600_000,
+            pool_idle_timeout_ms: 4_000,
         }
     }
 }
@@ -178,6 +184,10 @@ pub struct LimitsConfig {
     /// Largest chat request body the proxy reads into memory; larger ones get 413.
     /// Other routes stream and have no limit of the proxy's own.
     pub max_body_bytes: u64,
+    /// Memory all the chat bodies being read or held may take together; a request whose
+    /// body would go past it gets 503, so clients trickling bodies cannot grow the proxy
+    /// without bound. At least `max_body_bytes`.
+    pub max_buffered_bytes: u64,
 }
 
 impl Default for LimitsConfig {
@@ -185,6 +195,7 @@ impl Default for LimitsConfig {
         // Chat bodies carrying a few base64 images reach tens of megabytes.
         Self {
             max_body_bytes: 64 * 1024 * 1024,
+            max_buffered_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -234,12 +245,25 @@ pub struct ServerConfig {
     /// On SIGINT/SIGTERM, how long in-flight requests may take to finish before the
     /// process exits anyway.
     pub shutdown_grace_ms: u64,
+    /// Longest silence while reading a request body (nginx's `client_body_timeout`);
+    /// past it the client gets 408 and the connection is closed.
+    pub body_read_timeout_ms: u64,
+    /// How long a client connection may go without a complete request head: the
+    /// keep-alive idle time after an answer, and on a new connection the time to send the
+    /// first head. Past it the connection is closed.
+    pub keep_alive_timeout_ms: u64,
+    /// Client connections served at once. At the cap the proxy stops accepting (new
+    /// connections wait in the listen backlog) until one closes, as nginx does.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             shutdown_grace_ms: 30_000,
+            body_read_timeout_ms: 60_000,
+            keep_alive_timeout_ms: 30_000,
+            max_connections: 16_384,
         }
     }
 }
@@ -381,6 +405,21 @@ impl Config {
                 "limits.max_body_bytes must be above 0".into(),
             ));
         }
+        if self.limits.max_buffered_bytes < self.limits.max_body_bytes {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_buffered_bytes ({}) must be at least limits.max_body_bytes ({}), or no body that large could be read",
+                self.limits.max_buffered_bytes, self.limits.max_body_bytes
+            )));
+        }
+        let server = &self.server;
+        if server.body_read_timeout_ms == 0
+            || server.keep_alive_timeout_ms == 0
+            || server.max_connections == 0
+        {
+            return Err(ConfigError::Invalid(
+                "server.body_read_timeout_ms, server.keep_alive_timeout_ms and server.max_connections must be above 0".into(),
+            ));
+        }
         let compaction = &self.compaction;
         if !(compaction.threshold > 0.0 && compaction.threshold <= 1.0) {
             return Err(ConfigError::Invalid(format!(
@@ -459,12 +498,24 @@ impl Config {
         Duration::from_millis(self.upstream.idle_timeout_ms)
     }
 
+    pub fn pool_idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream.pool_idle_timeout_ms)
+    }
+
     pub fn first_event_timeout(&self) -> Duration {
         Duration::from_millis(self.compaction.first_event_timeout_ms)
     }
 
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_millis(self.server.shutdown_grace_ms)
+    }
+
+    pub fn body_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.server.body_read_timeout_ms)
+    }
+
+    pub fn keep_alive_timeout(&self) -> Duration {
+        Duration::from_millis(self.server.keep_alive_timeout_ms)
     }
 
     /// The effective settings as TOML, for `check`. Client keys are never printed.
@@ -560,6 +611,21 @@ mod tests {
         let config = Config::from_toml("[summarizer]\ncontext_window = 0\n").unwrap();
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("summarizer.context_window"), "{err}");
+    }
+
+    #[test]
+    fn client_bounds_default_like_nginx_and_must_be_usable() {
+        let config = Config::default();
+        assert_eq!(config.server.body_read_timeout_ms, 60_000);
+        assert!(config.limits.max_buffered_bytes >= config.limits.max_body_bytes);
+        let config =
+            Config::from_toml("[limits]\nmax_body_bytes = 2000\nmax_buffered_bytes = 1000\n")
+                .unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("limits.max_buffered_bytes"), "{err}");
+        let config = Config::from_toml("[server]\nmax_connections = 0\n").unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("server.max_connections"), "{err}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 use http::{header, HeaderValue, Response, StatusCode};
 
 use crate::body::{self, ProxyBody};
+use crate::limits::{BodyError, Overloaded};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -23,9 +24,21 @@ pub enum ProxyError {
     /// The client's body could not be read (connection cut, bad framing).
     #[error("the request body could not be read: {0}")]
     ClientBody(String),
+    /// The client's body went silent for `server.body_read_timeout_ms`.
+    #[error("the client sent no request body for {} s", .0.as_secs_f64())]
+    ClientTimeout(Duration),
+    /// A chat body would take the bodies held in memory past `limits.max_buffered_bytes`.
+    #[error("{0}")]
+    Overloaded(#[from] Overloaded),
     /// A client key was required and the request had none, or an unknown one.
     #[error("invalid or missing API key for this proxy")]
     Unauthorized,
+    /// A path with dot segments that cannot be resolved inside its root.
+    #[error("invalid request path: {0}")]
+    InvalidPath(#[from] crate::upstream::PathError),
+    /// `CONNECT`: a forward proxy's tunnel, which a reverse proxy does not open.
+    #[error("CONNECT is not supported: this proxy forwards requests to its upstream and opens no tunnels")]
+    Connect,
 }
 
 impl ProxyError {
@@ -35,7 +48,11 @@ impl ProxyError {
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::ClientBody(_) => StatusCode::BAD_REQUEST,
+            Self::ClientTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Self::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::InvalidPath(_) => StatusCode::BAD_REQUEST,
+            Self::Connect => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
 
@@ -46,7 +63,22 @@ impl ProxyError {
             Self::UpstreamTimeout(_) => ("upstream_error", "upstream_timeout"),
             Self::BodyTooLarge { .. } => ("invalid_request_error", "request_too_large"),
             Self::ClientBody(_) => ("invalid_request_error", "invalid_body"),
+            Self::ClientTimeout(_) => ("invalid_request_error", "request_timeout"),
+            Self::Overloaded(_) => ("server_error", "overloaded"),
             Self::Unauthorized => ("invalid_request_error", "invalid_api_key"),
+            Self::InvalidPath(_) => ("invalid_request_error", "invalid_path"),
+            Self::Connect => ("invalid_request_error", "method_not_allowed"),
+        }
+    }
+
+    /// The error for a client's body that failed: too slow, over the memory bound, or
+    /// unreadable (cut off, badly framed).
+    pub fn client_body(error: BoxError) -> Self {
+        match error.downcast::<BodyError<hyper::Error>>().map(|e| *e) {
+            Ok(BodyError::Timeout(idle)) => Self::ClientTimeout(idle),
+            Ok(BodyError::Overloaded(overloaded)) => Self::Overloaded(overloaded),
+            Ok(BodyError::Read(e)) => Self::ClientBody(error_chain(&e)),
+            Err(e) => Self::ClientBody(error_chain(&*e)),
         }
     }
 
@@ -66,8 +98,29 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if matches!(self, Self::Connect) {
+            // A 405 names what the target allows (RFC 9110 section 15.5.6): every method
+            // goes upstream but CONNECT.
+            response.headers_mut().insert(
+                header::ALLOW,
+                HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+            );
+        }
         response
     }
+}
+
+/// An error and its causes in one line: top-level errors often say little ("client
+/// error (Connect)"), their causes say what happened.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
 }
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
 //! compaction-proxy: a transparent OpenAI-compatible reverse proxy that compacts chat
 //! conversations too long for their model. The modules follow a request's path:
-//! `server` (listen) -> `router` (route, auth, log) -> `attempt` (the compaction path and
-//! its one retry loop, for each dialect `wire` reads and writes) or `passthrough` ->
-//! `upstream` (send) -> `body` (stream back). `classify` decides what an upstream's
-//! refusal means; `models` knows context windows; `compact` is the pure engine that
-//! rewrites a conversation; `summarize` is the LLM summariser and `redact` masks the
-//! secrets it must not repeat; `checkpoint` is the summary cache; `offline` is the
-//! `compact` command.
+//! `server` (listen) -> `router` (route, auth, log; `limits` bounds the client's body)
+//! -> `attempt` (the compaction path and its one retry loop, for each dialect `wire`
+//! reads and writes) or `passthrough` -> `upstream` (send) -> `body` (stream back).
+//! `classify` decides what an upstream's refusal means; `models` knows context windows;
+//! `compact` is the pure engine that rewrites a conversation; `summarize` is the LLM
+//! summariser and `redact` masks the secrets it must not repeat; `checkpoint` is the
+//! summary cache; `offline` is the `compact` command.
 
 pub mod app;
 pub mod attempt;
@@ -18,6 +18,7 @@ pub mod cli;
 pub mod compact;
 pub mod config;
 pub mod error;
+pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod models;

@@ -8,10 +8,11 @@ use hyper::body::Incoming;
 use crate::app::App;
 use crate::body::ProxyBody;
 use crate::error::ProxyError;
+use crate::limits::ClientBody;
 
 pub async fn forward(
     app: &App,
-    request: Request<Incoming>,
+    request: Request<ClientBody<Incoming>>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, body) = request.into_parts();
     let body = body.map_err(Into::into).boxed_unsync();

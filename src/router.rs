@@ -11,8 +11,10 @@ use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
+use crate::error::ProxyError;
+use crate::limits::ClientBody;
 use crate::wire::Dialect;
-use crate::{attempt, passthrough};
+use crate::{attempt, passthrough, upstream};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -24,6 +26,8 @@ enum Route {
     /// lack it.
     RemoteCompaction,
     Passthrough,
+    /// `CONNECT`, refused: there is no upstream request it could become.
+    Connect,
 }
 
 impl Route {
@@ -33,6 +37,7 @@ impl Route {
             (&Method::GET, "/healthz") => Self::Health,
             (&Method::GET, "/metrics") => Self::Metrics,
             (&Method::POST, p) if p.ends_with("/responses/compact") => Self::RemoteCompaction,
+            (&Method::CONNECT, _) => Self::Connect,
             (&Method::POST, p) => Dialect::of_path(p).map_or(Self::Passthrough, Self::Compact),
             _ => Self::Passthrough,
         }
@@ -41,16 +46,30 @@ impl Route {
 
 pub async fn handle(
     app: Arc<App>,
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let started = Instant::now();
     let id = app.next_request_id();
-    let route = Route::of(&request);
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
-    // The id is a field of each line rather than a span: entering a span on every poll
-    // of every request costs more than the log lines themselves.
-    let response = dispatch(&app, route, request, id).await;
+    // Dot segments are resolved before anything looks at the path, so the route and the
+    // upstream see the same one, and it stays under the base URL's path.
+    let normalised = upstream::normalise_path(request.uri());
+    let response = match normalised {
+        Err(e) => {
+            tracing::warn!(id, error = %e, "refused path");
+            ProxyError::from(e).into_response()
+        }
+        Ok(normal) => {
+            if let Some(uri) = normal {
+                *request.uri_mut() = uri;
+            }
+            let route = Route::of(&request);
+            // The id is a field of each line rather than a span: entering a span on every
+            // poll of every request costs more than the log lines themselves.
+            dispatch(&app, route, request, id).await
+        }
+    };
     tracing::info!(
         id,
         %method,
@@ -75,22 +94,50 @@ async fn dispatch(
             "text/plain; version=0.0.4; charset=utf-8",
             app.metrics.render(app.checkpoints.as_ref()),
         ),
-        Route::Compact(_) | Route::RemoteCompaction | Route::Passthrough => {
+        Route::Compact(_) | Route::RemoteCompaction | Route::Passthrough | Route::Connect => {
             app.metrics.request();
-            let result = match (app.auth.check(request.headers()), route) {
-                (Err(e), _) => Err(e),
-                (Ok(()), Route::Compact(dialect)) => {
-                    attempt::handle(app, request, dialect, id).await
-                }
-                (Ok(()), Route::RemoteCompaction) => {
-                    attempt::remote_compaction::handle_endpoint(app, request, id).await
-                }
-                (Ok(()), _) => passthrough::forward(app, request).await,
-            };
-            result.unwrap_or_else(|e| {
+            forward(app, route, request, id).await.unwrap_or_else(|e| {
                 tracing::warn!(id, error = %e, "proxy error");
                 e.into_response()
             })
+        }
+    }
+}
+
+/// A client's request on its way upstream: its key checked, its body bounded (see
+/// [`ClientBody`]), then the compaction path or pass-through.
+async fn forward(
+    app: &Arc<App>,
+    route: Route,
+    request: Request<Incoming>,
+    id: u64,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    app.auth.check(request.headers())?;
+    let timeout = app.config.body_read_timeout();
+    match route {
+        Route::Compact(_) | Route::RemoteCompaction => {
+            // Held until the answer is ready, as the body stays in memory that long. A
+            // declared length is reserved before any of the body is read; one over
+            // `max_body_bytes` is refused unread by the chat path instead.
+            let reservation = Arc::new(app.buffers.reservation());
+            let declared = request
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            if let Some(len) = declared.filter(|&len| len <= app.config.limits.max_body_bytes) {
+                reservation.grow_to(len)?;
+            }
+            let held = Some(Arc::clone(&reservation));
+            let request = request.map(|body| ClientBody::new(body, timeout, held));
+            match route {
+                Route::Compact(dialect) => attempt::handle(app, request, dialect, id).await,
+                _ => attempt::remote_compaction::handle_endpoint(app, request, id).await,
+            }
+        }
+        Route::Connect => Err(ProxyError::Connect),
+        Route::Health | Route::Metrics | Route::Passthrough => {
+            let request = request.map(|body| ClientBody::new(body, timeout, None));
+            passthrough::forward(app, request).await
         }
     }
 }
@@ -144,5 +191,6 @@ mod tests {
             Route::Passthrough
         );
         assert_eq!(route(Method::POST, "/healthz"), Route::Passthrough);
+        assert_eq!(route(Method::CONNECT, "/v1/models"), Route::Connect);
     }
 }

@@ -1,5 +1,6 @@
-//! Listening: accept connections, serve HTTP/1.1 on each, and on SIGINT/SIGTERM stop
-//! accepting and let in-flight requests finish (bounded by the grace period).
+//! Listening: accept connections (at most `server.max_connections` at once), serve
+//! HTTP/1.1 on each, and on SIGINT/SIGTERM stop accepting and let in-flight requests
+//! finish (bounded by the grace period).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::app::App;
 use crate::router;
@@ -39,16 +41,29 @@ pub async fn serve(
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        // A client that opens a connection and never finishes its headers is dropped.
-        .header_read_timeout(Duration::from_secs(30));
+        // hyper starts this timer whenever a connection is ready for its next request
+        // head: it is the keep-alive idle timeout, and it also drops a client that opens
+        // a connection and never finishes its headers.
+        .header_read_timeout(app.config.keep_alive_timeout());
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(app.config.server.max_connections));
+    let mut full = false;
     tokio::pin!(shutdown);
     loop {
+        let slot = tokio::select! {
+            Some(slot) = connection_slot(&slots, &mut full) => slot,
+            () = &mut shutdown => break,
+        };
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let conn = builder.serve_connection(TokioIo::new(stream_nodelay(stream, peer)), service(&app));
-                    tokio::spawn(graceful.watch(conn));
+                    let conn = graceful.watch(conn);
+                    tokio::spawn(async move {
+                        // The slot is free again when the connection ends.
+                        let _slot = slot;
+                        conn.await
+                    });
                 }
                 // Out of file descriptors and the like: pause instead of spinning.
                 Err(e) => {
@@ -65,6 +80,21 @@ pub async fn serve(
         () = graceful.shutdown() => tracing::info!("all connections closed"),
         () = tokio::time::sleep(grace) => tracing::warn!("grace period over; exiting with requests in flight"),
     }
+}
+
+/// A slot for one more connection, waiting for one to close when all are taken: new
+/// connections then wait in the listen backlog, as at nginx's `worker_connections`.
+/// `full` remembers that the cap was hit, so it is logged once per episode, not once
+/// per connection let in. `None` only if the semaphore were closed, which it never is.
+async fn connection_slot(slots: &Arc<Semaphore>, full: &mut bool) -> Option<OwnedSemaphorePermit> {
+    if let Ok(slot) = Arc::clone(slots).try_acquire_owned() {
+        *full = false;
+        return Some(slot);
+    }
+    if !std::mem::replace(full, true) {
+        tracing::warn!("server.max_connections reached: new connections wait until one closes");
+    }
+    Arc::clone(slots).acquire_owned().await.ok()
 }
 
 fn service(

@@ -4,20 +4,26 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures_util::FutureExt;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Method, Response, Uri};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use crate::body::{IdleTimeout, ProxyBody};
+use crate::auth;
+use crate::body::{IdleTimeout, ProxyBody, Replay};
 use crate::config::Config;
-use crate::error::ProxyError;
+use crate::error::{error_chain, ProxyError};
 
+mod path;
 mod pool;
 mod wire;
 
-use pool::Pool;
+pub use path::{normalise as normalise_path, PathError};
+
+use pool::{Pool, SendError};
 use wire::RequestFraming;
 
 /// Hop-by-hop headers (RFC 9110 section 7.6.1) plus `expect`: they describe one
@@ -113,7 +119,7 @@ impl Upstream {
             .enable_http1()
             .wrap_connector(http);
         Ok(Self {
-            pool: Pool::new(https, origin),
+            pool: Pool::new(https, origin, config.pool_idle_timeout()),
             prefix: uri.path().trim_end_matches('/').to_owned(),
             base: base.to_owned(),
             host,
@@ -142,9 +148,22 @@ impl Upstream {
             response = self.pool.send(&method, head, framing, body) => response,
             () = timer.as_mut() => return Err(ProxyError::UpstreamTimeout(self.idle)),
         };
-        let response = response.map_err(|e| ProxyError::UpstreamUnreachable(error_chain(&*e)))?;
-        let (mut parts, body) = response.into_parts();
+        let response = response.map_err(|e| match e {
+            SendError::Client(e) => ProxyError::client_body(e),
+            SendError::Upstream(e) => ProxyError::UpstreamUnreachable(error_chain(&*e)),
+        })?;
+        let (mut parts, mut body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
+        // A body that fails at its very start would reach the client as an empty reply:
+        // hyper drops the connection before it has flushed the head. When the failure is
+        // in what came with the head, the client gets a 502 like any failed answer.
+        let first = match body.frame().now_or_never() {
+            Some(Some(Err(e))) => return Err(ProxyError::UpstreamUnreachable(error_chain(&*e))),
+            // The pool's bodies carry data frames only.
+            Some(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
+            Some(None) | None => Bytes::new(),
+        };
+        let body = Replay::new(first, body);
         let body = IdleTimeout::with_timer(body, self.idle, timer).boxed_unsync();
         Ok(Response::from_parts(parts, body))
     }
@@ -154,7 +173,9 @@ impl Upstream {
     /// their order less those that describe its connection to us, then `Host`. A body
     /// of known length gets its own `Content-Length` (a rewritten body has a new length,
     /// and the client's would lie), in the place of the client's if it sent one; so does
-    /// an injected key, in the place of the client's `Authorization`.
+    /// an injected key, in the place of the client's first credential header. With a key
+    /// injected, every credential header of the client's is dropped: in sidecar mode they
+    /// carry this proxy's client keys, which the upstream must never see.
     fn head(
         &self,
         method: &Method,
@@ -185,10 +206,10 @@ impl Upstream {
                     continue;
                 }
             }
-            if name == header::AUTHORIZATION {
+            if auth::is_credential(name) {
                 if let Some(key) = &self.api_key {
                     if !std::mem::replace(&mut key_written, true) {
-                        wire::header(&mut head, name.as_str(), key.as_bytes());
+                        wire::header(&mut head, header::AUTHORIZATION.as_str(), key.as_bytes());
                     }
                     continue;
                 }
@@ -278,19 +299,6 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
 
 fn is_hop_by_hop(name: &HeaderName, named: &[HeaderName]) -> bool {
     HOP_BY_HOP.contains(name) || named.contains(name)
-}
-
-/// hyper's top-level client errors say little ("client error (Connect)"); the causes
-/// say what happened.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 #[cfg(test)]
@@ -396,10 +404,21 @@ mod tests {
             HeaderValue::from_static("Bearer client"),
         );
         headers.insert("x-a", HeaderValue::from_static("1"));
+        headers.insert("x-api-key", HeaderValue::from_static("client"));
+        headers.insert("api-key", HeaderValue::from_static("client"));
         assert_eq!(
             head_of(&upstream(Some("Bearer injected")), &headers, Some(12)),
             "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\ncontent-length: 12\r\nauthorization: Bearer injected\r\n\
              x-a: 1\r\nhost: up:8000\r\n\r\n"
+        );
+        // A key sent only as `x-api-key` gives its place to the injected one.
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", HeaderValue::from_static("client"));
+        headers.insert("x-a", HeaderValue::from_static("1"));
+        assert_eq!(
+            head_of(&upstream(Some("Bearer injected")), &headers, None),
+            "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\nauthorization: Bearer injected\r\nx-a: 1\r\n\
+             host: up:8000\r\ntransfer-encoding: chunked\r\n\r\n"
         );
         // Without them from the client, they follow Host.
         let mut headers = HeaderMap::new();

@@ -83,6 +83,42 @@ async fn sidecar_mode_injects_the_upstream_key_and_requires_client_keys() {
     assert!(!proxy.logs().contains("ck-2"));
 }
 
+#[tokio::test]
+async fn sidecar_mode_never_forwards_the_clients_proxy_key() {
+    let mock = Mock::start().await;
+    let env = HashMap::from([
+        ("UPSTREAM_KEY", "sk-upstream-secret"),
+        ("CLIENT_KEYS", "ck-1"),
+    ]);
+    let config = "[upstream]\napi_key_env = \"UPSTREAM_KEY\"\n[auth]\nkeys_env = \"CLIENT_KEYS\"\n";
+    let proxy = Proxy::start_with_env(&mock.url("/v1"), config, &env);
+    // Whichever header carried the client's key, and any other credential header beside
+    // it, stays with the proxy: the upstream sees the injected key alone.
+    let presented = [
+        vec![("x-api-key", "ck-1")],
+        vec![("x-api-key", "ck-1"), ("api-key", "ck-1")],
+        vec![("authorization", "Bearer ck-1"), ("x-api-key", "ck-1")],
+    ];
+    for headers in presented {
+        for path in ["/v1/chat/completions", "/v1/embeddings"] {
+            let mut request = client().post(proxy.url(path)).body("{}");
+            for (name, value) in &headers {
+                request = request.header(*name, *value);
+            }
+            assert_eq!(request.send().await.unwrap().status(), 200, "{headers:?}");
+            let seen = mock.last().headers;
+            assert_eq!(seen["authorization"], "Bearer sk-upstream-secret");
+            assert_eq!(seen.get_all("authorization").iter().count(), 1);
+            for name in ["x-api-key", "api-key"] {
+                assert!(
+                    seen.get(name).is_none(),
+                    "{name} reached the upstream via {path}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn refuses_to_be_an_open_relay() {
     let output = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"))

@@ -30,6 +30,7 @@ use crate::body::{self, ProxyBody};
 use crate::checkpoint::{Applied, Checkpoint, Key, Partition};
 use crate::compact;
 use crate::error::ProxyError;
+use crate::limits::ClientBody;
 use crate::wire::{self, Dialect, Head};
 
 mod cap;
@@ -49,7 +50,7 @@ use work::Work;
 
 pub async fn handle(
     app: &Arc<App>,
-    request: Request<Incoming>,
+    request: Request<ClientBody<Incoming>>,
     dialect: Dialect,
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -315,7 +316,7 @@ impl Attempt<'_> {
 /// Reads the whole body, refusing early when `Content-Length` already says it is over
 /// the limit, and stopping as soon as a body without one crosses it.
 pub(crate) async fn read_body(
-    incoming: Incoming,
+    incoming: ClientBody<Incoming>,
     headers: &HeaderMap,
     limit: u64,
 ) -> Result<Bytes, ProxyError> {
@@ -332,6 +333,6 @@ pub(crate) async fn read_body(
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             Err(ProxyError::BodyTooLarge { limit })
         }
-        Err(e) => Err(ProxyError::ClientBody(e.to_string())),
+        Err(e) => Err(ProxyError::client_body(e)),
     }
 }

@@ -30,6 +30,7 @@ use crate::classify::{self, Kind};
 use crate::compact::{self, summary, Counter, Message, SummarySource};
 use crate::config::RemoteCompaction;
 use crate::error::ProxyError;
+use crate::limits::ClientBody;
 use crate::summarize::{summary_budget, Call, Middle};
 use crate::wire::{remote_compaction as items, responses, Dialect};
 
@@ -59,7 +60,7 @@ impl Ask {
 /// `POST .../responses/compact`.
 pub async fn handle_endpoint(
     app: &App,
-    request: Request<Incoming>,
+    request: Request<ClientBody<Incoming>>,
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, incoming) = request.into_parts();

@@ -11,8 +11,11 @@
 //! The pool keeps idle connections and a request takes the most recently used one (its
 //! socket is the likeliest to still be open), else dials. Before reuse, a connection is
 //! checked for a close the upstream sent while it sat idle; one that is closed is dropped
-//! and the next is tried, so the request itself is never sent on it. The connection goes
-//! back to the pool the moment its response body ends, from inside the body. Idle
+//! and the next is tried, so the request itself is never sent on it. The upstream can
+//! still close it as the request goes out (its idle timer fired meanwhile): a reused
+//! connection that fails before any byte of an answer is retried once on a new
+//! connection, when the request can be sent again whole, as Pingora does. The connection
+//! goes back to the pool the moment its response body ends, from inside the body. Idle
 //! connections are bounded in number and age, checked whenever the pool is used rather
 //! than by a reaper task.
 
@@ -26,6 +29,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Method, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
@@ -33,16 +37,12 @@ use tokio::io::AsyncWrite;
 use tower_service::Service;
 
 use super::wire::{self, Chunked, Decoded, Framing, RequestFraming, ResponseHead};
-use crate::body::ProxyBody;
+use crate::body::{ProxyBody, Replay};
 use crate::error::BoxError;
 
 /// Idle connections kept at most; more are closed when they fall idle. Well above the
 /// concurrency one proxy sees from its clients, so a busy proxy does not re-dial.
 const MAX_IDLE: usize = 512;
-/// An idle connection older than this is closed rather than reused: upstreams and
-/// middleboxes drop quiet connections after a minute or two, and a request sent on one
-/// they already dropped fails.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Body frames up to this size are copied behind the head (or the chunk header), so a
 /// small request goes out in one write; larger ones are written from their own buffer.
 const COPY_LIMIT: usize = 16 * 1024;
@@ -57,6 +57,22 @@ pub struct Pool {
     origin: Uri,
     /// Idle connections, the most recently used last.
     idle: Mutex<Vec<Idle>>,
+    /// An idle connection older than this is closed rather than reused: the upstream may
+    /// have closed it already (uvicorn and Node close after 5 s), and a request sent on
+    /// a connection as it closes fails.
+    idle_timeout: Duration,
+}
+
+/// Why an exchange failed before the response head.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The client's request body failed (cut off, malformed) before the upstream answered.
+    #[error("{0}")]
+    Client(BoxError),
+    /// The upstream could not be reached, closed the connection, or sent something other
+    /// than an HTTP/1.1 answer.
+    #[error("{0}")]
+    Upstream(BoxError),
 }
 
 struct Idle {
@@ -89,11 +105,16 @@ impl Conn {
 }
 
 impl Pool {
-    pub fn new(connector: HttpsConnector<HttpConnector>, origin: Uri) -> Arc<Self> {
+    pub fn new(
+        connector: HttpsConnector<HttpConnector>,
+        origin: Uri,
+        idle_timeout: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             connector,
             origin,
             idle: Mutex::new(Vec::new()),
+            idle_timeout,
         })
     }
 
@@ -107,19 +128,38 @@ impl Pool {
         mut head: Vec<u8>,
         framing: RequestFraming,
         body: ProxyBody,
-    ) -> Result<Response<PooledBody>, BoxError> {
+    ) -> Result<Response<PooledBody>, SendError> {
         wire::end_head(&mut head, framing);
-        let conn = match self.checkout().await {
-            Some(conn) => conn,
-            None => self.connect().await?,
+        let chunked = framing == RequestFraming::Chunked;
+        let Some(conn) = self.checkout().await else {
+            let conn = self.connect().await?;
+            let mut exchange = Exchange::new(conn, Writer::new(head, body, chunked, false));
+            let head = poll_fn(|cx| exchange.poll_head(cx, method)).await?;
+            return Ok(self.response(exchange, head));
         };
-        let mut exchange = Exchange {
-            conn,
-            writer: Some(Writer::new(head, body, framing == RequestFraming::Chunked)),
-            keep_alive: true,
-            write_error: None,
+        // Kept only for a reused connection, the one kind that is retried.
+        let again = head.clone();
+        let mut exchange = Exchange::new(conn, Writer::new(head, body, chunked, true));
+        let failed = match poll_fn(|cx| exchange.poll_head(cx, method)).await {
+            Ok(head) => return Ok(self.response(exchange, head)),
+            Err(e) => e,
         };
+        let replay = match (&failed, exchange.answered) {
+            (SendError::Upstream(_), false) => exchange.writer.into_replay(),
+            _ => None,
+        };
+        let Some(body) = replay else {
+            return Err(failed);
+        };
+        tracing::debug!(error = %failed, "reused upstream connection failed before answering; retrying on a new one");
+        let conn = self.connect().await?;
+        let mut exchange = Exchange::new(conn, Writer::new(again, body, chunked, false));
         let head = poll_fn(|cx| exchange.poll_head(cx, method)).await?;
+        Ok(self.response(exchange, head))
+    }
+
+    /// The response whose head has arrived, its body still to read from the exchange.
+    fn response(self: &Arc<Self>, exchange: Exchange, head: ResponseHead) -> Response<PooledBody> {
         let state = match head.framing {
             Framing::Empty => State::Done,
             Framing::Length(n) => State::Length(n),
@@ -128,7 +168,7 @@ impl Pool {
         };
         let mut response = Response::new(PooledBody {
             conn: Some(exchange.conn),
-            writer: exchange.writer,
+            writer: exchange.sending.then_some(exchange.writer),
             keep_alive: exchange.keep_alive && head.keep_alive,
             state,
             pool: Arc::clone(self),
@@ -136,11 +176,16 @@ impl Pool {
         *response.status_mut() = head.status;
         *response.version_mut() = head.version;
         *response.headers_mut() = head.headers;
-        Ok(response)
+        response
     }
 
-    async fn connect(&self) -> Result<Box<Conn>, BoxError> {
-        let io = self.connector.clone().call(self.origin.clone()).await?;
+    async fn connect(&self) -> Result<Box<Conn>, SendError> {
+        let io = self
+            .connector
+            .clone()
+            .call(self.origin.clone())
+            .await
+            .map_err(SendError::Upstream)?;
         Ok(Box::new(Conn {
             io: TokioIo::new(io),
             buf: BytesMut::new(),
@@ -161,7 +206,7 @@ impl Pool {
     fn pop(&self) -> Option<Box<Conn>> {
         let mut idle = self.lock();
         let entry = idle.pop()?;
-        if entry.since.elapsed() > IDLE_TIMEOUT {
+        if entry.since.elapsed() > self.idle_timeout {
             // The rest are older still.
             idle.clear();
             return None;
@@ -175,7 +220,7 @@ impl Pool {
         let mut idle = self.lock();
         let expired = idle
             .iter()
-            .take_while(|e| now.duration_since(e.since) > IDLE_TIMEOUT)
+            .take_while(|e| now.duration_since(e.since) > self.idle_timeout)
             .count();
         idle.drain(..expired);
         if idle.len() < MAX_IDLE {
@@ -196,44 +241,83 @@ impl Pool {
 /// A request on its way out: the request until the response head has arrived.
 struct Exchange {
     conn: Box<Conn>,
-    /// `None` once the request is written in full.
-    writer: Option<Writer>,
+    writer: Writer,
+    /// True until the request is written in full, or writing it has failed.
+    sending: bool,
     /// False once writing the request failed: the connection is not reused.
     keep_alive: bool,
     /// Why writing failed, reported if no answer comes either.
     write_error: Option<io::Error>,
+    /// Whether any byte has come back: past that, the request was heard and is not sent
+    /// again.
+    answered: bool,
 }
 
 impl Exchange {
+    fn new(conn: Box<Conn>, writer: Writer) -> Self {
+        Self {
+            conn,
+            writer,
+            sending: true,
+            keep_alive: true,
+            write_error: None,
+            answered: false,
+        }
+    }
+
     /// Writes the request while reading the response, so an upstream that answers before
     /// it has read the whole body (a 413, a 401) is heard rather than cut off.
     fn poll_head(
         &mut self,
         cx: &mut Context<'_>,
         method: &Method,
-    ) -> Poll<Result<ResponseHead, BoxError>> {
+    ) -> Poll<Result<ResponseHead, SendError>> {
         loop {
-            // The client's body failing leaves no whole request to answer.
-            if let Some(e) = send_more(&mut self.writer, &mut self.conn.io, cx)? {
-                self.keep_alive = false;
-                self.write_error = Some(e);
+            if self.sending {
+                match self.writer.poll(&mut self.conn.io, cx) {
+                    Poll::Pending => {}
+                    Poll::Ready(Ok(())) => self.sending = false,
+                    // The client's body failing leaves no whole request to answer.
+                    Poll::Ready(Err(WriteError::Body(e))) => {
+                        return Poll::Ready(Err(SendError::Client(e)))
+                    }
+                    Poll::Ready(Err(WriteError::Io(e))) => {
+                        self.sending = false;
+                        self.keep_alive = false;
+                        self.write_error = Some(e);
+                    }
+                }
             }
-            if let Some(head) = wire::parse_head(&mut self.conn.buf, method)? {
+            let parsed = wire::parse_head(&mut self.conn.buf, method);
+            if let Some(head) = parsed.map_err(|e| SendError::Upstream(e.into()))? {
                 return Poll::Ready(Ok(head));
             }
             // Without an answer, a failed write is the error to report.
-            match ready!(self.conn.poll_fill(cx)) {
-                Ok(0) => {
-                    return Poll::Ready(Err(self.write_error.take().map_or_else(
-                        || "the upstream closed the connection before answering".into(),
-                        Into::into,
-                    )))
+            let error: BoxError = match ready!(self.conn.poll_fill(cx)) {
+                Ok(0) => self.write_error.take().map_or_else(
+                    || "the upstream closed the connection before answering".into(),
+                    Into::into,
+                ),
+                Ok(_) => {
+                    self.answered = true;
+                    continue;
                 }
-                Ok(_) => {}
-                Err(e) => return Poll::Ready(Err(self.write_error.take().unwrap_or(e).into())),
-            }
+                Err(e) => self.write_error.take().unwrap_or(e).into(),
+            };
+            return Poll::Ready(Err(SendError::Upstream(error)));
         }
     }
+}
+
+/// What of a request body could be sent again on another connection.
+enum Kept {
+    /// Nothing has been read from the body yet.
+    Nothing,
+    /// The one frame read so far. A body held in memory (the chat path's) is one frame,
+    /// so it can always be sent again; a client's body streamed in several frames cannot
+    /// once its second frame is read, as the first is then gone.
+    Frame(Bytes),
+    Gone,
 }
 
 /// Writes a request: its head, then its body as the client sends it, framed with
@@ -247,10 +331,13 @@ struct Writer {
     /// `None` once the body has ended.
     body: Option<ProxyBody>,
     chunked: bool,
+    kept: Kept,
 }
 
 impl Writer {
-    fn new(head: Vec<u8>, body: ProxyBody, chunked: bool) -> Self {
+    /// With `keep`, what is read of the body is kept while it is one frame, so that
+    /// [`Writer::into_replay`] can give the body again.
+    fn new(head: Vec<u8>, body: ProxyBody, chunked: bool, keep: bool) -> Self {
         let ended = body.is_end_stream();
         let mut writer = Self {
             out: head,
@@ -258,11 +345,22 @@ impl Writer {
             data: Bytes::new(),
             body: Some(body),
             chunked,
+            kept: if keep { Kept::Nothing } else { Kept::Gone },
         };
         if ended {
             writer.end_body();
         }
         writer
+    }
+
+    /// The whole request body again, from its start, if what was read of it is kept.
+    fn into_replay(self) -> Option<ProxyBody> {
+        let rest = self.body.unwrap_or_else(crate::body::empty);
+        match self.kept {
+            Kept::Nothing => Some(rest),
+            Kept::Frame(first) => Some(Replay::new(first, rest).boxed_unsync()),
+            Kept::Gone => None,
+        }
     }
 
     fn end_body(&mut self) {
@@ -297,6 +395,10 @@ impl Writer {
                         if data.is_empty() {
                             continue;
                         }
+                        self.kept = match self.kept {
+                            Kept::Nothing => Kept::Frame(data.clone()),
+                            Kept::Frame(_) | Kept::Gone => Kept::Gone,
+                        };
                         if self.chunked {
                             wire::chunk_header(&mut self.out, data.len());
                         }
@@ -565,14 +667,14 @@ mod tests {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        Pool::new(https, origin)
+        Pool::new(https, origin, Duration::from_secs(90))
     }
 
     /// Sends `request` as it is, its URI in origin form.
     async fn send(
         pool: &Arc<Pool>,
         request: Request<ProxyBody>,
-    ) -> Result<Response<PooledBody>, BoxError> {
+    ) -> Result<Response<PooledBody>, SendError> {
         let (parts, body) = request.into_parts();
         let mut head = Vec::new();
         wire::request_line(&mut head, &parts.method, &[parts.uri.path()]);
@@ -863,7 +965,11 @@ mod tests {
             .enable_http1()
             .wrap_connector(http);
         let origin: Uri = format!("https://localhost:{port}").parse().unwrap();
-        (origin.clone(), Pool::new(https, origin), accepted)
+        (
+            origin.clone(),
+            Pool::new(https, origin, Duration::from_secs(90)),
+            accepted,
+        )
     }
 
     #[tokio::test]

@@ -29,6 +29,8 @@ pub enum WireError {
     ContentLength,
     #[error("the upstream switched protocols, which the proxy does not relay")]
     Upgrade,
+    #[error("the upstream used a transfer coding the proxy does not relay: {0}")]
+    TransferCoding(String),
     #[error("malformed chunked body from the upstream")]
     Chunked,
 }
@@ -165,6 +167,12 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Response
             headers.append(name, value);
         }
         let framing = framing(method, status, &headers)?;
+        // RFC 9112 section 6.3: beside Transfer-Encoding, Content-Length is wrong and an
+        // intermediary must remove it. hyper frames the client's response by the
+        // Content-Length it is given, so relaying it would cut the decoded body short.
+        if headers.contains_key(header::TRANSFER_ENCODING) {
+            headers.remove(header::CONTENT_LENGTH);
+        }
         let keep_alive = framing != Framing::UntilClose && keeps_alive(version, &headers);
         return Ok(Some(ResponseHead {
             status,
@@ -184,20 +192,8 @@ fn framing(method: &Method, status: StatusCode, headers: &HeaderMap) -> Result<F
     {
         return Ok(Framing::Empty);
     }
-    if let Some(last) = headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-    {
-        let chunked = last
-            .as_bytes()
-            .rsplit(|&b| b == b',')
-            .next()
-            .is_some_and(|coding| coding.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        return Ok(match chunked {
-            true => Framing::Chunked,
-            false => Framing::UntilClose,
-        });
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        return only_chunked(headers).map(|()| Framing::Chunked);
     }
     let mut length = None;
     for value in headers.get_all(header::CONTENT_LENGTH) {
@@ -218,6 +214,27 @@ fn framing(method: &Method, status: StatusCode, headers: &HeaderMap) -> Result<F
         Some(n) => Framing::Length(n),
         None => Framing::UntilClose,
     })
+}
+
+/// Accepts `Transfer-Encoding: chunked` alone. Any other coding (`gzip`, `gzip,
+/// chunked`) describes this hop only: relaying the bytes without decoding it would hand
+/// the client coded bytes as the body, so such an answer is refused, as nginx and Envoy
+/// refuse it.
+fn only_chunked(headers: &HeaderMap) -> Result<(), WireError> {
+    let mut codings = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|coding| !coding.is_empty());
+    match (codings.next(), codings.next()) {
+        (Some(coding), None) if coding.eq_ignore_ascii_case(b"chunked") => Ok(()),
+        _ => {
+            let all = headers.get_all(header::TRANSFER_ENCODING).iter();
+            let listed: Vec<_> = all.map(|v| String::from_utf8_lossy(v.as_bytes())).collect();
+            Err(WireError::TransferCoding(listed.join(", ")))
+        }
+    }
 }
 
 fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
@@ -434,16 +451,25 @@ mod tests {
         );
         assert_eq!(
             framing(
-                "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\ncontent-length: 3\r\n\r\n",
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\ncontent-length: 3\r\n\r\n",
                 get
             )
             .unwrap(),
             Framing::Chunked
         );
-        assert_eq!(
-            framing("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n", get).unwrap(),
-            Framing::UntilClose
-        );
+        for codings in [
+            "gzip",
+            "gzip, chunked",
+            "chunked, chunked",
+            "chunked\r\ntransfer-encoding: gzip",
+            "",
+        ] {
+            let raw = format!("HTTP/1.1 200 OK\r\ntransfer-encoding: {codings}\r\n\r\n");
+            assert!(
+                matches!(framing(&raw, get), Err(WireError::TransferCoding(_))),
+                "{codings}"
+            );
+        }
         assert_eq!(
             framing("HTTP/1.1 200 OK\r\ncontent-length: 7, 7\r\n\r\n", get).unwrap(),
             Framing::Length(7)
@@ -459,6 +485,14 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_content_length_beside_transfer_encoding_is_removed() {
+        let raw = "HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n";
+        let head = head(raw, &Method::GET).unwrap().unwrap();
+        assert!(head.headers.get(header::CONTENT_LENGTH).is_none());
+        assert_eq!(head.headers[header::TRANSFER_ENCODING], "chunked");
     }
 
     #[test]

@@ -772,6 +772,92 @@ fn full(bytes: impl Into<Bytes>) -> MockBody {
 }
 
 /// The real binary, listening on a free loopback port.
+/// A request as [`RawUpstream`] read it: the head as text, the body decoded.
+pub type RawRequest = (String, Vec<u8>);
+
+/// An upstream that writes HTTP/1.1 by hand, for answers hyper would never write (a
+/// `Content-Length` beside `Transfer-Encoding`, a chunk size past 64 bits) and for
+/// connections closed at chosen moments. It reads each request whole (by
+/// `Content-Length` or chunked) and records it, then `answer` decides, from the
+/// request's index on its connection (0 for the first), what to write: `Some(bytes)`
+/// and the connection stays open for the next request, or `None` to close it unanswered.
+pub struct RawUpstream {
+    pub addr: SocketAddr,
+    /// Every request received, head and body as they came, in order.
+    pub requests: Arc<Mutex<Vec<RawRequest>>>,
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl RawUpstream {
+    pub async fn start(answer: fn(usize) -> Option<&'static [u8]>) -> Self {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (seen, counted) = (Arc::clone(&requests), Arc::clone(&connections));
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let seen = Arc::clone(&seen);
+                tokio::spawn(async move {
+                    let mut stream = tokio::io::BufReader::new(stream);
+                    for nth in 0.. {
+                        let mut head = String::new();
+                        while !head.ends_with("\r\n\r\n") {
+                            if stream.read_line(&mut head).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                        }
+                        let lower = head.to_ascii_lowercase();
+                        let mut body = Vec::new();
+                        if lower.contains("transfer-encoding: chunked") {
+                            loop {
+                                let mut line = String::new();
+                                stream.read_line(&mut line).await.unwrap();
+                                let size = usize::from_str_radix(line.trim(), 16).unwrap();
+                                let mut chunk = vec![0; size + 2];
+                                stream.read_exact(&mut chunk).await.unwrap();
+                                if size == 0 {
+                                    break;
+                                }
+                                body.extend_from_slice(&chunk[..size]);
+                            }
+                        } else if let Some(at) = lower.find("content-length: ") {
+                            let rest = &lower[at + 16..];
+                            let len = rest[..rest.find("\r\n").unwrap()].parse().unwrap();
+                            body.resize(len, 0);
+                            stream.read_exact(&mut body).await.unwrap();
+                        }
+                        seen.lock().unwrap().push((head, body));
+                        let Some(reply) = answer(nth) else { return };
+                        if stream.get_mut().write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            requests,
+            connections,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn requests(&self) -> Vec<RawRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
 pub struct Proxy {
     pub addr: SocketAddr,
     pub child: Child,

@@ -1,0 +1,171 @@
+//! Slow or numerous clients cannot hold the proxy's memory or connections for as long as
+//! they like: a silent body is cut off, idle connections are closed, the chat bodies held
+//! in memory share one bound, and connections beyond the cap wait to be accepted.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use support::{client, Mock, Proxy};
+
+/// Reads until the proxy closes the connection or `wait` passes; `None` if it was
+/// still open then.
+async fn read_to_close(stream: &mut TcpStream, wait: Duration) -> Option<String> {
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(wait, stream.read_to_end(&mut out)).await;
+    read.ok()
+        .map(|_| String::from_utf8_lossy(&out).into_owned())
+}
+
+#[tokio::test]
+async fn a_request_body_that_goes_silent_gets_408_and_its_connection_closed() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "[server]\nbody_read_timeout_ms = 300\n");
+    for path in ["/v1/chat/completions", "/v1/files"] {
+        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+        let head = format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(b"{\"model\":").await.unwrap();
+        let started = Instant::now();
+        let answer = read_to_close(&mut stream, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("{path}: still open after 10 s"));
+        assert!(answer.starts_with("HTTP/1.1 408 "), "{path}: {answer}");
+        assert!(answer.contains("\"code\":\"request_timeout\""), "{answer}");
+        assert!(started.elapsed() >= Duration::from_millis(300));
+    }
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_keep_alive_timeout() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "[server]\nkeep_alive_timeout_ms = 300\n");
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_to_close(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("the idle connection was still open after 5 s");
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+}
+
+#[tokio::test]
+async fn the_keep_alive_timeout_never_cuts_a_request_in_progress() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "[server]\nkeep_alive_timeout_ms = 200\n");
+    // The timer runs only while the connection waits for a request head: not while the
+    // upstream thinks, nor while the answer streams.
+    let slow = client()
+        .post(proxy.url("/v1/embeddings"))
+        .header("x-mock-delay-ms", "600")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(slow.text().await.unwrap(), "{}");
+    let response = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .header("x-mock", "sse-gated")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let mut stream = response.bytes_stream();
+    let first = futures_util::StreamExt::next(&mut stream)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, support::SSE_FIRST);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    mock.state.gate.notify_one();
+    let mut rest = Vec::new();
+    while let Some(chunk) = futures_util::StreamExt::next(&mut stream).await {
+        rest.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(rest, support::SSE_REST.as_bytes());
+}
+
+#[tokio::test]
+async fn chat_bodies_held_in_memory_share_one_bound_and_get_503_past_it() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(
+        &mock.url("/v1"),
+        "[limits]\nmax_body_bytes = 1000\nmax_buffered_bytes = 1000\n",
+    );
+    // A body declared at 800 bytes holds them while it trickles in.
+    let mut slow = TcpStream::connect(proxy.addr).await.unwrap();
+    slow.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 800\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let chat = r#"{"model":"m","messages":[{"role":"user","content":"hi there, how are you"}]}"#;
+    let declared = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .body(chat.repeat(5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(declared.status(), 503);
+    let error: serde_json::Value = declared.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "overloaded");
+    // Without a declared length, the bytes count as they arrive.
+    let chunks = futures_util::stream::iter((0..5).map(move |_| Ok::<_, std::io::Error>(chat)));
+    let streamed = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streamed.status(), 503);
+    // What fits still goes, and the slow body's share is given back when it ends.
+    let small = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .body(chat)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(small.status(), 200);
+    drop(slow);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let large = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .body(chat.repeat(5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(large.status(), 200);
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_wait_to_be_accepted() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "[server]\nmax_connections = 2\n");
+    let idle: Vec<TcpStream> = vec![
+        TcpStream::connect(proxy.addr).await.unwrap(),
+        TcpStream::connect(proxy.addr).await.unwrap(),
+    ];
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The kernel completes the handshake; the proxy does not take the connection yet.
+    let mut third = TcpStream::connect(proxy.addr).await.unwrap();
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        read_to_close(&mut third, Duration::from_millis(500)).await,
+        None,
+        "a third connection was served beside two held ones"
+    );
+    drop(idle);
+    let answer = read_to_close(&mut third, Duration::from_secs(5))
+        .await
+        .expect("the waiting connection was not served once a slot was free");
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+}
