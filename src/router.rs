@@ -64,7 +64,10 @@ pub async fn handle(
             if let Some(uri) = normal {
                 *request.uri_mut() = uri;
             }
-            let route = Route::of(&request);
+            let route = match (Route::of(&request), compaction_off(&mut request)) {
+                (Route::Compact(_) | Route::RemoteCompaction, true) => Route::Passthrough,
+                (route, _) => route,
+            };
             // The id is a field of each line rather than a span: entering a span on every
             // poll of every request costs more than the log lines themselves.
             dispatch(&app, route, request, id).await
@@ -102,6 +105,18 @@ async fn dispatch(
             })
         }
     }
+}
+
+/// The request header a client turns compaction off with, for one request.
+const COMPACTION: &str = "x-compaction";
+
+/// Whether the request says `x-compaction: off`. The header is the proxy's, whatever its
+/// value: it is taken off the request, so it never reaches the upstream.
+fn compaction_off<B>(request: &mut Request<B>) -> bool {
+    request
+        .headers_mut()
+        .remove(COMPACTION)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"off"))
 }
 
 /// A client's request on its way upstream: its key checked, its body bounded (see

@@ -394,3 +394,46 @@ async fn client_disconnect_during_a_retry_stops_further_upstream_calls() {
         "{calls} calls: the client should have left before the last attempt"
     );
 }
+
+/// `x-compaction: off` on a request turns compaction off for it: the upstream gets the
+/// client's bytes and answers for itself, and never sees the header. Any other value is
+/// only taken off.
+#[tokio::test]
+async fn a_request_can_turn_compaction_off_for_itself() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(
+        &mock.url("/v1"),
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = 3000\n",
+    );
+    let mut agent = Agent::new(false);
+    for n in 0..5 {
+        agent.turn(n);
+    }
+    let request = json!({"model": "mock-agent-model", "messages": agent.messages});
+    let bytes = serde_json::to_vec(&request).unwrap();
+    let send = |value: &'static str| {
+        client()
+            .post(proxy.url("/v1/chat/completions"))
+            .header("x-mock", "window")
+            .header("x-mock-shape", "openai")
+            .header("x-mock-window", "3000")
+            .header("x-compaction", value)
+            .header("content-type", "application/json")
+            .body(bytes.clone())
+            .send()
+    };
+    let response = send("off").await.unwrap();
+    assert_eq!(response.status(), 400, "the upstream's own refusal");
+    assert!(response.headers().get("x-compaction").is_none());
+    let sent = mock.last();
+    assert_eq!(sent.body, bytes);
+    assert!(sent.headers.get("x-compaction").is_none());
+
+    let response = send("on").await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["x-compaction"]
+        .to_str()
+        .unwrap()
+        .starts_with("applied"));
+    assert!(mock.last().headers.get("x-compaction").is_none());
+}
