@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::Request;
 
-use super::work::Work;
+use super::work::{messages_of, Work};
 use super::{Attempt, Ctx, Done, Engine, Goal, Promote};
 use crate::app::App;
 use crate::checkpoint::{Checkpoint, Key};
@@ -89,9 +89,23 @@ impl Attempt<'_> {
         let Some(&prefix) = hashes.get(checkpoint.prefix_len) else {
             return false;
         };
-        // The client's own messages, with the prepared form in place of those it covers.
-        let replaces = self.done.resumed.take().map(|hit| hit.key);
+        // The client's own messages, with the prepared form in place of those it covers,
+        // if what follows them still fits after the form.
+        let resumed = self.done.resumed.take();
         self.work.forget_base();
+        let next = self
+            .work
+            .base(dialect)
+            .and_then(|base| messages_of(&base.view)?.get(checkpoint.prefix_len).cloned());
+        if !checkpoint.continues(next.as_ref()) {
+            // Back to the conversation as resumed: the engine compacts it as usual.
+            self.work.forget_base();
+            if let Some(hit) = resumed {
+                self.apply(hit.applied.prefix_len, hit.checkpoint, hit.key);
+            }
+            return false;
+        }
+        let replaces = resumed.map(|hit| hit.key);
         self.apply(checkpoint.prefix_len, checkpoint, Key { partition, prefix });
         self.done.promote = Some(Promote { replaces });
         let fits = self
