@@ -485,3 +485,45 @@ async fn the_turn_that_crosses_the_threshold_does_not_wait_for_the_summary() {
     );
     assert!(metrics.contains(&used), "{metrics}");
 }
+
+/// Preparations are bounded per tenant: a tenant's fifth conversation in preparation
+/// pushes out its oldest, whose work (a summariser call still waiting) is cancelled and
+/// counted as wasted; none of it reaches a request.
+#[tokio::test]
+async fn a_preparation_pushed_out_by_newer_ones_is_cancelled() {
+    const WINDOW: u64 = 20_000;
+    let mock = Mock::start().await;
+    let config = format!(
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[compaction]\nprepare_concurrency = 8\n"
+    );
+    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let window = WINDOW.to_string();
+    let headers = [
+        ("authorization", "Bearer one-tenant"),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary", "ok"),
+        ("x-mock-summary-delay-ms", "5000"),
+    ];
+    for conversation in 0..5 {
+        // Past the prepare mark (75%), short of the threshold (90%).
+        let mut messages =
+            vec![json!({"role": "system", "content": format!("Conversation {conversation}.")})];
+        for n in 0..13 {
+            messages.push(ask(n));
+            let answer = format!("Module {n}: the fix and why it holds. ").repeat(80);
+            messages.push(json!({"role": "assistant", "content": answer}));
+        }
+        messages.push(ask(13));
+        let (status, x) = post_chat(&proxy, &headers, &request(&messages)).await;
+        assert_eq!(status, 200, "{x}");
+        assert_eq!(x, "", "nothing changes in the request before the threshold");
+    }
+    let metrics = metrics(&proxy).await;
+    assert!(
+        metrics.contains("compaction_proxy_prepared_total{fate=\"wasted\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("compaction_proxy_prepared_total{fate=\"made\"} 0\n"));
+}
