@@ -137,7 +137,8 @@ def tool_turn(n):
 
 
 def chat_turn(n):
-    return [{"role": "user", "content": f"Question {n}: " + "how would you structure the next part of the essay? " * 6}]
+    draft = f"Paragraph {n} of my draft, for you to review: " + "the argument turns on how the evidence is read, and why. " * 40
+    return [{"role": "user", "content": draft}]
 
 
 def session(port, turns, make, think):
@@ -189,7 +190,7 @@ def main():
     ]
     sessions = [
         ("40-turn tool session", 12 if quick else 40, tool_turn, 2.0),
-        ("100-turn chat session", 20 if quick else 100, chat_turn, 0.7),
+        ("100-turn chat session", 20 if quick else 100, chat_turn, 1.0),
     ]
     rows = []
     for label, turns, make, think in sessions:
