@@ -4,6 +4,9 @@
 //! and the checkpoint a compaction makes resumes that conversation validly however it
 //! goes on.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use compaction_proxy::checkpoint::{self, Checkpoint};
 use compaction_proxy::compact::{self, count_request, validate, validate_strict, Options};
 use proptest::prelude::*;
