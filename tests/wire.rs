@@ -15,10 +15,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
-use compaction_proxy::upstream::wire::{parse_head, BodyDecoder, Decoded};
+use compaction_proxy::upstream::wire::{parse_head, BodyDecoder, Decoded, WireError};
 use http::Method;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
+use proptest::prelude::*;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// What a client makes of an answer.
@@ -516,5 +517,237 @@ fn answers_the_proxy_refuses_where_hyper_does_not() {
             &Outcome::Refused,
             &hyper_reads,
         );
+    }
+}
+
+/// `default` cases per property, unless `PROPTEST_CASES` asks for another number.
+fn config(default: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    ProptestConfig::with_cases(cases.unwrap_or(default))
+}
+
+#[derive(Debug, Clone)]
+enum Framing {
+    Length,
+    Chunked {
+        /// Where the body is cut into chunks.
+        cuts: Vec<usize>,
+        upper_hex: bool,
+        leading_zeros: usize,
+        extensions: bool,
+        trailers: Vec<(&'static str, Vec<u8>)>,
+    },
+    Close,
+}
+
+/// An answer as a well-behaved upstream would write it.
+#[derive(Debug, Clone)]
+struct Generated {
+    http_10: bool,
+    interim: bool,
+    status: u16,
+    headers: Vec<(&'static str, Vec<u8>)>,
+    framing: Framing,
+    body: Vec<u8>,
+}
+
+impl Generated {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if self.interim {
+            out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        let version = if self.http_10 { "1.0" } else { "1.1" };
+        out.extend_from_slice(format!("HTTP/{version} {} Reason\r\n", self.status).as_bytes());
+        for (name, value) in &self.headers {
+            field(&mut out, name, value);
+        }
+        match &self.framing {
+            Framing::Length => {
+                out.extend_from_slice(
+                    format!("content-length: {}\r\n\r\n", self.body.len()).as_bytes(),
+                );
+                out.extend_from_slice(&self.body);
+            }
+            Framing::Close => {
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(&self.body);
+            }
+            Framing::Chunked {
+                cuts,
+                upper_hex,
+                leading_zeros,
+                extensions,
+                trailers,
+            } => {
+                out.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
+                let mut cuts: Vec<usize> = cuts.iter().map(|&c| c.min(self.body.len())).collect();
+                cuts.extend([0, self.body.len()]);
+                cuts.sort_unstable();
+                cuts.dedup();
+                let size_line = |out: &mut Vec<u8>, size: usize| {
+                    let hex = format!("{size:0width$x}", width = leading_zeros + 1);
+                    let hex = if *upper_hex { hex.to_uppercase() } else { hex };
+                    out.extend_from_slice(hex.as_bytes());
+                    if *extensions {
+                        out.extend_from_slice(b" ;name=\"a value\";flag");
+                    }
+                    out.extend_from_slice(b"\r\n");
+                };
+                for chunk in cuts.windows(2) {
+                    size_line(&mut out, chunk[1] - chunk[0]);
+                    out.extend_from_slice(&self.body[chunk[0]..chunk[1]]);
+                    out.extend_from_slice(b"\r\n");
+                }
+                size_line(&mut out, 0);
+                for (name, value) in trailers {
+                    field(&mut out, name, value);
+                }
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        out
+    }
+}
+
+fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A header field: a name the framing does not depend on, and a value of visible ASCII
+/// and spaces (not at its ends, where they are not part of the value).
+fn header() -> impl Strategy<Value = (&'static str, Vec<u8>)> {
+    let name = prop::sample::select(vec!["content-type", "x-request-id", "openai-model", "date"]);
+    let value = prop::collection::vec(0x21u8..0x7f, 1..24);
+    (name, value)
+}
+
+fn framing() -> impl Strategy<Value = Framing> {
+    let chunked = (
+        prop::collection::vec(0usize..600, 0..8),
+        any::<bool>(),
+        0usize..4,
+        any::<bool>(),
+        prop::collection::vec(header(), 0..3),
+    )
+        .prop_map(
+            |(cuts, upper_hex, leading_zeros, extensions, trailers)| Framing::Chunked {
+                cuts,
+                upper_hex,
+                leading_zeros,
+                extensions,
+                trailers,
+            },
+        );
+    prop_oneof![Just(Framing::Length), Just(Framing::Close), chunked]
+}
+
+fn generated() -> impl Strategy<Value = Generated> {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        prop::sample::select(vec![200u16, 201, 400, 404, 413, 429, 500, 502, 503]),
+        prop::collection::vec(header(), 0..4),
+        framing(),
+        prop::collection::vec(any::<u8>(), 0..600),
+    )
+        .prop_map(
+            |(http_10, interim, status, headers, framing, body)| Generated {
+                // HTTP/1.0 has no chunked coding.
+                http_10: http_10 && !matches!(framing, Framing::Chunked { .. }),
+                interim,
+                status,
+                headers,
+                framing,
+                body,
+            },
+        )
+}
+
+/// `raw` cut at `at` (indices into it, in any order).
+fn cut<'a>(raw: &'a [u8], at: &[prop::sample::Index]) -> Vec<&'a [u8]> {
+    let mut points: Vec<usize> = at.iter().map(|i| i.index(raw.len() + 1)).collect();
+    points.extend([0, raw.len()]);
+    points.sort_unstable();
+    points.dedup();
+    points.windows(2).map(|w| &raw[w[0]..w[1]]).collect()
+}
+
+/// Whether the proxy refuses `raw` for one of the reasons in
+/// `answers_the_proxy_refuses_where_hyper_does_not`.
+fn refused_on_purpose(raw: &[u8]) -> bool {
+    matches!(
+        parse_head(&mut BytesMut::from(raw), &Method::GET),
+        Err(WireError::TransferCoding(_) | WireError::Upgrade)
+    )
+}
+
+/// A generated answer with a few bytes replaced, inserted or removed.
+fn mutated() -> impl Strategy<Value = Vec<u8>> {
+    let edit = (any::<prop::sample::Index>(), 0u8..3, any::<u8>());
+    (generated(), prop::collection::vec(edit, 1..4)).prop_map(|(answer, edits)| {
+        let mut raw = answer.encode();
+        for (at, kind, byte) in edits {
+            let at = at.index(raw.len() + 1);
+            match kind {
+                0 if at < raw.len() => raw[at] = byte,
+                1 => raw.insert(at, byte),
+                _ if at < raw.len() => {
+                    raw.remove(at);
+                }
+                _ => raw.push(byte),
+            }
+        }
+        raw
+    })
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    #[test]
+    fn generated_answers_decode_to_their_body_for_both_whatever_the_split(
+        answer in generated(),
+        at in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+    ) {
+        let raw = answer.encode();
+        let pieces = cut(&raw, &at);
+        let expected = Outcome::Answer(answer.status, answer.body.clone().into());
+        prop_assert_eq!(proxy(&Method::GET, &pieces), expected.clone());
+        prop_assert_eq!(hyper(&runtime(), &Method::GET, &pieces), expected);
+    }
+
+    #[test]
+    fn damaged_answers_are_read_alike_by_both(
+        raw in mutated(),
+        at in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+    ) {
+        let pieces = cut(&raw, &at);
+        let read = proxy(&Method::GET, &pieces);
+        if refused_on_purpose(&raw) {
+            prop_assert_eq!(read, Outcome::Refused);
+        } else {
+            prop_assert_eq!(read, hyper(&runtime(), &Method::GET, &pieces));
+        }
+    }
+
+    /// Whatever arrives, the parser answers or refuses without panicking, and how the
+    /// bytes are split never changes which.
+    #[test]
+    fn any_bytes_are_read_the_same_whatever_the_split(
+        raw in prop_oneof![prop::collection::vec(any::<u8>(), 0..1024), mutated()],
+        head in any::<bool>(),
+        at in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+    ) {
+        let method = if head { Method::HEAD } else { Method::GET };
+        let whole = proxy(&method, &[&raw]);
+        prop_assert_eq!(proxy(&method, &cut(&raw, &at)), whole.clone());
+        let bytewise: Vec<&[u8]> = raw.chunks(1).collect();
+        prop_assert_eq!(proxy(&method, &bytewise), whole);
     }
 }

@@ -410,12 +410,16 @@ impl Chunked {
     }
 }
 
-/// The size on a chunk-size line: hex digits from its first byte, then optional
-/// whitespace, then nothing or extensions (ignored) after a `;`. Stricter than RFC 9112's
+/// The size on a chunk-size line: hex digits from its first byte, then optional spaces
+/// and tabs, then nothing or extensions (ignored) after a `;`. Stricter than RFC 9112's
 /// leniency allows, as hyper is: no leading whitespace, no bare LF (see `take_line`).
 fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    let rest = line[digits..].trim_ascii_start();
+    let spaces = line[digits..]
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count();
+    let rest = &line[digits + spaces..];
     if digits == 0 || !(rest.is_empty() || rest[0] == b';') {
         return Err(WireError::Chunked);
     }
@@ -434,7 +438,7 @@ fn trailer_field(line: &[u8]) -> Result<(), WireError> {
 }
 
 /// Removes one CRLF-terminated line from the front of `buf` and returns it without its
-/// terminator; `None` when no whole line is there yet. A bare LF is an error: a chunked
+/// terminator; `None` when no whole line is there yet. A bare LF or CR is an error: a chunked
 /// body's lines end in CRLF (RFC 9112 section 7.1), and reading LF alone as an end of
 /// line is how two parsers come to disagree about where a body ends.
 fn take_line(buf: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
@@ -444,7 +448,8 @@ fn take_line(buf: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
             false => Ok(None),
         };
     };
-    if end == 0 || buf[end - 1] != b'\r' {
+    // A CR ends a line, as in hyper: one anywhere else is an error too.
+    if end == 0 || memchr::memchr(b'\r', &buf[..end]) != Some(end - 1) {
         return Err(WireError::Chunked);
     }
     let mut line = buf.split_to(end + 1).freeze();
@@ -671,6 +676,8 @@ mod tests {
             b" 5\r\nhello\r\n0\r\n\r\n",
             b"5 5\r\nhello\r\n0\r\n\r\n",
             b";5\r\nhello\r\n0\r\n\r\n",
+            b"5\x0c\r\nhello\r\n0\r\n\r\n",
+            b"5;a\rb\r\nhello\r\n0\r\n\r\n",
             b"5\r\nhello\r\n0\r\nnot a field\r\n\r\n",
             b"5\r\nhello\r\n0\r\n\n",
         ] {
