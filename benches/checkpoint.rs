@@ -16,6 +16,9 @@
 //! One conversation's checkpoint (compacted for a 128k window: 5 messages, head and
 //! summary, standing for 1,954) holds 14.0 KiB on the heap; the store counts it as 12.9 KiB.
 
+// Benchmark setup: a failed step should stop the run where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};

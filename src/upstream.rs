@@ -19,7 +19,8 @@ use crate::error::{error_chain, ProxyError};
 
 mod path;
 mod pool;
-mod wire;
+// Public for the framing tests in `tests/`, which compare it with hyper's client.
+pub mod wire;
 
 pub use path::{normalise as normalise_path, PathError};
 

@@ -4,6 +4,9 @@
 //! oversized `max_tokens` is lowered before the first call, and a body limit (413) after a
 //! preflight compaction still leads to a smaller request.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use compaction_proxy::compact::{validate_strict, MARKER};

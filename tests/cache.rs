@@ -4,6 +4,9 @@
 //! previous one; concurrent requests share one summariser call; secrets never reach a
 //! stored summary; a conversation whose compactions save little stops paying for summaries.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use serde_json::{json, Value};

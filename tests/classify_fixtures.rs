@@ -1,5 +1,8 @@
 //! Runs the classifier on every case under `fixtures/errors/` (see its README).
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::fs;
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,9 @@
 //! Clients that misbehave (broken framing, odd methods and paths) get an answer of the
 //! proxy's own that says it was the client's doing, never a 502 that blames the upstream.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::time::Duration;

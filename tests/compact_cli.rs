@@ -1,5 +1,8 @@
 //! The offline command's contract: stdout, stderr and exit codes.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::io::Write;

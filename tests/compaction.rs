@@ -2,6 +2,9 @@
 //! with a small window, refusing in several providers' shapes, gets a 200 on every
 //! turn, and every request the upstream sees is a valid conversation.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::time::Duration;

@@ -2,6 +2,9 @@
 //! engine's promises and snapshotted in a compact form (one line per message, the summary
 //! in full) so a change in behaviour shows up as a readable diff.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use compaction_proxy::compact::{
     self, message::one_line, validate, validate_strict, Counter, Options, MARKER,
 };

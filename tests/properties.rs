@@ -4,6 +4,9 @@
 //! and the checkpoint a compaction makes resumes that conversation validly however it
 //! goes on.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use compaction_proxy::checkpoint::{self, Checkpoint};
 use compaction_proxy::compact::{self, count_request, validate, validate_strict, Options};
 use proptest::prelude::*;
@@ -272,8 +275,16 @@ fn latest_results(v: &Value) -> Option<(Vec<Value>, usize)> {
     Some((results, count_request(&kept) + 60 * keep.len() + 400))
 }
 
+/// `default` cases per property, unless `PROPTEST_CASES` asks for another number.
+fn config(default: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    ProptestConfig::with_cases(cases.unwrap_or(default))
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(config(96))]
 
     #[test]
     fn compaction_keeps_its_promises(
@@ -440,4 +451,94 @@ proptest! {
             validate_strict(out["messages"].as_array().unwrap()).unwrap();
         }
     }
+
+    /// Whatever JSON arrives as a request, the engine answers (maybe with an error) and
+    /// whatever it rewrites is valid.
+    #[test]
+    fn never_panics_on_any_json(request in json_ish_request(), target in 0usize..3000) {
+        let opts = Options { target_tokens: Some(target), ..Options::with_window(4000) };
+        if let Ok(outcome) = compact::compact(&request, &opts) {
+            if let Some(out) = outcome.rewritten {
+                let messages = out["messages"].as_array().expect("messages stay an array");
+                prop_assert!(validate_strict(messages).is_ok(), "{:?}", validate_strict(messages));
+            }
+        }
+    }
+}
+
+/// Keys and strings a chat request is made of, so arbitrary JSON reaches the engine's
+/// passes rather than stopping at a missing field.
+const KEYS: &[&str] = &[
+    "messages",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "type",
+    "text",
+    "image_url",
+    "url",
+    "function",
+    "arguments",
+    "id",
+    "refusal",
+    "reasoning_content",
+    "user",
+    "assistant",
+    "tool",
+    "system",
+    "developer",
+    "function_call",
+    "input_audio",
+    "file",
+    "max_tokens",
+    "model",
+    "",
+];
+
+fn json_ish() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        prop::sample::select(KEYS).prop_map(Value::from),
+        (0usize..4000, 0usize..50).prop_map(|(len, seed)| Value::from(text(len, seed))),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(|f| json!(f)),
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+    ];
+    leaf.prop_recursive(5, 64, 8, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..8).prop_map(Value::from),
+            prop::collection::vec((prop::sample::select(KEYS), inner), 0..8).prop_map(|fields| {
+                Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+            }),
+        ]
+    })
+}
+
+/// A request whose `messages` is an array of arbitrary JSON, mostly objects with a role.
+fn json_ish_request() -> impl Strategy<Value = Value> {
+    let role = prop::sample::select(
+        &[
+            "user",
+            "assistant",
+            "tool",
+            "system",
+            "developer",
+            "function",
+            "other",
+        ][..],
+    );
+    let message = prop_oneof![
+        (role, json_ish(), json_ish()).prop_map(|(role, content, extra)| {
+            let mut m = json!({"role": role, "content": content});
+            if let Value::Object(fields) = extra {
+                m.as_object_mut().expect("an object").extend(fields);
+            }
+            m
+        }),
+        json_ish(),
+    ];
+    (prop::collection::vec(message, 0..16), json_ish())
+        .prop_map(|(messages, tools)| json!({"model": "m", "messages": messages, "tools": tools}))
 }

@@ -1,6 +1,9 @@
 //! The proxy's own errors are OpenAI-style JSON with the right status, bad input never
 //! takes it down, and it keeps serving under concurrency.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::time::Duration;

@@ -4,6 +4,9 @@
 //! Without it these tests say so and pass, unless `COMPACTION_PROXY_REQUIRE_CLIENTS`
 //! is set (as `scripts/test.sh` and CI do), in which case a missing client fails.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::path::PathBuf;

@@ -5,6 +5,9 @@
 //! comes back in later requests and reaches the upstream as the summary's text. An
 //! upstream that implements them (OpenAI) answers them itself, untouched.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use compaction_proxy::compact::MARKER;

@@ -5,6 +5,9 @@
 //! alone, summarises in the client's dialect, and passes server-side conversations
 //! (`previous_response_id`) through untouched.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use compaction_proxy::compact::MARKER;

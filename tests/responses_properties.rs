@@ -111,8 +111,16 @@ fn build(steps: &[Step]) -> Value {
         "max_output_tokens": 2000, "store": false, "x_unknown": [1]})
 }
 
+/// `default` cases per property, unless `PROPTEST_CASES` asks for another number.
+fn config(default: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    ProptestConfig::with_cases(cases.unwrap_or(default))
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(config(96))]
 
     #[test]
     fn any_valid_input_compacts_to_a_valid_input(

@@ -36,7 +36,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWrite;
 use tower_service::Service;
 
-use super::wire::{self, Chunked, Decoded, Framing, RequestFraming, ResponseHead};
+use super::wire::{self, BodyDecoder, Decoded, RequestFraming, ResponseHead};
 use crate::body::{ProxyBody, Replay};
 use crate::error::BoxError;
 
@@ -160,17 +160,11 @@ impl Pool {
 
     /// The response whose head has arrived, its body still to read from the exchange.
     fn response(self: &Arc<Self>, exchange: Exchange, head: ResponseHead) -> Response<PooledBody> {
-        let state = match head.framing {
-            Framing::Empty => State::Done,
-            Framing::Length(n) => State::Length(n),
-            Framing::Chunked => State::Chunked(Chunked::Size),
-            Framing::UntilClose => State::UntilClose,
-        };
         let mut response = Response::new(PooledBody {
             conn: Some(exchange.conn),
             writer: exchange.sending.then_some(exchange.writer),
             keep_alive: exchange.keep_alive && head.keep_alive,
-            state,
+            decoder: BodyDecoder::new(head.framing),
             pool: Arc::clone(self),
         });
         *response.status_mut() = head.status;
@@ -320,10 +314,10 @@ enum Kept {
     Gone,
 }
 
-/// Writes a request: its head, then its body as the client sends it, framed with
+/// Writes a request: its head, then its body as the client sends it, body with
 /// chunked encoding when its length is unknown.
 struct Writer {
-    /// Framed bytes not yet written, from `pos`.
+    /// BodyDecoder bytes not yet written, from `pos`.
     out: Vec<u8>,
     pos: usize,
     /// A large body frame, written from its own buffer after `out`.
@@ -436,7 +430,7 @@ impl Writer {
                 }
                 continue;
             }
-            // Everything framed so far is written: make sure it left (TLS buffers).
+            // Everything body so far is written: make sure it left (TLS buffers).
             ready!(Pin::new(&mut *io).poll_flush(cx))?;
             if self.body.is_none() {
                 return Poll::Ready(Ok(()));
@@ -486,15 +480,6 @@ impl From<io::Error> for WriteError {
     }
 }
 
-/// Where a response body is in its framing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Length(u64),
-    Chunked(Chunked),
-    UntilClose,
-    Done,
-}
-
 /// An upstream response body, read from the connection as the client takes it. The
 /// connection goes back to the pool when the body ends; a body dropped before its end
 /// (the client went away) closes the connection, which cannot carry another request
@@ -505,7 +490,7 @@ pub struct PooledBody {
     /// The request body, when the upstream answered before reading all of it.
     writer: Option<Writer>,
     keep_alive: bool,
-    state: State,
+    decoder: BodyDecoder,
     pool: Arc<Pool>,
 }
 
@@ -513,7 +498,7 @@ impl PooledBody {
     /// The body has ended: the connection goes back to the pool if it can carry another
     /// request (nothing left unsent or unread, and the upstream did not say close).
     fn release(&mut self) {
-        self.state = State::Done;
+        self.decoder = BodyDecoder::Done;
         if let Some(conn) = self.conn.take() {
             if self.keep_alive && self.writer.is_none() && conn.buf.is_empty() {
                 self.pool.checkin(conn);
@@ -523,7 +508,7 @@ impl PooledBody {
 
     fn fail(&mut self, error: impl Into<BoxError>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.conn = None;
-        self.state = State::Done;
+        self.decoder = BodyDecoder::Done;
         Poll::Ready(Some(Err(error.into())))
     }
 }
@@ -547,25 +532,11 @@ impl Body for PooledBody {
                 Ok(Some(_)) => this.keep_alive = false,
                 Err(e) => return this.fail(e),
             }
-            let (data, ended) = match &mut this.state {
-                State::Done => (None, true),
-                State::Length(left) if !conn.buf.is_empty() => {
-                    let n = usize::try_from(*left)
-                        .unwrap_or(usize::MAX)
-                        .min(conn.buf.len());
-                    *left -= n as u64;
-                    (Some(conn.buf.split_to(n).freeze()), *left == 0)
-                }
-                State::Chunked(decoder) => match decoder.decode(&mut conn.buf) {
-                    Ok(Decoded::Data(data)) => (Some(data), false),
-                    Ok(Decoded::End) => (None, true),
-                    Ok(Decoded::NeedMore) => (None, false),
-                    Err(e) => return this.fail(e),
-                },
-                State::UntilClose if !conn.buf.is_empty() => {
-                    (Some(conn.buf.split().freeze()), false)
-                }
-                State::Length(_) | State::UntilClose => (None, false),
+            let (data, ended) = match this.decoder.decode(&mut conn.buf) {
+                Ok(Decoded::Data(data)) => (Some(data), this.decoder == BodyDecoder::Done),
+                Ok(Decoded::End) => (None, true),
+                Ok(Decoded::NeedMore) => (None, false),
+                Err(e) => return this.fail(e),
             };
             if ended {
                 this.release();
@@ -580,12 +551,14 @@ impl Body for PooledBody {
                 return Poll::Ready(None);
             };
             match ready!(conn.poll_fill(cx)) {
-                Ok(0) if this.state == State::UntilClose => {
-                    this.keep_alive = false;
-                    this.release();
-                    return Poll::Ready(None);
-                }
-                Ok(0) => return this.fail("the upstream closed the connection mid-body"),
+                Ok(0) => match this.decoder.close() {
+                    Ok(()) => {
+                        this.keep_alive = false;
+                        this.release();
+                        return Poll::Ready(None);
+                    }
+                    Err(e) => return this.fail(e),
+                },
                 Ok(_) => {}
                 Err(e) => return this.fail(e),
             }
@@ -593,13 +566,13 @@ impl Body for PooledBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.state == State::Done
+        self.decoder == BodyDecoder::Done
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.state {
-            State::Length(n) => SizeHint::with_exact(n),
-            State::Done => SizeHint::with_exact(0),
+        match self.decoder {
+            BodyDecoder::Length(n) => SizeHint::with_exact(n),
+            BodyDecoder::Done => SizeHint::with_exact(0),
             _ => SizeHint::default(),
         }
     }
@@ -609,7 +582,7 @@ impl Drop for PooledBody {
     /// A body with nothing to read (no content, or a response to HEAD) is never polled:
     /// its end is seen here.
     fn drop(&mut self) {
-        if self.state == State::Done {
+        if self.decoder == BodyDecoder::Done {
             self.release();
         }
     }

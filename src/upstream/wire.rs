@@ -1,6 +1,10 @@
 //! HTTP/1.1 to the upstream as bytes: the request head written out, the response head
-//! parsed, and how the response body is delimited (RFC 9112). No I/O here: the
-//! connection in `pool` feeds these functions what it reads and writes what they make.
+//! parsed, and the response body delimited (RFC 9112). No I/O here: the connection in
+//! `pool` feeds these functions what it reads and writes what they make.
+//!
+//! Answers are framed as hyper's client frames them (`tests/wire.rs` holds
+//! the two side by side), except that a transfer coding other than `chunked` and an
+//! upgrade (101) are refused rather than relayed.
 
 use std::mem::MaybeUninit;
 
@@ -31,8 +35,12 @@ pub enum WireError {
     Upgrade,
     #[error("the upstream used a transfer coding the proxy does not relay: {0}")]
     TransferCoding(String),
+    #[error("the upstream sent Transfer-Encoding in an HTTP/1.0 answer")]
+    TransferEncodingInHttp10,
     #[error("malformed chunked body from the upstream")]
     Chunked,
+    #[error("the upstream closed the connection mid-body")]
+    Truncated,
 }
 
 /// How the request body is delimited on the wire, beyond the headers already written.
@@ -166,7 +174,7 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Response
                 .map_err(|_| WireError::Header(name.to_string()))?;
             headers.append(name, value);
         }
-        let framing = framing(method, status, &headers)?;
+        let framing = framing(method, status, version, &headers)?;
         // RFC 9112 section 6.3: beside Transfer-Encoding, Content-Length is wrong and an
         // intermediary must remove it. hyper frames the client's response by the
         // Content-Length it is given, so relaying it would cut the decoded body short.
@@ -185,7 +193,12 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Response
 }
 
 /// RFC 9112 section 6.3, for responses.
-fn framing(method: &Method, status: StatusCode, headers: &HeaderMap) -> Result<Framing, WireError> {
+fn framing(
+    method: &Method,
+    status: StatusCode,
+    version: Version,
+    headers: &HeaderMap,
+) -> Result<Framing, WireError> {
     if *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
@@ -193,6 +206,11 @@ fn framing(method: &Method, status: StatusCode, headers: &HeaderMap) -> Result<F
         return Ok(Framing::Empty);
     }
     if headers.contains_key(header::TRANSFER_ENCODING) {
+        // RFC 9112 section 6.1: HTTP/1.0 has no transfer codings, so such an answer has
+        // passed through something that did not decode them; its framing is faulty.
+        if version == Version::HTTP_10 {
+            return Err(WireError::TransferEncodingInHttp10);
+        }
         return only_chunked(headers).map(|()| Framing::Chunked);
     }
     let mut length = None;
@@ -253,6 +271,67 @@ fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
     }
 }
 
+/// Where a response body is in its framing: what comes next from the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyDecoder {
+    /// This many bytes left.
+    Length(u64),
+    Chunked(Chunked),
+    UntilClose,
+    Done,
+}
+
+impl BodyDecoder {
+    pub fn new(framing: Framing) -> Self {
+        match framing {
+            Framing::Empty | Framing::Length(0) => BodyDecoder::Done,
+            Framing::Length(n) => BodyDecoder::Length(n),
+            Framing::Chunked => BodyDecoder::Chunked(Chunked::Size),
+            Framing::UntilClose => BodyDecoder::UntilClose,
+        }
+    }
+
+    /// Takes the next piece of the body from the front of `buf`. After the piece that
+    /// completes a body of known length the state is already `Done`, so the connection
+    /// can be released without another read.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
+        match self {
+            BodyDecoder::Done => Ok(Decoded::End),
+            BodyDecoder::Length(_) | BodyDecoder::UntilClose if buf.is_empty() => {
+                Ok(Decoded::NeedMore)
+            }
+            BodyDecoder::Length(left) => {
+                let n = usize::try_from(*left).unwrap_or(usize::MAX).min(buf.len());
+                *left -= n as u64;
+                if *left == 0 {
+                    *self = BodyDecoder::Done;
+                }
+                Ok(Decoded::Data(buf.split_to(n).freeze()))
+            }
+            BodyDecoder::Chunked(chunked) => {
+                let decoded = chunked.decode(buf)?;
+                if matches!(decoded, Decoded::End) {
+                    *self = BodyDecoder::Done;
+                }
+                Ok(decoded)
+            }
+            BodyDecoder::UntilClose => Ok(Decoded::Data(buf.split().freeze())),
+        }
+    }
+
+    /// The upstream has closed the connection: the end of a body delimited by the close,
+    /// a truncated one otherwise.
+    pub fn close(&mut self) -> Result<(), WireError> {
+        match self {
+            BodyDecoder::UntilClose | BodyDecoder::Done => {
+                *self = BodyDecoder::Done;
+                Ok(())
+            }
+            BodyDecoder::Length(_) | BodyDecoder::Chunked(_) => Err(WireError::Truncated),
+        }
+    }
+}
+
 /// Decodes a chunked body as it arrives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Chunked {
@@ -284,13 +363,7 @@ impl Chunked {
                     let Some(line) = take_line(buf)? else {
                         return Ok(Decoded::NeedMore);
                     };
-                    let size = line.split(|&b| b == b';').next().unwrap_or_default();
-                    let size = std::str::from_utf8(size.trim_ascii())
-                        .ok()
-                        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
-                        .and_then(|s| u64::from_str_radix(s, 16).ok())
-                        .ok_or(WireError::Chunked)?;
-                    *self = match size {
+                    *self = match chunk_size(&line)? {
                         0 => Chunked::Trailers(0),
                         n => Chunked::Data(n),
                     };
@@ -324,18 +397,50 @@ impl Chunked {
                     if seen > MAX_TRAILERS {
                         return Err(WireError::Chunked);
                     }
-                    *self = match line.is_empty() {
-                        true => Chunked::Done,
-                        false => Chunked::Trailers(seen),
-                    };
+                    if line.is_empty() {
+                        *self = Chunked::Done;
+                        continue;
+                    }
+                    // Trailers are dropped, but a malformed one is malformed framing.
+                    trailer_field(&line)?;
+                    *self = Chunked::Trailers(seen);
                 }
             }
         }
     }
 }
 
-/// Removes one CRLF- (or LF-) terminated line from the front of `buf` and returns it
-/// without its terminator; `None` when no whole line is there yet.
+/// The size on a chunk-size line: hex digits from its first byte, then optional spaces
+/// and tabs, then nothing or extensions (ignored) after a `;`. Stricter than RFC 9112's
+/// leniency allows, as hyper is: no leading whitespace, no bare LF (see `take_line`).
+fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    let spaces = line[digits..]
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count();
+    let rest = &line[digits + spaces..];
+    if digits == 0 || !(rest.is_empty() || rest[0] == b';') {
+        return Err(WireError::Chunked);
+    }
+    let digits = std::str::from_utf8(&line[..digits]).map_err(|_| WireError::Chunked)?;
+    u64::from_str_radix(digits, 16).map_err(|_| WireError::Chunked)
+}
+
+/// Checks one trailer line is a header field, as hyper checks the trailers it decodes.
+fn trailer_field(line: &[u8]) -> Result<(), WireError> {
+    let section = [line, b"\r\n\r\n"].concat();
+    let mut field = [httparse::EMPTY_HEADER; 1];
+    match httparse::parse_headers(&section, &mut field) {
+        Ok(httparse::Status::Complete(_)) => Ok(()),
+        _ => Err(WireError::Chunked),
+    }
+}
+
+/// Removes one CRLF-terminated line from the front of `buf` and returns it without its
+/// terminator; `None` when no whole line is there yet. A bare LF or CR is an error: a chunked
+/// body's lines end in CRLF (RFC 9112 section 7.1), and reading LF alone as an end of
+/// line is how two parsers come to disagree about where a body ends.
 fn take_line(buf: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
     let Some(end) = memchr::memchr(b'\n', buf) else {
         return match buf.len() > MAX_LINE {
@@ -343,11 +448,12 @@ fn take_line(buf: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
             false => Ok(None),
         };
     };
-    let mut line = buf.split_to(end + 1).freeze();
-    line.truncate(end);
-    if line.last() == Some(&b'\r') {
-        line.truncate(end - 1);
+    // A CR ends a line, as in hyper: one anywhere else is an error too.
+    if end == 0 || memchr::memchr(b'\r', &buf[..end]) != Some(end - 1) {
+        return Err(WireError::Chunked);
     }
+    let mut line = buf.split_to(end + 1).freeze();
+    line.truncate(end - 1);
     Ok(Some(line))
 }
 
@@ -562,6 +668,64 @@ mod tests {
         assert!(decode_all(&[b"zz\r\nhello\r\n0\r\n\r\n"]).is_err());
         assert!(decode_all(&[b"5\r\nhelloXX0\r\n\r\n"]).is_err());
         assert!(decode_all(&[&[b'1'; MAX_LINE + 1][..]]).is_err());
+        // Lines end in CRLF, the size starts the line, a trailer is a header field.
+        for bad in [
+            &b"5\nhello\r\n0\r\n\r\n"[..],
+            b"5\r\nhello\n0\r\n\r\n",
+            b"5;a\nb\r\nhello\r\n0\r\n\r\n",
+            b" 5\r\nhello\r\n0\r\n\r\n",
+            b"5 5\r\nhello\r\n0\r\n\r\n",
+            b";5\r\nhello\r\n0\r\n\r\n",
+            b"5\x0c\r\nhello\r\n0\r\n\r\n",
+            b"5;a\rb\r\nhello\r\n0\r\n\r\n",
+            b"5\r\nhello\r\n0\r\nnot a field\r\n\r\n",
+            b"5\r\nhello\r\n0\r\n\n",
+        ] {
+            assert!(decode_all(&[bad]).is_err(), "{}", bad.escape_ascii());
+        }
+        assert_eq!(
+            decode_all(&[b"5 \t;a=b\r\nhello\r\n0\r\n\r\n"]).unwrap(),
+            b"hello"
+        );
+    }
+
+    #[test]
+    fn transfer_encoding_in_http_1_0_is_faulty_framing() {
+        let raw = "HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+        assert!(matches!(
+            head(raw, &Method::GET),
+            Err(WireError::TransferEncodingInHttp10)
+        ));
+    }
+
+    #[test]
+    fn bodies_end_where_their_framing_says() {
+        let mut buf = BytesMut::from(&b"helloNEXT"[..]);
+        let mut body = BodyDecoder::new(Framing::Length(5));
+        assert!(matches!(body.decode(&mut buf), Ok(Decoded::Data(d)) if d == "hello"));
+        assert_eq!(
+            body,
+            BodyDecoder::Done,
+            "done with its last byte, without another read"
+        );
+        assert_eq!(&buf[..], b"NEXT");
+
+        let mut body = BodyDecoder::new(Framing::Length(9));
+        assert!(matches!(body.decode(&mut buf), Ok(Decoded::Data(d)) if d == "NEXT"));
+        assert!(matches!(body.decode(&mut buf), Ok(Decoded::NeedMore)));
+        assert!(matches!(body.close(), Err(WireError::Truncated)));
+
+        let mut body = BodyDecoder::new(Framing::UntilClose);
+        buf.extend_from_slice(b"all of it");
+        assert!(matches!(body.decode(&mut buf), Ok(Decoded::Data(d)) if d == "all of it"));
+        assert!(body.close().is_ok());
+        assert!(matches!(body.decode(&mut buf), Ok(Decoded::End)));
+
+        let mut body = BodyDecoder::new(Framing::Chunked);
+        buf.extend_from_slice(b"2\r\nok\r\n");
+        assert!(matches!(body.decode(&mut buf), Ok(Decoded::Data(d)) if d == "ok"));
+        assert!(matches!(body.close(), Err(WireError::Truncated)));
+        assert_eq!(BodyDecoder::new(Framing::Empty), BodyDecoder::Done);
     }
 
     #[test]
