@@ -40,6 +40,7 @@ pub struct IdleTimeout<B> {
 }
 
 impl<B> IdleTimeout<B> {
+    #[cfg(test)]
     pub fn new(inner: B, idle: Duration) -> Self {
         Self::with_timer(inner, idle, Box::pin(tokio::time::sleep(idle)))
     }

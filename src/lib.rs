@@ -9,24 +9,24 @@
 //! summary cache; `offline` is the `compact` command.
 
 pub mod app;
-pub mod attempt;
-pub mod auth;
-pub mod body;
+pub(crate) mod attempt;
+pub(crate) mod auth;
+pub(crate) mod body;
 pub mod checkpoint;
 pub mod classify;
 pub mod cli;
 pub mod compact;
 pub mod config;
-pub mod error;
-pub mod limits;
+pub(crate) mod error;
+pub(crate) mod limits;
 pub mod logging;
-pub mod metrics;
-pub mod models;
+pub(crate) mod metrics;
+pub(crate) mod models;
 pub mod offline;
-pub mod passthrough;
-pub mod redact;
-pub mod router;
+pub(crate) mod passthrough;
+pub(crate) mod redact;
+pub(crate) mod router;
 pub mod server;
-pub mod summarize;
+pub(crate) mod summarize;
 pub mod upstream;
 pub mod wire;

@@ -31,6 +31,7 @@
 use std::borrow::Cow;
 
 use memchr::memmem;
+#[cfg(test)]
 use serde_json::Value;
 
 /// Start of every placeholder; a value starting with it was masked already.
@@ -63,6 +64,7 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 /// Masks the secrets in every string of a JSON value, and the whole string value of any
 /// object member whose key looks secret (`{"password": "hunter22"}`), since a parsed
 /// value no longer shows its key next to it.
+#[cfg(test)]
 pub fn redact_value(value: &mut Value) {
     match value {
         Value::String(s) => {

@@ -33,8 +33,8 @@ mod stream;
 pub use answer::{check_answer, AnswerProblem};
 pub use call::{Call, Middle, Summarizer};
 pub use chunk::{chunk_input_limit, chunk_turns};
-pub use request::{max_tokens, SummaryRequest};
-pub use stream::{AnswerStream, StreamedAnswer};
+pub use request::SummaryRequest;
+pub use stream::AnswerStream;
 
 use crate::compact::message::one_line;
 use crate::compact::summary::has_marker;

@@ -45,6 +45,7 @@ impl AnswerStream {
     }
 
     /// The text collected so far.
+    #[cfg(test)]
     pub fn text(&self) -> &str {
         &self.answer.text
     }
