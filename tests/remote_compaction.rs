@@ -90,6 +90,12 @@ fn streamed_item(body: &str) -> Value {
     done[0]["item"].clone()
 }
 
+/// The compaction item of a first streamed compaction through `proxy`.
+async fn first_item(proxy: &Proxy) -> Value {
+    let answer = post(proxy, "/v1/responses", &trigger_request(true), false).await;
+    streamed_item(&answer.body)
+}
+
 #[tokio::test]
 async fn a_compaction_trigger_is_answered_with_one_item_holding_the_summary() {
     let mock = Mock::start().await;
@@ -135,11 +141,7 @@ async fn a_compaction_trigger_is_answered_with_one_item_holding_the_summary() {
 async fn the_proxys_item_reaches_the_upstream_as_the_summarys_text() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
-    let item = streamed_item(
-        &post(&proxy, "/v1/responses", &trigger_request(true), false)
-            .await
-            .body,
-    );
+    let item = first_item(&proxy).await;
     // The next turn as Codex sends it: the kept user messages, the item, the new message.
     let next = json!({"model": MODEL, "stream": false, "input": [
         user("turn one: make the build pass; never touch config/prod.yaml"),
@@ -164,11 +166,7 @@ async fn the_proxys_item_reaches_the_upstream_as_the_summarys_text() {
 async fn a_second_compaction_carries_the_first_summary_forward() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
-    let item = streamed_item(
-        &post(&proxy, "/v1/responses", &trigger_request(true), false)
-            .await
-            .body,
-    );
+    let item = first_item(&proxy).await;
     let request = json!({"model": MODEL, "stream": true, "input": [
         user("turn two: now run the tests"),
         item,

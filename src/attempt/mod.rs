@@ -70,18 +70,21 @@ pub async fn handle(
     match dialect.head(&original) {
         Some(head) => run(app, &parts, original, head, dialect, id).await,
         // Not a request the proxy understands: the upstream is the judge of it.
-        None => {
-            app.metrics.upstream_attempt();
-            app.upstream
-                .send(
-                    parts.method,
-                    &parts.uri,
-                    &parts.headers,
-                    body::full(original),
-                )
-                .await
-        }
+        None => send(app, &parts, original).await,
     }
+}
+
+/// One upstream attempt: `body` with the client's method, path and headers.
+async fn send(app: &App, parts: &Parts, body: Bytes) -> Result<Response<ProxyBody>, ProxyError> {
+    app.metrics.upstream_attempt();
+    app.upstream
+        .send(
+            parts.method.clone(),
+            &parts.uri,
+            &parts.headers,
+            body::full(body),
+        )
+        .await
 }
 
 /// The one loop: prepare the first attempt, send, and on an answer compaction can fix
@@ -111,16 +114,7 @@ async fn run(
     attempt.preflight().await;
     loop {
         attempt.done.calls += 1;
-        app.metrics.upstream_attempt();
-        let response = app
-            .upstream
-            .send(
-                parts.method.clone(),
-                &parts.uri,
-                &parts.headers,
-                body::full(attempt.work.body.clone()),
-            )
-            .await?;
+        let response = send(app, parts, attempt.work.body.clone()).await?;
         let hold = app.config.first_event_timeout();
         let verdict = inspect::inspect(response, attempt.ctx.head.stream, hold).await?;
         match verdict {

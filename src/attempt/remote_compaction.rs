@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::inspect::read_to_end;
 use super::report::{Outcome, XCompaction};
-use super::{read_body, Trigger};
+use super::{read_body, send, Trigger};
 use crate::app::App;
 use crate::body::{self, ProxyBody, Replay};
 use crate::checkpoint;
@@ -82,16 +82,7 @@ pub(super) async fn handle(
     let mut attempts = 0;
     if mode == RemoteCompaction::Upstream || (mode == RemoteCompaction::Auto && !known_missing) {
         attempts = 1;
-        app.metrics.upstream_attempt();
-        let response = app
-            .upstream
-            .send(
-                parts.method.clone(),
-                &parts.uri,
-                &parts.headers,
-                body::full(body.clone()),
-            )
-            .await?;
+        let response = send(app, parts, body.clone()).await?;
         if mode == RemoteCompaction::Upstream || !ask.unsupported(response.status()) {
             return Ok(response);
         }
@@ -125,17 +116,7 @@ pub(super) async fn handle(
     match emulate(app, parts, &body, ask, id, attempts).await {
         Some(response) => Ok(response),
         // Not a request the proxy can read: the upstream is the judge of it.
-        None => {
-            app.metrics.upstream_attempt();
-            app.upstream
-                .send(
-                    parts.method.clone(),
-                    &parts.uri,
-                    &parts.headers,
-                    body::full(body),
-                )
-                .await
-        }
+        None => send(app, parts, body).await,
     }
 }
 
