@@ -13,7 +13,7 @@ mod support;
 use compaction_proxy::compact::MARKER;
 use compaction_proxy::wire::remote_compaction::ITEM_PREFIX;
 use serde_json::{json, Value};
-use support::{client, metrics, Mock, Proxy, CANNED_SUMMARY, NATIVE_COMPACTION};
+use support::{client, metrics, x_compaction, Mock, Proxy, CANNED_SUMMARY, NATIVE_COMPACTION};
 
 const MODEL: &str = "gpt-5";
 
@@ -57,11 +57,7 @@ async fn post(proxy: &Proxy, path: &str, body: &Value, native: bool) -> Answer {
         .await
         .unwrap();
     let status = response.status().as_u16();
-    let x = response
-        .headers()
-        .get("x-compaction")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
+    let x = x_compaction(&response);
     let body = response.text().await.unwrap();
     Answer { status, x, body }
 }

@@ -14,7 +14,7 @@ use compaction_proxy::compact::MARKER;
 use compaction_proxy::wire::responses::validate;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use support::{client, metrics, Mock, Proxy, CANNED_SUMMARY};
+use support::{client, metrics, x_compaction, Mock, Proxy, CANNED_SUMMARY};
 
 const MODEL: &str = "mock-agent-model";
 const INSTRUCTIONS: &str = "You are a coding agent. Use the tools; keep answers short.";
@@ -64,11 +64,7 @@ async fn send(proxy: &Proxy, shape: &str, window: u64, body: &Value) -> (u16, St
         .await
         .unwrap();
     let status = response.status().as_u16();
-    let x = response
-        .headers()
-        .get("x-compaction")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
+    let x = x_compaction(&response);
     let mut stream = response.bytes_stream();
     let mut raw = Vec::new();
     while let Some(chunk) = stream.next().await {

@@ -992,12 +992,17 @@ pub async fn post_chat(
         builder = builder.header(*name, *value);
     }
     let response = builder.json(request).send().await.unwrap();
-    let x = response
+    let x = x_compaction(&response);
+    (response.status().as_u16(), x)
+}
+
+/// The answer's `x-compaction` header, empty when it has none.
+pub fn x_compaction(response: &reqwest::Response) -> String {
+    response
         .headers()
         .get("x-compaction")
         .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    (response.status().as_u16(), x)
+        .unwrap_or_default()
 }
 
 /// Sends raw bytes on a new connection and returns everything read until the server
