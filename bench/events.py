@@ -69,13 +69,6 @@ class Upstream(BaseHTTPRequestHandler):
         self.answer(body, f"Done with turn; saw {len(messages)} messages.")
 
     def answer(self, body, text):
-        if body.get("stream"):
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.end_headers()
-            chunk = {"choices": [{"index": 0, "delta": {"content": text}}]}
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
-            return
         self.send_json(200, {"id": "x", "object": "chat.completion", "choices": [
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": tokens(body), "completion_tokens": 10}})
@@ -105,6 +98,7 @@ def start_proxy(upstream_port, extra):
     for _ in range(100):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            os.unlink(config.name)
             return proc, port
         except OSError:
             time.sleep(0.1)
@@ -160,6 +154,7 @@ def measure(name, extra, turns, make, think):
     proxy, port = start_proxy(server.server_address[1], extra)
     try:
         results = session(port, turns, make, think)
+        # A preparation still running is counted with the session it belongs to.
         time.sleep(0.5)
     finally:
         proxy.terminate()

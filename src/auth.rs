@@ -7,11 +7,13 @@ use crate::config::{AuthConfig, ConfigError};
 use crate::error::ProxyError;
 
 /// Headers that carry a client's credentials: its key for this proxy or for the
-/// upstream (`Authorization`, Anthropic's and others' `x-api-key`, Azure's `api-key`).
-const CREDENTIAL_HEADERS: [HeaderName; 3] = [
+/// upstream (`Authorization`, Azure's `api-key`, Anthropic's and others' `x-api-key`), in
+/// the order the summary cache looks for a tenant's credential (changing it would move
+/// every stored partition).
+pub(crate) const CREDENTIAL_HEADERS: [HeaderName; 3] = [
     header::AUTHORIZATION,
-    HeaderName::from_static("x-api-key"),
     HeaderName::from_static("api-key"),
+    HeaderName::from_static("x-api-key"),
 ];
 
 /// Whether `name` is a header that carries a client's credentials.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
@@ -135,10 +135,8 @@ async fn forward(
             // declared length is reserved before any of the body is read; one over
             // `max_body_bytes` is refused unread by the chat path instead.
             let reservation = Arc::new(app.buffers.reservation());
-            let declared = request
-                .headers()
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            // hyper has read `Content-Length` into the body's size already.
+            let declared = request.body().size_hint().exact();
             if let Some(len) = declared.filter(|&len| len <= app.config.limits.max_body_bytes) {
                 reservation.grow_to(len)?;
             }

@@ -69,7 +69,7 @@ impl Attempt<'_> {
         };
         let factor = self.ctx.factor();
         let settings = &self.ctx.app.config.compaction;
-        let limit = (window as f64 * settings.threshold) as u64;
+        let limit = self.limit(window);
         let prepare_at = (window as f64 * settings.prepare_at) as u64;
         let budget = self.output_budget(window);
         // A token is at least one byte of JSON, so the body's length bounds the prompt
@@ -113,10 +113,16 @@ impl Attempt<'_> {
         })
     }
 
+    /// The most prompt plus completion budget (the upstream's tokens) a request may carry
+    /// before it is compacted: the threshold's share of the window.
+    fn limit(&self, window: u64) -> u64 {
+        (window as f64 * self.ctx.app.config.compaction.threshold) as u64
+    }
+
     /// Whether a request at `tokens` (ours) would be compacted before it is sent.
     pub(super) fn over_threshold(&self, tokens: u64, window: u64) -> bool {
-        let limit = (window as f64 * self.ctx.app.config.compaction.threshold) as u64;
-        (tokens as f64 * self.ctx.factor()) as u64 + self.output_budget(window) > limit
+        let prompt = (tokens as f64 * self.ctx.factor()) as u64;
+        prompt + self.output_budget(window) > self.limit(window)
     }
 
     /// Puts the conversation's checkpoint, when the cache holds one for a prefix of its

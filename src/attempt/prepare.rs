@@ -14,6 +14,7 @@ use http::Request;
 use super::work::{messages_of, Work};
 use super::{Attempt, Ctx, Done, Engine, Goal, Promote};
 use crate::app::App;
+use crate::checkpoint::prepared::Fate;
 use crate::checkpoint::{Checkpoint, Key};
 use crate::wire::{Dialect, Head};
 
@@ -83,10 +84,11 @@ impl Attempt<'_> {
         let Some(hashes) = self.work.hashes(dialect, partition).map(<[u128]>::to_vec) else {
             return false;
         };
-        let Some((_, _, checkpoint)) = prepared.take(partition, &hashes).await else {
+        let Some(checkpoint) = prepared.take(partition, &hashes).await else {
             return false;
         };
         let Some(&prefix) = hashes.get(checkpoint.prefix_len) else {
+            prepared.count(Fate::Wasted);
             return false;
         };
         // The client's own messages, with the prepared form in place of those it covers,
@@ -98,6 +100,7 @@ impl Attempt<'_> {
             .base(dialect)
             .and_then(|base| messages_of(&base.view)?.get(checkpoint.prefix_len).cloned());
         if !checkpoint.continues(next.as_ref()) {
+            prepared.count(Fate::Wasted);
             // Back to the conversation as resumed: the engine compacts it as usual.
             self.work.forget_base();
             if let Some(hit) = resumed {
@@ -105,6 +108,7 @@ impl Attempt<'_> {
             }
             return false;
         }
+        prepared.count(Fate::Used);
         let replaces = resumed.map(|hit| hit.key);
         self.apply(checkpoint.prefix_len, checkpoint, Key { partition, prefix });
         self.done.promote = Some(Promote { replaces });

@@ -6,10 +6,8 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::Xxh3;
 
+use crate::auth::CREDENTIAL_HEADERS;
 use crate::compact::Message;
-
-/// Headers that carry a client's credential, in the order OpenAI-compatible clients use.
-const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "api-key", "x-api-key"];
 
 /// One tenant's conversations with one model on one upstream. Checkpoints never cross
 /// partitions, so one client's compacted history is never applied to another's request.
@@ -23,7 +21,7 @@ impl Partition {
     pub fn new(headers: &HeaderMap, upstream: &str, model: &str) -> Partition {
         let credential = CREDENTIAL_HEADERS
             .iter()
-            .find_map(|name| headers.get(*name))
+            .find_map(|name| headers.get(name))
             .map_or(&b""[..], |value| value.as_bytes());
         let tenant = ring::digest::digest(&ring::digest::SHA256, credential);
         let mut hasher = Xxh3::new();

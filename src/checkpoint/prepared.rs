@@ -91,7 +91,9 @@ impl Prepared {
         }
     }
 
-    fn count(&self, fate: Fate) {
+    /// Counts an entry's fate; the caller of [`Prepared::take`] says whether it used
+    /// what it took.
+    pub fn count(&self, fate: Fate) {
         self.fates[fate as usize].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -174,24 +176,16 @@ impl Prepared {
     }
 
     /// Takes the prepared checkpoint for the longest prefix of the conversation, waiting
-    /// for its preparation if it is still running, with the prefix's length.
-    pub async fn take(
-        &self,
-        partition: Partition,
-        prefixes: &[u128],
-    ) -> Option<(usize, Key, Arc<Checkpoint>)> {
-        let (len, key, mut done) = {
+    /// for its preparation if it is still running. The caller counts it used or wasted.
+    pub async fn take(&self, partition: Partition, prefixes: &[u128]) -> Option<Arc<Checkpoint>> {
+        let (key, mut done) = {
             let mut entries = self.lock();
-            let (len, key) = prefixes
-                .iter()
-                .enumerate()
-                .rev()
-                .find_map(|(len, &prefix)| {
-                    let key = Key { partition, prefix };
-                    entries.contains_key(&key).then_some((len, key))
-                })?;
+            let key = prefixes.iter().rev().find_map(|&prefix| {
+                let key = Key { partition, prefix };
+                entries.contains_key(&key).then_some(key)
+            })?;
             if let Some(Entry::Running { done, .. }) = entries.get(&key) {
-                (len, key, done.clone())
+                (key, done.clone())
             } else {
                 let Some(Entry::Ready { checkpoint, since }) = entries.remove(&key) else {
                     return None;
@@ -200,8 +194,7 @@ impl Prepared {
                     self.count(Fate::Wasted);
                     return None;
                 }
-                self.count(Fate::Used);
-                return Some((len, key, checkpoint));
+                return Some(checkpoint);
             }
         };
         // Still running: this event waits for it rather than asking the summariser twice.
@@ -213,8 +206,7 @@ impl Prepared {
             .flatten()?;
         // `finish` stored it as made; the event takes it.
         self.lock().remove(&key);
-        self.count(Fate::Used);
-        Some((len, key, checkpoint))
+        Some(checkpoint)
     }
 
     /// Pushes out the oldest entries of the partition past its share, and the oldest of
@@ -293,12 +285,9 @@ mod tests {
         };
         tokio::task::yield_now().await;
         prepared.finish(ticket, Some(checkpoint()));
-        let (len, taken, checkpoint) = waiting.await.unwrap().unwrap();
-        assert_eq!((len, taken, checkpoint.prefix_len), (1, key(7), 3));
-        assert_eq!(
-            (fate(&prepared, Fate::Made), fate(&prepared, Fate::Used)),
-            (1, 1)
-        );
+        let checkpoint = waiting.await.unwrap().unwrap();
+        assert_eq!(checkpoint.prefix_len, 3);
+        assert_eq!(fate(&prepared, Fate::Made), 1);
         assert!(!prepared.holds(key(7).partition, &[1, 7, 9]));
     }
 

@@ -19,7 +19,9 @@ pub enum PathError {
 /// as a dot), `Ok(None)` when there are none, which is the fast, common case.
 pub fn normalise(uri: &Uri) -> Result<Option<Uri>, PathError> {
     let path = uri.path();
-    if !path.contains(['.', '%', '\\']) {
+    // A dot segment starts after a slash; a hidden one needs a `%` or a backslash. Paths
+    // with dots elsewhere (`/deployments/gpt-4.1/...`) take the fast way.
+    if !path.contains("/.") && !path.contains(['%', '\\']) {
         return Ok(None);
     }
     let mut kept: Vec<&str> = Vec::new();

@@ -210,6 +210,10 @@ impl Pool {
 
     /// Takes back a connection whose exchange has ended cleanly.
     fn checkin(&self, conn: Box<Conn>) {
+        // No reuse asked for: the connection closes now rather than at the next checkout.
+        if self.idle_timeout.is_zero() {
+            return;
+        }
         let now = Instant::now();
         let mut idle = self.lock();
         let expired = idle
@@ -314,10 +318,10 @@ enum Kept {
     Gone,
 }
 
-/// Writes a request: its head, then its body as the client sends it, body with
+/// Writes a request: its head, then its body as the client sends it, framed with
 /// chunked encoding when its length is unknown.
 struct Writer {
-    /// BodyDecoder bytes not yet written, from `pos`.
+    /// Framed bytes not yet written, from `pos`.
     out: Vec<u8>,
     pos: usize,
     /// A large body frame, written from its own buffer after `out`.
@@ -430,7 +434,7 @@ impl Writer {
                 }
                 continue;
             }
-            // Everything body so far is written: make sure it left (TLS buffers).
+            // Everything framed so far is written: make sure it left (TLS buffers).
             ready!(Pin::new(&mut *io).poll_flush(cx))?;
             if self.body.is_none() {
                 return Poll::Ready(Ok(()));
