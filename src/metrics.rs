@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::attempt::Trigger;
 use crate::checkpoint::Checkpoints;
 use crate::compact::SummarySource;
+use crate::summarize::REASONS;
 use crate::wire::Dialect;
 
 /// The summary sources counted: a compaction without a summary counts none.
@@ -37,6 +38,10 @@ pub struct Metrics {
     tokens_saved: AtomicU64,
     /// Summariser calls that gave a usable summary (`[0]`) or did not (`[1]`).
     summarizer_calls: [AtomicU64; 2],
+    /// Summariser answers rejected, by reason (see [`crate::summarize::REASONS`]).
+    summarizer_rejected: [AtomicU64; REASONS.len()],
+    /// Summaries not asked for: the summariser's window cannot hold its prompt and turns.
+    summarizer_skipped: AtomicU64,
     compaction_time: Histogram,
 }
 
@@ -75,6 +80,20 @@ impl Metrics {
     /// One summariser call made, and whether it gave a usable summary.
     pub fn summarizer_call(&self, ok: bool) {
         self.summarizer_calls[usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A summariser answer that was not usable, for `reason` (one of [`REASONS`]). The
+    /// call counts as a failed one too.
+    pub fn summarizer_rejected(&self, reason: &str) {
+        self.summarizer_call(false);
+        if let Some(i) = REASONS.iter().position(|r| *r == reason) {
+            self.summarizer_rejected[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A summary not asked for, because no call could fit the summariser's window.
+    pub fn summarizer_skipped(&self) {
+        self.summarizer_skipped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Time spent compacting, excluding any summariser call.
@@ -134,12 +153,25 @@ impl Metrics {
         labelled(
             &mut out,
             "compaction_proxy_summarizer_calls_total",
-            "Summariser calls made by the proxy, by outcome (error: HTTP error, timeout, empty or refused answer).",
+            "Summariser calls made by the proxy, by outcome (error: HTTP error, timeout, or an answer rejected).",
             "outcome",
             [
                 ("ok", &self.summarizer_calls[0]),
                 ("error", &self.summarizer_calls[1]),
             ],
+        );
+        labelled(
+            &mut out,
+            "compaction_proxy_summarizer_rejected_total",
+            "Summariser answers rejected before use, by reason (empty, truncated by its cap, refusal, without the checkpoint's headings, repeating the prompt, nothing under the headings, too short for what it replaces).",
+            "reason",
+            REASONS.iter().copied().zip(&self.summarizer_rejected),
+        );
+        counter(
+            &mut out,
+            "compaction_proxy_summarizer_skipped_total",
+            "Summaries not asked for because the summariser's window cannot hold its prompt and any turns (the digest is used).",
+            self.summarizer_skipped.load(Ordering::Relaxed),
         );
         self.compaction_time.render(
             &mut out,
@@ -262,9 +294,14 @@ mod tests {
         metrics.summary(SummarySource::Fallback);
         metrics.tokens_saved(1200);
         metrics.summarizer_call(false);
+        metrics.summarizer_rejected("echo");
+        metrics.summarizer_skipped();
         let text = metrics.render(None);
+        assert!(text.contains("compaction_proxy_summarizer_rejected_total{reason=\"echo\"} 1\n"));
+        assert!(text.contains("compaction_proxy_summarizer_rejected_total{reason=\"short\"} 0\n"));
+        assert!(text.contains("compaction_proxy_summarizer_skipped_total 1\n"));
         assert!(text.contains("compaction_proxy_summarizer_calls_total{outcome=\"ok\"} 0\n"));
-        assert!(text.contains("compaction_proxy_summarizer_calls_total{outcome=\"error\"} 1\n"));
+        assert!(text.contains("compaction_proxy_summarizer_calls_total{outcome=\"error\"} 2\n"));
         assert!(text.contains(
             "# TYPE compaction_proxy_requests_total counter\ncompaction_proxy_requests_total 2\n"
         ));

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use crate::compact::{self, budget, Options, Outcome, DEFAULT_CONTEXT_WINDOW};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::models;
-use crate::summarize::{Call, Middle, Summarizer};
+use crate::models::{self, ModelWindows};
+use crate::summarize::{Call, Middle, Shared, Summarizer};
 use crate::wire::{responses, Dialect};
 
 /// Exit status when the result fits the target.
@@ -188,6 +188,11 @@ fn compact_via(
             .map_err(|e| e.to_string())?
             .into_parts();
         let model = request["model"].as_str().unwrap_or_default();
+        let (metrics, models) = (Metrics::default(), ModelWindows::default());
+        let shared = Shared {
+            metrics: &metrics,
+            models: &models,
+        };
         let call = Call {
             parts: &parts,
             model,
@@ -197,7 +202,7 @@ fn compact_via(
         };
         Ok::<_, String>(
             summarizer
-                .summarize(&Metrics::default(), &call, &Middle::of_plan(&plan, opts))
+                .summarize(shared, &call, &Middle::of_plan(&plan, opts))
                 .await,
         )
     })?;

@@ -13,6 +13,7 @@ use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
+use crate::summarize::ClientFocus;
 use crate::wire::Dialect;
 use crate::{attempt, passthrough, upstream};
 
@@ -64,6 +65,7 @@ pub async fn handle(
             if let Some(uri) = normal {
                 *request.uri_mut() = uri;
             }
+            take_focus(&mut request);
             let route = match (Route::of(&request), compaction_off(&mut request)) {
                 (Route::Compact(_) | Route::RemoteCompaction, true) => Route::Passthrough,
                 (route, _) => route,
@@ -117,6 +119,21 @@ fn compaction_off<B>(request: &mut Request<B>) -> bool {
         .headers_mut()
         .remove(COMPACTION)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"off"))
+}
+
+/// The request header a client steers the summary of its conversation with.
+const FOCUS: &str = "x-compaction-focus";
+
+/// Takes `x-compaction-focus` off the request, so it never reaches the upstream, and
+/// keeps its text in the request's extensions for the summariser.
+fn take_focus<B>(request: &mut Request<B>) {
+    let Some(value) = request.headers_mut().remove(FOCUS) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(value.as_bytes()).trim().to_owned();
+    if !text.is_empty() {
+        request.extensions_mut().insert(ClientFocus(text));
+    }
 }
 
 /// A client's request on its way upstream: its key checked, its body bounded (see

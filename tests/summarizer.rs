@@ -125,6 +125,10 @@ async fn the_llm_checkpoint_replaces_the_middle_and_never_sees_a_secret() {
 
 /// A summariser that fails as `behaviour` says still gives the client its answer.
 async fn falls_back(behaviour: &str) {
+    falls_back_logging(behaviour, "summariser failed").await;
+}
+
+async fn falls_back_logging(behaviour: &str, logged: &str) -> Proxy {
     let mock = Mock::start().await;
     let proxy = proxy(&mock, "timeout_ms = 300");
     let (status, x) = send(&proxy, behaviour, &session(30)).await;
@@ -142,7 +146,8 @@ async fn falls_back(behaviour: &str) {
         metrics.contains("compaction_proxy_summarizer_calls_total{outcome=\"error\"} 1\n"),
         "{behaviour}: {metrics}"
     );
-    assert!(proxy.logged("summariser failed"), "{behaviour}");
+    assert!(proxy.logged(logged), "{behaviour}");
+    proxy
 }
 
 #[tokio::test]
@@ -160,14 +165,142 @@ async fn a_silent_summariser_times_out_and_falls_back() {
     falls_back("silent").await;
 }
 
-#[tokio::test]
-async fn an_empty_summary_falls_back() {
-    falls_back("empty").await;
+/// An answer the checks reject falls back, and the rejection is counted by its reason.
+async fn is_rejected(behaviour: &str, reason: &str) {
+    let proxy = falls_back_logging(behaviour, "summariser answer rejected").await;
+    assert!(
+        proxy.logged(&format!("reason=\"{reason}\"")) || proxy.logged(&format!("reason={reason}")),
+        "{}",
+        proxy.logs()
+    );
+    let metrics = metrics(&proxy).await;
+    let line = format!("compaction_proxy_summarizer_rejected_total{{reason=\"{reason}\"}} 1\n");
+    assert!(metrics.contains(&line), "{behaviour}: {metrics}");
 }
 
 #[tokio::test]
-async fn a_refusal_falls_back() {
-    falls_back("refusal").await;
+async fn an_empty_summary_is_rejected() {
+    is_rejected("empty", "empty").await;
+}
+
+#[tokio::test]
+async fn a_refusal_is_rejected() {
+    is_rejected("refusal", "refusal").await;
+}
+
+#[tokio::test]
+async fn a_one_word_answer_is_rejected() {
+    is_rejected("junk", "structure").await;
+}
+
+#[tokio::test]
+async fn an_answer_cut_by_its_cap_is_rejected() {
+    is_rejected("truncated", "truncated").await;
+}
+
+#[tokio::test]
+async fn an_answer_repeating_the_focus_is_rejected() {
+    is_rejected("echo", "echo").await;
+}
+
+#[tokio::test]
+async fn a_paragraph_without_the_checkpoints_headings_is_rejected() {
+    is_rejected("unstructured", "structure").await;
+}
+
+#[tokio::test]
+async fn a_rejected_chunk_is_never_carried_into_the_next() {
+    let mock = Mock::start().await;
+    // A summariser window that needs several chunks for this middle.
+    let proxy = proxy(&mock, "context_window = 3000");
+    let (status, x) = send(&proxy, "junk", &session(40)).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=fallback"), "{x}");
+    // The first chunk's junk ends the chain: no second call carries it.
+    assert_eq!(mock.summaries().len(), 1);
+}
+
+#[tokio::test]
+async fn summariser_requests_fit_a_small_window_the_upstream_counts_its_own_way() {
+    let mock = Mock::start().await;
+    // The mock counts about a third more tokens than the proxy's estimate.
+    const SMALL: u64 = 2048;
+    let config = format!("[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {SMALL}\n");
+    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let window = SMALL.to_string();
+    let headers = [
+        ("x-mock", "window"),
+        ("x-mock-shape", "llamacpp"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary-window", window.as_str()),
+    ];
+    let turn = |n: usize| {
+        let facts: String = (0..8)
+            .map(|i| format!("In part {i} of turn {n} the team agreed that the staging environment should keep running until the review has finished. "))
+            .collect();
+        [
+            json!({"role": "user", "content": format!("Turn {n}. {facts}")}),
+            json!({"role": "assistant", "content": format!("Noted the facts of turn {n}.")}),
+        ]
+    };
+    let request = |turns: usize| {
+        let mut messages =
+            vec![json!({"role": "system", "content": "You are a concise assistant."})];
+        messages.extend((0..turns).flat_map(turn));
+        messages.push(json!({"role": "user", "content": "Where are we?"}));
+        json!({"model": "mock-agent-model", "max_tokens": 48, "messages": messages})
+    };
+    // Ordinary answers under the threshold teach the proxy the upstream's count...
+    for _ in 0..3 {
+        let (status, x) = post_chat(&proxy, &headers, &request(3)).await;
+        assert_eq!((status, x.as_str()), (200, ""), "{}", proxy.logs());
+    }
+    // ...so that the chunks of a long middle fill the window by the upstream's count,
+    // not by ours.
+    let (status, x) = post_chat(&proxy, &headers, &request(12)).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
+    let calls = bodies(&mock.summaries());
+    assert!(calls.len() >= 2, "{} calls", calls.len());
+    for call in &calls {
+        let asked = support::mock_tokens(call) + call["max_tokens"].as_u64().unwrap_or(0);
+        assert!(asked <= SMALL, "a summariser request of {asked} tokens");
+        // Filled: the room was used, not left to a blind margin.
+        assert!(asked > SMALL / 2, "a summariser request of {asked} tokens");
+    }
+    let metrics = metrics(&proxy).await;
+    assert!(
+        metrics.contains("compaction_proxy_summarizer_calls_total{outcome=\"error\"} 0\n"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn the_clients_focus_steers_the_summary_and_never_reaches_the_upstream() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, "context_window = 128000");
+    let window = WINDOW.to_string();
+    let headers = [
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-compaction-focus", "the borrow errors in src/module_3.rs"),
+    ];
+    let (status, x) = post_chat(&proxy, &headers, &session(30)).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=llm"), "{x}");
+    let calls = mock.summaries();
+    let user = bodies(&calls)[0]["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        user.contains("Focus of this checkpoint: \"the borrow errors in src/module_3.rs\""),
+        "{user}"
+    );
+    for recorded in calls.iter().chain(&mock.recorded()) {
+        assert!(!recorded.headers.contains_key("x-compaction-focus"));
+    }
 }
 
 #[tokio::test]

@@ -41,6 +41,7 @@ mod recover;
 pub mod remote_compaction;
 pub mod report;
 mod rewrite;
+mod usage;
 mod work;
 
 pub use report::Trigger;
@@ -290,7 +291,29 @@ impl Attempt<'_> {
             self.record(&x);
             response.headers_mut().insert("x-compaction", x.to_header());
         }
-        response
+        self.calibrating(response)
+    }
+
+    /// The answer, tapped for the upstream's count of the prompt, when the model's window
+    /// is known (the count matters) and the request was counted on its way (requests far
+    /// below the window never are, and are not counted for this alone).
+    fn calibrating(&self, response: Response<ProxyBody>) -> Response<ProxyBody> {
+        if self.ctx.window().is_none() {
+            return response;
+        }
+        let ours = match self.done.report() {
+            Some(report) => Some(report.tokens_after as u64),
+            None => self.work.parsed().and_then(|base| base.tokens),
+        };
+        let Some(ours) = ours else {
+            return response;
+        };
+        let learn = usage::Learn {
+            app: Arc::clone(self.ctx.app),
+            model: self.ctx.head.model.clone(),
+            ours,
+        };
+        response.map(|body| usage::tap(body, learn))
     }
 
     /// The upstream's own last refusal, marked as a compaction that did not succeed when

@@ -272,7 +272,7 @@ impl History {
                 id,
                 dialect: Dialect::Responses,
             };
-            let work = || summarizer.summarize(&app.metrics, &call, &middle);
+            let work = || summarizer.summarize(app.shared(), &call, &middle);
             let summary = match &app.checkpoints {
                 // Concurrent requests of one conversation wait for one call.
                 Some(cache) => {

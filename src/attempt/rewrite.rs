@@ -225,7 +225,7 @@ impl Attempt<'_> {
             dialect: self.ctx.dialect,
         };
         let middle = Middle::of_plan(plan, options);
-        let work = || summarizer.summarize(&self.ctx.app.metrics, &call, &middle);
+        let work = || summarizer.summarize(self.ctx.app.shared(), &call, &middle);
         match &self.ctx.app.checkpoints {
             // Concurrent requests of one conversation wait for one call.
             Some(cache) => {

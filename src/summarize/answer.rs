@@ -1,15 +1,67 @@
-//! Checking what the summariser wrote before it replaces anyone's turns.
+//! Checking what the summariser wrote before it replaces anyone's turns. A small or
+//! overloaded model answers junk as readily as a summary: the first word of one ("The"),
+//! the prompt's own lines given back, a checkpoint cut off by its token cap. Each is
+//! rejected with its reason, so the next model or the digest takes over, and a rejected
+//! answer is never carried into the next chunk as the checkpoint so far.
 
-use crate::compact::{END_MARKER, MARKER};
+use super::stream::StreamedAnswer;
+use crate::compact::{Counter, END_MARKER, MARKER};
 use crate::redact::redact;
 
 /// Why a summariser's answer cannot be used; the caller falls back.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnswerProblem {
-    #[error("the summariser returned an empty answer")]
+    #[error("the answer was empty")]
     Empty,
+    #[error("the answer was cut off by its token cap")]
+    Truncated,
     #[error("the summariser refused: {0}")]
     Refusal(String),
+    #[error("the answer has {0} of the checkpoint's headings")]
+    Unstructured(usize),
+    #[error("the answer repeats the prompt's instructions")]
+    Echo,
+    #[error("the answer says nothing under its headings")]
+    NoContent,
+    #[error("the answer is {tokens} tokens, too short for what it replaces (at least {min})")]
+    TooShort { tokens: usize, min: usize },
+}
+
+/// Every [`AnswerProblem::reason`], in the order metrics list them.
+pub const REASONS: [&str; 7] = [
+    "empty",
+    "truncated",
+    "refusal",
+    "structure",
+    "echo",
+    "no-content",
+    "short",
+];
+
+impl AnswerProblem {
+    /// The reason's label in metrics and log lines, one of [`REASONS`].
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AnswerProblem::Empty => "empty",
+            AnswerProblem::Truncated => "truncated",
+            AnswerProblem::Refusal(_) => "refusal",
+            AnswerProblem::Unstructured(_) => "structure",
+            AnswerProblem::Echo => "echo",
+            AnswerProblem::NoContent => "no-content",
+            AnswerProblem::TooShort { .. } => "short",
+        }
+    }
+}
+
+/// What an answer is checked against.
+pub struct Expect<'a> {
+    /// What the request told the model besides the turns: its system message and the
+    /// parameters after the turns.
+    pub instructions: &'a str,
+    /// The fewest tokens a checkpoint of what the call replaces can plausibly take (see
+    /// [`min_tokens`]).
+    pub min_tokens: usize,
+    pub counter: &'a Counter,
 }
 
 /// A refusal is short; a real checkpoint, even a sparse one, is longer than this.
@@ -36,25 +88,107 @@ const REFUSALS: &[&str] = &[
     "unfortunately, i",
 ];
 
-/// Headings of the template; one of them in the answer means it followed the template.
-const HEADINGS: &[&str] = &["## Active Task", "## Goal", "## Completed Actions"];
+/// The template's headings, in both its forms.
+const HEADINGS: &[&str] = &[
+    "## Active Task",
+    "## Goal",
+    "## Constraints and Preferences",
+    "## Completed Actions",
+    "## Active State",
+    "## In Progress",
+    "## Blockers",
+    "## Key Decisions",
+    "## Resolved Questions",
+    "## Pending Asks",
+    "## Relevant Files",
+    "## Remaining Work",
+    "## Critical Values",
+];
+/// A checkpoint names at least this many of them: one heading over a paragraph is a
+/// model that did not follow the template, and a later update could not find its parts.
+const MIN_HEADINGS: usize = 2;
+/// Fewest tokens a checkpoint may take however little it replaces, and what every
+/// hundred tokens replaced add to that, up to [`MIN_TOKENS_CAP`].
+const MIN_TOKENS_FLOOR: usize = 16;
+const MIN_TOKENS_PER_HUNDRED: usize = 1;
+const MIN_TOKENS_CAP: usize = 64;
+/// Lines shorter than this prove nothing when the prompt holds them too ("None.", "1.").
+const ECHO_MIN_CHARS: usize = 12;
 
-/// The usable checkpoint in a summariser's answer: reasoning blocks, a fence around the whole
-/// answer, a lead-in line and copied summary markers removed; secrets masked again in case
-/// the model echoed one. Rejects empty
-/// answers and refusals (short, without the template's headings, opening like a refusal).
-pub fn check_answer(text: &str) -> Result<String, AnswerProblem> {
-    let unmarked = drop_markers(text);
+/// The fewest tokens a checkpoint of `replaced` tokens, asked for in about `budget`, can
+/// plausibly take: a percent of what it replaces, between 16 and 64, and never more than
+/// half the budget.
+pub fn min_tokens(replaced: usize, budget: usize) -> usize {
+    (MIN_TOKENS_FLOOR + replaced / 100 * MIN_TOKENS_PER_HUNDRED)
+        .min(MIN_TOKENS_CAP)
+        .min(budget / 2)
+}
+
+/// The usable checkpoint in a summariser's answer: reasoning blocks, a fence around the
+/// whole answer, a lead-in line and copied summary markers removed; secrets masked again in
+/// case the model echoed one. Rejects, in this order: empty answers, answers cut by their
+/// token cap, refusals, answers without the template's structure, answers that repeat the
+/// instructions or say nothing under the headings, and answers too short for what they
+/// replace.
+pub fn check_answer(answer: &StreamedAnswer, expect: &Expect) -> Result<String, AnswerProblem> {
+    let unmarked = drop_markers(&answer.text);
     let text = strip_fence(strip_thinking(&unmarked).trim()).trim();
     if text.is_empty() {
         return Err(AnswerProblem::Empty);
+    }
+    if answer.finish_reason.as_deref() == Some("length") {
+        return Err(AnswerProblem::Truncated);
     }
     if is_refusal(text) {
         return Err(AnswerProblem::Refusal(crate::compact::message::one_line(
             text, 120,
         )));
     }
-    Ok(redact(drop_lead_in(text).trim()).into_owned())
+    let text = drop_lead_in(text).trim();
+    let headings = HEADINGS.iter().filter(|h| has_heading(text, h)).count();
+    if headings < MIN_HEADINGS {
+        return Err(AnswerProblem::Unstructured(headings));
+    }
+    let content: Vec<&str> = text.lines().filter_map(content_line).collect();
+    if content.is_empty() {
+        return Err(AnswerProblem::NoContent);
+    }
+    let echoed = content
+        .iter()
+        .filter(|l| l.len() >= ECHO_MIN_CHARS && expect.instructions.contains(*l))
+        .count();
+    if echoed * 2 >= content.len() {
+        return Err(AnswerProblem::Echo);
+    }
+    let tokens = expect.counter.text(text);
+    if tokens < expect.min_tokens {
+        return Err(AnswerProblem::TooShort {
+            tokens,
+            min: expect.min_tokens,
+        });
+    }
+    Ok(redact(text).into_owned())
+}
+
+/// Whether `heading` starts a line of `text`.
+fn has_heading(text: &str, heading: &str) -> bool {
+    text.match_indices(heading)
+        .any(|(at, _)| at == 0 || text.as_bytes()[at - 1] == b'\n')
+}
+
+/// A line that says something: not a heading, not blank, not "None.", with its list
+/// marker removed.
+fn content_line(line: &str) -> Option<&str> {
+    let l = line.trim();
+    if l.starts_with('#') {
+        return None;
+    }
+    let l = l.trim_start_matches(['-', '*', '+']).trim_start();
+    let l = l.trim_start_matches(|c: char| c.is_ascii_digit());
+    let l = l.strip_prefix('.').unwrap_or(l).trim();
+    let bare = l.trim_end_matches('.').trim();
+    (!bare.is_empty() && !bare.eq_ignore_ascii_case("none") && !bare.eq_ignore_ascii_case("n/a"))
+        .then_some(l)
 }
 
 /// Longest text before the first heading that is taken for a lead-in ("Here is the
@@ -121,32 +255,77 @@ fn is_refusal(text: &str) -> bool {
 mod tests {
     use super::*;
 
-    const GOOD: &str = "## Active Task\nNone.\n\n## Goal\nShip it.";
+    const GOOD: &str = "## Active Task\nNone.\n\n## Goal\nShip release 2.4 of the billing service.\n\n## Completed Actions\n1. 2026-11-23: ran `cargo test` - 41 passed, 2 failed (parse_empty, parse_nested).";
+    const INSTRUCTIONS: &str = "You are writing a checkpoint.\n## Active Task\nThe user's most recent request that has not been fulfilled yet.\n## Goal\nThe larger purpose behind the user's requests.\nThe user's latest messages are about: \"the deploy\".";
+
+    fn check(text: &str) -> Result<String, AnswerProblem> {
+        check_with(text, Some("stop"), 16)
+    }
+
+    fn check_with(text: &str, finish: Option<&str>, min: usize) -> Result<String, AnswerProblem> {
+        let answer = StreamedAnswer {
+            text: text.to_string(),
+            finish_reason: finish.map(str::to_string),
+            error: None,
+            prompt_tokens: None,
+        };
+        let counter = Counter::for_model("gpt-4o");
+        let expect = Expect {
+            instructions: INSTRUCTIONS,
+            min_tokens: min,
+            counter: &counter,
+        };
+        check_answer(&answer, &expect)
+    }
+
+    #[test]
+    fn every_reason_is_listed_for_the_metrics() {
+        let problems = [
+            AnswerProblem::Empty,
+            AnswerProblem::Truncated,
+            AnswerProblem::Refusal(String::new()),
+            AnswerProblem::Unstructured(0),
+            AnswerProblem::Echo,
+            AnswerProblem::NoContent,
+            AnswerProblem::TooShort { tokens: 0, min: 1 },
+        ];
+        let reasons: Vec<&str> = problems.iter().map(AnswerProblem::reason).collect();
+        assert_eq!(reasons, REASONS);
+    }
 
     #[test]
     fn accepts_a_checkpoint() {
-        assert_eq!(check_answer(GOOD).as_deref(), Ok(GOOD));
-        assert_eq!(check_answer(&format!("\n\n{GOOD}\n")).as_deref(), Ok(GOOD));
+        assert_eq!(check(GOOD).as_deref(), Ok(GOOD));
+        assert_eq!(check(&format!("\n\n{GOOD}\n")).as_deref(), Ok(GOOD));
+        assert_eq!(check_with(GOOD, None, 16).as_deref(), Ok(GOOD));
     }
 
     #[test]
     fn rejects_empty_answers() {
         for text in ["", "   \n\t", "```\n```", "<think>hmm</think>\n  "] {
-            assert_eq!(check_answer(text), Err(AnswerProblem::Empty), "{text:?}");
+            assert_eq!(check(text), Err(AnswerProblem::Empty), "{text:?}");
         }
+    }
+
+    #[test]
+    fn rejects_an_answer_cut_by_its_cap() {
+        assert_eq!(
+            check_with(GOOD, Some("length"), 16),
+            Err(AnswerProblem::Truncated)
+        );
     }
 
     #[test]
     fn rejects_short_refusals() {
         for text in [
             "I can't help with that.",
-            "I’m sorry, but I cannot summarize this conversation.",
+            "I\u{2019}m sorry, but I cannot summarize this conversation.",
             "Sorry, but I won't do that.",
             "As an AI, I am unable to process this request.",
             "**I cannot comply with this request.**",
         ] {
             assert!(
-                matches!(check_answer(text), Err(AnswerProblem::Refusal(_))),
+                matches!(check(text), Err(AnswerProblem::Refusal(_))),
                 "{text:?}"
             );
         }
@@ -154,47 +333,88 @@ mod tests {
 
     #[test]
     fn a_checkpoint_quoting_a_refusal_is_not_one() {
-        let text = "I cannot reproduce the token.\n\n## Active Task\nNone.";
-        assert!(check_answer(text).is_ok());
-        let long = format!("I'm sorry for the delay. {}", "Detail. ".repeat(100));
-        assert!(check_answer(&long).is_ok());
+        let text = format!("I cannot reproduce the token.\n\n{GOOD}");
+        assert!(check(&text).is_ok());
+    }
+
+    #[test]
+    fn rejects_answers_without_the_templates_structure() {
+        for (text, found) in [
+            ("The", 0),
+            (
+                "A plain paragraph about the work so far, with no headings at all.",
+                0,
+            ),
+            (
+                "## Goal\nShip release 2.4 of the billing service, all of it, today.",
+                1,
+            ),
+            (
+                "Notes\n### Goal\nShip it.\nText with ## Active Task inside a line.",
+                0,
+            ),
+        ] {
+            assert_eq!(
+                check(text),
+                Err(AnswerProblem::Unstructured(found)),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_answers_that_repeat_the_instructions_or_say_nothing() {
+        let echo = "## Active Task\nThe user's most recent request that has not been fulfilled yet.\n## Goal\nThe user's latest messages are about: \"the deploy\".";
+        assert_eq!(check(echo), Err(AnswerProblem::Echo));
+        let empty = "## Active Task\nNone.\n\n## Goal\n- None\n## Blockers\nN/A";
+        assert_eq!(check(empty), Err(AnswerProblem::NoContent));
+        // Copying the turns' exact text is what a checkpoint should do.
+        let quoting = format!("{GOOD}\n## Critical Values\nYou are writing a checkpoint.");
+        assert!(check(&quoting).is_ok());
+    }
+
+    #[test]
+    fn rejects_answers_too_short_for_what_they_replace() {
+        let short = "## Active Task\nNone.\n## Goal\nShip 2.4.";
+        assert!(matches!(
+            check_with(short, Some("stop"), 40),
+            Err(AnswerProblem::TooShort { min: 40, .. })
+        ));
+        assert!(check_with(GOOD, Some("stop"), 40).is_ok());
+        assert_eq!(min_tokens(0, 1000), 16);
+        assert_eq!(min_tokens(2_000, 1000), 36);
+        assert_eq!(min_tokens(1_000_000, 12_000), 64);
+        assert_eq!(min_tokens(1_000_000, 40), 20);
     }
 
     #[test]
     fn strips_fences_and_thinking() {
         assert_eq!(
-            check_answer(&format!("```markdown\n{GOOD}\n```")).as_deref(),
+            check(&format!("```markdown\n{GOOD}\n```")).as_deref(),
             Ok(GOOD)
         );
+        assert_eq!(check(&format!("```\n{GOOD}\n```")).as_deref(), Ok(GOOD));
         assert_eq!(
-            check_answer(&format!("```\n{GOOD}\n```")).as_deref(),
+            check(&format!("<think>plan</think>\n{GOOD}")).as_deref(),
             Ok(GOOD)
         );
-        assert_eq!(
-            check_answer(&format!("<think>plan</think>\n{GOOD}")).as_deref(),
-            Ok(GOOD)
-        );
-        let inline = "```code``` and more";
-        assert_eq!(check_answer(inline).as_deref(), Ok(inline));
     }
 
     #[test]
     fn drops_lead_ins_and_copied_markers() {
         let text = format!("Here is the updated checkpoint:\n\n{GOOD}");
-        assert_eq!(check_answer(&text).as_deref(), Ok(GOOD));
+        assert_eq!(check(&text).as_deref(), Ok(GOOD));
         let marked = format!("{MARKER}\n{GOOD}\n{END_MARKER}");
-        assert_eq!(check_answer(&marked).as_deref(), Ok(GOOD));
+        assert_eq!(check(&marked).as_deref(), Ok(GOOD));
         let only = format!("{MARKER}\n{END_MARKER}");
-        assert_eq!(check_answer(&only), Err(AnswerProblem::Empty));
-        let no_headings = "A plain paragraph about the work so far, with no headings at all.";
-        assert_eq!(check_answer(no_headings).as_deref(), Ok(no_headings));
+        assert_eq!(check(&only), Err(AnswerProblem::Empty));
     }
 
     #[test]
     fn masks_echoed_secrets() {
         let text =
             format!("{GOOD}\n## Critical Values\nOPENAI_API_KEY=sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8t");
-        let ok = check_answer(&text).unwrap_or_default();
+        let ok = check(&text).unwrap_or_default();
         assert!(ok.ends_with("OPENAI_API_KEY=[REDACTED:key]"), "{ok}");
     }
 }

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -15,15 +16,18 @@ use http::{Method, StatusCode, Uri};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
+use super::chunk::MIN_INPUT;
 use super::{
-    check_answer, chunk_input_limit, chunk_turns, focus_topic, summary_budget, AnswerProblem,
-    AnswerStream, SummaryRequest,
+    check_answer, chunk_turns, focus, min_tokens, summary_budget, AnswerProblem, AnswerStream,
+    ClientFocus, Expect, Room, SummaryRequest,
 };
 use crate::body;
+use crate::classify::{self, Kind};
 use crate::compact::{self, Counter, Message, Options, Plan, Summary, SummarySource};
 use crate::config::Config;
 use crate::error::{BoxError, ProxyError};
 use crate::metrics::Metrics;
+use crate::models::ModelWindows;
 use crate::upstream::{Upstream, UpstreamInitError};
 use crate::wire::{responses, Dialect};
 
@@ -123,20 +127,17 @@ enum Failure {
     Stream(BoxError),
     #[error("the summariser reported an error in its stream")]
     InBand,
-    #[error("the summariser's answer was empty")]
-    Empty,
-    #[error("the summariser refused")]
-    Refused,
+    #[error("answer rejected: {0}")]
+    Rejected(#[from] AnswerProblem),
+    /// No call was made: the prompt alone would not leave room for the turns.
+    #[error("a window of {0} tokens cannot hold the summariser's prompt and any turns")]
+    NoRoom(usize),
 }
 
-impl From<AnswerProblem> for Failure {
-    fn from(problem: AnswerProblem) -> Self {
-        match problem {
-            AnswerProblem::Empty => Failure::Empty,
-            AnswerProblem::Refusal(_) => Failure::Refused,
-        }
-    }
-}
+/// The most of a refused summariser call's body read to learn from it.
+const ERROR_BODY_MAX: usize = 64 * 1024;
+/// Attempts at cutting a chunk's turns until its counted body fits the room.
+const FIT_ROUNDS: usize = 4;
 
 impl Summarizer {
     /// The summariser `config` describes; `None` when it is disabled.
@@ -160,7 +161,7 @@ impl Summarizer {
     /// chain failed or is cooling down (the engine then uses its own digest).
     pub async fn summarize(
         &self,
-        metrics: &Metrics,
+        shared: Shared<'_>,
         call: &Call<'_>,
         middle: &Middle<'_>,
     ) -> Option<Summary> {
@@ -172,7 +173,7 @@ impl Summarizer {
             if self.cooling_down(model) {
                 continue;
             }
-            match self.checkpoint(metrics, call, model, middle).await {
+            match self.checkpoint(shared, call, model, middle).await {
                 Ok(text) => {
                     return Some(Summary {
                         text,
@@ -180,12 +181,21 @@ impl Summarizer {
                     })
                 }
                 Err(failure) => {
-                    tracing::warn!(
-                        id = call.id,
-                        model,
-                        error = %failure,
-                        "summariser failed; falling back"
-                    );
+                    match &failure {
+                        Failure::Rejected(problem) => tracing::warn!(
+                            id = call.id,
+                            model,
+                            reason = problem.reason(),
+                            error = %failure,
+                            "summariser answer rejected; falling back"
+                        ),
+                        _ => tracing::warn!(
+                            id = call.id,
+                            model,
+                            error = %failure,
+                            "summariser failed; falling back"
+                        ),
+                    }
                     self.start_cooldown(model);
                 }
             }
@@ -228,53 +238,93 @@ impl Summarizer {
     }
 
     /// The checkpoint of `middle` written by `model`: one call per chunk that fits the
-    /// summariser's window, each updating the checkpoint the one before wrote.
+    /// summariser's window, each updating the checkpoint the one before wrote. A rejected
+    /// answer ends the chain: it is never carried into the next chunk.
     async fn checkpoint(
         &self,
-        metrics: &Metrics,
+        shared: Shared<'_>,
         call: &Call<'_>,
         model: &str,
         middle: &Middle<'_>,
     ) -> Result<String, Failure> {
         let window = self.window.unwrap_or_else(|| request_window(call.window));
         let counter = Counter::for_model(model);
+        let room = Room::new(window, shared.models.factor(self.base_url(), model));
         let content = middle.turns.iter().map(|m| m.tokens).sum::<usize>()
             + middle.previous.map_or(0, |p| counter.text(p));
         let budget =
             summary_budget(content, window.min(middle.context_window)).min(middle.budget_cap);
-        let focus = focus_topic(middle.after);
-        let limit = chunk_input_limit(window, budget, &counter);
+        let Some((prompt, limit)) = room.plan(budget, &counter) else {
+            shared.metrics.summarizer_skipped();
+            return Err(Failure::NoRoom(window));
+        };
+        let focus = focus(call.parts.extensions.get::<ClientFocus>(), middle.after);
         let date = today();
         let mut summary = middle.previous.map(str::to_owned);
-        for range in chunk_turns(middle.turns, window, budget, &counter) {
-            let body = SummaryRequest::new(model, &middle.turns[range], budget, counter)
+        for range in chunk_turns(middle.turns, limit, &counter) {
+            let replaced: usize = middle.turns[range.clone()].iter().map(|m| m.tokens).sum();
+            let request = SummaryRequest::new(model, &middle.turns[range], budget, counter)
+                .prompt(prompt)
                 .previous_summary(summary.as_deref())
                 .focus(focus.as_deref())
                 .date(Some(&date))
-                .input_limit(limit)
-                .body();
+                .input_limit(limit);
+            let Some((request, body, tokens)) = fit(request, &room, &counter) else {
+                shared.metrics.summarizer_skipped();
+                return Err(Failure::NoRoom(window));
+            };
+            let instructions = request.instructions();
+            let expect = Expect {
+                instructions: &instructions,
+                min_tokens: min_tokens(replaced, budget),
+                counter: &counter,
+            };
             let body = match call.dialect {
                 Dialect::Chat => body,
                 Dialect::Responses => responses::summary_request(&body),
             };
-            let result = self.send(call, &body).await;
-            metrics.summarizer_call(result.is_ok());
+            let sent = Sent {
+                model,
+                tokens,
+                expect: &expect,
+            };
+            let result = self.send(shared, call, &body, &sent).await;
+            match &result {
+                Ok(_) => shared.metrics.summarizer_call(true),
+                Err(Failure::Rejected(problem)) => {
+                    shared.metrics.summarizer_rejected(problem.reason());
+                }
+                Err(_) => shared.metrics.summarizer_call(false),
+            }
             summary = Some(result?);
         }
-        summary.ok_or(Failure::Empty)
+        summary.ok_or(Failure::Rejected(AnswerProblem::Empty))
+    }
+
+    fn base_url(&self) -> &str {
+        self.upstream.base_url()
     }
 
     /// One summariser call: the client's path and end-to-end headers with a new body;
-    /// the streamed answer collected and checked.
-    async fn send(&self, call: &Call<'_>, body: &Value) -> Result<String, Failure> {
+    /// the streamed answer collected and checked. The upstream's count of the prompt, in
+    /// its answer or its refusal, is learned for the next call.
+    async fn send(
+        &self,
+        shared: Shared<'_>,
+        call: &Call<'_>,
+        body: &Value,
+        sent: &Sent<'_>,
+    ) -> Result<String, Failure> {
         let headers = summary_headers(&call.parts.headers);
         let bytes = Bytes::from(body.to_string());
         let response = self
             .upstream
             .send(Method::POST, &call.uri(), &headers, body::full(bytes))
             .await?;
-        if !response.status().is_success() {
-            return Err(Failure::Status(response.status()));
+        let status = response.status();
+        if !status.is_success() {
+            self.learn_from_refusal(shared.models, sent, response).await;
+            return Err(Failure::Status(status));
         }
         let mut stream = AnswerStream::new();
         let mut body = response.into_body();
@@ -291,8 +341,94 @@ impl Summarizer {
         if answer.error.is_some() {
             return Err(Failure::InBand);
         }
-        Ok(check_answer(&answer.text)?)
+        if let Some(theirs) = answer.prompt_tokens {
+            let ours = sent.tokens as u64;
+            shared
+                .models
+                .calibrate(self.base_url(), sent.model, ours, theirs);
+        }
+        Ok(check_answer(&answer, sent.expect)?)
     }
+
+    /// Reads what a refused call says of the window and of the upstream's count, so the
+    /// next call to this model fits (a summariser with its own window setting keeps it).
+    async fn learn_from_refusal(
+        &self,
+        models: &ModelWindows,
+        sent: &Sent<'_>,
+        response: http::Response<crate::body::ProxyBody>,
+    ) {
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut body = response.into_body();
+        let mut bytes = Vec::new();
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Some(data) = frame.data_ref() {
+                bytes.extend_from_slice(data);
+            }
+            if bytes.len() >= ERROR_BODY_MAX {
+                break;
+            }
+        }
+        let class = classify::classify(status, content_type.as_deref(), &bytes);
+        if class.kind != Kind::ContextOverflow {
+            return;
+        }
+        let numbers = &class.numbers;
+        if let Some(window) = numbers.context_window {
+            models.learn(self.base_url(), sent.model, window);
+        }
+        if let Some(theirs) = numbers
+            .prompt_tokens
+            .filter(|_| !numbers.prompt_is_lower_bound)
+        {
+            models.calibrate(self.base_url(), sent.model, sent.tokens as u64, theirs);
+        }
+    }
+}
+
+/// What a summariser call needs besides the request: the metrics it counts in, and the
+/// windows and calibration it reads and teaches.
+#[derive(Clone, Copy)]
+pub struct Shared<'a> {
+    pub metrics: &'a Metrics,
+    pub models: &'a ModelWindows,
+}
+
+/// One call as sent: the model, its prompt by our count, and what its answer must be.
+struct Sent<'a> {
+    model: &'a str,
+    tokens: usize,
+    expect: &'a Expect<'a>,
+}
+
+/// The request with its turns cut until its body, counted, fits the room; with the body
+/// and its count. `None` when even the fewest useful turns do not fit.
+fn fit<'a>(
+    mut request: SummaryRequest<'a>,
+    room: &Room,
+    counter: &Counter,
+) -> Option<(SummaryRequest<'a>, Value, usize)> {
+    for _ in 0..FIT_ROUNDS {
+        let body = request.body();
+        let tokens = counter.request(&body);
+        let most = room.prompt_limit(request.max_tokens());
+        if tokens <= most {
+            return Some((request, body, tokens));
+        }
+        // Cut by the excess and a quarter more, for the notes the cuts add.
+        let over = tokens - most;
+        let limit = request.limit().checked_sub(over + over / 4)?;
+        if limit < MIN_INPUT {
+            return None;
+        }
+        request = request.input_limit(limit);
+    }
+    None
 }
 
 /// The client's headers for the summariser's call (see [`DROPPED_HEADERS`]).

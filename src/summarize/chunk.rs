@@ -1,46 +1,90 @@
-//! Splitting a middle too long for the summariser's window into chunks summarised one after
-//! the other, each call updating the checkpoint the previous one wrote.
+//! How much one summariser call may carry, and splitting a middle too long for that into
+//! chunks summarised one after the other, each call updating the checkpoint the previous
+//! one wrote.
+//!
+//! The room is measured in the summariser upstream's own tokens: our estimate times the
+//! factor learned from that upstream's counts (its `usage` and its refusals), with a
+//! margin for what calibration has not caught up with. A 2k-token local model counted 31%
+//! more tokens than our estimate; a fixed share of slack would not have covered that.
 
 use std::ops::Range;
 
 use crate::compact::{Counter, Message};
 
-use super::request::{max_tokens, system_tokens};
+use super::request::{max_tokens, system_tokens, Prompt};
 use super::serialize;
 
-/// Smallest input share a chunk gets, however small the window: below this a chunk holds too
-/// little to be worth a call.
-const MIN_INPUT: usize = 512;
-/// Share of the window, in percent, left free for framing and tokenizer differences.
+/// Share of the window, in percent, kept free for the difference between the calibrated
+/// estimate and the upstream's count.
 const MARGIN_PERCENT: usize = 5;
+/// Tokens a chat template adds around the two messages and the answer, which no count of
+/// the JSON sees.
+const TEMPLATE_TOKENS: usize = 32;
+/// Tokens of what the user message holds besides the turns: the tags around them, the
+/// date and length lines, and the focus (up to 300 characters).
+const PARAMS_TOKENS: usize = 128;
+/// Fewest tokens of turns worth a call: below this, most of what the model reads would
+/// be the prompt.
+pub(super) const MIN_INPUT: usize = 128;
+/// The full template is used while it takes at most this fraction (1/N) of the prompt's
+/// room; beyond that its explanations would crowd out the turns.
+const FULL_PROMPT_SHARE: usize = 4;
 
-/// Tokens the serialised turns of one chunk may take in a summariser call with
-/// `summariser_window` tokens and a summary budget of `budget_tokens`: the window minus the
-/// system message, room for the previous checkpoint carried in and the answer written out
-/// (each up to the answer cap), and a margin.
-pub fn chunk_input_limit(
-    summariser_window: usize,
-    budget_tokens: usize,
-    counter: &Counter,
-) -> usize {
-    let reserved = system_tokens(counter)
-        + 2 * max_tokens(budget_tokens)
-        + summariser_window / 100 * MARGIN_PERCENT;
-    summariser_window.saturating_sub(reserved).max(MIN_INPUT)
+/// The window one summariser call must fit.
+#[derive(Clone, Copy, Debug)]
+pub struct Room {
+    /// In the upstream's tokens.
+    window: usize,
+    /// Upstream tokens per token of our estimate, learned for this upstream and model.
+    factor: f64,
 }
 
-/// Splits `turns` into consecutive ranges whose serialised form fits
-/// [`chunk_input_limit`]. An assistant message that makes tool calls stays in one chunk with
+impl Room {
+    pub fn new(window: usize, factor: f64) -> Room {
+        Room {
+            window,
+            factor: if factor.is_finite() && factor > 0.0 {
+                factor
+            } else {
+                1.0
+            },
+        }
+    }
+
+    /// The most prompt tokens, by our estimate, a call may send when its answer may take
+    /// `answer` tokens.
+    pub fn prompt_limit(&self, answer: usize) -> usize {
+        let usable = self
+            .window
+            .saturating_sub(self.window / 100 * MARGIN_PERCENT + TEMPLATE_TOKENS);
+        (usable.saturating_sub(answer) as f64 / self.factor) as usize
+    }
+
+    /// The template and the tokens of turns one call may carry for a summary of
+    /// `budget_tokens`: the prompt's room less the system message, the parameters, and
+    /// an answer's worth for the previous checkpoint carried in. `None` when that leaves
+    /// less than [`MIN_INPUT`]: the window cannot hold what the prompt itself needs.
+    pub fn plan(&self, budget_tokens: usize, counter: &Counter) -> Option<(Prompt, usize)> {
+        let answer = max_tokens(budget_tokens);
+        let room = self.prompt_limit(answer);
+        let prompt = if system_tokens(counter, Prompt::Full) * FULL_PROMPT_SHARE <= room {
+            Prompt::Full
+        } else {
+            Prompt::Small
+        };
+        let reserved = system_tokens(counter, prompt) + PARAMS_TOKENS + answer;
+        room.checked_sub(reserved)
+            .filter(|&input| input >= MIN_INPUT)
+            .map(|input| (prompt, input))
+    }
+}
+
+/// Splits `turns` into consecutive ranges whose serialised form fits `limit` tokens (see
+/// [`Room::plan`]). An assistant message that makes tool calls stays in one chunk with
 /// its results. A group too large on its own gets a chunk to itself, and the request's
 /// [`super::SummaryRequest::input_limit`] then cuts its messages to their head and tail.
 /// No turns, no chunks.
-pub fn chunk_turns(
-    turns: &[Message],
-    summariser_window: usize,
-    budget_tokens: usize,
-    counter: &Counter,
-) -> Vec<Range<usize>> {
-    let limit = chunk_input_limit(summariser_window, budget_tokens, counter);
+pub fn chunk_turns(turns: &[Message], limit: usize, counter: &Counter) -> Vec<Range<usize>> {
     let sizes: Vec<usize> = serialize::blocks(turns)
         .iter()
         .map(|b| serialize::block_tokens(b, counter))
@@ -122,36 +166,47 @@ mod tests {
         assert!(chunks.iter().all(|c| !c.is_empty()));
     }
 
+    /// Every chunk's request, with `previous` carried in, fits the room by our count.
+    fn assert_chunks_fit(turns: &[Message], room: Room, budget: usize, previous: Option<&str>) {
+        let c = Counter::for_model("gpt-4o");
+        let (prompt, limit) = room.plan(budget, &c).unwrap();
+        let chunks = chunk_turns(turns, limit, &c);
+        assert_partition(&chunks, turns.len());
+        let focus = "the topic ".repeat(30);
+        for ch in chunks {
+            assert!(
+                !turns[ch.start].role.is_result(),
+                "a chunk opens with a result: {ch:?}"
+            );
+            let req = SummaryRequest::new("gpt-4o", &turns[ch.clone()], budget, c)
+                .prompt(prompt)
+                .previous_summary(previous)
+                .focus(Some(&focus))
+                .input_limit(limit);
+            let tokens = c.request(&req.body());
+            assert!(
+                tokens <= room.prompt_limit(req.max_tokens()),
+                "{tokens} in {ch:?} of {room:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_middle_that_fits_is_one_chunk() {
         let turns = session(3, 10);
         let c = Counter::for_model("gpt-4o");
-        assert_eq!(chunk_turns(&turns, 128_000, 2000, &c), vec![0..turns.len()]);
-        assert!(chunk_turns(&[], 128_000, 2000, &c).is_empty());
+        let (_, limit) = Room::new(128_000, 1.0).plan(2000, &c).unwrap();
+        assert_eq!(chunk_turns(&turns, limit, &c), vec![0..turns.len()]);
+        assert!(chunk_turns(&[], limit, &c).is_empty());
     }
 
     #[test]
     fn long_middles_split_between_groups_and_each_chunk_fits() {
         let turns = session(40, 60);
         let c = Counter::for_model("gpt-4o");
-        let (window, budget) = (8000, 1000);
-        let chunks = chunk_turns(&turns, window, budget, &c);
-        assert!(chunks.len() > 3, "{chunks:?}");
-        assert_partition(&chunks, turns.len());
-        for ch in &chunks {
-            assert!(
-                !turns[ch.start].role.is_result(),
-                "a chunk opens with a result: {ch:?}"
-            );
-            let req = SummaryRequest::new("gpt-4o", &turns[ch.clone()], budget, c)
-                .input_limit(chunk_input_limit(window, budget, &c));
-            let body = req.body();
-            let prompt = c.request(&body);
-            assert!(
-                prompt + 2 * req.max_tokens() <= window,
-                "{prompt} in {ch:?}"
-            );
-        }
+        let (_, limit) = Room::new(8000, 1.0).plan(1000, &c).unwrap();
+        assert!(chunk_turns(&turns, limit, &c).len() > 3);
+        assert_chunks_fit(&turns, Room::new(8000, 1.0), 1000, None);
     }
 
     #[test]
@@ -162,36 +217,44 @@ mod tests {
         ));
         turns.extend(session(1, 10));
         let c = Counter::for_model("gpt-4o");
-        let chunks = chunk_turns(&turns, 6000, 500, &c);
-        assert_partition(&chunks, turns.len());
+        let (_, limit) = Room::new(6000, 1.0).plan(500, &c).unwrap();
+        let chunks = chunk_turns(&turns, limit, &c);
         assert!(chunks.contains(&(5..6)), "{chunks:?}");
-        let limit = chunk_input_limit(6000, 500, &c);
-        let user = SummaryRequest::new("m", &turns[5..6], 500, c)
-            .input_limit(limit)
-            .user();
-        assert!(c.text(&user) <= limit + 100, "{}", c.text(&user));
+        assert_chunks_fit(&turns, Room::new(6000, 1.0), 500, None);
     }
 
     #[test]
-    fn a_long_previous_checkpoint_is_paid_for_by_the_turns() {
+    fn a_long_previous_checkpoint_is_paid_for_by_the_turns_and_then_cut() {
         let turns = session(10, 60);
-        let c = Counter::for_model("gpt-4o");
-        let (window, budget) = (8000, 500);
         let prev = "- a fact about the earlier work\n".repeat(300);
-        let limit = chunk_input_limit(window, budget, &c);
-        for ch in chunk_turns(&turns, window, budget, &c) {
-            let req = SummaryRequest::new("gpt-4o", &turns[ch.clone()], budget, c)
-                .previous_summary(Some(&prev))
-                .input_limit(limit);
-            let prompt = c.request(&req.body());
-            assert!(prompt + req.max_tokens() <= window, "{prompt} in {ch:?}");
-        }
+        assert_chunks_fit(&turns, Room::new(8000, 1.0), 500, Some(&prev));
+        let huge = "- a fact about the earlier work\n".repeat(3000);
+        assert_chunks_fit(&turns, Room::new(8000, 1.0), 500, Some(&huge));
     }
 
     #[test]
-    fn the_input_limit_has_a_floor() {
+    fn a_small_calibrated_window_gets_the_small_prompt_and_still_fits() {
         let c = Counter::for_model("gpt-4o");
-        assert_eq!(chunk_input_limit(1000, 1000, &c), MIN_INPUT);
-        assert!(chunk_input_limit(128_000, 12_000, &c) > 90_000);
+        // A 2,048-token llama.cpp server counting 31% more tokens than we do.
+        let room = Room::new(2048, 1.31);
+        let budget = crate::summarize::summary_budget(5000, 2048);
+        let (prompt, limit) = room.plan(budget, &c).unwrap();
+        assert_eq!(prompt, Prompt::Small);
+        assert!((MIN_INPUT..1000).contains(&limit), "{limit}");
+        assert_chunks_fit(&session(10, 20), room, budget, Some("## Goal\nship it"));
+        // The calibrated room is smaller than the raw one.
+        let raw = Room::new(2048, 1.0).plan(budget, &c).unwrap().1;
+        assert!(raw > limit, "{raw} vs {limit}");
+        assert_eq!(
+            Room::new(128_000, 1.0).plan(6000, &c).map(|p| p.0),
+            Some(Prompt::Full)
+        );
+    }
+
+    #[test]
+    fn a_window_that_cannot_hold_the_prompt_gets_no_call() {
+        let c = Counter::for_model("gpt-4o");
+        assert_eq!(Room::new(512, 1.0).plan(51, &c), None);
+        assert_eq!(Room::new(2048, 3.0).plan(204, &c), None);
     }
 }

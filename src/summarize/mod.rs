@@ -7,19 +7,22 @@
 //!
 //! ```text
 //! let budget = summary_budget(content_tokens, window.min(summariser_window));
-//! let focus = focus_topic(plan.tail());
-//! let limit = chunk_input_limit(summariser_window, budget, &counter);
+//! let focus = focus(client_focus, plan.tail());
+//! // The summariser's window in its upstream's tokens, with the factor learned for them.
+//! let room = Room::new(summariser_window, factor);
+//! let (prompt, limit) = room.plan(budget, &counter)?; // None: no call can fit
 //! let mut summary = plan.previous_summary().map(str::to_string);
-//! for range in chunk_turns(plan.turns(), summariser_window, budget, &counter) {
-//!     let body = SummaryRequest::new(model, &plan.turns()[range], budget, counter)
+//! for range in chunk_turns(plan.turns(), limit, &counter) {
+//!     let request = SummaryRequest::new(model, &plan.turns()[range], budget, counter)
+//!         .prompt(prompt)
 //!         .previous_summary(summary.as_deref())
 //!         .focus(focus.as_deref())
 //!         .date(Some(today))
-//!         .input_limit(limit)
-//!         .body();
+//!         .input_limit(limit); // then cut further until the counted body fits the room
 //!     let mut stream = AnswerStream::new();
-//!     /* send `body`, stream.feed(bytes) for each piece */
-//!     summary = Some(check_answer(&stream.finish().text)?);
+//!     /* send `request.body()`, stream.feed(bytes) for each piece */
+//!     let expect = Expect { instructions: &request.instructions(), min_tokens, counter };
+//!     summary = Some(check_answer(&stream.finish(), &expect)?); // never chained if junk
 //! }
 //! ```
 
@@ -30,9 +33,9 @@ mod request;
 mod serialize;
 mod stream;
 
-pub use answer::{check_answer, AnswerProblem};
-pub use call::{Call, Middle, Summarizer};
-pub use chunk::{chunk_input_limit, chunk_turns};
+pub use answer::{check_answer, min_tokens, AnswerProblem, Expect, REASONS};
+pub use call::{Call, Middle, Shared, Summarizer};
+pub use chunk::{chunk_turns, Room};
 pub use request::SummaryRequest;
 pub use stream::AnswerStream;
 
@@ -55,6 +58,25 @@ const FOCUS_MAX_CHARS: usize = 300;
 /// A latest user message shorter than this ("yes", "go on", "fix it") says little on its
 /// own, so the one before it is added to the focus.
 const FOCUS_SHORT_CHARS: usize = 80;
+
+/// What a client asked its conversation's summary to concentrate on, with the
+/// `x-compaction-focus` request header: taken off the request at the edge (it never
+/// reaches the upstream) and carried in the request's extensions to the summariser, where
+/// it replaces the topic read from the latest messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientFocus(pub String);
+
+/// The focus of a summary: the client's, else the topic of `after` (see [`focus_topic`]).
+/// Flattened, capped and redacted like the topic.
+pub fn focus(client: Option<&ClientFocus>, after: &[Message]) -> Option<String> {
+    match client {
+        Some(ClientFocus(text)) => {
+            let text = one_line(text, FOCUS_MAX_CHARS);
+            (!text.is_empty()).then(|| redact(&text).into_owned())
+        }
+        None => focus_topic(after),
+    }
+}
 
 /// Token budget for a summary of `content_tokens`, for a model with a `window`-token context:
 /// 20% of the content, at least 1,000, at most min(12,000, window / 10). The ceiling wins over

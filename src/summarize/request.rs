@@ -7,6 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::compact::message::keep_ends;
 use crate::compact::{Counter, Message};
 use crate::redact::redact;
 
@@ -14,6 +15,10 @@ use super::serialize;
 
 const TEMPLATE: &str = include_str!("prompt.md");
 const UPDATE: &str = include_str!("update.md");
+/// The same sections, asked for in a few lines: for windows where the full template would
+/// take the room the turns need (a 2k-token local model, say).
+const TEMPLATE_SMALL: &str = include_str!("prompt_small.md");
+const UPDATE_SMALL: &str = include_str!("update_small.md");
 const FOCUS: &str = include_str!("focus.md");
 
 /// Low but not zero: the checkpoint should be faithful, and a little freedom avoids the
@@ -34,6 +39,16 @@ pub struct SummaryRequest<'a> {
     focus: Option<&'a str>,
     date: Option<&'a str>,
     input_limit: usize,
+    prompt: Prompt,
+}
+
+/// Which template a request carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prompt {
+    /// Each section explained: what a capable model needs to write a checkpoint to rely on.
+    Full,
+    /// The sections named only.
+    Small,
 }
 
 impl<'a> SummaryRequest<'a> {
@@ -54,7 +69,14 @@ impl<'a> SummaryRequest<'a> {
             focus: None,
             date: None,
             input_limit: usize::MAX,
+            prompt: Prompt::Full,
         }
+    }
+
+    /// The template to use (see [`super::chunk::Room::prompt`]).
+    pub fn prompt(mut self, prompt: Prompt) -> Self {
+        self.prompt = prompt;
+        self
     }
 
     /// The checkpoint to update (from the cache, or [`crate::compact::Plan::previous_summary`]).
@@ -82,6 +104,11 @@ impl<'a> SummaryRequest<'a> {
         self
     }
 
+    /// The tokens the serialised turns may take.
+    pub fn limit(&self) -> usize {
+        self.input_limit
+    }
+
     /// The cap on the answer's length: the budget plus a fifth, so a summary that runs a
     /// little long ends cleanly instead of mid-sentence.
     pub fn max_tokens(&self) -> usize {
@@ -91,12 +118,27 @@ impl<'a> SummaryRequest<'a> {
     /// The system message: the template, and the update instructions when there is a
     /// previous checkpoint.
     pub fn system(&self) -> String {
-        let mut s = TEMPLATE.trim_end().to_string();
+        let (template, update) = match self.prompt {
+            Prompt::Full => (TEMPLATE, UPDATE),
+            Prompt::Small => (TEMPLATE_SMALL, UPDATE_SMALL),
+        };
+        let mut s = template.trim_end().to_string();
         if self.previous_summary.is_some() {
             s.push_str("\n\n");
-            s.push_str(UPDATE.trim_end());
+            s.push_str(update.trim_end());
         }
         s
+    }
+
+    /// What the request tells the model besides the turns: the system message and the
+    /// parameters after the turns. An answer that only repeats these is no checkpoint.
+    pub fn instructions(&self) -> String {
+        let user = self.user();
+        let params = user
+            .rfind("</turns>")
+            .or_else(|| user.rfind("</new-turns>"))
+            .map_or("", |at| &user[at..]);
+        format!("{}\n{params}", self.system())
     }
 
     /// The user message: the previous checkpoint and the turns, redacted, then the
@@ -107,7 +149,16 @@ impl<'a> SummaryRequest<'a> {
         if let Some(prev) = self.previous_summary {
             let prev = redact(prev.trim());
             // The input limit leaves an answer's worth of room for the previous checkpoint;
-            // a longer one (an older, larger budget) is paid for by the turns.
+            // a longer one (an older, larger budget, or a digest) is paid for by the turns,
+            // up to half of their room: beyond that it is cut to its two ends.
+            let most = self.max_tokens().saturating_add(limit / 2);
+            let tokens = self.counter.text(&prev);
+            let prev = if tokens > most {
+                let keep = (prev.len() as f64 * most as f64 / tokens as f64) as usize;
+                keep_ends(&prev, keep * 2 / 3, keep / 3)
+            } else {
+                prev.into_owned()
+            };
             let excess = self.counter.text(&prev).saturating_sub(self.max_tokens());
             limit = limit.saturating_sub(excess);
             s.push_str("<previous-checkpoint>\n");
@@ -168,9 +219,13 @@ pub fn max_tokens(budget_tokens: usize) -> usize {
     budget_tokens.saturating_add(budget_tokens / 5)
 }
 
-/// Tokens of the system message in its larger (update) form.
-pub fn system_tokens(counter: &Counter) -> usize {
-    counter.text(TEMPLATE) + counter.text(UPDATE) + counter.text(FOCUS)
+/// Tokens of the system message in its larger (update) form, with the focus paragraph.
+pub fn system_tokens(counter: &Counter, prompt: Prompt) -> usize {
+    let (template, update) = match prompt {
+        Prompt::Full => (TEMPLATE, UPDATE),
+        Prompt::Small => (TEMPLATE_SMALL, UPDATE_SMALL),
+    };
+    counter.text(template) + counter.text(update) + counter.text(FOCUS)
 }
 
 /// OpenAI's reasoning families, which take `max_completion_tokens` and no temperature.
@@ -215,7 +270,7 @@ mod tests {
         assert!(user.contains("[assistant]\nDeployed.\n</turns>"));
         assert!(user.contains("Today's date: 2026-11-22."));
         assert!(user.contains("about 1000 tokens"));
-        assert!(user.contains("about: \"the deploy\""));
+        assert!(user.contains("Focus of this checkpoint: \"the deploy\""));
         assert!(!user.contains("abcd1234"));
     }
 

@@ -13,6 +13,8 @@ pub struct StreamedAnswer {
     pub finish_reason: Option<String>,
     /// The message of an in-band error event, if one arrived.
     pub error: Option<String>,
+    /// The prompt's tokens as the upstream counted them, when its answer says.
+    pub prompt_tokens: Option<u64>,
 }
 
 /// Feeds on a streamed chat completion in whatever pieces the network delivers.
@@ -114,6 +116,13 @@ impl AnswerStream {
             self.answer.text.push_str(s);
         }
         self.take_finish(choice);
+        self.take_usage(&v["usage"]["prompt_tokens"]);
+    }
+
+    fn take_usage(&mut self, tokens: &Value) {
+        if let Some(n) = tokens.as_u64() {
+            self.answer.prompt_tokens = Some(n);
+        }
     }
 
     /// An event of a streamed Responses answer: text deltas, then a completed (or
@@ -127,6 +136,7 @@ impl AnswerStream {
             }
             "response.completed" => {
                 self.answer.finish_reason = Some("stop".into());
+                self.take_usage(&v["response"]["usage"]["input_tokens"]);
                 self.done = true;
             }
             "response.incomplete" => {
@@ -148,6 +158,7 @@ impl AnswerStream {
             self.answer.text.push_str(s);
         }
         self.take_finish(choice);
+        self.take_usage(&v["usage"]["prompt_tokens"]);
         if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
             self.answer.error = Some(err.to_string());
         }
@@ -172,7 +183,7 @@ mod tests {
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"},\"finish_reason\":null}]}\n\n",
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"e. \u{2713} caf\u{e9}\"},\"finish_reason\":null}]}\n\n",
         "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
-        "data: {\"choices\":[],\"usage\":{\"completion_tokens\":9}}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":812,\"completion_tokens\":9}}\n\n",
         "data: [DONE]\n\n",
     );
 
@@ -210,6 +221,7 @@ mod tests {
         let a = s.finish();
         assert_eq!(a.finish_reason.as_deref(), Some("stop"));
         assert_eq!(a.error, None);
+        assert_eq!(a.prompt_tokens, Some(812));
     }
 
     #[test]

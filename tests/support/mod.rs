@@ -147,7 +147,7 @@ async fn respond(
     delay(&parts.headers, "x-mock-delay-ms").await;
     let response = match behaviour.as_str() {
         "echo" => echo(&parts.headers, body),
-        "openai" => openai(parts.method.as_str(), parts.uri.path(), &body),
+        "openai" => openai(parts.method.as_str(), parts.uri.path(), &body, 10),
         "window" if parts.uri.path().ends_with("/responses/compact") => {
             responses_compact(&parts.headers)
         }
@@ -181,7 +181,7 @@ async fn delay(headers: &HeaderMap, name: &str) {
 /// The opening of the summariser's system prompt (`src/summarize/prompt.md`).
 const SUMMARY_PROMPT: &str = "You are writing a checkpoint";
 /// What the mock summariser writes; tests find it in what the upstream receives next.
-pub const CANNED_SUMMARY: &str = "## Active Task\nMOCK-CHECKPOINT: fix the failing module tests.\n\n## Goal\nAll tests pass.\n\n## Completed Actions\n- Read the modules and ran their tests.";
+pub const CANNED_SUMMARY: &str = "## Active Task\nMOCK-CHECKPOINT: fix the failing module tests.\n\n## Goal\nAll tests pass.\n\n## Completed Actions\n- Read the modules and ran their tests.\n- Ran `cargo test` for each module: the borrow errors are fixed one module at a time.\n\n## Relevant Files\n- src/module_0.rs and the modules after it: each clones its value before the move.";
 
 fn is_summary_call(body: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| {
@@ -199,18 +199,44 @@ fn stream_answer(body: &[u8], model: &str, reply: &str) -> Response<MockBody> {
     if responses {
         responses_stream(reply, 0)
     } else {
-        openai_stream(model, reply, false)
+        openai_stream(model, reply, None, "stop")
     }
 }
 
 /// The summariser's answer, by `x-mock-summary`: `ok` (the default, a streamed
 /// [`CANNED_SUMMARY`]), `long:N` (that and N more words), `500`, `401`, `silent`, `empty`,
-/// `refusal`, or `500-for:MODEL` (a 500 for that model, `ok` for others).
+/// `refusal`, `500-for:MODEL` (a 500 for that model, `ok` for others), or junk a small
+/// model writes: `junk` (one word), `truncated` (cut by its cap), `echo` (the focus line
+/// given back under two headings), `unstructured` (a paragraph without headings).
+/// With `x-mock-summary-window`, a summariser request longer than that (in the mock's
+/// tokens, with its completion cap) is refused as llama.cpp refuses it, and the
+/// answers report the mock's count of the prompt.
 async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
     let behaviour = headers
         .get("x-mock-summary")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("ok");
+    let request: serde_json::Value = serde_json::from_slice(body).unwrap();
+    let tokens = mock_tokens(&request);
+    if let Ok(limit) = header_str(headers, "x-mock-summary-window").parse::<u64>() {
+        let output = request["max_tokens"].as_u64().unwrap_or(0);
+        if tokens + output > limit {
+            return overflow("llamacpp", tokens, output, limit, true);
+        }
+    }
+    let chat =
+        |reply: &str, finish: &str| openai_stream("mock-summariser", reply, Some(tokens), finish);
+    match behaviour {
+        "junk" => return chat("The", "stop"),
+        "truncated" => return chat(CANNED_SUMMARY, "length"),
+        "unstructured" => return chat("The user and the assistant worked on the failing module tests and fixed several borrow errors in the modules.", "stop"),
+        "echo" => {
+            let user = request["messages"][1]["content"].as_str().unwrap_or("");
+            let focus = user.lines().find(|l| l.starts_with("Focus of this checkpoint")).unwrap_or("");
+            return chat(&format!("## Active Task\n{focus}\n\n## Goal\n{focus}"), "stop");
+        }
+        _ => {}
+    }
     if let Some(words) = behaviour.strip_prefix("long:") {
         let filler = " step".repeat(words.parse().unwrap());
         return stream_answer(
@@ -260,8 +286,8 @@ fn echo(headers: &HeaderMap, body: Bytes) -> Response<MockBody> {
 }
 
 /// Answers like OpenAI: a model list, and chat completions (JSON or SSE) that repeat
-/// the last user message.
-fn openai(method: &str, path: &str, body: &[u8]) -> Response<MockBody> {
+/// the last user message, reporting `prompt_tokens` in their usage.
+fn openai(method: &str, path: &str, body: &[u8], prompt_tokens: u64) -> Response<MockBody> {
     if method == "GET" && path.ends_with("/models") {
         let list = serde_json::json!({"object": "list", "data": [
             {"id": "mock-model", "object": "model", "created": 1, "owned_by": "mock"}
@@ -275,17 +301,14 @@ fn openai(method: &str, path: &str, body: &[u8]) -> Response<MockBody> {
     let reply = format!("you said: {said}");
     let model = request["model"].as_str().unwrap_or("mock-model").to_owned();
     if request["stream"] == true {
-        return openai_stream(
-            &model,
-            &reply,
-            request["stream_options"]["include_usage"] == true,
-        );
+        let usage = request["stream_options"]["include_usage"] == true;
+        return openai_stream(&model, &reply, usage.then_some(prompt_tokens), "stop");
     }
     json(
         serde_json::json!({
             "id": "chatcmpl-mock", "object": "chat.completion", "created": 1, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5, "total_tokens": prompt_tokens + 5}
         })
         .to_string(),
     )
@@ -310,7 +333,12 @@ pub fn last_user_text(request: &serde_json::Value) -> String {
     }
 }
 
-fn openai_stream(model: &str, reply: &str, usage: bool) -> Response<MockBody> {
+fn openai_stream(
+    model: &str,
+    reply: &str,
+    prompt_tokens: Option<u64>,
+    finish: &str,
+) -> Response<MockBody> {
     let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
         let event = serde_json::json!({
             "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": model,
@@ -328,11 +356,11 @@ fn openai_stream(model: &str, reply: &str, usage: bool) -> Response<MockBody> {
             serde_json::Value::Null,
         ));
     }
-    text.push_str(&chunk(serde_json::json!({}), serde_json::json!("stop")));
-    if usage {
+    text.push_str(&chunk(serde_json::json!({}), serde_json::json!(finish)));
+    if let Some(tokens) = prompt_tokens {
         let event = serde_json::json!({
             "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": model,
-            "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+            "choices": [], "usage": {"prompt_tokens": tokens, "completion_tokens": 5, "total_tokens": tokens + 5}
         });
         text.push_str(&format!("data: {event}\n\n"));
     }
@@ -474,7 +502,7 @@ fn window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> Response<MockB
         tokens + output > limit
     };
     if !too_big {
-        return openai("POST", "/v1/chat/completions", body);
+        return openai("POST", "/v1/chat/completions", body, tokens);
     }
     overflow(&shape, tokens, output, limit, stream)
 }
