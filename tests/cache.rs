@@ -332,8 +332,16 @@ async fn a_conversation_whose_compactions_save_little_stops_calling_the_summaris
     // Two poor compactions in a row: the third does without the summariser, and saves
     // enough to start the count again.
     assert_eq!(sources[..3], ["llm", "llm", "fallback"], "{compactions:#?}");
+    // Every summariser call made an LLM compaction, but one: with the instructions
+    // filling the window by the upstream's count, the first compaction (two turns in)
+    // asked for a summary of a middle too small for it to save anything, and sent the
+    // request as it came.
     let llm = sources.iter().filter(|s| **s == "llm").count();
-    assert_eq!(mock.summaries().len(), llm, "{compactions:#?}");
+    let calls = mock.summaries().len();
+    assert!(
+        (llm..=llm + 1).contains(&calls),
+        "{calls} calls: {compactions:#?}"
+    );
 }
 
 /// Whether the upstream request `next` sends `previous`'s messages, byte for byte, and
@@ -403,8 +411,10 @@ async fn between_compactions_the_request_only_grows_at_its_end() {
 #[tokio::test]
 async fn a_stored_fallback_gives_way_to_a_real_summary_once_the_summariser_answers() {
     let mock = Mock::start().await;
+    // Nothing prepared ahead: a compaction prepared while the summariser still failed
+    // would be put in place at turn 45, and the real summary would come one turn later.
     let config = format!(
-        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\ncooldown_ms = 300\n"
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[compaction]\nprepare_concurrency = 0\n\n[summarizer]\ncontext_window = 128000\ncooldown_ms = 300\n"
     );
     let proxy = Proxy::start(&mock.url("/v1"), &config);
     let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
@@ -479,9 +489,15 @@ async fn the_turn_that_crosses_the_threshold_does_not_wait_for_the_summary() {
             "the event waited {took:?}: {x}\n{turns:#?}"
         );
     }
-    // One summariser call per event, made ahead of it.
-    assert_eq!(mock.summaries().len(), events.len(), "{turns:#?}");
+    // One summariser call per event, made ahead of it; the session may end with the
+    // next event prepared and not yet needed.
     let metrics = metrics(&proxy).await;
+    let made = format!(
+        "compaction_proxy_prepared_total{{fate=\"made\"}} {}\n",
+        mock.summaries().len()
+    );
+    assert!(metrics.contains(&made), "{metrics}");
+    assert!(mock.summaries().len() <= events.len() + 1, "{turns:#?}");
     let used = format!(
         "compaction_proxy_prepared_total{{fate=\"used\"}} {}\n",
         events.len()

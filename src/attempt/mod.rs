@@ -287,7 +287,15 @@ impl Attempt<'_> {
                 _ => {}
             }
         }
-        if let Some(x) = self.x_compaction(report::Outcome::Applied) {
+        // The engine may have run and found nothing to remove: the client's bytes went as
+        // they were, and the answer is theirs, unmarked.
+        let changed = matches!(self.done.engine, Engine::Rewrote { .. })
+            || self.done.resumed.is_some()
+            || self.done.output.is_some();
+        if let Some(x) = self
+            .x_compaction(report::Outcome::Applied)
+            .filter(|_| changed)
+        {
             self.record(&x);
             response.headers_mut().insert("x-compaction", x.to_header());
         }

@@ -31,10 +31,13 @@ impl Attempt<'_> {
             self.done.engine = Engine::Ran;
         }
         let dialect = self.ctx.dialect;
-        let compacted = outcome.rewritten.is_some();
-        let Some(mut request) = outcome
-            .rewritten
-            .or_else(|| self.work.parsed().map(|b| b.view.clone()))
+        // A rewrite that removes nothing (everything left is instructions and the turn in
+        // progress) would only change bytes the upstream's prompt cache holds.
+        let saved = report.tokens_after < report.tokens_before
+            || report.messages_after < report.messages_before;
+        let rewritten = outcome.rewritten.filter(|_| saved);
+        let compacted = rewritten.is_some();
+        let Some(mut request) = rewritten.or_else(|| self.work.parsed().map(|b| b.view.clone()))
         else {
             return false;
         };
