@@ -440,3 +440,44 @@ async fn a_request_can_turn_compaction_off_for_itself() {
         .starts_with("applied"));
     assert!(mock.last().headers.get("x-compaction").is_none());
 }
+
+/// With the window configured, the upstream's way of counting is learned from the usage
+/// of its ordinary answers, before any refusal: a session that grows into a window the
+/// upstream counts a third more tightly than the proxy's estimate is compacted ahead of
+/// its first overflow, never after it.
+#[tokio::test]
+async fn the_upstreams_count_is_learned_before_its_first_refusal() {
+    const WINDOW: u64 = 4096;
+    let mock = Mock::start().await;
+    let config = format!("[[models]]\nmatch = \"local-model\"\ncontext_window = {WINDOW}\n");
+    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let window = WINDOW.to_string();
+    let headers = [
+        ("x-mock", "window"),
+        ("x-mock-shape", "llamacpp"),
+        ("x-mock-window", window.as_str()),
+    ];
+    let mut messages = vec![json!({"role": "system", "content": "You are a helpful assistant."})];
+    let mut marks = Vec::new();
+    for turn in 0..24 {
+        // Plain prose: the mock's count runs well above the proxy's estimate on it.
+        let ask = format!(
+            "Turn {turn}: {}",
+            "please keep the notes about the garden and the weather in mind. ".repeat(12)
+        );
+        messages.push(json!({"role": "user", "content": ask}));
+        let request = json!({"model": "local-model", "max_tokens": 64, "messages": messages});
+        let (status, x) = support::post_chat(&proxy, &headers, &request).await;
+        assert_eq!(status, 200, "turn {turn}: {x}\n{}", proxy.logs());
+        marks.push(x);
+        messages.push(json!({"role": "assistant", "content": format!("Noted, turn {turn}.")}));
+    }
+    assert!(
+        marks.iter().any(|x| x.contains("trigger=preflight")),
+        "{marks:#?}"
+    );
+    assert!(
+        marks.iter().all(|x| !x.contains("trigger=error")),
+        "an overflow reached the upstream: {marks:#?}"
+    );
+}
