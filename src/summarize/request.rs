@@ -210,6 +210,9 @@ impl<'a> SummaryRequest<'a> {
             body.insert("temperature".into(), json!(TEMPERATURE));
         }
         body.insert("stream".into(), Value::Bool(true));
+        // The upstream's count of the prompt, in the last event: what calibrates the
+        // room of the next call when the summariser has an upstream of its own.
+        body.insert("stream_options".into(), json!({"include_usage": true}));
         Value::Object(body)
     }
 }
@@ -261,6 +264,7 @@ mod tests {
         assert_eq!(body["max_tokens"], 1200);
         assert_eq!(body["temperature"], 0.2);
         assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"]["include_usage"], true);
         let system = body["messages"][0]["content"].as_str().unwrap_or("");
         assert!(system.starts_with("You are writing a checkpoint"));
         assert!(system.contains("## Active Task") && system.contains("## Critical Values"));
