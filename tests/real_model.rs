@@ -51,8 +51,8 @@ const MODEL: &str = "smollm2";
 const SYSTEM: &str = "You are a concise assistant helping an engineer move a billing \
 service to a new host. Answer in one or two short sentences.";
 
-/// The summariser's system prompt opens with the first line of this file.
-const SUMMARISER_PROMPT: &str = include_str!("../src/summarize/prompt.md");
+/// How the summariser's system prompt opens (`src/summarize/prompt.md`; the test checks).
+const SUMMARISER_OPENING: &str = "You are writing a checkpoint";
 
 /// The server and the model, from the environment; `None` (the test passes, saying why)
 /// when they are not given, unless `COMPACTION_PROXY_REQUIRE_LLAMA` is set.
@@ -155,20 +155,26 @@ struct TapCall {
     /// The answer came to its end (`[DONE]`, or a whole JSON body), whether or not the
     /// proxy read on to the end of the stream.
     complete: bool,
-    /// The prompt's length in the server's own tokens, when the answer reports it.
+    /// The prompt's and the answer's lengths in the server's own tokens, when reported.
     prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    /// Why the model stopped (`stop`, or `length` at `max_tokens` or the window's end).
+    finish_reason: Option<String>,
     /// The response body as the server sent it.
     body: String,
 }
 
 impl TapCall {
-    /// The server refused the request for its length (llama.cpp's
-    /// `exceed_context_size_error`, or an OpenAI-style `context_length_exceeded`).
+    /// The server refused the request for its length: llama.cpp's
+    /// `exceed_context_size_error` (400, "request (N tokens) exceeds the available context
+    /// size (M tokens), try increasing it", or "input (N tokens) is larger than the max
+    /// context size"), or an OpenAI-style `context_length_exceeded`.
     fn context_error(&self) -> bool {
         let body = self.body.to_ascii_lowercase();
         [
             "exceed_context_size",
             "exceeds the available context size",
+            "is larger than the max context size",
             "context_length_exceeded",
         ]
         .iter()
@@ -215,13 +221,18 @@ impl Drop for Pending {
         call.millis = self.started.elapsed().as_millis();
         call.body = String::from_utf8_lossy(&self.body).into_owned();
         let json = serde_json::from_str::<Value>(&call.body).ok();
-        let finished = sse_events(&call.body).any(|e| e["choices"][0]["finish_reason"].is_string());
+        let events: Vec<Value> = json.into_iter().chain(sse_events(&call.body)).collect();
+        call.finish_reason = events
+            .iter()
+            .find_map(|e| e["choices"][0]["finish_reason"].as_str().map(str::to_owned));
         call.complete = call.status == 200
-            && (json.is_some() || finished || call.body.contains("data: [DONE]"));
-        call.prompt_tokens = json
-            .into_iter()
-            .chain(sse_events(&call.body))
+            && (call.finish_reason.is_some() || call.body.contains("data: [DONE]"));
+        call.prompt_tokens = events
+            .iter()
             .find_map(|v| v["usage"]["prompt_tokens"].as_u64());
+        call.completion_tokens = events
+            .iter()
+            .find_map(|v| v["usage"]["completion_tokens"].as_u64());
         self.calls.lock().unwrap().push(call);
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
@@ -312,10 +323,9 @@ async fn forward(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     if let Ok(request) = serde_json::from_slice::<Value>(&body) {
-        let opening = SUMMARISER_PROMPT.lines().next().unwrap();
         pending.call.summariser = request["messages"][0]["content"]
             .as_str()
-            .is_some_and(|s| s.starts_with(opening));
+            .is_some_and(|s| s.starts_with(SUMMARISER_OPENING));
         pending.call.messages = request["messages"].as_array().map_or(0, Vec::len);
         pending.call.max_tokens = request["max_tokens"]
             .as_u64()
@@ -503,6 +513,10 @@ fn rejections(text: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
+fn figure(n: Option<u64>) -> String {
+    n.map_or("-".into(), |n| n.to_string())
+}
+
 fn one_line(text: &str, max: usize) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match flat.char_indices().nth(max) {
@@ -516,6 +530,8 @@ async fn twenty_turns_at_2048_tokens_against_llama_server_and_smollm2() {
     let Some((server, model)) = installed() else {
         return;
     };
+    // The tap tells the summariser's calls by their opening: it must still be the prompt's.
+    assert!(include_str!("../src/summarize/prompt.md").starts_with(SUMMARISER_OPENING));
     let started = Instant::now();
     let llama = Llama::start(&server, &model).await;
     let tap = Tap::start(llama.url("")).await;
@@ -569,13 +585,15 @@ async fn twenty_turns_at_2048_tokens_against_llama_server_and_smollm2() {
         };
         let _ = writeln!(
             report,
-            "#{:<3} {what:10} status {} {:>6} ms  messages {:2}  max_tokens {:>4}  prompt_tokens {:>4}  {}{}",
+            "#{:<3} {what:10} {} {:>6} ms  messages {:2}  max_tokens {:>4}  tokens in/out {:>4}/{:<4} {:6} {}{}",
             c.n,
             c.status,
             c.millis,
             c.messages,
-            c.max_tokens.map_or("-".into(), |t| t.to_string()),
-            c.prompt_tokens.map_or("-".into(), |t| t.to_string()),
+            figure(c.max_tokens),
+            figure(c.prompt_tokens),
+            figure(c.completion_tokens),
+            c.finish_reason.as_deref().unwrap_or("-"),
             if c.complete { "" } else { "(incomplete) " },
             detail
         );
@@ -603,9 +621,15 @@ async fn twenty_turns_at_2048_tokens_against_llama_server_and_smollm2() {
     }
     report.push_str("\n== proxy metrics\n");
     for line in metrics.lines().filter(|l| {
-        l.starts_with("compaction_proxy_summar")
-            || l.starts_with("compaction_proxy_compactions")
-            || l.starts_with("compaction_proxy_upstream_attempts")
+        [
+            "compaction_proxy_summar",
+            "compaction_proxy_compactions",
+            "compaction_proxy_prepared",
+            "compaction_proxy_output_lowered",
+            "compaction_proxy_upstream_attempts",
+        ]
+        .iter()
+        .any(|name| l.starts_with(name))
     }) {
         let _ = writeln!(report, "{line}");
     }
