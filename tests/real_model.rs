@@ -227,12 +227,18 @@ impl Drop for Pending {
             .find_map(|e| e["choices"][0]["finish_reason"].as_str().map(str::to_owned));
         call.complete = call.status == 200
             && (call.finish_reason.is_some() || call.body.contains("data: [DONE]"));
-        call.prompt_tokens = events
-            .iter()
-            .find_map(|v| v["usage"]["prompt_tokens"].as_u64());
-        call.completion_tokens = events
-            .iter()
-            .find_map(|v| v["usage"]["completion_tokens"].as_u64());
+        // The usage when asked for, else llama.cpp's timings (prompt read = cached + new).
+        call.prompt_tokens = events.iter().find_map(|v| {
+            v["usage"]["prompt_tokens"].as_u64().or_else(|| {
+                let t = &v["timings"];
+                Some(t["cache_n"].as_u64()? + t["prompt_n"].as_u64()?)
+            })
+        });
+        call.completion_tokens = events.iter().find_map(|v| {
+            v["usage"]["completion_tokens"]
+                .as_u64()
+                .or_else(|| v["timings"]["predicted_n"].as_u64())
+        });
         self.calls.lock().unwrap().push(call);
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
@@ -407,7 +413,7 @@ fn user_turn(n: usize) -> String {
         "receipts",
     ];
     let mut log = String::new();
-    for line in 0..6 {
+    for line in 0..5 {
         let k = n * 11 + line;
         let service = services[k % services.len()];
         let _ = writeln!(
@@ -594,7 +600,11 @@ async fn twenty_turns_at_2048_tokens_against_llama_server_and_smollm2() {
             figure(c.prompt_tokens),
             figure(c.completion_tokens),
             c.finish_reason.as_deref().unwrap_or("-"),
-            if c.complete { "" } else { "(incomplete) " },
+            if c.status == 200 && !c.complete {
+                "(incomplete) "
+            } else {
+                ""
+            },
             detail
         );
     }
