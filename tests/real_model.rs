@@ -545,7 +545,9 @@ async fn twenty_turns_at_2048_tokens_against_llama_server_and_smollm2() {
         "[[models]]\nmatch = \"{MODEL}\"\ncontext_window = {WINDOW}\n\n\
          # The summariser is the same server (the default); a 2-core machine shares one\n\
          # slot between it and the client's turns, so a call may wait behind a turn.\n\
-         [summarizer]\ntimeout_ms = 180000\n"
+         # After an answer it rejects, the proxy waits 20 s (not 60) before asking\n\
+         # again, so that this short session asks several times.\n\
+         [summarizer]\ntimeout_ms = 180000\ncooldown_ms = 20000\n"
     );
     let proxy = Proxy::start(&format!("{}/v1", tap.url()), &config);
 
