@@ -1,6 +1,6 @@
 //! The proxy in front of a real model server: llama.cpp's `llama-server` with
 //! SmolLM2-135M-Instruct, one slot of 2,048 tokens. A 20-turn chat session, some turns
-//! streamed, outgrows that window several times; every turn must be answered, the
+//! streamed, outgrows that window twice over; every turn must be answered, the
 //! session must have been compacted with the model itself asked for summaries, each of
 //! its answers accepted or rejected for a stated reason, and no request of any kind,
 //! the summariser's included, refused by the server for its length.
@@ -384,8 +384,8 @@ async fn forward(
 }
 
 /// The user's turn `n` (from 1): the early turns state facts and constraints, every turn
-/// brings a block of tool output (about 200 tokens), and asks a short
-/// question.
+/// brings a block of tool output and asks a short question (about 220 of the model's
+/// tokens in all).
 fn user_turn(n: usize) -> String {
     let opening = match n {
         1 => {
