@@ -52,7 +52,42 @@ type Key = (String, String);
 pub struct ModelWindows {
     rules: Vec<ModelRule>,
     learned: RwLock<HashMap<Key, u64>>,
-    factors: RwLock<HashMap<Key, f64>>,
+    factors: RwLock<HashMap<Key, Factors>>,
+}
+
+/// Where a count of the upstream's came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// A refusal's numbers: the count the upstream enforces its window with.
+    Refusal,
+    /// The `usage` of an accepted answer.
+    Usage,
+}
+
+/// The factor learned from each kind of count. Servers whose `usage` and whose refusals
+/// count differently exist (one that leaves the tools out of `usage`, say); the larger
+/// factor is used, so a request is never estimated below what the window is enforced by.
+#[derive(Debug, Default, Clone, Copy)]
+struct Factors {
+    refusal: Option<f64>,
+    usage: Option<f64>,
+}
+
+impl Factors {
+    fn get(self) -> f64 {
+        match (self.refusal, self.usage) {
+            (Some(a), Some(b)) => a.max(b),
+            (Some(f), None) | (None, Some(f)) => f,
+            (None, None) => 1.0,
+        }
+    }
+
+    fn slot(&mut self, count: Count) -> &mut Option<f64> {
+        match count {
+            Count::Refusal => &mut self.refusal,
+            Count::Usage => &mut self.usage,
+        }
+    }
 }
 
 impl ModelWindows {
@@ -102,19 +137,22 @@ impl ModelWindows {
     }
 
     /// Records one request's prompt size as counted by us (`ours`) and by the upstream
-    /// (`theirs`). The factor moves smoothly so one odd request cannot swing it.
-    pub fn calibrate(&self, upstream: &str, model: &str, ours: u64, theirs: u64) {
+    /// (`theirs`), in a refusal or in an answer's usage. The factor of each kind moves
+    /// smoothly so one odd request cannot swing it.
+    pub fn calibrate(&self, upstream: &str, model: &str, count: Count, ours: u64, theirs: u64) {
         if ours == 0 || theirs == 0 {
             return;
         }
         let sample = clamp_factor(theirs as f64 / ours as f64);
         let mut map = self.factors.write().unwrap_or_else(PoisonError::into_inner);
         let k = key(upstream, model);
-        let next = match map.get(&k) {
+        let mut factors = map.get(&k).copied().unwrap_or_default();
+        let slot = factors.slot(count);
+        *slot = Some(match *slot {
             Some(old) => clamp_factor(old + SMOOTHING * (sample - old)),
             None => sample,
-        };
-        insert_bounded(&mut map, k, next);
+        });
+        insert_bounded(&mut map, k, factors);
     }
 
     /// How many upstream tokens one of our estimated tokens is worth (1.0 until calibrated).
@@ -124,7 +162,7 @@ impl ModelWindows {
         if map.is_empty() {
             return 1.0;
         }
-        map.get(&key(upstream, model)).copied().unwrap_or(1.0)
+        map.get(&key(upstream, model)).map_or(1.0, |f| f.get())
     }
 
     fn config_window(&self, model: &str) -> Option<u64> {
@@ -568,20 +606,36 @@ mod tests {
     fn calibration_smooths_and_clamps() {
         let w = ModelWindows::new(Vec::new());
         assert_eq!(w.factor("u", "m"), 1.0);
-        w.calibrate("u", "m", 1_000, 1_200);
+        let usage = Count::Usage;
+        w.calibrate("u", "m", usage, 1_000, 1_200);
         assert!((w.factor("u", "m") - 1.2).abs() < 1e-9);
-        w.calibrate("u", "m", 1_000, 1_000);
+        w.calibrate("u", "m", usage, 1_000, 1_000);
         let f = w.factor("u", "m");
         assert!(f > 1.0 && f < 1.2, "{f}");
-        w.calibrate("u", "m", 0, 5);
-        w.calibrate("u", "m", 5, 0);
+        w.calibrate("u", "m", usage, 0, 5);
+        w.calibrate("u", "m", usage, 5, 0);
         assert!((w.factor("u", "m") - f).abs() < 1e-12);
 
-        w.calibrate("u", "huge", 1, 1_000_000);
+        w.calibrate("u", "huge", usage, 1, 1_000_000);
         assert_eq!(w.factor("u", "huge"), FACTOR_MAX);
-        w.calibrate("u", "tiny", 1_000_000, 1);
+        w.calibrate("u", "tiny", usage, 1_000_000, 1);
         assert_eq!(w.factor("u", "tiny"), FACTOR_MIN);
         assert_eq!(w.factor("other", "m"), 1.0);
+    }
+
+    #[test]
+    fn the_count_the_window_is_enforced_by_is_never_underestimated() {
+        let w = ModelWindows::new(Vec::new());
+        // A server whose usage leaves out what its refusals count.
+        w.calibrate("u", "m", Count::Refusal, 1_000, 1_300);
+        for _ in 0..20 {
+            w.calibrate("u", "m", Count::Usage, 1_000, 1_000);
+        }
+        assert!((w.factor("u", "m") - 1.3).abs() < 1e-9);
+        // Usage counting more than the refusal said wins as well.
+        w.calibrate("u", "n", Count::Refusal, 1_000, 1_100);
+        w.calibrate("u", "n", Count::Usage, 1_000, 1_400);
+        assert!((w.factor("u", "n") - 1.4).abs() < 1e-9);
     }
 
     #[test]
@@ -603,7 +657,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for j in 0..100u64 {
                         w.learn("u", "m", 1_000 + i * 100 + j);
-                        w.calibrate("u", "m", 100, 150);
+                        w.calibrate("u", "m", Count::Usage, 100, 150);
                         let _ = w.window_for("u", "m");
                     }
                 })

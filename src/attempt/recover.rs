@@ -4,6 +4,7 @@
 
 use super::{Attempt, Engine, Goal, Trigger};
 use crate::classify::{Classification, Kind};
+use crate::models::Count;
 
 /// Share of the window left free on a retry, for the difference between our token
 /// count and the upstream's that calibration has not yet learned.
@@ -72,7 +73,7 @@ impl Attempt<'_> {
             models.learn_at_most(upstream, model, bound);
         }
         if let (Some(theirs), Some(ours)) = (comparable, sent) {
-            models.calibrate(upstream, model, ours, theirs);
+            models.calibrate(upstream, model, Count::Refusal, ours, theirs);
         }
     }
 

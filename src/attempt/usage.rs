@@ -19,6 +19,7 @@ use memchr::memmem::Finder;
 use crate::app::App;
 use crate::body::ProxyBody;
 use crate::error::BoxError;
+use crate::models::Count;
 
 static KEYS: LazyLock<[Finder<'static>; 2]> = LazyLock::new(|| {
     [
@@ -80,7 +81,7 @@ impl UsageTap {
         learn
             .app
             .models
-            .calibrate(upstream, &learn.model, learn.ours, theirs);
+            .calibrate(upstream, &learn.model, Count::Usage, learn.ours, theirs);
     }
 }
 

@@ -111,12 +111,12 @@ const MIN_HEADINGS: usize = 2;
 /// hundred tokens replaced add to that, up to [`MIN_TOKENS_CAP`].
 const MIN_TOKENS_FLOOR: usize = 16;
 const MIN_TOKENS_PER_HUNDRED: usize = 1;
-const MIN_TOKENS_CAP: usize = 64;
+const MIN_TOKENS_CAP: usize = 40;
 /// Lines shorter than this prove nothing when the prompt holds them too ("None.", "1.").
 const ECHO_MIN_CHARS: usize = 12;
 
 /// The fewest tokens a checkpoint of `replaced` tokens, asked for in about `budget`, can
-/// plausibly take: a percent of what it replaces, between 16 and 64, and never more than
+/// plausibly take: a percent of what it replaces, between 16 and 40, and never more than
 /// half the budget.
 pub fn min_tokens(replaced: usize, budget: usize) -> usize {
     (MIN_TOKENS_FLOOR + replaced / 100 * MIN_TOKENS_PER_HUNDRED)
@@ -383,7 +383,7 @@ mod tests {
         assert!(check_with(GOOD, Some("stop"), 40).is_ok());
         assert_eq!(min_tokens(0, 1000), 16);
         assert_eq!(min_tokens(2_000, 1000), 36);
-        assert_eq!(min_tokens(1_000_000, 12_000), 64);
+        assert_eq!(min_tokens(1_000_000, 12_000), 40);
         assert_eq!(min_tokens(1_000_000, 40), 20);
     }
 

@@ -27,7 +27,7 @@ use crate::compact::{self, Counter, Message, Options, Plan, Summary, SummarySour
 use crate::config::Config;
 use crate::error::{BoxError, ProxyError};
 use crate::metrics::Metrics;
-use crate::models::ModelWindows;
+use crate::models::{Count, ModelWindows};
 use crate::upstream::{Upstream, UpstreamInitError};
 use crate::wire::{responses, Dialect};
 
@@ -345,7 +345,7 @@ impl Summarizer {
             let ours = sent.tokens as u64;
             shared
                 .models
-                .calibrate(self.base_url(), sent.model, ours, theirs);
+                .calibrate(self.base_url(), sent.model, Count::Usage, ours, theirs);
         }
         Ok(check_answer(&answer, sent.expect)?)
     }
@@ -386,7 +386,13 @@ impl Summarizer {
             .prompt_tokens
             .filter(|_| !numbers.prompt_is_lower_bound)
         {
-            models.calibrate(self.base_url(), sent.model, sent.tokens as u64, theirs);
+            models.calibrate(
+                self.base_url(),
+                sent.model,
+                Count::Refusal,
+                sent.tokens as u64,
+                theirs,
+            );
         }
     }
 }
