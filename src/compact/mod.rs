@@ -23,6 +23,7 @@ mod assemble;
 mod boundary;
 pub mod budget;
 mod calls;
+mod errors;
 mod escalate;
 mod media;
 mod merge;

@@ -7,7 +7,8 @@ use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
 
-use super::calls::{first_error_line, index_calls, result_info, CallInfo};
+use super::calls::{index_calls, result_info, CallInfo};
+use super::errors::error_line;
 use super::message::{call_id, keep_ends, one_line, Message, Role};
 
 /// First line of every summary the engine writes. Stable across versions: later requests
@@ -170,7 +171,7 @@ impl Sections {
                 }
                 Role::Assistant => self.add_calls(m, &mut seen),
                 Role::Tool | Role::Function => {
-                    if let Some(err) = first_error_line(&m.text()) {
+                    if let Some(err) = error_line(&m.text()) {
                         let who = result_info(turns, i, &index)
                             .map_or_else(|| "tool".to_string(), |c| c.label());
                         let line = format!("{}: {err}", one_line(&who, 100));
