@@ -20,10 +20,11 @@
 
 use serde_json::Value;
 
+use super::digest::digest;
 use super::message::{keep_ends, Message, Role};
 use super::prune::Pruner;
 use super::roles::OPENING;
-use super::summary::{self, digest};
+use super::summary;
 use super::{build, chars_for, note_prunes, Options, Plan};
 
 /// Messages are never cut below this many tokens: what is left must still say what it was.

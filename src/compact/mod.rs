@@ -23,6 +23,7 @@ mod assemble;
 mod boundary;
 pub mod budget;
 mod calls;
+pub mod digest;
 mod errors;
 mod escalate;
 mod media;
@@ -33,6 +34,7 @@ mod prune;
 mod regions;
 mod roles;
 mod sanitize;
+mod scan;
 pub mod summary;
 pub mod tokens;
 mod validate;
@@ -382,7 +384,7 @@ pub fn compact_with(
 /// The deterministic summary of a plan's middle.
 pub fn summarize_deterministic(plan: &Plan, opts: &Options) -> Summary {
     Summary {
-        text: summary::digest(
+        text: digest::digest(
             plan.previous_summary(),
             plan.turns(),
             chars_for(plan.summary_budget_tokens(opts)),

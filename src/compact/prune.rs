@@ -188,7 +188,7 @@ impl<'a> Pruner<'a> {
         let copy_kept = self.later_copy.get(&i).is_some_and(|&j| verbatim(j));
         let (line, kind) = if copy_kept {
             (
-                format!("[duplicate output of {label}: identical to a later result, kept there]"),
+                format!("{DUPLICATE_PREFIX}{label}: identical to a later result, kept there]"),
                 Kind::Duplicate,
             )
         } else {
@@ -243,6 +243,8 @@ fn later_copies(messages: &[Message], min_chars: usize) -> HashMap<usize, usize>
 /// wording stays as it is: clients send these lines back in later requests.
 pub const PRUNED_PREFIX: &str = "[output of ";
 pub const PRUNED_ERROR: &str = "; first error: ";
+/// How an output replaced by a pointer to its later copy starts.
+pub const DUPLICATE_PREFIX: &str = "[duplicate output of ";
 
 /// One line that keeps what a later turn may need from an output: which call, how big,
 /// and the line that says what failed, if anything did.
