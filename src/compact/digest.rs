@@ -192,6 +192,16 @@ pub fn digest(previous: Option<&str>, turns: &[Message], budget_chars: usize) ->
     redact(&d.render()).into_owned()
 }
 
+/// A summary cut to about `budget_chars`: the digest's own format drops its least
+/// valuable items and stays parseable; any other text keeps its beginning and end.
+pub fn shorten(body: &str, budget_chars: usize) -> String {
+    if body.lines().any(|l| Section::of_heading(l).is_some()) {
+        digest(Some(body), &[], budget_chars)
+    } else {
+        keep_ends(body, budget_chars * 2 / 3, budget_chars / 3)
+    }
+}
+
 struct Digest {
     /// Text of earlier summaries not in this format (an LLM's), carried whole.
     earlier: Vec<String>,
@@ -932,5 +942,18 @@ mod tests {
         let d = digest(None, &turns, 10_000);
         assert!(!d.contains("Abcdefghijklmnop"), "{d}");
         assert!(d.contains("[REDACTED"), "{d}");
+    }
+
+    #[test]
+    fn shorten_keeps_the_format() {
+        let d = digest(None, &session(), 10_000);
+        let short = shorten(&d, 250);
+        assert!(short.len() <= 250, "{short}");
+        assert!(
+            short.starts_with("## User requests and constraints"),
+            "{short}"
+        );
+        let foreign = "x".repeat(1000);
+        assert!(shorten(&foreign, 300).contains("omitted by compaction"));
     }
 }

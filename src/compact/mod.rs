@@ -73,6 +73,10 @@ pub enum EngineError {
     UnknownRole { index: usize, role: String },
 }
 
+/// Tokens a digest may take however little it replaces (if it replaces that much): room
+/// for a request, an error and a decision or two.
+const DIGEST_FLOOR: usize = 300;
+
 /// The window assumed when nothing says otherwise.
 pub const DEFAULT_CONTEXT_WINDOW: usize = 128_000;
 
@@ -193,6 +197,16 @@ impl Options {
     /// Summary budget: a tenth of the target, capped.
     fn summary_budget(&self, target: usize) -> usize {
         (target / 10).min(self.summary_max_tokens).max(64)
+    }
+
+    /// The deterministic digest's budget in tokens when it replaces `replaced` tokens: a
+    /// fifth of them, the LLM summary's share, but at least [`DIGEST_FLOOR`] unless it
+    /// replaces less, and never more than the room the plan keeps for a summary. A few
+    /// messages get a few lines, not a tenth of the window.
+    fn digest_budget(&self, target: usize, replaced: usize) -> usize {
+        (replaced / 5)
+            .max(replaced.min(DIGEST_FLOOR))
+            .min(self.summary_budget(target))
     }
 }
 
@@ -383,11 +397,13 @@ pub fn compact_with(
 
 /// The deterministic summary of a plan's middle.
 pub fn summarize_deterministic(plan: &Plan, opts: &Options) -> Summary {
+    let replaced = plan.turns.iter().map(|m| m.tokens).sum::<usize>()
+        + plan.previous_summary().map_or(0, |p| plan.counter.text(p));
     Summary {
         text: digest::digest(
             plan.previous_summary(),
             plan.turns(),
-            chars_for(plan.summary_budget_tokens(opts)),
+            chars_for(opts.digest_budget(plan.target, replaced)),
         ),
         source: SummarySource::Fallback,
     }
