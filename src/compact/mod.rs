@@ -73,6 +73,9 @@ pub enum EngineError {
     UnknownRole { index: usize, role: String },
 }
 
+/// The smallest summary budget in tokens.
+const SUMMARY_MIN: usize = 64;
+
 /// Tokens a digest may take however little it replaces (if it replaces that much): room
 /// for a request, an error and a decision or two.
 const DIGEST_FLOOR: usize = 300;
@@ -196,16 +199,18 @@ impl Options {
 
     /// Summary budget: a tenth of the target, capped.
     fn summary_budget(&self, target: usize) -> usize {
-        (target / 10).min(self.summary_max_tokens).max(64)
+        (target / 10).min(self.summary_max_tokens).max(SUMMARY_MIN)
     }
 
     /// The deterministic digest's budget in tokens when it replaces `replaced` tokens: a
     /// fifth of them, the LLM summary's share, but at least [`DIGEST_FLOOR`] unless it
     /// replaces less, and never more than the room the plan keeps for a summary. A few
-    /// messages get a few lines, not a tenth of the window.
+    /// messages get a few lines, not a tenth of the window; a single short one still gets
+    /// the summary's smallest size, room for a heading and a line.
     fn digest_budget(&self, target: usize, replaced: usize) -> usize {
         (replaced / 5)
             .max(replaced.min(DIGEST_FLOOR))
+            .max(SUMMARY_MIN)
             .min(self.summary_budget(target))
     }
 }
