@@ -22,7 +22,7 @@
 //! and linear in the size of what it reads.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::calls::{describe, index_calls, result_info, CallInfo};
 use super::errors::error_line;
@@ -399,10 +399,12 @@ impl Digest {
     fn push_ask(&mut self, ask: String) -> Option<usize> {
         let first = !std::mem::replace(&mut self.has_ask, true);
         let (own, pasted) = scan::own_words(&ask);
-        let tier = if first || scan::is_constraint(&own) {
+        let tier = if scan::is_constraint(&own) {
             Tier::Rule
         } else if pasted && own.split_whitespace().count() < HANDOVER_WORDS {
             Tier::Seen
+        } else if first {
+            Tier::Rule
         } else {
             Tier::Ask
         };
@@ -584,15 +586,29 @@ impl Digest {
         left.drop(&mut self.items, &order, |_, item| {
             item.tier == Tier::Preview
         });
+        // A message without its paste may read like another: it is then said already.
+        let mut asks: HashSet<String> = self
+            .items
+            .iter()
+            .filter(|i| i.alive && i.section == Section::Asks)
+            .map(|i| i.text.clone())
+            .collect();
         for item in self.items.iter_mut().filter(|i| i.alive) {
             if left.size <= budget {
                 break;
             }
-            if let Some(short) = item.short.take() {
-                left.size -= item.rendered_len();
-                item.text = short;
-                left.size += item.rendered_len();
+            let Some(short) = item.short.take() else {
+                continue;
+            };
+            if asks.contains(&short) {
+                left.kill(item);
+                continue;
             }
+            asks.remove(&item.text);
+            left.size -= item.rendered_len();
+            item.text = short;
+            left.size += item.rendered_len();
+            asks.insert(item.text.clone());
         }
         left.drop(&mut self.items, &order, |i, item| {
             !spared[i] && item.tier < Tier::Finding
@@ -673,17 +689,20 @@ impl Left {
                 return;
             }
             let item = &mut items[i];
-            if !item.alive || !may(i, item) {
-                continue;
+            if item.alive && may(i, item) {
+                self.kill(item);
             }
-            item.alive = false;
-            self.size -= item.rendered_len();
-            self.standing -= 1;
-            let n = &mut self.per_section[item.section as usize];
-            *n -= 1;
-            if *n == 0 {
-                self.size -= item.section.heading().len() + 2;
-            }
+        }
+    }
+
+    fn kill(&mut self, item: &mut Item) {
+        item.alive = false;
+        self.size -= item.rendered_len();
+        self.standing -= 1;
+        let n = &mut self.per_section[item.section as usize];
+        *n -= 1;
+        if *n == 0 {
+            self.size -= item.section.heading().len() + 2;
         }
     }
 }
