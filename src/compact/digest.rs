@@ -23,8 +23,11 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
 
-use super::calls::{describe, index_calls, result_info, CallInfo};
+use aho_corasick::AhoCorasick;
+
+use super::calls::{describe, result_info, CallInfo};
 use super::errors::error_line;
 use super::media::{PLACEHOLDER_END, PLACEHOLDER_START};
 use super::message::{call_id, clip, keep_ends, one_line, Message, Role};
@@ -206,8 +209,8 @@ struct Digest {
     /// Text of earlier summaries not in this format (an LLM's), carried whole.
     earlier: Vec<String>,
     items: Vec<Item>,
-    /// Item index by section and text: each request, decision, error and path once.
-    seen: HashMap<(Section, String), usize>,
+    /// Item index by text, per section: each request, decision, error and path once.
+    seen: [HashMap<String, usize>; SECTIONS.len()],
     /// The latest tool call, which an identical next call adds to.
     last_call: Option<usize>,
     /// Error item index by the error line alone.
@@ -223,7 +226,7 @@ impl Digest {
         Digest {
             earlier: Vec::new(),
             items: Vec::new(),
-            seen: HashMap::new(),
+            seen: Default::default(),
             last_call: None,
             error_lines: HashMap::new(),
             has_ask: false,
@@ -283,26 +286,27 @@ impl Digest {
                     Some(false) => Tier::Seen,
                     _ => Tier::Finding,
                 };
-                self.push(section, tier, text);
+                self.push(section, tier, &text);
             }
             Section::Errors => {
-                self.push(section, Tier::Finding, text);
+                self.push(section, Tier::Finding, &text);
             }
             Section::Tools => {
                 let (label, count) = parse_count(&text);
                 self.push_call(label.to_string(), count);
             }
             Section::Files => {
-                self.push(section, Tier::Seen, text);
+                self.push(section, Tier::Seen, &text);
             }
             Section::Last => {
-                self.push(section, Tier::Preview, text);
+                self.push(section, Tier::Preview, &text);
             }
         }
     }
 
     fn add_turns(&mut self, turns: &[Message]) {
-        let index = index_calls(turns);
+        // Filled as the calls go by: a result comes after its call.
+        let mut index = HashMap::new();
         // The latest command of a plain-text agent, which the next observation answers.
         let mut command: Option<String> = None;
         let mut previews = Vec::new();
@@ -320,7 +324,7 @@ impl Digest {
             match m.role {
                 Role::User => self.add_user(&text, command.as_deref()),
                 Role::Assistant => {
-                    self.add_calls(m);
+                    self.add_calls(m, &mut index);
                     self.add_assistant_text(&text, &mut command);
                 }
                 Role::Tool | Role::Function => {
@@ -342,7 +346,7 @@ impl Digest {
                 item.alive = false;
             }
             for p in previews {
-                self.push(Section::Last, Tier::Preview, p);
+                self.push(Section::Last, Tier::Preview, &p);
             }
         }
         if !turns.is_empty() && self.is_empty() {
@@ -350,7 +354,7 @@ impl Digest {
             self.push(
                 Section::Last,
                 Tier::Preview,
-                format!(
+                &format!(
                     "{} messages with nothing to list: {} from the user, {} from the assistant, {} tool results",
                     turns.len(),
                     count(Role::User),
@@ -408,7 +412,7 @@ impl Digest {
         } else {
             Tier::Ask
         };
-        self.push(Section::Asks, tier, ask)
+        self.push(Section::Asks, tier, &ask)
     }
 
     fn add_assistant_text(&mut self, text: &str, command: &mut Option<String>) {
@@ -417,7 +421,7 @@ impl Digest {
             self.push(
                 Section::Decisions,
                 tier,
-                one_line(&sentence, DECISION_CHARS),
+                &one_line(&sentence, DECISION_CHARS),
             );
         }
         for cmd in scan::commands(text) {
@@ -428,17 +432,23 @@ impl Digest {
         }
     }
 
-    fn add_calls(&mut self, m: &Message) {
-        let infos = m
-            .tool_calls()
-            .iter()
-            .map(CallInfo::from_call)
-            .chain(m.function_call().map(|f| {
-                describe(
-                    f.get("name").and_then(|v| v.as_str()).unwrap_or("function"),
-                    f.get("arguments").and_then(|v| v.as_str()).unwrap_or(""),
-                )
-            }));
+    /// The calls an assistant message makes, each also put in `index` under its id for
+    /// the results that follow (an id used again later then names the later call).
+    fn add_calls(&mut self, m: &Message, index: &mut HashMap<String, CallInfo>) {
+        let mut infos = Vec::with_capacity(m.tool_calls().len());
+        for call in m.tool_calls() {
+            let info = CallInfo::from_call(call);
+            if let Some(id) = call_id(call) {
+                index.insert(id.to_string(), info.clone());
+            }
+            infos.push(info);
+        }
+        infos.extend(m.function_call().map(|f| {
+            describe(
+                f.get("name").and_then(|v| v.as_str()).unwrap_or("function"),
+                f.get("arguments").and_then(|v| v.as_str()).unwrap_or(""),
+            )
+        }));
         for info in infos {
             // `.` and `/` name no file.
             for f in info
@@ -446,7 +456,7 @@ impl Digest {
                 .iter()
                 .filter(|f| f.bytes().any(|b| b.is_ascii_alphabetic()))
             {
-                self.push(Section::Files, Tier::Touched, one_line(f, PATH_CHARS));
+                self.push(Section::Files, Tier::Touched, &one_line(f, PATH_CHARS));
             }
             // A command or query argument names paths too.
             if let Some((_, value)) = &info.target {
@@ -474,43 +484,40 @@ impl Digest {
             Some(item) => item.alive = true,
             None => {
                 let line = format!("{}: {err}", one_line(who, WHO_CHARS));
-                if let Some(at) = self.push(Section::Errors, Tier::Finding, line) {
+                if let Some(at) = self.push(Section::Errors, Tier::Finding, &line) {
                     self.error_lines.insert(err, at);
                 }
             }
         }
     }
 
+    /// Paths are one short word each ([`scan::paths`]): no flattening needed.
     fn add_paths(&mut self, text: &str, tier: Tier) {
         let mut new = 0;
         scan::paths(text, |p| {
-            let before = self.items.len();
-            self.push(Section::Files, tier, one_line(p, PATH_CHARS));
-            new += usize::from(self.items.len() > before);
+            new += usize::from(self.push(Section::Files, tier, p).is_some());
             new < PATHS_PER_OUTPUT
         });
     }
 
     /// Adds an item, masked, and returns where it went; a repeat raises the first one's
-    /// tier instead.
-    fn push(&mut self, section: Section, tier: Tier, text: String) -> Option<usize> {
-        let text = match redact(&text) {
-            Cow::Borrowed(_) => text,
-            Cow::Owned(masked) => masked,
-        };
+    /// tier instead. Most texts hold no secret and match an earlier item as they are, so
+    /// only a text not seen yet is masked.
+    fn push(&mut self, section: Section, tier: Tier, text: &str) -> Option<usize> {
         if text.is_empty() {
             return None;
         }
-        let key = (section, text);
-        if let Some(&at) = self.seen.get(&key) {
-            let item = &mut self.items[at];
-            item.tier = item.tier.max(tier);
-            item.alive = true;
-            return None;
+        let seen = &self.seen[section as usize];
+        let masked = match seen.get(text) {
+            Some(&at) => return self.revive(at, tier),
+            None => redact(text),
+        };
+        if let Some(&at) = seen.get(masked.as_ref()) {
+            return self.revive(at, tier);
         }
-        let (section, text) = key.clone();
+        let text = masked.into_owned();
         let at = self.items.len();
-        self.seen.insert(key, at);
+        self.seen[section as usize].insert(text.clone(), at);
         self.items.push(Item {
             section,
             tier,
@@ -520,6 +527,14 @@ impl Digest {
             short: None,
         });
         Some(at)
+    }
+
+    /// An item met again: it stays, at the higher of its tiers.
+    fn revive(&mut self, at: usize, tier: Tier) -> Option<usize> {
+        let item = &mut self.items[at];
+        item.tier = item.tier.max(tier);
+        item.alive = true;
+        None
     }
 
     /// Adds a call to the log, or counts it on the previous line when it is the same.
@@ -732,7 +747,19 @@ fn is_placeholder(line: &str) -> bool {
 
 /// The text without the engine's placeholder lines.
 fn without_placeholders(text: &str) -> Cow<'_, str> {
-    if !text.lines().any(is_placeholder) {
+    // One search over the text first: it runs on every message, most hold none.
+    static STARTS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+        AhoCorasick::new([
+            OPENING,
+            STUB.trim(),
+            PRUNED_PREFIX,
+            DUPLICATE_PREFIX,
+            PLACEHOLDER_START,
+        ])
+        .ok()
+    });
+    let any = STARTS.as_ref().is_none_or(|ac| ac.is_match(text));
+    if !any || !text.lines().any(is_placeholder) {
         return Cow::Borrowed(text);
     }
     let kept: Vec<&str> = text.lines().filter(|l| !is_placeholder(l)).collect();

@@ -33,24 +33,34 @@ pub fn error_line(text: &str) -> Option<String> {
             .split_once(PRUNED_ERROR)
             .map(|(_, err)| err.trim_end_matches(']').to_string());
     }
+    let candidates = CANDIDATES.as_ref()?;
     let mut best: Option<(u8, String)> = None;
-    let mut in_traceback = false;
-    let mut lines = text.lines().peekable();
-    while let Some(line) = lines.next() {
-        let (score, last_wins) = if in_traceback {
+    // Lines before this offset are done with.
+    let mut done = 0;
+    // Only lines holding a candidate word are scored: outputs run to megabytes of file
+    // contents, and one search over the whole text finds them.
+    for m in candidates.find_iter(text) {
+        if m.start() < done {
+            continue;
+        }
+        let start = text[done..m.start()]
+            .rfind('\n')
+            .map_or(done, |at| done + at + 1);
+        let end = line_end(text, m.start());
+        done = end + 1;
+        let line = &text[start..end];
+        let t = line.trim_start();
+        // The last traceback is the one that ended the program; of other equals, the
+        // first error is the one the rest follow from.
+        let (score, found, last_wins) = if t.starts_with("Traceback (most recent call last)") {
             // Frames are indented; the first line that is not names the exception.
-            if line.starts_with([' ', '\t']) || line.trim().is_empty() {
-                continue;
-            }
-            in_traceback = false;
-            (6, true)
+            let Some((exception, next)) = traceback_end(text, done) else {
+                break;
+            };
+            done = next;
+            (6, exception, true)
         } else {
-            let t = line.trim_start();
-            if t.starts_with("Traceback (most recent call last)") {
-                in_traceback = true;
-                continue;
-            }
-            (score(t), false)
+            (score(t), line, false)
         };
         let better = match &best {
             None => score >= MIN_SCORE,
@@ -59,12 +69,11 @@ pub fn error_line(text: &str) -> Option<String> {
         if !better {
             continue;
         }
-        let mut found = line.trim().to_string();
+        let mut found = found.trim().to_string();
         // Rust prints a panic's message on the line after `panicked at file:line:col:`.
-        if found.contains("panicked at") && found.ends_with(':') {
-            if let Some(next) = lines.peek() {
-                found = format!("{found} {}", next.trim());
-            }
+        if found.contains("panicked at") && found.ends_with(':') && done < text.len() {
+            let next = &text[done..line_end(text, done)];
+            found = format!("{found} {}", next.trim());
         }
         let found = one_line(&found, MAX_LINE);
         if !found.is_empty() {
@@ -72,6 +81,26 @@ pub fn error_line(text: &str) -> Option<String> {
         }
     }
     best.map(|(_, line)| line)
+}
+
+/// Where the line holding `at` ends (its `\n`, or the end of the text).
+fn line_end(text: &str, at: usize) -> usize {
+    text[at..].find('\n').map_or(text.len(), |n| at + n)
+}
+
+/// The exception line that ends a traceback whose frames start at `from`, and where the
+/// line after it starts.
+fn traceback_end(text: &str, from: usize) -> Option<(&str, usize)> {
+    let mut at = from;
+    while at < text.len() {
+        let end = line_end(text, at);
+        let line = text[at..end].trim_end_matches('\r');
+        if !line.starts_with([' ', '\t']) && !line.trim().is_empty() {
+            return Some((line, end + 1));
+        }
+        at = end + 1;
+    }
+    None
 }
 
 /// How much a line (without its indentation) says about a failure: 0 nothing, 7 the most.
@@ -169,6 +198,28 @@ fn starts_like_error(t: &str) -> bool {
         .iter()
         .any(|s| t.len() >= s.len() && t[..s.len()].eq_ignore_ascii_case(s.as_bytes()))
 }
+
+/// Words (in any case) without which a line scores nothing: every pattern [`score`]
+/// looks for holds one of them.
+static CANDIDATES: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+    AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .build([
+            "error",
+            "fatal",
+            "exception",
+            "panic",
+            "fail",
+            "traceback",
+            "npm err",
+            "not found",
+            "no such file",
+            "permission denied",
+            "exit code",
+            "exit status",
+        ])
+        .ok()
+});
 
 /// Substrings that mark an error report anywhere in a line.
 static ERROR_MARKERS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
