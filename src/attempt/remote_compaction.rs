@@ -295,7 +295,7 @@ impl History {
             }
         }
         let budget = summary_budget(self.tokens as usize, context_window);
-        let digest = summary::digest(self.previous.as_deref(), &self.turns, budget * 4);
+        let digest = compact::digest::digest(self.previous.as_deref(), &self.turns, budget * 4);
         (digest, SummarySource::Fallback)
     }
 }

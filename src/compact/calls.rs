@@ -1,9 +1,6 @@
 //! What a tool call was about: used to describe pruned outputs and in the summary.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
-
-use aho_corasick::{AhoCorasick, MatchKind};
 
 use serde_json::Value;
 
@@ -146,73 +143,6 @@ pub fn result_info(
     }
 }
 
-/// How a pruned tool output starts, and how it introduces the error it carries.
-pub const PRUNED_PREFIX: &str = "[output of ";
-pub const PRUNED_ERROR: &str = "; first error: ";
-
-/// The first line of a tool output that reads like an error report. Matching is kept
-/// narrow (tool-style prefixes and markers, not the bare word "error") because file
-/// contents mention errors all the time.
-pub fn first_error_line(text: &str) -> Option<String> {
-    // An output pruned earlier already names its first error, if it had one.
-    if let Some(line) = text.strip_prefix(PRUNED_PREFIX) {
-        return line
-            .split_once(PRUNED_ERROR)
-            .map(|(_, err)| err.trim_end_matches(']').to_string());
-    }
-    let first_marker = ERROR_MARKERS
-        .as_ref()
-        .and_then(|ac| ac.find(text))
-        .map_or(text.len(), |m| m.start());
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        offset += line.len();
-        if first_marker < offset || starts_like_error(line) {
-            let found = one_line(line, 200);
-            return (!found.is_empty()).then_some(found);
-        }
-    }
-    None
-}
-
-fn starts_like_error(line: &str) -> bool {
-    const STARTS: &[&str] = &[
-        "error",
-        "fatal",
-        "traceback",
-        "exception",
-        "panic",
-        "failed",
-        "failure",
-    ];
-    let t = line.trim_start().as_bytes();
-    STARTS
-        .iter()
-        .any(|s| t.len() >= s.len() && t[..s.len()].eq_ignore_ascii_case(s.as_bytes()))
-}
-
-/// Substrings that mark an error report anywhere in a line, searched in one pass.
-static ERROR_MARKERS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
-    AhoCorasick::builder()
-        .match_kind(MatchKind::LeftmostFirst)
-        .build([
-            "error: ",
-            "error[",
-            "Error: ",
-            "ERROR",
-            "FAILED",
-            "FAIL:",
-            "panicked at",
-            "Exception:",
-            "No such file",
-            "not found",
-            "Permission denied",
-            "exit code",
-            "exit status",
-        ])
-        .ok()
-});
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,26 +157,5 @@ mod tests {
             "function": {"name": "bash", "arguments": "{\"command\": \"cargo test\\n  --lib\"}"}}));
         assert_eq!(cmd.label(), "bash command=cargo test --lib");
         assert_eq!(describe("x", "not json").label(), "x");
-    }
-
-    #[test]
-    fn spots_error_lines() {
-        let out = "compiling\nerror[E0308]: mismatched types\n  --> src/a.rs:3";
-        assert_eq!(
-            first_error_line(out).as_deref(),
-            Some("error[E0308]: mismatched types")
-        );
-        assert_eq!(first_error_line("all good\n3 passed"), None);
-        assert!(first_error_line("test x ... FAILED").is_some());
-        assert_eq!(
-            first_error_line("let e = MyError::new();\nreturn error;"),
-            None
-        );
-        let pruned = crate::compact::prune::describe_output("bash", "ok\nerror: boom\n");
-        assert_eq!(first_error_line(&pruned).as_deref(), Some("error: boom"));
-        assert_eq!(
-            first_error_line(&crate::compact::prune::describe_output("bash", "ok")),
-            None
-        );
     }
 }

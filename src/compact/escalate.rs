@@ -20,10 +20,11 @@
 
 use serde_json::Value;
 
-use super::message::{keep_ends, Message, Role};
+use super::digest::{digest, shorten};
+use super::message::{Message, Role};
 use super::prune::Pruner;
 use super::roles::OPENING;
-use super::summary::{self, digest};
+use super::summary;
 use super::{build, chars_for, note_prunes, Options, Plan};
 
 /// Messages are never cut below this many tokens: what is left must still say what it was.
@@ -115,7 +116,10 @@ impl Draft<'_> {
             return;
         }
         self.absorb_earlier_summaries();
-        let budget = chars_for(opts.summary_budget(self.target));
+        let counter = self.plan.counter;
+        let replaced = turns.iter().map(|m| m.tokens).sum::<usize>()
+            + self.body.as_deref().map_or(0, |b| counter.text(b));
+        let budget = chars_for(opts.digest_budget(self.target, replaced));
         self.body = Some(digest(self.body.as_deref(), &turns, budget));
         self.summarised = true;
     }
@@ -407,7 +411,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
             .saturating_sub(d.over(best))
             .max(SUMMARY_FLOOR);
         let chars = chars_for(keep);
-        d.body = Some(keep_ends(&body, chars * 2 / 3, chars / 3));
+        d.body = Some(shorten(&body, chars));
         d.notes.push("escalate: summary shortened".into());
         if d.offer(best) {
             return true;

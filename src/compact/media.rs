@@ -40,13 +40,17 @@ pub fn strip_old_media(messages: &mut [Message], counter: &Counter) -> usize {
     stripped
 }
 
+/// How every media placeholder starts and ends.
+pub(super) const PLACEHOLDER_START: &str = "[earlier ";
+pub(super) const PLACEHOLDER_END: &str = " removed by context compaction]";
+
 fn placeholder(part: &Value) -> Value {
     let what = match part_type(part) {
         "input_audio" | "audio" => "audio clip",
         "file" | "input_file" => "file",
         _ => "image",
     };
-    json!({"type": "text", "text": format!("[earlier {what} removed by context compaction]")})
+    json!({"type": "text", "text": format!("{PLACEHOLDER_START}{what}{PLACEHOLDER_END}")})
 }
 
 #[cfg(test)]

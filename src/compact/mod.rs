@@ -23,6 +23,8 @@ mod assemble;
 mod boundary;
 pub mod budget;
 mod calls;
+pub mod digest;
+mod errors;
 mod escalate;
 mod media;
 mod merge;
@@ -32,6 +34,7 @@ mod prune;
 mod regions;
 mod roles;
 mod sanitize;
+mod scan;
 pub mod summary;
 pub mod tokens;
 mod validate;
@@ -69,6 +72,13 @@ pub enum EngineError {
     #[error("messages[{index}] has unknown role {role:?}")]
     UnknownRole { index: usize, role: String },
 }
+
+/// The smallest summary budget in tokens.
+const SUMMARY_MIN: usize = 64;
+
+/// Tokens a digest may take however little it replaces (if it replaces that much): room
+/// for a request, an error and a decision or two.
+const DIGEST_FLOOR: usize = 300;
 
 /// The window assumed when nothing says otherwise.
 pub const DEFAULT_CONTEXT_WINDOW: usize = 128_000;
@@ -189,7 +199,19 @@ impl Options {
 
     /// Summary budget: a tenth of the target, capped.
     fn summary_budget(&self, target: usize) -> usize {
-        (target / 10).min(self.summary_max_tokens).max(64)
+        (target / 10).min(self.summary_max_tokens).max(SUMMARY_MIN)
+    }
+
+    /// The deterministic digest's budget in tokens when it replaces `replaced` tokens: a
+    /// fifth of them, the LLM summary's share, but at least [`DIGEST_FLOOR`] unless it
+    /// replaces less, and never more than the room the plan keeps for a summary. A few
+    /// messages get a few lines, not a tenth of the window; a single short one still gets
+    /// the summary's smallest size, room for a heading and a line.
+    fn digest_budget(&self, target: usize, replaced: usize) -> usize {
+        (replaced / 5)
+            .max(replaced.min(DIGEST_FLOOR))
+            .max(SUMMARY_MIN)
+            .min(self.summary_budget(target))
     }
 }
 
@@ -380,11 +402,13 @@ pub fn compact_with(
 
 /// The deterministic summary of a plan's middle.
 pub fn summarize_deterministic(plan: &Plan, opts: &Options) -> Summary {
+    let replaced = plan.turns.iter().map(|m| m.tokens).sum::<usize>()
+        + plan.previous_summary().map_or(0, |p| plan.counter.text(p));
     Summary {
-        text: summary::digest(
+        text: digest::digest(
             plan.previous_summary(),
             plan.turns(),
-            chars_for(plan.summary_budget_tokens(opts)),
+            chars_for(opts.digest_budget(plan.target, replaced)),
         ),
         source: SummarySource::Fallback,
     }

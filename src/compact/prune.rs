@@ -8,9 +8,8 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::Value;
 
-use super::calls::{
-    first_error_line, index_calls, result_info, CallInfo, PRUNED_ERROR, PRUNED_PREFIX,
-};
+use super::calls::{index_calls, result_info, CallInfo};
+use super::errors::error_line;
 use super::message::{clip, Message, Role};
 use super::summary::has_marker;
 use super::tokens::Counter;
@@ -189,7 +188,7 @@ impl<'a> Pruner<'a> {
         let copy_kept = self.later_copy.get(&i).is_some_and(|&j| verbatim(j));
         let (line, kind) = if copy_kept {
             (
-                format!("[duplicate output of {label}: identical to a later result, kept there]"),
+                format!("{DUPLICATE_PREFIX}{label}: identical to a later result, kept there]"),
                 Kind::Duplicate,
             )
         } else {
@@ -240,15 +239,22 @@ fn later_copies(messages: &[Message], min_chars: usize) -> HashMap<usize, usize>
     copies
 }
 
+/// How a pruned tool output starts, and how it introduces the error it carries. The
+/// wording stays as it is: clients send these lines back in later requests.
+pub const PRUNED_PREFIX: &str = "[output of ";
+pub const PRUNED_ERROR: &str = "; first error: ";
+/// How an output replaced by a pointer to its later copy starts.
+pub const DUPLICATE_PREFIX: &str = "[duplicate output of ";
+
 /// One line that keeps what a later turn may need from an output: which call, how big,
-/// and the first error it reported.
+/// and the line that says what failed, if anything did.
 pub fn describe_output(label: &str, text: &str) -> String {
     let lines = text.bytes().filter(|&b| b == b'\n').count() + usize::from(!text.ends_with('\n'));
     let mut line = format!(
         "{PRUNED_PREFIX}{label} pruned by compaction: {} chars, {lines} lines",
         text.len()
     );
-    if let Some(err) = first_error_line(text) {
+    if let Some(err) = error_line(text) {
         line.push_str(PRUNED_ERROR);
         line.push_str(&err);
     }

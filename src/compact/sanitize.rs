@@ -7,7 +7,8 @@ use serde_json::{Map, Value};
 use super::message::{call_id, Message, Role};
 use super::tokens::Counter;
 
-const STUB: &str = include_str!("stub_result.md");
+/// The result put in for a call whose own result is gone.
+pub(super) const STUB: &str = include_str!("stub_result.md");
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SanitizeStats {

@@ -1,0 +1,1005 @@
+//! The deterministic digest of the removed middle, written when no LLM summary is
+//! available. It keeps what a model continuing the conversation needs, from tool-calling
+//! and plain-text agents alike:
+//!
+//! - every user message (verbatim; a huge one keeps its ends, a long pasted block too),
+//!   constraints ("Never modify config/prod.yaml") first among them;
+//! - the assistant's decisions and conclusions, sentence by sentence
+//!   ([`scan::decisions`] has the rule);
+//! - each error by the line that says what failed ([`error_line`]);
+//! - the tool calls and the shell commands of plain-text agents, in order, consecutive
+//!   identical ones as one line with a count;
+//! - file paths and URLs from call arguments, commands and outputs;
+//! - a preview of the last turns before the cut.
+//!
+//! Observations a plain-text agent gets back as user messages are read for errors and
+//! paths, not kept as requests. The engine's own placeholders are not history and are
+//! left out.
+//!
+//! Within its budget it drops the least valuable items first (see [`Tier`]). The result
+//! is plain Markdown sections that [`Digest::read_previous`] parses back, so the next
+//! digest carries this one forward item by item instead of nesting it. Deterministic,
+//! and linear in the size of what it reads.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
+
+use aho_corasick::AhoCorasick;
+
+use super::calls::{describe, result_info, CallInfo};
+use super::errors::error_line;
+use super::media::{PLACEHOLDER_END, PLACEHOLDER_START};
+use super::message::{call_id, clip, keep_ends, one_line, Message, Role};
+use super::prune::{DUPLICATE_PREFIX, PRUNED_PREFIX};
+use super::roles::OPENING;
+use super::sanitize::STUB;
+use super::scan;
+use super::summary::{extract, has_marker};
+use crate::redact::redact;
+
+const H_EARLIER: &str = "## Earlier summary";
+
+/// Headings of earlier versions of the digest, read as the section they became.
+const OLD_HEADINGS: &[(&str, Section)] = &[
+    ("## User requests, oldest first", Section::Asks),
+    ("## Tool calls made", Section::Tools),
+    ("## Files touched", Section::Files),
+];
+
+/// The previews of the last turns before the cut.
+const LAST_TURNS: usize = 6;
+const LAST_TURN_CHARS: usize = 200;
+/// A user message longer than this keeps its beginning and end.
+const ASK_HEAD: usize = 1400;
+const ASK_TAIL: usize = 600;
+/// A fenced block pasted into a user message longer than this keeps its ends.
+const FENCE_MAX: usize = 700;
+const DECISION_CHARS: usize = 300;
+const LABEL_CHARS: usize = 160;
+const WHO_CHARS: usize = 100;
+const PATH_CHARS: usize = 200;
+/// New paths taken from one output: a `find .` listing is not a list of what mattered.
+const PATHS_PER_OUTPUT: usize = 20;
+/// A user message that pastes something and says fewer words than this of its own is
+/// handing material over rather than asking.
+const HANDOVER_WORDS: usize = 12;
+/// The newest items of each section that survive the first round of dropping.
+const KEEP_NEWEST: usize = 2;
+
+/// The digest's sections, in the order they are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Section {
+    Asks,
+    Decisions,
+    Errors,
+    Tools,
+    Files,
+    Last,
+}
+
+const SECTIONS: [Section; 6] = [
+    Section::Asks,
+    Section::Decisions,
+    Section::Errors,
+    Section::Tools,
+    Section::Files,
+    Section::Last,
+];
+
+impl Section {
+    fn heading(self) -> &'static str {
+        match self {
+            Section::Asks => "## User requests and constraints, oldest first",
+            Section::Decisions => "## Decisions and conclusions",
+            Section::Errors => "## Errors seen",
+            Section::Tools => "## Tool calls and commands, in order",
+            Section::Files => "## Files and paths seen",
+            Section::Last => "## Last turns before the cut",
+        }
+    }
+
+    fn of_heading(line: &str) -> Option<Section> {
+        let line = line.trim_end();
+        SECTIONS
+            .into_iter()
+            .find(|s| s.heading() == line)
+            .or_else(|| {
+                OLD_HEADINGS
+                    .iter()
+                    .find(|(h, _)| *h == line)
+                    .map(|(_, s)| *s)
+            })
+    }
+}
+
+/// How long an item holds on when the digest is over budget: the lowest tier goes first,
+/// oldest first within a tier. What the model cannot get back from the tail, the files or
+/// a rerun (what the user asked and forbade) stays longest, then what failed and what was
+/// decided; what only says how the work went (previews, the call log) goes first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Tier {
+    /// Previews of the last turns.
+    Preview,
+    /// Tool calls and commands.
+    Call,
+    /// Paths that only appeared in outputs; announced next steps ("I'll read the
+    /// config"); user messages that mostly hand over pasted material.
+    Seen,
+    /// Paths a call or command acted on.
+    Touched,
+    /// Errors, decisions and conclusions.
+    Finding,
+    /// The user's requests.
+    Ask,
+    /// User constraints, and the oldest request (it usually states the goal).
+    Rule,
+}
+
+const TIERS: [Tier; 7] = [
+    Tier::Preview,
+    Tier::Call,
+    Tier::Seen,
+    Tier::Touched,
+    Tier::Finding,
+    Tier::Ask,
+    Tier::Rule,
+];
+
+struct Item {
+    section: Section,
+    tier: Tier,
+    /// One line, or several for a user message (written indented under the first).
+    text: String,
+    /// Consecutive identical tool calls.
+    count: usize,
+    alive: bool,
+    /// A shorter form to fall back on before dropping the item: a user message without
+    /// what it pasted.
+    short: Option<String>,
+}
+
+impl Item {
+    /// `- text (xN)\n`, continuation lines indented by two spaces.
+    fn rendered_len(&self) -> usize {
+        let newlines = self.text.bytes().filter(|&b| b == b'\n').count();
+        let count = match self.count {
+            0 | 1 => 0,
+            n => format!(" (x{n})").len(),
+        };
+        2 + self.text.len() + 2 * newlines + count + 1
+    }
+
+    fn render(&self, out: &mut String) {
+        out.push_str("- ");
+        out.push_str(&self.text.replace('\n', "\n  "));
+        if self.count > 1 {
+            out.push_str(&format!(" (x{})", self.count));
+        }
+        out.push('\n');
+    }
+}
+
+/// The deterministic digest of `turns`, carrying `previous` (an earlier summary's body)
+/// forward, within about `budget_chars` characters. Never empty when there is anything
+/// to digest. Secrets are masked.
+pub fn digest(previous: Option<&str>, turns: &[Message], budget_chars: usize) -> String {
+    let mut d = Digest::new(budget_chars);
+    if let Some(p) = previous {
+        d.read_previous(p);
+    }
+    d.add_turns(turns);
+    d.fit(budget_chars);
+    // Items are masked as they are added, so the budget counts the masked text; this
+    // catches a secret that only an earlier, foreign summary held.
+    redact(&d.render()).into_owned()
+}
+
+/// A summary cut to about `budget_chars`: the digest's own format drops its least
+/// valuable items and stays parseable; any other text keeps its beginning and end.
+pub fn shorten(body: &str, budget_chars: usize) -> String {
+    if body.lines().any(|l| Section::of_heading(l).is_some()) {
+        digest(Some(body), &[], budget_chars)
+    } else {
+        keep_ends(body, budget_chars * 2 / 3, budget_chars / 3)
+    }
+}
+
+struct Digest {
+    /// Text of earlier summaries not in this format (an LLM's), carried whole.
+    earlier: Vec<String>,
+    items: Vec<Item>,
+    /// Item index by text, per section: each request, decision, error and path once.
+    seen: [HashMap<String, usize>; SECTIONS.len()],
+    /// The latest tool call, which an identical next call adds to.
+    last_call: Option<usize>,
+    /// Error item index by the error line alone.
+    error_lines: HashMap<String, usize>,
+    /// Whether a request is listed yet: the first one ranks as a rule.
+    has_ask: bool,
+    ask_head: usize,
+    ask_tail: usize,
+}
+
+impl Digest {
+    fn new(budget: usize) -> Digest {
+        Digest {
+            earlier: Vec::new(),
+            items: Vec::new(),
+            seen: Default::default(),
+            last_call: None,
+            error_lines: HashMap::new(),
+            has_ask: false,
+            // However large the budget, one message may not take most of it.
+            ask_head: ASK_HEAD.min(budget / 3),
+            ask_tail: ASK_TAIL.min(budget / 6),
+        }
+    }
+
+    /// Reads an earlier summary: this format's sections item by item (old headings
+    /// included); anything else (an LLM's summary, say) is carried whole as the
+    /// "earlier summary", its headings one level down so they never read as ours.
+    fn read_previous(&mut self, text: &str) {
+        let mut section: Option<Section> = None;
+        let mut earlier = Vec::new();
+        let mut pending: Option<(Section, String)> = None;
+        for line in text.lines() {
+            if line.starts_with("## ") {
+                self.push_previous(pending.take());
+                section = Section::of_heading(line);
+                if section.is_none() && line.trim_end() != H_EARLIER {
+                    earlier.push(format!("#{line}"));
+                }
+                continue;
+            }
+            let Some(s) = section else {
+                earlier.push(line.to_string());
+                continue;
+            };
+            if let Some(item) = line.strip_prefix("- ") {
+                self.push_previous(pending.take());
+                pending = Some((s, item.to_string()));
+            } else if let (Some(more), Some((_, text))) = (line.strip_prefix("  "), &mut pending) {
+                text.push('\n');
+                text.push_str(more);
+            }
+        }
+        self.push_previous(pending);
+        let earlier = earlier.join("\n");
+        let earlier = earlier.trim();
+        if !earlier.is_empty() {
+            self.earlier.push(earlier.to_string());
+        }
+    }
+
+    /// An item read back from an earlier digest, ranked as it would have been.
+    fn push_previous(&mut self, item: Option<(Section, String)>) {
+        let Some((section, text)) = item else {
+            return;
+        };
+        match section {
+            Section::Asks => {
+                self.push_ask(text);
+            }
+            Section::Decisions => {
+                let tier = match scan::decision(&text) {
+                    Some(false) => Tier::Seen,
+                    _ => Tier::Finding,
+                };
+                self.push(section, tier, &text);
+            }
+            Section::Errors => {
+                self.push(section, Tier::Finding, &text);
+            }
+            Section::Tools => {
+                let (label, count) = parse_count(&text);
+                self.push_call(label.to_string(), count);
+            }
+            Section::Files => {
+                self.push(section, Tier::Seen, &text);
+            }
+            Section::Last => {
+                self.push(section, Tier::Preview, &text);
+            }
+        }
+    }
+
+    fn add_turns(&mut self, turns: &[Message]) {
+        // Filled as the calls go by: a result comes after its call.
+        let mut index = HashMap::new();
+        // The latest command of a plain-text agent, which the next observation answers.
+        let mut command: Option<String> = None;
+        let mut previews = Vec::new();
+        for (i, m) in turns.iter().enumerate() {
+            let raw = m.text();
+            // A summary folded into a turn is carried like the previous one.
+            let raw = match has_marker(&raw).then(|| extract(&raw)).flatten() {
+                Some((body, rest)) => {
+                    self.read_previous(&body);
+                    Cow::Owned(rest)
+                }
+                None => raw,
+            };
+            let text = without_placeholders(&raw);
+            match m.role {
+                Role::User => self.add_user(&text, command.as_deref()),
+                Role::Assistant => {
+                    self.add_calls(m, &mut index);
+                    self.add_assistant_text(&text, &mut command);
+                }
+                Role::Tool | Role::Function => {
+                    let who = result_info(turns, i, &index)
+                        .map_or_else(|| "tool".to_string(), |c| c.label());
+                    // A pruned output still names its error.
+                    self.add_output(&raw, &text, &who);
+                }
+                // Instructions are kept by the engine, never summarised.
+                Role::System | Role::Developer => {}
+            }
+            if i + LAST_TURNS >= turns.len() {
+                previews.extend(preview(m, &text, turns, i, &index));
+            }
+        }
+        if !previews.is_empty() {
+            // The turns before the new cut replace those before the old one.
+            for item in self.items.iter_mut().filter(|i| i.section == Section::Last) {
+                item.alive = false;
+            }
+            for p in previews {
+                self.push(Section::Last, Tier::Preview, &p);
+            }
+        }
+        if !turns.is_empty() && self.is_empty() {
+            let count = |r: Role| turns.iter().filter(|m| m.role == r).count();
+            self.push(
+                Section::Last,
+                Tier::Preview,
+                &format!(
+                    "{} messages with nothing to list: {} from the user, {} from the assistant, {} tool results",
+                    turns.len(),
+                    count(Role::User),
+                    count(Role::Assistant),
+                    count(Role::Tool) + count(Role::Function)
+                ),
+            );
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.earlier.is_empty() && !self.items.iter().any(|i| i.alive)
+    }
+
+    fn add_user(&mut self, text: &str, command: Option<&str>) {
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        if scan::is_observation(text) {
+            self.add_output(text, text, command.unwrap_or("observation"));
+            return;
+        }
+        // What the user pasted is read like an output; their own words are kept.
+        for block in scan::fence_bodies(text) {
+            if let Some(err) = error_line(&block) {
+                self.push_error("pasted by the user", err);
+            }
+        }
+        self.add_paths(text, Tier::Seen);
+        let cut = |t: &str| tidy(&keep_ends(t, self.ask_head, self.ask_tail));
+        let ask = cut(&scan::shorten_fences(text, Some(FENCE_MAX)));
+        let words = cut(&scan::shorten_fences(text, None));
+        let at = self.push_ask(ask);
+        if let Some(item) = at.and_then(|at| self.items.get_mut(at)) {
+            if words.len() < item.text.len() {
+                item.short = Some(redact(&words).into_owned());
+            }
+        }
+    }
+
+    /// A user message, ranked by what its own words say: a constraint, and the oldest
+    /// request, above other requests; a message that mostly hands over material ("I ran
+    /// it:" and a log) with the paths, since its error and paths are listed on their own.
+    /// Returns where a new item went.
+    fn push_ask(&mut self, ask: String) -> Option<usize> {
+        let first = !std::mem::replace(&mut self.has_ask, true);
+        let (own, pasted) = scan::own_words(&ask);
+        let tier = if scan::is_constraint(&own) {
+            Tier::Rule
+        } else if pasted && own.split_whitespace().count() < HANDOVER_WORDS {
+            Tier::Seen
+        } else if first {
+            Tier::Rule
+        } else {
+            Tier::Ask
+        };
+        self.push(Section::Asks, tier, &ask)
+    }
+
+    fn add_assistant_text(&mut self, text: &str, command: &mut Option<String>) {
+        for (sentence, strong) in scan::decisions(text) {
+            let tier = if strong { Tier::Finding } else { Tier::Seen };
+            self.push(
+                Section::Decisions,
+                tier,
+                &one_line(&sentence, DECISION_CHARS),
+            );
+        }
+        for cmd in scan::commands(text) {
+            let label = format!("command: {}", one_line(&cmd, LABEL_CHARS));
+            self.add_paths(&cmd, Tier::Touched);
+            self.push_call(label.clone(), 1);
+            *command = Some(label);
+        }
+    }
+
+    /// The calls an assistant message makes, each also put in `index` under its id for
+    /// the results that follow (an id used again later then names the later call).
+    fn add_calls(&mut self, m: &Message, index: &mut HashMap<String, CallInfo>) {
+        let mut infos = Vec::with_capacity(m.tool_calls().len());
+        for call in m.tool_calls() {
+            let info = CallInfo::from_call(call);
+            if let Some(id) = call_id(call) {
+                index.insert(id.to_string(), info.clone());
+            }
+            infos.push(info);
+        }
+        infos.extend(m.function_call().map(|f| {
+            describe(
+                f.get("name").and_then(|v| v.as_str()).unwrap_or("function"),
+                f.get("arguments").and_then(|v| v.as_str()).unwrap_or(""),
+            )
+        }));
+        for info in infos {
+            // `.` and `/` name no file.
+            for f in info
+                .files
+                .iter()
+                .filter(|f| f.bytes().any(|b| b.is_ascii_alphabetic()))
+            {
+                self.push(Section::Files, Tier::Touched, &one_line(f, PATH_CHARS));
+            }
+            // A command or query argument names paths too.
+            if let Some((_, value)) = &info.target {
+                self.add_paths(value, Tier::Touched);
+            }
+            self.push_call(one_line(&info.label(), LABEL_CHARS), 1);
+        }
+    }
+
+    /// A tool's output, or an observation handed back as a user message: its error and
+    /// the paths it names. `raw` still holds a pruned output's placeholder, which names
+    /// the error the output had.
+    fn add_output(&mut self, raw: &str, text: &str, who: &str) {
+        if let Some(err) = error_line(raw) {
+            self.push_error(who, err);
+        }
+        self.add_paths(text, Tier::Seen);
+    }
+
+    /// An error, listed once however often it recurs (by whichever call met it first):
+    /// an agent meets the same failure again and again until it fixes it.
+    fn push_error(&mut self, who: &str, err: String) {
+        let at = self.error_lines.get(&err).copied();
+        match at.and_then(|at| self.items.get_mut(at)) {
+            Some(item) => item.alive = true,
+            None => {
+                let line = format!("{}: {err}", one_line(who, WHO_CHARS));
+                if let Some(at) = self.push(Section::Errors, Tier::Finding, &line) {
+                    self.error_lines.insert(err, at);
+                }
+            }
+        }
+    }
+
+    /// Paths are one short word each ([`scan::paths`]): no flattening needed.
+    fn add_paths(&mut self, text: &str, tier: Tier) {
+        let mut new = 0;
+        scan::paths(text, |p| {
+            new += usize::from(self.push(Section::Files, tier, p).is_some());
+            new < PATHS_PER_OUTPUT
+        });
+    }
+
+    /// Adds an item, masked, and returns where it went; a repeat raises the first one's
+    /// tier instead. Most texts hold no secret and match an earlier item as they are, so
+    /// only a text not seen yet is masked.
+    fn push(&mut self, section: Section, tier: Tier, text: &str) -> Option<usize> {
+        if text.is_empty() {
+            return None;
+        }
+        let seen = &self.seen[section as usize];
+        let masked = match seen.get(text) {
+            Some(&at) => return self.revive(at, tier),
+            None => redact(text),
+        };
+        if let Some(&at) = seen.get(masked.as_ref()) {
+            return self.revive(at, tier);
+        }
+        let text = masked.into_owned();
+        let at = self.items.len();
+        self.seen[section as usize].insert(text.clone(), at);
+        self.items.push(Item {
+            section,
+            tier,
+            text,
+            count: 1,
+            alive: true,
+            short: None,
+        });
+        Some(at)
+    }
+
+    /// An item met again: it stays, at the higher of its tiers.
+    fn revive(&mut self, at: usize, tier: Tier) -> Option<usize> {
+        let item = &mut self.items[at];
+        item.tier = item.tier.max(tier);
+        item.alive = true;
+        None
+    }
+
+    /// Adds a call to the log, or counts it on the previous line when it is the same.
+    fn push_call(&mut self, label: String, count: usize) {
+        let label = redact(&label).into_owned();
+        if let Some(item) = self.last_call.and_then(|at| self.items.get_mut(at)) {
+            if item.text == label {
+                item.count += count;
+                return;
+            }
+        }
+        self.last_call = Some(self.items.len());
+        self.items.push(Item {
+            section: Section::Tools,
+            tier: Tier::Call,
+            text: label,
+            count,
+            alive: true,
+            short: None,
+        });
+    }
+
+    /// Makes the digest fit `budget`, giving up the least valuable first:
+    ///
+    /// 1. the previews of the last turns, oldest first;
+    /// 2. what user messages pasted (their own words stay, and the pasted errors and
+    ///    paths are listed on their own), oldest first;
+    /// 3. the other items below [`Tier::Finding`], lowest tier and oldest first, sparing the
+    ///    newest few of each section so the call log and the paths keep their latest
+    ///    entries;
+    /// 4. any item, lowest tier and oldest first.
+    ///
+    /// The last item standing is cut rather than dropped, so the digest is never empty.
+    fn fit(&mut self, budget: usize) {
+        let earlier_len: usize = self.earlier.iter().map(|e| e.len() + 2).sum();
+        if earlier_len > budget / 2 {
+            let joined = self.earlier.join("\n\n");
+            self.earlier = vec![keep_ends(&joined, budget / 4, budget / 4)];
+        }
+        let mut size = self.rendered_len();
+        if size <= budget {
+            return;
+        }
+        let mut spared = vec![false; self.items.len()];
+        let mut per_section = [0; SECTIONS.len()];
+        for (i, item) in self.items.iter().enumerate().rev().filter(|(_, i)| i.alive) {
+            let n = &mut per_section[item.section as usize];
+            spared[i] = *n < KEEP_NEWEST;
+            *n += 1;
+        }
+        let order: Vec<usize> = TIERS
+            .into_iter()
+            .flat_map(|t| {
+                let items = &self.items;
+                (0..items.len()).filter(move |&i| items[i].alive && items[i].tier == t)
+            })
+            .collect();
+        let mut left = Left {
+            budget,
+            size,
+            per_section,
+            standing: per_section.iter().sum(),
+        };
+        left.drop(&mut self.items, &order, |_, item| {
+            item.tier == Tier::Preview
+        });
+        // A message without its paste may read like another: it is then said already.
+        let mut asks: HashSet<String> = self
+            .items
+            .iter()
+            .filter(|i| i.alive && i.section == Section::Asks)
+            .map(|i| i.text.clone())
+            .collect();
+        for item in self.items.iter_mut().filter(|i| i.alive) {
+            if left.size <= budget {
+                break;
+            }
+            let Some(short) = item.short.take() else {
+                continue;
+            };
+            if asks.contains(&short) {
+                left.kill(item);
+                continue;
+            }
+            asks.remove(&item.text);
+            left.size -= item.rendered_len();
+            item.text = short;
+            left.size += item.rendered_len();
+            asks.insert(item.text.clone());
+        }
+        left.drop(&mut self.items, &order, |i, item| {
+            !spared[i] && item.tier < Tier::Finding
+        });
+        left.drop(&mut self.items, &order, |_, _| true);
+        size = left.size;
+        if size > budget && !self.earlier.is_empty() {
+            let joined = self.earlier.join("\n\n");
+            self.earlier = vec![keep_ends(&joined, budget / 6, budget / 6)];
+            size = self.rendered_len();
+        }
+        if size > budget {
+            if let Some(item) = self.items.iter_mut().find(|i| i.alive) {
+                let room = (budget + item.text.len()).saturating_sub(size);
+                item.text = cut_to(&item.text, room);
+            }
+        }
+    }
+
+    /// An upper bound on the length of [`Digest::render`]'s text.
+    fn rendered_len(&self) -> usize {
+        let mut len: usize = self.earlier.iter().map(|e| e.len() + 2).sum();
+        if len > 0 {
+            len += H_EARLIER.len() + 2;
+        }
+        let mut headed = [false; SECTIONS.len()];
+        for item in self.items.iter().filter(|i| i.alive) {
+            len += item.rendered_len();
+            let s = item.section as usize;
+            if !headed[s] {
+                headed[s] = true;
+                len += item.section.heading().len() + 2;
+            }
+        }
+        len
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::with_capacity(self.rendered_len());
+        if !self.earlier.is_empty() {
+            out.push_str(H_EARLIER);
+            out.push('\n');
+            out.push_str(&self.earlier.join("\n\n"));
+            out.push_str("\n\n");
+        }
+        let mut by_section: [Vec<&Item>; SECTIONS.len()] = Default::default();
+        for item in self.items.iter().filter(|i| i.alive) {
+            by_section[item.section as usize].push(item);
+        }
+        for (s, items) in SECTIONS.into_iter().zip(by_section) {
+            if items.is_empty() {
+                continue;
+            }
+            out.push_str(s.heading());
+            out.push('\n');
+            for item in items {
+                item.render(&mut out);
+            }
+            out.push('\n');
+        }
+        out.trim_end().to_string()
+    }
+}
+
+/// Where [`Digest::fit`] stands: the rendered size and how many items are left.
+struct Left {
+    budget: usize,
+    size: usize,
+    per_section: [usize; SECTIONS.len()],
+    standing: usize,
+}
+
+impl Left {
+    /// Drops the items in `order` that `may` allows until the digest fits, keeping one.
+    fn drop(&mut self, items: &mut [Item], order: &[usize], may: impl Fn(usize, &Item) -> bool) {
+        for &i in order {
+            if self.size <= self.budget || self.standing <= 1 {
+                return;
+            }
+            let item = &mut items[i];
+            if item.alive && may(i, item) {
+                self.kill(item);
+            }
+        }
+    }
+
+    fn kill(&mut self, item: &mut Item) {
+        item.alive = false;
+        self.size -= item.rendered_len();
+        self.standing -= 1;
+        let n = &mut self.per_section[item.section as usize];
+        *n -= 1;
+        if *n == 0 {
+            self.size -= item.section.heading().len() + 2;
+        }
+    }
+}
+
+/// `label (x3)` as the label and its count.
+fn parse_count(item: &str) -> (&str, usize) {
+    if let Some(open) = item.rfind(" (x") {
+        if let Some(n) = item[open + 3..]
+            .strip_suffix(')')
+            .and_then(|n| n.parse().ok())
+        {
+            return (&item[..open], n);
+        }
+    }
+    (item, 1)
+}
+
+/// Whether a line is one the engine wrote in place of something it removed.
+fn is_placeholder(line: &str) -> bool {
+    let t = line.trim();
+    t == OPENING
+        || t == STUB.trim()
+        || t.starts_with(PRUNED_PREFIX)
+        || t.starts_with(DUPLICATE_PREFIX)
+        || (t.starts_with(PLACEHOLDER_START) && t.ends_with(PLACEHOLDER_END))
+}
+
+/// The text without the engine's placeholder lines.
+fn without_placeholders(text: &str) -> Cow<'_, str> {
+    // One search over the text first: it runs on every message, most hold none.
+    static STARTS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+        AhoCorasick::new([
+            OPENING,
+            STUB.trim(),
+            PRUNED_PREFIX,
+            DUPLICATE_PREFIX,
+            PLACEHOLDER_START,
+        ])
+        .ok()
+    });
+    let any = STARTS.as_ref().is_none_or(|ac| ac.is_match(text));
+    if !any || !text.lines().any(is_placeholder) {
+        return Cow::Borrowed(text);
+    }
+    let kept: Vec<&str> = text.lines().filter(|l| !is_placeholder(l)).collect();
+    Cow::Owned(kept.join("\n"))
+}
+
+/// A multi-line item: lines without trailing blanks, no empty lines (they would end the
+/// item when it is read back).
+fn tidy(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    lines.join("\n")
+}
+
+/// `text` in about `room` characters: its ends when there is room for a note of the cut,
+/// else its beginning.
+fn cut_to(text: &str, room: usize) -> String {
+    const NOTE: usize = 64;
+    if room > 2 * NOTE {
+        let keep = room - NOTE;
+        keep_ends(text, keep * 2 / 3, keep / 3)
+    } else {
+        clip(text, room).to_string()
+    }
+}
+
+/// One line on a turn just before the cut; `None` for one that holds only placeholders.
+fn preview(
+    m: &Message,
+    text: &str,
+    turns: &[Message],
+    i: usize,
+    index: &HashMap<String, CallInfo>,
+) -> Option<String> {
+    let line = one_line(text, LAST_TURN_CHARS);
+    let out = match m.role {
+        Role::Assistant if m.makes_calls() => {
+            let calls: Vec<String> = m
+                .tool_calls()
+                .iter()
+                .map(|c| {
+                    call_id(c)
+                        .and_then(|id| index.get(id))
+                        .map_or_else(|| CallInfo::from_call(c).label(), CallInfo::label)
+                })
+                .collect();
+            let calls = one_line(&calls.join("; "), LAST_TURN_CHARS);
+            if line.is_empty() {
+                format!("assistant called: {calls}")
+            } else {
+                format!("assistant: {line} (called: {calls})")
+            }
+        }
+        _ if line.is_empty() => return None,
+        Role::Tool | Role::Function => {
+            let who = result_info(turns, i, index).map_or_else(|| "tool".into(), |c| c.name);
+            format!("{who} result: {line}")
+        }
+        r => format!("{}: {line}", r.as_str()),
+    };
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compact::message::parse_test_messages;
+    use crate::compact::summary::wrap;
+    use serde_json::{json, Value};
+
+    fn parse(v: Value) -> Vec<Message> {
+        parse_test_messages(&v)
+    }
+
+    fn session() -> Vec<Message> {
+        parse(json!([
+            {"role": "user", "content": "Fix the failing build in src/net.rs"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"src/net.rs\"}"}},
+                {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"cargo build\"}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "pub fn connect() {}"},
+            {"role": "tool", "tool_call_id": "b", "content": "warning: unused\nerror[E0425]: cannot find value `addr`\nerror: could not compile `net`"},
+            {"role": "assistant", "content": "The root cause is a missing variable; adding it."},
+        ]))
+    }
+
+    #[test]
+    fn lists_asks_decisions_calls_files_errors_and_last_turns() {
+        let d = digest(None, &session(), 10_000);
+        for needle in [
+            "## User requests and constraints, oldest first\n- Fix the failing build in src/net.rs",
+            "## Decisions and conclusions\n- The root cause is a missing variable; adding it.",
+            "## Errors seen\n- bash command=cargo build: error[E0425]: cannot find value `addr`",
+            "## Tool calls and commands, in order\n- read_file path=src/net.rs\n- bash command=cargo build\n",
+            "## Files and paths seen\n- src/net.rs",
+            "- assistant: The root cause is a missing variable; adding it.",
+        ] {
+            assert!(d.contains(needle), "missing {needle:?} in\n{d}");
+        }
+    }
+
+    #[test]
+    fn carried_forward_item_by_item_and_stable() {
+        let first = digest(None, &session(), 10_000);
+        let more =
+            parse(json!([{"role": "user", "content": "Now add a test\nfor the\n  indented case"}]));
+        let second = digest(Some(&first), &more, 10_000);
+        assert!(
+            second.contains("- Fix the failing build in src/net.rs\n- Now add a test\n  for the\n    indented case"),
+            "{second}"
+        );
+        assert!(second.contains("- read_file path=src/net.rs"));
+        assert!(!second.contains(H_EARLIER), "merged, not nested:\n{second}");
+        assert_eq!(digest(Some(&second), &[], 10_000), second);
+        // Old headings are read as the sections they became.
+        let old = "## User requests, oldest first\n- ship it\n\n## Tool calls made\n- bash command=ls (x3)\n\n## Files touched\n- a.rs";
+        let read = digest(Some(old), &[], 10_000);
+        assert_eq!(
+            read,
+            "## User requests and constraints, oldest first\n- ship it\n\n## Tool calls and commands, in order\n- bash command=ls (x3)\n\n## Files and paths seen\n- a.rs"
+        );
+    }
+
+    #[test]
+    fn foreign_summaries_are_carried_and_the_budget_holds() {
+        let d = digest(Some("## Active Task\nship it"), &session(), 10_000);
+        assert!(
+            d.starts_with("## Earlier summary\n### Active Task\nship it"),
+            "{d}"
+        );
+        for budget in [60, 200, 400, 800] {
+            let tiny = digest(None, &session(), budget);
+            assert!(tiny.len() <= budget, "{} chars:\n{tiny}", tiny.len());
+            assert!(!tiny.is_empty());
+        }
+        let small = digest(None, &session(), 300);
+        assert!(small.contains("Fix the failing build"), "{small}");
+    }
+
+    #[test]
+    fn identical_consecutive_calls_collapse_in_order() {
+        let call = |id: &str, cmd: &str| {
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": id, "type": "function", "function": {"name": "bash", "arguments": json!({"command": cmd}).to_string()}}]})
+        };
+        let result = |id: &str| json!({"role": "tool", "tool_call_id": id, "content": "ok"});
+        let turns = parse(json!([
+            {"role": "user", "content": "go"},
+            call("1", "make"), result("1"), call("2", "make"), result("2"), call("3", "make"), result("3"),
+            call("4", "ls"), result("4"), call("5", "make"), result("5"),
+        ]));
+        let d = digest(None, &turns, 10_000);
+        assert!(
+            d.contains("- bash command=make (x3)\n- bash command=ls\n- bash command=make\n"),
+            "{d}"
+        );
+        // Carried forward, the next identical call adds to the count.
+        let next = parse(json!([call("6", "make"), result("6")]));
+        let again = digest(Some(&d), &next, 10_000);
+        assert!(
+            again.contains("- bash command=ls\n- bash command=make (x2)\n"),
+            "{again}"
+        );
+    }
+
+    #[test]
+    fn placeholders_are_not_history() {
+        let turns = parse(json!([
+            {"role": "user", "content": OPENING},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"make\"}"}},
+                {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "[output of bash command=make pruned by compaction: 900 chars, 20 lines; first error: error: linker failed]"},
+            {"role": "tool", "tool_call_id": "b", "content": STUB.trim()},
+            {"role": "user", "content": [{"type": "text", "text": "[earlier image removed by context compaction]"}, {"type": "text", "text": "what now?"}]},
+        ]));
+        let d = digest(None, &turns, 10_000);
+        assert!(
+            d.contains("- bash command=make: error: linker failed"),
+            "{d}"
+        );
+        assert!(d.contains("- what now?"), "{d}");
+        for placeholder in [
+            OPENING,
+            "pruned by compaction",
+            "no longer available",
+            "removed by context",
+        ] {
+            assert!(!d.contains(placeholder), "{placeholder:?} in\n{d}");
+        }
+    }
+
+    #[test]
+    fn never_empty_when_it_replaces_something() {
+        let turns = parse(json!([
+            {"role": "user", "content": OPENING},
+            {"role": "assistant", "content": ""},
+        ]));
+        let d = digest(None, &turns, 1000);
+        assert!(d.contains("2 messages with nothing to list"), "{d}");
+        assert_eq!(digest(None, &[], 1000), "");
+    }
+
+    #[test]
+    fn a_folded_summary_is_carried_not_quoted() {
+        let first = digest(None, &session(), 10_000);
+        let turns = parse(json!([
+            {"role": "user", "content": format!("{}\n\nand keep going", wrap(&first))},
+        ]));
+        let d = digest(None, &turns, 10_000);
+        assert!(!d.contains(crate::compact::MARKER), "{d}");
+        assert!(
+            d.contains("- Fix the failing build in src/net.rs\n- and keep going"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn secrets_are_masked() {
+        let turns = parse(json!([
+            {"role": "user", "content": "use OPENAI_API_KEY=sk-proj-Abcdefghijklmnop1234567890 for the test"},
+        ]));
+        let d = digest(None, &turns, 10_000);
+        assert!(!d.contains("Abcdefghijklmnop"), "{d}");
+        assert!(d.contains("[REDACTED"), "{d}");
+    }
+
+    #[test]
+    fn shorten_keeps_the_format() {
+        let d = digest(None, &session(), 10_000);
+        let short = shorten(&d, 250);
+        assert!(short.len() <= 250, "{short}");
+        assert!(
+            short.starts_with("## User requests and constraints"),
+            "{short}"
+        );
+        let foreign = "x".repeat(1000);
+        assert!(shorten(&foreign, 300).contains("omitted by compaction"));
+    }
+}
