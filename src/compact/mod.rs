@@ -400,8 +400,16 @@ pub fn compact_with(
     Ok(finish(plan, summary, opts))
 }
 
-/// The deterministic summary of a plan's middle.
+/// The deterministic summary of a plan's middle. A middle that is only an earlier
+/// summary keeps it as it was, byte for byte, reported as reused: rewriting it would
+/// change what the upstream's prompt cache holds, and call an LLM's summary a digest.
 pub fn summarize_deterministic(plan: &Plan, opts: &Options) -> Summary {
+    if let (true, Some(previous)) = (plan.turns.is_empty(), plan.previous_summary()) {
+        return Summary {
+            text: previous.to_owned(),
+            source: SummarySource::Cache,
+        };
+    }
     let replaced = plan.turns.iter().map(|m| m.tokens).sum::<usize>()
         + plan.previous_summary().map_or(0, |p| plan.counter.text(p));
     Summary {
@@ -881,6 +889,38 @@ mod tests {
             .unwrap()
             .to_string()
             .contains("step 1: keep going"));
+    }
+
+    #[test]
+    fn an_earlier_summary_alone_in_the_middle_is_kept_as_it_was() {
+        let before =
+            summary::wrap("## Goal\nShip the parser.\n\n## Completed Actions\n1. ran the tests");
+        let request = json!({"model": "gpt-4o", "max_tokens": 100, "messages": [
+            {"role": "system", "content": "You are a careful agent."},
+            {"role": "user", "content": "step 0: keep going"},
+            {"role": "assistant", "content": before},
+            {"role": "user", "content": "and now?"},
+            {"role": "assistant", "content": "done ".repeat(300)},
+        ]});
+        let opts = Options {
+            target_tokens: Some(300),
+            ..Options::default()
+        };
+        let plan = plan(&request, &opts).unwrap();
+        assert!(
+            plan.needs_summary() && plan.turns().is_empty(),
+            "{:?} {} {:?}",
+            plan.stage,
+            plan.turns().len(),
+            plan.previous_summary().map(str::len)
+        );
+        let outcome = finish(plan, None, &opts);
+        assert_eq!(outcome.report.summary, SummarySource::Cache);
+        let text = outcome.rewritten.unwrap().to_string();
+        assert!(
+            text.contains("Ship the parser.\\n\\n## Completed Actions\\n1. ran the tests"),
+            "{text}"
+        );
     }
 
     #[test]
