@@ -68,7 +68,7 @@ const HANDOVER_WORDS: usize = 12;
 const KEEP_NEWEST: usize = 2;
 
 /// The digest's sections, in the order they are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Section {
     Asks,
     Decisions,
@@ -289,7 +289,15 @@ impl Digest {
                 self.push(section, tier, &text);
             }
             Section::Errors => {
-                self.push(section, Tier::Finding, &text);
+                // Its error line follows the `who: ` that names the call; a later
+                // occurrence is the same error if it matches any tail after a `: `.
+                if let Some(at) = self.push(section, Tier::Finding, &text) {
+                    for (colon, _) in text.match_indices(": ") {
+                        self.error_lines
+                            .entry(text[colon + 2..].to_string())
+                            .or_insert(at);
+                    }
+                }
             }
             Section::Tools => {
                 let (label, count) = parse_count(&text);
@@ -766,8 +774,8 @@ fn without_placeholders(text: &str) -> Cow<'_, str> {
     Cow::Owned(kept.join("\n"))
 }
 
-/// A multi-line item: lines without trailing blanks, no empty lines (they would end the
-/// item when it is read back).
+/// A multi-line item's lines without trailing blanks, and without empty lines, which
+/// would be written as lines of bare indentation.
 fn tidy(text: &str) -> String {
     let lines: Vec<&str> = text
         .lines()
@@ -926,6 +934,27 @@ mod tests {
             again.contains("- bash command=ls\n- bash command=make (x2)\n"),
             "{again}"
         );
+    }
+
+    #[test]
+    fn an_error_is_listed_once_however_often_it_recurs() {
+        let d = digest(None, &session(), 10_000);
+        let again = parse(json!([
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"cargo check\"}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "error[E0425]: cannot find value `addr`"},
+        ]));
+        let next = digest(Some(&d), &again, 10_000);
+        let errors = next
+            .split("\n\n")
+            .find(|s| s.starts_with(Section::Errors.heading()))
+            .unwrap();
+        assert_eq!(
+            errors.matches("cannot find value `addr`").count(),
+            1,
+            "{next}"
+        );
+        assert!(next.contains("- bash command=cargo check\n"), "{next}");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! npm opens with `npm ERR! code 1`, and rustc ends with `error: could not compile`. So
 //! every line gets a score for how much it says, and the best one wins; among equals the
 //! first, except for Python exceptions, where the last traceback is the one that ended the
-//! program. One pass over the lines, constant work per byte.
+//! program. One search over the text finds the lines worth scoring; the rest are skipped.
 
 use std::sync::LazyLock;
 

@@ -1,6 +1,6 @@
 //! Hand scanning of free text for the digest: file paths, the commands of plain-text
 //! agents, stated decisions, observations and constraints. No regular expressions: each
-//! scan is one pass over its text.
+//! scan is linear in its text.
 
 /// Fenced blocks tagged with one of these hold shell commands.
 const SHELL_TAGS: &[&str] = &[
@@ -250,7 +250,7 @@ const PASTED_NOTE_END: &str = " pasted lines left out]";
 /// stand for them in an earlier digest), and whether it pasted anything.
 pub fn own_words(text: &str) -> (String, bool) {
     let words = shorten_fences(text, None);
-    let mut pasted = words.len() != text.len();
+    let mut pasted = text.contains("```") && !split_fences(text).1.is_empty();
     let own: Vec<&str> = words
         .lines()
         .filter(|l| {
