@@ -306,14 +306,12 @@ impl Attempt<'_> {
     /// is known (the count matters) and the request was counted on its way (requests far
     /// below the window never are, and are not counted for this alone).
     fn calibrating(&self, response: Response<ProxyBody>) -> Response<ProxyBody> {
-        if self.ctx.window().is_none() {
-            return response;
-        }
+        // The count first: it is at hand, where the window is a lookup.
         let ours = match self.done.report() {
             Some(report) => Some(report.tokens_after as u64),
             None => self.work.parsed().and_then(|base| base.tokens),
         };
-        let Some(ours) = ours else {
+        let Some(ours) = ours.filter(|_| self.ctx.window().is_some()) else {
             return response;
         };
         let learn = usage::Learn {
