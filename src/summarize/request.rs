@@ -133,12 +133,25 @@ impl<'a> SummaryRequest<'a> {
     /// What the request tells the model besides the turns: the system message and the
     /// parameters after the turns. An answer that only repeats these is no checkpoint.
     pub fn instructions(&self) -> String {
-        let user = self.user();
-        let params = user
-            .rfind("</turns>")
-            .or_else(|| user.rfind("</new-turns>"))
-            .map_or("", |at| &user[at..]);
-        format!("{}\n{params}", self.system())
+        format!("{}\n{}", self.system(), self.params())
+    }
+
+    /// What the user message says after the turns: the date, the target length, the focus.
+    fn params(&self) -> String {
+        let mut s = match self.date {
+            Some(date) => format!("Today's date: {date}.\n"),
+            None => "Today's date: not given; date actions only where the turns show when they happened.\n".to_owned(),
+        };
+        s.push_str(&format!(
+            "Target length: about {} tokens.\n",
+            self.budget_tokens
+        ));
+        if let Some(focus) = self.focus {
+            s.push('\n');
+            s.push_str(FOCUS.trim_end().replace("{focus}", &redact(focus)).as_str());
+            s.push('\n');
+        }
+        s
     }
 
     /// The user message: the previous checkpoint and the turns, redacted, then the
@@ -171,19 +184,7 @@ impl<'a> SummaryRequest<'a> {
             s.push_str(&serialize::joined(self.turns, limit, &self.counter));
             s.push_str("\n</turns>\n\n");
         }
-        match self.date {
-            Some(date) => s.push_str(&format!("Today's date: {date}.\n")),
-            None => s.push_str("Today's date: not given; date actions only where the turns show when they happened.\n"),
-        }
-        s.push_str(&format!(
-            "Target length: about {} tokens.\n",
-            self.budget_tokens
-        ));
-        if let Some(focus) = self.focus {
-            s.push('\n');
-            s.push_str(FOCUS.trim_end().replace("{focus}", &redact(focus)).as_str());
-            s.push('\n');
-        }
+        s.push_str(&self.params());
         s
     }
 
