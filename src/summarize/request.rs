@@ -97,7 +97,7 @@ impl<'a> SummaryRequest<'a> {
         self
     }
 
-    /// Tokens the serialised turns may take (see [`super::chunk_input_limit`]); larger
+    /// Tokens the serialised turns may take (see [`super::Room::plan`]); larger
     /// messages are cut to their head and tail to fit.
     pub fn input_limit(mut self, tokens: usize) -> Self {
         self.input_limit = tokens;
