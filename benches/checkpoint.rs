@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use compaction_proxy::checkpoint::{self, Checkpoint, Key, MemoryStore, Partition, Store};
+use compaction_proxy::checkpoint::{self, Checkpoint, Key, MemoryStore, Partition};
 use compaction_proxy::compact::{self, Counter, Options};
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderValue};
@@ -108,7 +108,7 @@ fn find(c: &mut Criterion) {
     let store = MemoryStore::new(1 << 30, Duration::from_secs(3600));
     let ours = partition(0);
     let hashes = checkpoint::prefix_hashes(ours, messages(&request));
-    store.put(
+    store.insert(
         Key {
             partition: ours,
             prefix: hashes[stored.prefix_len],
@@ -121,7 +121,7 @@ fn find(c: &mut Criterion) {
             partition: partition(tenant),
             prefix: tenant as u128,
         };
-        store.put(key, Arc::clone(&stored), None);
+        store.insert(key, Arc::clone(&stored), None);
     }
 
     // The next turn: the agent's answer and a new ask.
@@ -135,7 +135,7 @@ fn find(c: &mut Criterion) {
     g.bench_function("find", |b| {
         b.iter(|| {
             let hashes = checkpoint::prefix_hashes(ours, messages(black_box(&request)));
-            let (len, found) = store.longest(ours, &hashes).unwrap();
+            let (len, found) = store.get(ours, &hashes).unwrap();
             assert_eq!(len, found.prefix_len);
         })
     });

@@ -45,7 +45,7 @@ fn median(sorted: &[f64]) -> f64 {
 }
 
 fn label(size: usize) -> String {
-    if size >= 1_000_000 && size % 1_000_000 == 0 {
+    if size >= 1_000_000 && size.is_multiple_of(1_000_000) {
         format!("{}M", size / 1_000_000)
     } else {
         format!("{}k", size / 1000)

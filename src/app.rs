@@ -20,6 +20,8 @@ pub enum AppError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Upstream(#[from] UpstreamInitError),
+    #[error(transparent)]
+    Cache(#[from] crate::checkpoint::cache::OpenError),
 }
 
 pub struct App {
@@ -55,7 +57,7 @@ impl App {
         let auth = Auth::from_config(&config.auth)?;
         let models = ModelWindows::new(config.models.clone());
         let summarizer = Summarizer::new(&config)?;
-        let checkpoints = Checkpoints::new(&config.cache, config.compaction.prepare_concurrency);
+        let checkpoints = Checkpoints::open(&config.cache, config.compaction.prepare_concurrency)?;
         Ok(Self {
             buffers: Buffers::new(config.limits.max_buffered_bytes),
             checkpoints,

@@ -156,25 +156,80 @@ impl SummarizerConfig {
     }
 }
 
-/// The summary cache: compacted conversation prefixes reused on later turns.
+/// The summary cache: compacted conversation prefixes reused on later turns, and what was
+/// learned of the models' windows.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CacheConfig {
     /// `false`: every turn of a long conversation is compacted anew.
     pub enabled: bool,
-    /// Memory the checkpoints may hold; the least recently used go first.
+    /// Where checkpoints are kept: `embedded` (a file on this host, kept across restarts),
+    /// `redis` (shared by replicas) or `memory` (this process only).
+    pub backend: CacheBackend,
+    /// The embedded store's file; empty: `$XDG_STATE_HOME/compaction-proxy/cache.redb`
+    /// (`~/.local/state/...` without it). Created on first use.
+    pub path: String,
+    /// For `backend = "redis"`: `redis://[user:password@]host[:port][/db]`, or `rediss://`
+    /// for TLS.
+    pub redis_url: String,
+    /// Prefix of every Redis key, so that fleets can share one Redis.
+    pub redis_namespace: String,
+    /// Bytes of checkpoints kept (in memory for `memory`, on disk for `embedded`, in Redis
+    /// for `redis`); the least recently used go first.
     pub max_bytes: u64,
     /// A checkpoint unused for this long is forgotten.
     pub ttl_ms: u64,
+    /// A store operation taking longer fails, and the request goes on from memory.
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheBackend {
+    Embedded,
+    Redis,
+    Memory,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
         Self {
             enabled: true,
+            backend: CacheBackend::Embedded,
+            path: String::new(),
+            redis_url: String::new(),
+            redis_namespace: "compaction-proxy".into(),
             max_bytes: 256 * 1024 * 1024,
             ttl_ms: 6 * 60 * 60 * 1000,
+            timeout_ms: 250,
         }
+    }
+}
+
+impl CacheConfig {
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms)
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    /// The embedded store's file: `path`, or the default place for a user's state.
+    pub fn embedded_path(&self) -> PathBuf {
+        if !self.path.is_empty() {
+            return PathBuf::from(&self.path);
+        }
+        let state = std::env::var_os("XDG_STATE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(|home| PathBuf::from(home).join(".local/state"))
+            })
+            .unwrap_or_else(|| PathBuf::from("."));
+        state.join("compaction-proxy").join("cache.redb")
     }
 }
 
@@ -395,9 +450,17 @@ impl Config {
                 "summarizer.timeout_ms and summarizer.context_window must be above 0".into(),
             ));
         }
-        if self.cache.max_bytes == 0 || self.cache.ttl_ms == 0 {
+        if self.cache.max_bytes == 0 || self.cache.ttl_ms == 0 || self.cache.timeout_ms == 0 {
             return Err(ConfigError::Invalid(
-                "cache.max_bytes and cache.ttl_ms must be above 0 (set cache.enabled = false to turn the cache off)".into(),
+                "cache.max_bytes, cache.ttl_ms and cache.timeout_ms must be above 0 (set cache.enabled = false to turn the cache off)".into(),
+            ));
+        }
+        if self.cache.enabled
+            && self.cache.backend == CacheBackend::Redis
+            && self.cache.redis_url.is_empty()
+        {
+            return Err(ConfigError::Invalid(
+                "cache.redis_url must be set when cache.backend = \"redis\"".into(),
             ));
         }
         if self.limits.max_body_bytes == 0 {

@@ -193,7 +193,7 @@ impl Metrics {
                 );
             }
         }
-        if let Some((checkpoints, bytes)) = cache.map(|c| c.store.held()) {
+        if let Some((checkpoints, bytes)) = cache.map(Checkpoints::held) {
             gauge(
                 &mut out,
                 "compaction_proxy_cache_checkpoints",

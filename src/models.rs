@@ -13,7 +13,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Mutex, PoisonError, RwLock};
+
+use crate::checkpoint::store::ModelRecord;
 
 /// Entries kept per run-time map before an arbitrary old one is dropped.
 const MAX_ENTRIES: usize = 4096;
@@ -53,6 +55,11 @@ pub struct ModelWindows {
     rules: Vec<ModelRule>,
     learned: RwLock<HashMap<Key, u64>>,
     factors: RwLock<HashMap<Key, Factors>>,
+    /// What was learned since the store was last written: only the fields that changed,
+    /// so that replicas sharing a store do not overwrite each other's other fields.
+    unsaved: Mutex<HashMap<Key, ModelRecord>>,
+    /// Woken when a window is learned: windows are written at once, factors in batches.
+    pub window_learned: tokio::sync::Notify,
 }
 
 /// Where a count of the upstream's came from.
@@ -132,8 +139,13 @@ impl ModelWindows {
         if tokens == 0 {
             return;
         }
-        let mut map = self.learned.write().unwrap_or_else(PoisonError::into_inner);
-        insert_bounded(&mut map, key(upstream, model), tokens);
+        let k = key(upstream, model);
+        {
+            let mut map = self.learned.write().unwrap_or_else(PoisonError::into_inner);
+            insert_bounded(&mut map, k.clone(), tokens);
+        }
+        self.unsaved(k, |r| r.window = Some(tokens));
+        self.window_learned.notify_one();
     }
 
     /// Records one request's prompt size as counted by us (`ours`) and by the upstream
@@ -148,11 +160,62 @@ impl ModelWindows {
         let k = key(upstream, model);
         let mut factors = map.get(&k).copied().unwrap_or_default();
         let slot = factors.slot(count);
-        *slot = Some(match *slot {
+        let factor = match *slot {
             Some(old) => clamp_factor(old + SMOOTHING * (sample - old)),
             None => sample,
-        });
-        insert_bounded(&mut map, k, factors);
+        };
+        *slot = Some(factor);
+        insert_bounded(&mut map, k.clone(), factors);
+        drop(map);
+        self.unsaved(k, |r| *r.factor(count) = Some(factor));
+    }
+
+    fn unsaved(&self, k: Key, change: impl FnOnce(&mut ModelRecord)) {
+        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+        if unsaved.len() >= MAX_ENTRIES && !unsaved.contains_key(&k) {
+            return;
+        }
+        let record = unsaved
+            .entry(k)
+            .or_insert_with_key(|(upstream, model)| ModelRecord {
+                upstream: upstream.clone(),
+                model: model.clone(),
+                window: None,
+                refusal: None,
+                usage: None,
+            });
+        change(record);
+    }
+
+    /// What was learned since the last call, for the store.
+    pub fn take_unsaved(&self) -> Vec<ModelRecord> {
+        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+        unsaved.drain().map(|(_, record)| record).collect()
+    }
+
+    /// Takes in what the store holds, learned by an earlier run or another replica; it
+    /// is not written back.
+    pub fn absorb(&self, records: Vec<ModelRecord>) {
+        for record in records {
+            let k = key(&record.upstream, &record.model);
+            if let Some(tokens) = record.window.filter(|t| *t > 0) {
+                let mut map = self.learned.write().unwrap_or_else(PoisonError::into_inner);
+                insert_bounded(&mut map, k.clone(), tokens);
+            }
+            if record.refusal.is_some() || record.usage.is_some() {
+                let mut map = self.factors.write().unwrap_or_else(PoisonError::into_inner);
+                let mut factors = map.get(&k).copied().unwrap_or_default();
+                for (count, value) in [
+                    (Count::Refusal, record.refusal),
+                    (Count::Usage, record.usage),
+                ] {
+                    if let Some(f) = value {
+                        *factors.slot(count) = Some(clamp_factor(f));
+                    }
+                }
+                insert_bounded(&mut map, k, factors);
+            }
+        }
     }
 
     /// How many upstream tokens one of our estimated tokens is worth (1.0 until calibrated).

@@ -27,8 +27,21 @@ pub async fn run(app: App) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     eprintln!("listening on http://{local} ({})", app.upstream.base_url());
     let grace = app.config.shutdown_grace();
-    serve(listener, Arc::new(app), shutdown_signal(), grace).await;
+    let app = Arc::new(app);
+    let models = tokio::spawn(keep_models(Arc::clone(&app)));
+    serve(listener, Arc::clone(&app), shutdown_signal(), grace).await;
+    models.abort();
+    if let Some(cache) = &app.checkpoints {
+        cache.save_models(&app.models).await;
+    }
     Ok(())
+}
+
+/// What the proxy learns of the models outlives it, in the checkpoint store.
+async fn keep_models(app: Arc<App>) {
+    if let Some(cache) = &app.checkpoints {
+        cache.keep_models(&app.models).await;
+    }
 }
 
 /// Serves connections from `listener` until `shutdown` completes, then drains.

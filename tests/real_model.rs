@@ -422,7 +422,7 @@ fn user_turn(n: usize) -> String {
             (k * 7919) % 100_000,
             (k * 37) % 900 + 40,
             k % 4,
-            if k % 6 == 0 { "retrying" } else { "ok" }
+            if k.is_multiple_of(6) { "retrying" } else { "ok" }
         );
     }
     format!("Turn {n}. {opening}\n\n{log}\nWhich of these services should I look at next, and why?")

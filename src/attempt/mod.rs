@@ -119,7 +119,7 @@ async fn run(
         let hold = app.config.first_event_timeout();
         let verdict = inspect::inspect(response, attempt.ctx.head.stream, hold).await?;
         match verdict {
-            Verdict::Deliver(response) => return Ok(attempt.deliver(response)),
+            Verdict::Deliver(response) => return Ok(attempt.deliver(response).await),
             Verdict::Refused { parts, body, class } => {
                 if attempt.done.calls >= app.config.compaction.max_attempts
                     || !attempt.recover(&class).await
@@ -270,19 +270,21 @@ struct Goal {
 impl Attempt<'_> {
     /// The successful answer, marked when the request was rewritten. The upstream took
     /// the rewritten request: its checkpoint can serve the conversation's next turns.
-    fn deliver(&mut self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+    /// The checkpoint is stored before the answer is given back, so that the client's
+    /// next turn finds it, on this replica or another.
+    async fn deliver(&mut self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
         if let Some(cache) = &self.ctx.app.checkpoints {
             let done = &mut self.done;
             match (&mut done.engine, &done.promote, &done.resumed) {
                 (Engine::Rewrote { pending, .. }, _, _) => {
                     if let Some(pending) = pending.take().map(|p| *p) {
                         let checkpoint = Arc::new(pending.checkpoint);
-                        cache.store.put(pending.key, checkpoint, pending.replaces);
+                        cache.put(pending.key, checkpoint, pending.replaces).await;
                     }
                 }
                 (_, Some(promote), Some(hit)) => {
                     let checkpoint = Arc::clone(&hit.checkpoint);
-                    cache.store.put(hit.key, checkpoint, promote.replaces);
+                    cache.put(hit.key, checkpoint, promote.replaces).await;
                 }
                 _ => {}
             }

@@ -34,6 +34,7 @@ enum Decision {
 
 impl Attempt<'_> {
     pub(super) async fn preflight(&mut self) {
+        self.resume().await;
         // Parsing, hashing and counting a large body takes milliseconds: off the threads
         // that move other requests' bytes.
         let decision = if self.work.original().len() > LARGE_BODY {
@@ -59,11 +60,10 @@ impl Attempt<'_> {
         }
     }
 
-    /// Resumes from a checkpoint, then decides what the request needs before it is sent.
-    /// Costs a byte-length comparison for the many requests that are obviously small, and
-    /// one token count for the rest.
+    /// Decides what the request, resumed from its checkpoint if it has one, needs before it
+    /// is sent. Costs a byte-length comparison for the many requests that are obviously
+    /// small, and one token count for the rest.
     fn decide(&mut self) -> Decision {
-        self.resume();
         let Some(window) = self.ctx.window() else {
             return Decision::Send;
         };
@@ -128,38 +128,45 @@ impl Attempt<'_> {
     /// Puts the conversation's checkpoint, when the cache holds one for a prefix of its
     /// messages, in place of that prefix: a conversation compacted before is sent
     /// compacted the same way from the first attempt, byte for byte, without a summary.
-    /// Costs nothing for tenants whose conversations were never compacted.
-    pub(super) fn resume(&mut self) {
+    /// Costs nothing for tenants whose conversations were never compacted: the store is
+    /// asked only for tenants it is known to hold checkpoints of.
+    pub(super) async fn resume(&mut self) {
         let Some(cache) = &self.ctx.app.checkpoints else {
             return;
         };
         // An empty store is the usual case; it spares every request the credential's
         // SHA-256.
-        if cache.store.held().0 == 0 {
+        if !cache.any() {
             return;
         }
         let partition = self.ctx.partition();
         self.work.partition = Some(partition);
-        if !cache.store.may_hold(partition) {
+        if !cache.may_hold(partition) {
             return;
         }
         let dialect = self.ctx.dialect;
-        if self.work.hashes(dialect, partition).is_none() {
+        let hashed = if self.work.original().len() > LARGE_BODY {
+            tokio::task::block_in_place(|| self.work.hashes(dialect, partition).is_some())
+        } else {
+            self.work.hashes(dialect, partition).is_some()
+        };
+        if !hashed {
             return;
         }
-        let (Some(hashes), Some(base)) = (self.work.hashes.as_deref(), self.work.parsed()) else {
+        let Some(hashes) = self.work.hashes.as_deref() else {
             return;
         };
-        let Some(messages) = messages_of(&base.view) else {
+        let Some((len, checkpoint)) = cache.longest(partition, hashes).await else {
             return;
         };
-        let Some((len, checkpoint)) = cache
-            .store
-            .longest(partition, hashes)
-            .filter(|(len, checkpoint)| checkpoint.continues(messages.get(*len)))
-        else {
+        let continues = self
+            .work
+            .parsed()
+            .and_then(|base| messages_of(&base.view))
+            .is_some_and(|messages| checkpoint.continues(messages.get(len)));
+        if !continues {
             return;
-        };
+        }
         // A stored digest is a degraded summary: once the summariser may answer again,
         // the conversation is compacted anew from the client's own messages, so that a
         // real summary takes its place.

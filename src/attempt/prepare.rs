@@ -147,7 +147,7 @@ impl Job {
             work: Work::new(self.original.clone(), &self.head),
             done: Done::default(),
         };
-        attempt.resume();
+        attempt.resume().await;
         if !attempt.rewrite(goal).await {
             return None;
         }

@@ -280,7 +280,7 @@ impl History {
                         checkpoint::Partition::new(&parts.headers, app.upstream.base_url(), model);
                     let key =
                         checkpoint::hash::middle_key(partition, middle.previous, middle.turns);
-                    cache.flights.run(key, work).await
+                    cache.summarise(key, work).await
                 }
                 None => work().await,
             };

@@ -1,11 +1,98 @@
 //! Single-flight: concurrent requests of one conversation that need the same summary wait
-//! for one summariser call instead of each paying for their own.
+//! for one summariser call instead of each paying for their own. Within a process, they
+//! share one future ([`Flights`]); across the processes sharing a store, one of them claims
+//! the call for a short lease it renews while the call runs, and leaves the result in the
+//! store for the others ([`across`]). A holder that dies stops renewing: its lease lapses
+//! and a waiter takes the call over.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::OnceCell;
+
+use super::cache::Checkpoints;
+use super::codec;
+use super::store::Peek;
+use crate::compact::Summary;
+
+/// How long a claim lasts unless renewed: the longest a dead holder keeps others waiting.
+const LEASE: Duration = Duration::from_secs(10);
+/// How often a running holder renews its claim.
+const RENEW_EVERY: Duration = Duration::from_secs(3);
+/// How often a waiter looks for the result.
+const POLL: Duration = Duration::from_millis(100);
+
+/// An identity for this process's claims, unlikely to be any other's.
+pub fn holder_id() -> u128 {
+    let mut bytes = [0u8; 16];
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).is_err() {
+        // No randomness: the process id and the time still tell replicas apart.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        return nanos ^ (u128::from(std::process::id()) << 96);
+    }
+    u128::from_le_bytes(bytes)
+}
+
+/// The summary for `key`, made here or by the process that claimed it first. A store that
+/// fails along the way leaves this process to make the call itself: a request is never
+/// kept waiting on a store that is gone.
+pub(super) async fn across<F, Fut>(cache: &Checkpoints, key: u128, work: F) -> Option<Summary>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Option<Summary>>,
+{
+    let (store, holder, _) = cache.shared_store();
+    'claim: loop {
+        match cache.bounded(store.claim(key, holder, LEASE)).await {
+            Ok(true) => break 'claim,
+            Ok(false) => {}
+            Err(error) => {
+                cache.failed(&error);
+                return work().await;
+            }
+        }
+        loop {
+            tokio::time::sleep(POLL).await;
+            match cache.bounded(store.peek(key)).await {
+                Ok(Peek::Running) => {}
+                Ok(Peek::Done(bytes)) => match codec::decode_summary(&bytes) {
+                    Ok(summary) => return summary,
+                    Err(_) => break 'claim,
+                },
+                Ok(Peek::Free) => continue 'claim,
+                Err(error) => {
+                    cache.failed(&error);
+                    return work().await;
+                }
+            }
+        }
+    }
+    let mut work = pin!(work());
+    let mut renewing = true;
+    let result = loop {
+        tokio::select! {
+            result = &mut work => break result,
+            () = tokio::time::sleep(RENEW_EVERY), if renewing => {
+                match cache.bounded(store.claim(key, holder, LEASE)).await {
+                    Ok(true) => {}
+                    // Another process took the call over: this one still finishes its own.
+                    Ok(false) => renewing = false,
+                    Err(error) => cache.failed(&error),
+                }
+            }
+        }
+    };
+    let settled = codec::encode_summary(result.as_ref());
+    if let Err(error) = cache.bounded(store.settle(key, holder, settled)).await {
+        cache.failed(&error);
+    }
+    result
+}
 
 /// Each running flight with the number of callers holding it.
 type Running<T> = HashMap<u128, (Arc<OnceCell<T>>, usize)>;

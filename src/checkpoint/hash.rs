@@ -9,31 +9,65 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::auth::CREDENTIAL_HEADERS;
 use crate::compact::Message;
 
-/// One tenant's conversations with one model on one upstream. Checkpoints never cross
-/// partitions, so one client's compacted history is never applied to another's request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Partition(u128);
+/// Whose conversations: the first 16 bytes of a SHA-256 of the client's credential (the
+/// credential itself is never kept; a store shared between processes holds these hashes).
+/// An operator clears one tenant's checkpoints by its key (`compaction-proxy cache clear`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tenant(pub u128);
 
-impl Partition {
-    /// The partition of a request: a SHA-256 of its credential (the credential itself is
-    /// never kept; a store shared between processes may hold these hashes), the upstream
-    /// and the model.
-    pub fn new(headers: &HeaderMap, upstream: &str, model: &str) -> Partition {
+impl Tenant {
+    /// The tenant of a request, by the first credential header it carries.
+    pub fn of(headers: &HeaderMap) -> Tenant {
         let credential = CREDENTIAL_HEADERS
             .iter()
             .find_map(|name| headers.get(name))
             .map_or(&b""[..], |value| value.as_bytes());
-        let tenant = ring::digest::digest(&ring::digest::SHA256, credential);
+        Tenant::from_credential(credential)
+    }
+
+    /// The tenant of a credential: an API key, or a header's value (`Bearer KEY` is the
+    /// same tenant as `KEY`, so that an operator can name it by the key alone).
+    pub fn from_credential(credential: &[u8]) -> Tenant {
+        let token = match credential.get(..7) {
+            Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => &credential[7..],
+            _ => credential,
+        };
+        let digest = ring::digest::digest(&ring::digest::SHA256, token.trim_ascii());
+        let mut first = [0u8; 16];
+        first.copy_from_slice(&digest.as_ref()[..16]);
+        Tenant(u128::from_be_bytes(first))
+    }
+}
+
+/// One tenant's conversations with one model on one upstream. Checkpoints never cross
+/// partitions, so one client's compacted history is never applied to another's request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Partition {
+    pub tenant: Tenant,
+    /// The tenant, the upstream and the model, hashed.
+    pub scope: u128,
+}
+
+impl Partition {
+    /// The partition of a request: its tenant, the upstream and the model.
+    pub fn new(headers: &HeaderMap, upstream: &str, model: &str) -> Partition {
+        let tenant = Tenant::of(headers);
         let mut hasher = Xxh3::new();
-        hasher.update(tenant.as_ref());
+        hasher.update(&tenant.0.to_le_bytes());
         feed_str(&mut hasher, upstream);
         feed_str(&mut hasher, model);
-        Partition(hasher.digest128())
+        Partition {
+            tenant,
+            scope: hasher.digest128(),
+        }
     }
 
     #[cfg(test)]
     pub fn for_tests(n: u128) -> Partition {
-        Partition(n)
+        Partition {
+            tenant: Tenant(n),
+            scope: n,
+        }
     }
 }
 
@@ -42,7 +76,7 @@ impl Partition {
 /// one running hash, so the whole list costs one pass over the messages.
 pub fn prefix_hashes(partition: Partition, messages: &[Value]) -> Vec<u128> {
     let mut hasher = Xxh3::new();
-    hasher.update(&partition.0.to_le_bytes());
+    hasher.update(&partition.scope.to_le_bytes());
     let mut hashes = Vec::with_capacity(messages.len() + 1);
     hashes.push(hasher.digest128());
     for message in messages {
@@ -56,7 +90,7 @@ pub fn prefix_hashes(partition: Partition, messages: &[Value]) -> Vec<u128> {
 /// that concurrent requests needing the same one can share the summariser's answer.
 pub fn middle_key(partition: Partition, previous: Option<&str>, turns: &[Message]) -> u128 {
     let mut hasher = Xxh3::new();
-    hasher.update(&partition.0.to_le_bytes());
+    hasher.update(&partition.scope.to_le_bytes());
     match previous {
         Some(text) => {
             hasher.update(b"p");
@@ -138,6 +172,16 @@ mod tests {
         assert_ne!(base, Partition::new(&headers("Bearer a"), "http://u", "n"));
         assert_ne!(base, Partition::new(&headers("Bearer a"), "http://v", "m"));
         assert_ne!(base, Partition::new(&HeaderMap::new(), "http://u", "m"));
+    }
+
+    #[test]
+    fn a_tenant_is_its_key_with_or_without_the_bearer_scheme() {
+        let header = Tenant::of(&headers("Bearer sk-1"));
+        assert_eq!(header, Tenant::from_credential(b"sk-1"));
+        assert_eq!(header, Tenant::from_credential(b"bearer sk-1"));
+        assert_ne!(header, Tenant::from_credential(b"sk-2"));
+        let p = Partition::new(&headers("Bearer sk-1"), "http://u", "m");
+        assert_eq!(p.tenant, header);
     }
 
     #[test]

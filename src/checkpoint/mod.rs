@@ -7,24 +7,32 @@
 //! does a new compaction (iterating on the stored summary) extend the checkpoint.
 //!
 //! Pure parts live here ([`derive`], [`Checkpoint`]); [`hash`] finds prefixes, [`store`]
-//! keeps checkpoints, [`flight`] lets concurrent requests share one summariser call.
+//! is the seam of the places checkpoints are kept ([`memory`], [`embedded`], [`redis`]),
+//! [`codec`] turns them into bytes, [`cache`] is what the proxy uses (a store, and memory
+//! while the store is out of reach), [`flight`] lets concurrent requests, of one process or
+//! of several, share one summariser call.
 
+pub mod cache;
+pub mod codec;
+pub mod embedded;
 pub mod flight;
 pub mod hash;
+pub mod memory;
 pub mod prepared;
+pub mod redis;
 pub mod store;
 
 use std::mem::size_of;
-use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::compact::{Role, Summary, SummarySource};
-use crate::config::CacheConfig;
+use crate::compact::{Role, SummarySource};
+pub use cache::Checkpoints;
 pub use flight::Flights;
-pub use hash::{prefix_hashes, Partition};
+pub use hash::{prefix_hashes, Partition, Tenant};
+pub use memory::MemoryStore;
 pub use prepared::Prepared;
-pub use store::{Key, MemoryStore, Store};
+pub use store::{Backend, Key, Store, StoreError};
 
 /// The compacted form of a conversation's first `prefix_len` messages.
 #[derive(Debug)]
@@ -189,29 +197,6 @@ pub fn derive(
         }
     };
     (replaced > 0).then_some((replaced, form))
-}
-
-/// The cache as the proxy uses it: a store, the summariser calls in flight, and the
-/// compactions prepared ahead (`None` when `compaction.prepare_concurrency` is 0).
-pub struct Checkpoints {
-    pub store: Box<dyn Store>,
-    pub flights: Flights<Option<Summary>>,
-    pub prepared: Option<Prepared>,
-}
-
-impl Checkpoints {
-    /// The cache `config` describes; `None` when it is disabled.
-    pub fn new(config: &CacheConfig, prepare_concurrency: usize) -> Option<Checkpoints> {
-        let ttl = Duration::from_millis(config.ttl_ms);
-        config.enabled.then(|| Checkpoints {
-            store: Box::new(MemoryStore::new(
-                usize::try_from(config.max_bytes).unwrap_or(usize::MAX),
-                ttl,
-            )),
-            flights: Flights::default(),
-            prepared: (prepare_concurrency > 0).then(|| Prepared::new(prepare_concurrency, ttl)),
-        })
-    }
 }
 
 #[cfg(test)]

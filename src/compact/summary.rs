@@ -42,6 +42,19 @@ impl SummarySource {
             SummarySource::None => "none",
         }
     }
+
+    /// The source [`SummarySource::as_str`] names.
+    pub fn parse(name: &str) -> Option<SummarySource> {
+        [
+            SummarySource::Llm,
+            SummarySource::Fallback,
+            SummarySource::Cache,
+            SummarySource::CachedFallback,
+            SummarySource::None,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
 }
 
 /// A summary body (without marker or framing) and its origin.

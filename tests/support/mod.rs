@@ -917,6 +917,8 @@ impl Proxy {
             .arg(&config_path)
             .current_dir(&dir)
             .env_remove("RUST_LOG")
+            // Each proxy keeps its embedded cache in its own folder.
+            .env("XDG_STATE_HOME", &dir)
             .envs(env)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,0 +1,367 @@
+//! The cache as the proxy uses it: the configured store, and this process's memory while a
+//! shared store is out of reach. A store's failure never fails a request: the lookup or
+//! write goes to memory instead, the outage is logged once when it starts and once when it
+//! ends, counted by backend, and shown at `/healthz`; the store is tried again a second
+//! later, so a Redis that comes back is used again without a restart.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::flight::{self, Flights};
+use super::hash::{Partition, Tenant};
+use super::memory::MemoryStore;
+use super::prepared::Prepared;
+use super::store::{Backend, Key, ModelRecord, Stats, Store, StoreError};
+use super::{embedded, redis, Checkpoint};
+use crate::compact::Summary;
+use crate::config::{CacheBackend, CacheConfig};
+use crate::models::ModelWindows;
+
+/// How long an unreachable store is left alone before it is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// How often calibration learned is written.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+/// How often a shared store is read for what other replicas learned of the models.
+const PULL_EVERY: Duration = Duration::from_secs(2);
+
+/// Lookups and errors of one backend, for the metrics.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// A store that failed, since when, and why.
+#[derive(Debug)]
+struct Outage {
+    since: Instant,
+    retry_at: Instant,
+    reason: String,
+}
+
+/// The state of the configured store, for `/healthz`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    Up,
+    /// Out of reach since this long ago: requests are served from memory.
+    Degraded {
+        for_secs: u64,
+        reason: String,
+    },
+}
+
+pub struct Checkpoints {
+    store: Box<dyn Store>,
+    /// Memory, for a store shared with other processes: holds this process's checkpoints
+    /// too, so that an outage of the store costs its conversations nothing.
+    fallback: Option<MemoryStore>,
+    outage: Mutex<Option<Outage>>,
+    timeout: Duration,
+    /// This process, when it holds a summariser call others wait on.
+    holder: u128,
+    flights: Flights<Option<Summary>>,
+    pub prepared: Option<Prepared>,
+    counters: [Counters; 2],
+}
+
+/// Why the cache could not be set up, for the message at start.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cache.path {path}: {reason}")]
+    Embedded { path: String, reason: String },
+    #[error("cache.redis_url: {0}")]
+    Redis(String),
+}
+
+impl Checkpoints {
+    /// The cache `config` describes; `None` when it is disabled.
+    pub fn open(
+        config: &CacheConfig,
+        prepare_concurrency: usize,
+    ) -> Result<Option<Checkpoints>, OpenError> {
+        if !config.enabled {
+            return Ok(None);
+        }
+        let ttl = config.ttl();
+        let max_bytes = usize::try_from(config.max_bytes).unwrap_or(usize::MAX);
+        let (store, fallback): (Box<dyn Store>, _) = match config.backend {
+            CacheBackend::Memory => (Box::new(MemoryStore::new(max_bytes, ttl)), None),
+            CacheBackend::Embedded => {
+                let path = config.embedded_path();
+                let store =
+                    embedded::EmbeddedStore::open(&path, max_bytes, ttl).map_err(|reason| {
+                        OpenError::Embedded {
+                            path: path.display().to_string(),
+                            reason,
+                        }
+                    })?;
+                (Box::new(store), None)
+            }
+            CacheBackend::Redis => {
+                let store = redis::open(&config.redis_url, &config.redis_namespace, ttl)
+                    .map_err(OpenError::Redis)?;
+                (store, Some(MemoryStore::new(max_bytes, ttl)))
+            }
+        };
+        Ok(Some(Checkpoints::with_store(
+            store,
+            fallback,
+            config,
+            prepare_concurrency,
+        )))
+    }
+
+    pub fn with_store(
+        store: Box<dyn Store>,
+        fallback: Option<MemoryStore>,
+        config: &CacheConfig,
+        prepare_concurrency: usize,
+    ) -> Checkpoints {
+        Checkpoints {
+            store,
+            fallback,
+            outage: Mutex::new(None),
+            timeout: config.timeout(),
+            holder: flight::holder_id(),
+            flights: Flights::default(),
+            prepared: (prepare_concurrency > 0)
+                .then(|| Prepared::new(prepare_concurrency, config.ttl())),
+            counters: Default::default(),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.store.backend()
+    }
+
+    /// Whether any tenant may have checkpoints, from memory alone.
+    pub fn any(&self) -> bool {
+        self.store.any() || self.fallback.as_ref().is_some_and(Store::any)
+    }
+
+    /// Whether `partition` may have checkpoints, from memory alone.
+    pub fn may_hold(&self, partition: Partition) -> bool {
+        self.store.may_hold(partition)
+            || self
+                .fallback
+                .as_ref()
+                .is_some_and(|f| f.may_hold(partition))
+    }
+
+    /// Checkpoints held and their bytes, as this process knows them.
+    pub fn held(&self) -> (usize, usize) {
+        self.store.held()
+    }
+
+    /// The checkpoint of the longest stored prefix of a conversation, from the store, or
+    /// from memory while the store is out of reach.
+    pub async fn longest(
+        &self,
+        partition: Partition,
+        prefixes: &[u128],
+    ) -> Option<(usize, Arc<Checkpoint>)> {
+        if self.reachable() {
+            match self.bounded(self.store.longest(partition, prefixes)).await {
+                Ok(found) => {
+                    self.count(self.store.backend(), found.is_some());
+                    if found.is_some() || self.fallback.is_none() {
+                        return found;
+                    }
+                }
+                Err(error) => self.failed(&error),
+            }
+        }
+        let fallback = self.fallback.as_ref()?;
+        let found = fallback.get(partition, prefixes);
+        self.count(Backend::Memory, found.is_some());
+        found
+    }
+
+    /// Keeps a checkpoint; in memory too when the store is shared, and in memory alone
+    /// while the store is out of reach.
+    pub async fn put(&self, key: Key, checkpoint: Arc<Checkpoint>, replaces: Option<Key>) {
+        if let Some(fallback) = &self.fallback {
+            fallback.insert(key, Arc::clone(&checkpoint), replaces);
+        }
+        if self.reachable() {
+            if let Err(error) = self
+                .bounded(self.store.put(key, checkpoint, replaces))
+                .await
+            {
+                self.failed(&error);
+            }
+        }
+    }
+
+    /// The models learned so far, by this process or, for a shared store, by others.
+    pub async fn models(&self) -> Vec<ModelRecord> {
+        if !self.reachable() {
+            return Vec::new();
+        }
+        self.bounded(self.store.models())
+            .await
+            .inspect_err(|e| self.failed(e))
+            .unwrap_or_default()
+    }
+
+    pub async fn put_model(&self, record: ModelRecord) {
+        if self.reachable() {
+            if let Err(error) = self.bounded(self.store.put_model(record)).await {
+                self.failed(&error);
+            }
+        }
+    }
+
+    /// The summary for `key`: one call for the concurrent requests of this process, and,
+    /// with a shared store, of every process sharing it.
+    pub async fn summarise<F, Fut>(&self, key: u128, work: F) -> Option<Summary>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Option<Summary>>,
+    {
+        self.flights
+            .run(key, || async {
+                if self.fallback.is_none() || !self.reachable() {
+                    return work().await;
+                }
+                flight::across(self, key, work).await
+            })
+            .await
+    }
+
+    pub(super) fn shared_store(&self) -> (&dyn Store, u128, Duration) {
+        (self.store.as_ref(), self.holder, self.timeout)
+    }
+
+    /// Keeps the learned windows and calibration in the store for as long as the proxy
+    /// runs: read at start, written as they are learned (windows at once, factors at most
+    /// once a second), and, with a shared store, read again every few seconds for what
+    /// other replicas learned.
+    pub async fn keep_models(&self, models: &ModelWindows) {
+        models.absorb(self.models().await);
+        let mut pulled = Instant::now();
+        loop {
+            tokio::select! {
+                () = models.window_learned.notified() => {}
+                () = tokio::time::sleep(SAVE_EVERY) => {}
+            }
+            self.save_models(models).await;
+            if self.fallback.is_some() && pulled.elapsed() >= PULL_EVERY {
+                models.absorb(self.models().await);
+                pulled = Instant::now();
+            }
+        }
+    }
+
+    /// Writes what was learned and not yet written.
+    pub async fn save_models(&self, models: &ModelWindows) {
+        for record in models.take_unsaved() {
+            self.put_model(record).await;
+        }
+    }
+
+    pub async fn stats(&self) -> Result<Stats, StoreError> {
+        self.store.stats().await
+    }
+
+    pub async fn clear(&self, tenant: Option<Tenant>) -> Result<u64, StoreError> {
+        if let Some(fallback) = &self.fallback {
+            fallback.remove_tenant(tenant);
+        }
+        self.store.clear(tenant).await
+    }
+
+    /// Lookups that hit and missed, and errors, by backend: the configured one and, when
+    /// it is shared, memory.
+    pub fn counters(&self) -> impl Iterator<Item = (Backend, &Counters)> {
+        let fallback = self
+            .fallback
+            .as_ref()
+            .map(|_| (Backend::Memory, &self.counters[1]));
+        std::iter::once((self.store.backend(), &self.counters[0])).chain(fallback)
+    }
+
+    pub fn health(&self) -> Health {
+        match &*self.outage.lock().unwrap_or_else(PoisonError::into_inner) {
+            None => Health::Up,
+            Some(outage) => Health::Degraded {
+                for_secs: outage.since.elapsed().as_secs(),
+                reason: outage.reason.clone(),
+            },
+        }
+    }
+
+    fn count(&self, backend: Backend, hit: bool) {
+        let counters = &self.counters[usize::from(backend != self.store.backend())];
+        let counter = if hit {
+            &counters.hits
+        } else {
+            &counters.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs a store operation within the store's time limit.
+    pub(super) async fn bounded<T>(
+        &self,
+        operation: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let result = match tokio::time::timeout(self.timeout, operation).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout {
+                backend: self.store.backend().as_str(),
+                after: self.timeout,
+            }),
+        };
+        if result.is_ok() {
+            self.recovered();
+        }
+        result
+    }
+
+    /// Whether the store may be asked: up, or down for long enough to be tried again.
+    fn reachable(&self) -> bool {
+        let outage = self.outage.lock().unwrap_or_else(PoisonError::into_inner);
+        outage.as_ref().is_none_or(|o| Instant::now() >= o.retry_at)
+    }
+
+    /// Counts and logs a store error; an outage is logged when it starts, not on every
+    /// request it costs. An unreadable value is an error of that value, not an outage.
+    pub(super) fn failed(&self, error: &StoreError) {
+        self.counters[0].errors.fetch_add(1, Ordering::Relaxed);
+        if matches!(error, StoreError::Corrupt { .. }) {
+            tracing::warn!(error = %error, "a stored checkpoint was unreadable and is ignored");
+            return;
+        }
+        let now = Instant::now();
+        let mut outage = self.outage.lock().unwrap_or_else(PoisonError::into_inner);
+        match outage.as_mut() {
+            Some(o) => o.retry_at = now + RETRY_AFTER,
+            None => {
+                tracing::warn!(
+                    backend = self.store.backend().as_str(),
+                    error = %error,
+                    "the checkpoint store is out of reach: serving from memory until it is back"
+                );
+                *outage = Some(Outage {
+                    since: now,
+                    retry_at: now + RETRY_AFTER,
+                    reason: error.to_string(),
+                });
+            }
+        }
+    }
+
+    fn recovered(&self) {
+        let mut outage = self.outage.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(o) = outage.take() {
+            tracing::info!(
+                backend = self.store.backend().as_str(),
+                after_secs = o.since.elapsed().as_secs(),
+                "the checkpoint store is back"
+            );
+        }
+    }
+}
