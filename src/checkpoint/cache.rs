@@ -235,11 +235,14 @@ impl Checkpoints {
         (self.store.as_ref(), self.holder, self.timeout)
     }
 
-    /// Keeps the learned windows and calibration in the store for as long as the proxy
-    /// runs: read at start, written as they are learned (windows at once, factors at most
+    /// Starts the store's upkeep, and keeps the learned windows and calibration in the store
+    /// for as long as the proxy runs: read at start, written as they are learned (windows at once, factors at most
     /// once a second), and, with a shared store, read again every few seconds for what
     /// other replicas learned.
     pub async fn keep_models(&self, models: &ModelWindows) {
+        if let Some(upkeep) = self.store.upkeep() {
+            tokio::spawn(upkeep);
+        }
         models.absorb(self.models().await);
         let mut pulled = Instant::now();
         loop {

@@ -117,6 +117,12 @@ pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 pub trait Store: Send + Sync {
     fn backend(&self) -> Backend;
 
+    /// The store's own upkeep while the proxy serves (a shared store's subscription to
+    /// what other replicas store, say), run as a background task from the start.
+    fn upkeep(&self) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
+
     /// Whether `partition` may have checkpoints, from this process's memory alone: the
     /// requests of tenants that never needed compaction make no round trip to the store,
     /// nor parse and hash their messages.
