@@ -840,3 +840,294 @@ impl Store for RedisStore {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Child, Command as Process, Stdio};
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// A redis-server of its own on a free loopback port, or `None` (the test is skipped)
+    /// when none is installed, unless `COMPACTION_PROXY_REQUIRE_REDIS=1`.
+    struct Server {
+        child: Child,
+        port: u16,
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    async fn server() -> Option<Server> {
+        let path = std::env::var("COMPACTION_PROXY_REDIS_SERVER")
+            .unwrap_or_else(|_| "redis-server".into());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let spawned = Process::new(&path)
+            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+            .args(["--port", &port.to_string()])
+            .current_dir(std::env::temp_dir())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(child) = spawned else {
+            assert!(
+                std::env::var("COMPACTION_PROXY_REQUIRE_REDIS").as_deref() != Ok("1"),
+                "no redis-server at {path}"
+            );
+            eprintln!("skipped: no redis-server (scripts/setup-redis.sh installs it)");
+            return None;
+        };
+        let server = Server { child, port };
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return Some(server);
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("redis-server did not start on port {port}");
+    }
+
+    /// Whether `check` holds within two seconds: announcements arrive on their own time.
+    async fn until(check: impl Fn() -> bool) -> bool {
+        for _ in 0..100 {
+            if check() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    fn store(server: &Server, ns: &str) -> Box<dyn Store> {
+        let url = format!("redis://127.0.0.1:{}", server.port);
+        open(&url, ns, Duration::from_secs(60)).unwrap()
+    }
+
+    fn checkpoint(prefix_len: usize, text: &str) -> Arc<Checkpoint> {
+        Arc::new(Checkpoint::new(
+            prefix_len,
+            10,
+            vec![json!({"role": "user", "content": text})],
+            vec![5],
+            None,
+            0,
+        ))
+    }
+
+    fn key(partition: u128, prefix: u128) -> Key {
+        Key {
+            partition: Partition::for_tests(partition),
+            prefix,
+        }
+    }
+
+    #[test]
+    fn open_connects_to_nothing() {
+        // A port nothing listens on: opening still succeeds, as the proxy must start.
+        assert!(open("redis://127.0.0.1:1", "ns", Duration::from_secs(1)).is_ok());
+        let error = open("redis://u:hunter2@host:x", "ns", Duration::from_secs(1))
+            .err()
+            .unwrap();
+        assert!(!error.contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn events_and_patterns_name_what_they_mean() {
+        let p = Partition::for_tests(7);
+        assert!(
+            matches!(Event::parse(Event::Wrote(p).encode().as_bytes()), Some(Event::Wrote(q)) if q == p)
+        );
+        assert!(matches!(
+            Event::parse(Event::Cleared(Some(Tenant(7))).encode().as_bytes()),
+            Some(Event::Cleared(Some(Tenant(7))))
+        ));
+        assert!(matches!(Event::parse(b"-"), Some(Event::Cleared(None))));
+        assert!(Event::parse(b"junk").is_none());
+        let keys = Keys { ns: "a*b".into() };
+        assert_eq!(
+            keys.pattern("cp", Some(Tenant(1))),
+            format!("a\\*b:cp:{}:*", hex(1))
+        );
+    }
+
+    #[tokio::test]
+    async fn checkpoints_round_trip_and_an_extension_replaces_the_shorter() {
+        let Some(server) = server().await else { return };
+        let store = store(&server, "t1");
+        let p = Partition::for_tests(1);
+        let hashes = [0, 10, 20, 30, 40, 50, 60];
+        assert!(store.longest(p, &hashes).await.unwrap().is_none());
+        store
+            .put(key(1, 20), checkpoint(2, "two"), None)
+            .await
+            .unwrap();
+        assert!(store.may_hold(p) && store.any());
+        let (len, found) = store.longest(p, &hashes).await.unwrap().unwrap();
+        assert_eq!((len, found.prefix_len), (2, 2));
+        assert_eq!(found.messages, checkpoint(2, "two").messages);
+        // A hash found at another position is a collision, not a match.
+        assert!(store.longest(p, &[0, 20]).await.unwrap().is_none());
+        // Another partition sees nothing.
+        let other = Partition::for_tests(2);
+        assert!(store.longest(other, &hashes).await.unwrap().is_none());
+
+        store
+            .put(key(1, 40), checkpoint(4, "four"), Some(key(1, 20)))
+            .await
+            .unwrap();
+        assert_eq!(store.longest(p, &hashes).await.unwrap().unwrap().0, 4);
+        assert!(store.longest(p, &hashes[..4]).await.unwrap().is_none());
+        let stats = store.stats().await.unwrap();
+        assert_eq!((stats.checkpoints, stats.tenants), (1, 1));
+        assert!(stats.bytes > 0);
+
+        // A checkpoint gone from Redis (expired) is skipped for the next one down, and
+        // its index entry dropped.
+        store
+            .put(key(1, 30), checkpoint(3, "three"), None)
+            .await
+            .unwrap();
+        let shared = Client::new(
+            &format!("redis://127.0.0.1:{}", server.port),
+            CONNECT_TIMEOUT,
+        )
+        .unwrap();
+        let keys = Keys { ns: "t1".into() };
+        shared
+            .call(Command::new("DEL").arg(keys.checkpoint(&key(1, 40))))
+            .await
+            .unwrap();
+        assert_eq!(store.longest(p, &hashes).await.unwrap().unwrap().0, 3);
+        let left = shared
+            .call(Command::new("HLEN").arg(keys.index(p)))
+            .await
+            .unwrap();
+        assert_eq!(left, Reply::Int(1));
+
+        // What another version wrote, unreadable, is an error of that value.
+        shared
+            .call(
+                Command::new("SET")
+                    .arg(keys.checkpoint(&key(1, 30)))
+                    .arg("junk"),
+            )
+            .await
+            .unwrap();
+        let error = store.longest(p, &hashes).await.unwrap_err();
+        assert!(matches!(error, StoreError::Corrupt { .. }), "{error}");
+
+        assert_eq!(store.clear(Some(Tenant(1))).await.unwrap(), 1);
+        assert!(!store.may_hold(p));
+        assert!(store.longest(p, &hashes).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn replicas_learn_each_others_partitions_and_models() {
+        let Some(server) = server().await else { return };
+        let (a, b) = (store(&server, "t2"), store(&server, "t2"));
+        // One partition written before B starts: the refresh at its start finds it.
+        a.put(key(1, 10), checkpoint(1, "x"), None).await.unwrap();
+        tokio::spawn(b.upkeep().unwrap());
+        assert!(until(|| b.may_hold(Partition::for_tests(1))).await);
+        // Later ones are announced.
+        a.put(key(2, 10), checkpoint(1, "y"), None).await.unwrap();
+        assert!(until(|| b.may_hold(Partition::for_tests(2))).await);
+        a.clear(Some(Tenant(2))).await.unwrap();
+        assert!(until(|| !b.may_hold(Partition::for_tests(2))).await);
+        assert!(b.may_hold(Partition::for_tests(1)));
+
+        // Each writes what it learned; neither overwrites the other's fields.
+        let record = |window, refusal| ModelRecord {
+            upstream: "http://u/v1".into(),
+            model: "m".into(),
+            window,
+            refusal,
+            usage: None,
+        };
+        a.put_model(record(Some(6000), None)).await.unwrap();
+        b.put_model(record(None, Some(1.25))).await.unwrap();
+        assert_eq!(b.models().await.unwrap(), [record(Some(6000), Some(1.25))]);
+        assert_eq!(a.stats().await.unwrap().models, 1);
+    }
+
+    #[tokio::test]
+    async fn one_replica_claims_a_flight_and_leaves_its_result() {
+        let Some(server) = server().await else { return };
+        let (a, b) = (store(&server, "t3"), store(&server, "t3"));
+        let lease = Duration::from_secs(10);
+        assert_eq!(b.peek(9).await.unwrap(), Peek::Free);
+        assert!(a.claim(9, 1, lease).await.unwrap());
+        assert!(!b.claim(9, 2, lease).await.unwrap());
+        // The holder renews its own claim.
+        assert!(a.claim(9, 1, lease).await.unwrap());
+        assert_eq!(b.peek(9).await.unwrap(), Peek::Running);
+        // A holder whose lease lapsed does not release the claim of the one that took over.
+        b.settle(9, 2, b"late".to_vec()).await.unwrap();
+        assert!(!b.claim(9, 2, lease).await.unwrap());
+        a.settle(9, 1, b"summary".to_vec()).await.unwrap();
+        assert_eq!(b.peek(9).await.unwrap(), Peek::Done(b"summary".to_vec()));
+        a.clear(None).await.unwrap();
+        assert_eq!(b.peek(9).await.unwrap(), Peek::Free);
+    }
+
+    /// The cost of a lookup for a long session: a conversation of about a million
+    /// tokens, 4,000 messages, whose checkpoint (the compacted form) is found at its end.
+    #[tokio::test]
+    async fn a_lookup_of_a_long_conversation_is_two_round_trips() {
+        let Some(server) = server().await else { return };
+        let store = store(&server, "t4");
+        let p = Partition::for_tests(1);
+        let hashes: Vec<u128> = (0..4001u128).map(|i| i * 7919 + 1).collect();
+        let form = vec![json!({"role": "user", "content": "summary ".repeat(4000)}); 4];
+        let big = Arc::new(Checkpoint::new(
+            3990,
+            1_000_000,
+            form,
+            vec![8000; 4],
+            None,
+            0,
+        ));
+        store
+            .put(
+                Key {
+                    partition: p,
+                    prefix: hashes[3990],
+                },
+                big,
+                None,
+            )
+            .await
+            .unwrap();
+        store.longest(p, &hashes).await.unwrap().unwrap();
+        let started = std::time::Instant::now();
+        let rounds = 20;
+        for _ in 0..rounds {
+            let (len, _) = store.longest(p, &hashes).await.unwrap().unwrap();
+            assert_eq!(len, 3990);
+        }
+        eprintln!(
+            "longest() of 4,000 prefixes, a 130 KB checkpoint: {:?} each",
+            started.elapsed() / rounds
+        );
+        let started = std::time::Instant::now();
+        for _ in 0..rounds {
+            assert!(store.longest(p, &hashes[..3000]).await.unwrap().is_none());
+        }
+        eprintln!(
+            "a miss (the index alone): {:?} each",
+            started.elapsed() / rounds
+        );
+    }
+}

@@ -667,12 +667,18 @@ mod tests {
         assert_eq!(t.password.as_deref(), Some("p@ss:w0rd"));
 
         let t = Target::parse("redis://:secret@10.0.0.1:7000").unwrap();
-        assert_eq!((t.user.as_deref(), t.password.as_deref()), (None, Some("secret")));
+        assert_eq!(
+            (t.user.as_deref(), t.password.as_deref()),
+            (None, Some("secret"))
+        );
         assert_eq!(t.address(), "10.0.0.1:7000");
 
         // A user without a password logs in as nobody: AUTH needs a password.
         let t = Target::parse("redis://alice@host/").unwrap();
-        assert_eq!((t.user.as_deref(), t.password.as_deref()), (Some("alice"), None));
+        assert_eq!(
+            (t.user.as_deref(), t.password.as_deref()),
+            (Some("alice"), None)
+        );
         assert!(t.handshake().is_empty());
 
         let t = Target::parse("redis://[::1]:6390/2").unwrap();
