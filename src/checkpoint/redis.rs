@@ -1085,7 +1085,7 @@ mod tests {
     /// The cost of a lookup for a long session: a conversation of about a million
     /// tokens, 4,000 messages, whose checkpoint (the compacted form) is found at its end.
     #[tokio::test]
-    async fn a_lookup_of_a_long_conversation_is_two_round_trips() {
+    async fn what_a_lookup_of_a_long_conversation_costs() {
         let Some(server) = server().await else { return };
         let store = store(&server, "t4");
         let p = Partition::for_tests(1);

@@ -102,7 +102,7 @@ pub enum Error {
 }
 
 /// A command: its name and arguments, each sent as a bulk string.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug)]
 pub struct Command(Vec<Vec<u8>>);
 
 impl Command {
