@@ -117,6 +117,13 @@ async fn a_killed_proxy_s_successor_resumes_the_conversation_from_its_checkpoint
         compacted_part(&mock.last().body) == before,
         "the compacted part is the same bytes as before the restart"
     );
+    let metrics = support::metrics(&second).await;
+    assert!(
+        metrics.contains(
+            "compaction_proxy_store_lookups_total{backend=\"embedded\",result=\"hit\"} 1\n"
+        ),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -150,9 +150,13 @@ impl Checkpoints {
                 .is_some_and(|f| f.may_hold(partition))
     }
 
-    /// Checkpoints held and their bytes, as this process knows them.
+    /// Checkpoints held and their bytes, as this process knows them: a shared store's are
+    /// counted by `cache stats`, the copies this process keeps in memory here.
     pub fn held(&self) -> (usize, usize) {
-        self.store.held()
+        match &self.fallback {
+            Some(fallback) => fallback.held(),
+            None => self.store.held(),
+        }
     }
 
     /// The checkpoint of the longest stored prefix of a conversation, from the store, or
