@@ -20,8 +20,8 @@ use std::sync::Arc;
 use tokio::runtime::Runtime;
 
 use compaction_proxy::checkpoint::{self, Checkpoint, Checkpoints, Key, Partition};
-use compaction_proxy::config::{CacheBackend, CacheConfig};
 use compaction_proxy::compact::{self, Counter, Options};
+use compaction_proxy::config::{CacheBackend, CacheConfig};
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};

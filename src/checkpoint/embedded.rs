@@ -445,3 +445,134 @@ fn read_models(connection: &Connection) -> Result<Vec<ModelRecord>, StoreError> 
         .map_err(unavailable)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(unavailable)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn checkpoint(prefix_len: usize, text: &str) -> Arc<Checkpoint> {
+        Arc::new(Checkpoint::new(
+            prefix_len,
+            100,
+            vec![json!({"role": "user", "content": text})],
+            vec![5],
+            Some("assistant".into()),
+            0,
+        ))
+    }
+
+    fn key(tenant: u128, prefix: u128) -> Key {
+        Key {
+            partition: Partition::for_tests(tenant),
+            prefix,
+        }
+    }
+
+    fn file() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "embedded-store-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("nested").join("cache.sqlite3")
+    }
+
+    fn open(path: &Path, ttl: Duration) -> EmbeddedStore {
+        EmbeddedStore::open(path, 1 << 20, ttl).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn what_one_process_stored_the_next_finds_byte_for_byte() {
+        let path = file();
+        let store = open(&path, Duration::from_secs(60));
+        store
+            .put(key(1, 20), checkpoint(2, "two"), None)
+            .await
+            .unwrap();
+        store
+            .put(key(1, 40), checkpoint(4, "four"), Some(key(1, 20)))
+            .await
+            .unwrap();
+        store
+            .put(key(2, 40), checkpoint(4, "other tenant"), None)
+            .await
+            .unwrap();
+        drop(store);
+
+        let store = open(&path, Duration::from_secs(60));
+        assert_eq!(
+            store.held().0,
+            2,
+            "the replaced checkpoint is gone from the file"
+        );
+        let p = Partition::for_tests(1);
+        assert!(store.may_hold(p) && !store.may_hold(Partition::for_tests(3)));
+        let (len, found) = store
+            .longest(p, &[0, 10, 20, 30, 40, 50])
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (len, found.messages[0]["content"].as_str()),
+            (4, Some("four"))
+        );
+        assert_eq!(found.next_role.as_deref(), Some("assistant"));
+        assert!(store.longest(p, &[0, 10, 20]).await.unwrap().is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_checkpoint_past_its_time_to_live_is_dropped_at_start() {
+        let path = file();
+        let store = open(&path, Duration::from_secs(60));
+        store
+            .put(key(1, 20), checkpoint(2, "old"), None)
+            .await
+            .unwrap();
+        drop(store);
+        // Its write is a second or more in the past by the time the file is reopened.
+        std::thread::sleep(Duration::from_millis(1100));
+        let store = open(&path, Duration::from_millis(500));
+        assert_eq!(store.held(), (0, 0));
+        assert_eq!(store.stats().await.unwrap().checkpoints, 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn one_tenant_is_cleared_from_the_file_and_the_index() {
+        let path = file();
+        let store = open(&path, Duration::from_secs(60));
+        store
+            .put(key(1, 20), checkpoint(2, "a"), None)
+            .await
+            .unwrap();
+        store
+            .put(key(2, 20), checkpoint(2, "b"), None)
+            .await
+            .unwrap();
+        assert_eq!(store.clear(Some(Tenant(1))).await.unwrap(), 1);
+        assert!(!store.may_hold(Partition::for_tests(1)));
+        let stats = store.stats().await.unwrap();
+        assert_eq!((stats.checkpoints, stats.tenants), (1, 1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_model_s_fields_are_written_one_at_a_time() {
+        let path = file();
+        let store = open(&path, Duration::from_secs(60));
+        let record = |window, usage| ModelRecord {
+            upstream: "http://u".into(),
+            model: "m".into(),
+            window,
+            refusal: None,
+            usage,
+        };
+        store.put_model(record(Some(4096), None)).await.unwrap();
+        store.put_model(record(None, Some(1.25))).await.unwrap();
+        assert_eq!(
+            store.models().await.unwrap(),
+            vec![record(Some(4096), Some(1.25))]
+        );
+    }
+}
