@@ -1,20 +1,14 @@
 //! The summary cache on a 1M-token, 2,000-message agent session: finding the checkpoint of
-//! a later turn (hashing every prefix of the parsed messages, then the longest-prefix probe in
-//! a store holding a thousand other conversations), and the memory one conversation's
-//! checkpoint holds (counted by the allocator, next to the store's own estimate).
+//! a later turn (hashing every prefix of the parsed messages, then the longest-prefix
+//! lookup) in each store backend holding a thousand other conversations: memory, the
+//! embedded SQLite file (on this disk), and Redis on loopback when `BENCH_REDIS_URL` names
+//! one (`bench/store.sh` starts a redis-server and sets it). Also: what a request of a
+//! tenant without checkpoints pays (a look in memory, no store round trip), and the memory
+//! one stored conversation takes in each (counted by the allocator).
 //!
 //! cargo bench --bench checkpoint -- --warm-up-time 1 --measurement-time 3
 //!
-//! Measured on the shared 2-core development machine (load average 5-7 from other builds),
-//! release profile, a 2,054-message session of 999k tokens (4.1 MiB of JSON):
-//!
-//! | benchmark | time |
-//! | --- | --- |
-//! | find: hash every prefix + longest-prefix probe (1,001 conversations stored) | 0.67 ms |
-//! | for scale: parsing the request body, which any compaction needs | 6.7 ms |
-//!
-//! One conversation's checkpoint (compacted for a 128k window: 5 messages, head and
-//! summary, standing for 1,954) holds 14.0 KiB on the heap; the store counts it as 12.9 KiB.
+//! Figures: see the README, "Running several replicas".
 
 // Benchmark setup: a failed step should stop the run where it failed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -23,10 +17,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use tokio::runtime::Runtime;
 
-use compaction_proxy::checkpoint::{self, Checkpoint, Key, MemoryStore, Partition};
+use compaction_proxy::checkpoint::{self, Checkpoint, Checkpoints, Key, Partition};
 use compaction_proxy::compact::{self, Counter, Options};
+use compaction_proxy::config::{CacheBackend, CacheConfig};
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
@@ -80,6 +75,44 @@ fn checkpoint_of(request: &Value) -> Checkpoint {
     Checkpoint::new(replaced, 900_000, form, counts, role, 0)
 }
 
+/// The cache with `backend`, holding `stored` for `ours` and a thousand other tenants'
+/// conversations.
+fn filled(
+    runtime: &Runtime,
+    backend: CacheBackend,
+    ours: Partition,
+    hashes: &[u128],
+    stored: &Arc<Checkpoint>,
+) -> Checkpoints {
+    let dir = std::env::temp_dir().join(format!("checkpoint-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = CacheConfig {
+        backend,
+        path: dir.join("cache.sqlite3").display().to_string(),
+        redis_url: std::env::var("BENCH_REDIS_URL").unwrap_or_default(),
+        redis_namespace: format!("bench-{}", std::process::id()),
+        max_bytes: 1 << 30,
+        timeout_ms: 5_000,
+        ..CacheConfig::default()
+    };
+    let cache = Checkpoints::open(&config, 0).unwrap().unwrap();
+    runtime.block_on(async {
+        let key = Key {
+            partition: ours,
+            prefix: hashes[stored.prefix_len],
+        };
+        cache.put(key, Arc::clone(stored), None).await;
+        for tenant in 1..=1000 {
+            let key = Key {
+                partition: partition(tenant),
+                prefix: tenant as u128,
+            };
+            cache.put(key, Arc::clone(stored), None).await;
+        }
+    });
+    cache
+}
+
 fn find(c: &mut Criterion) {
     let mut request = common::session_with(1_000_000, 1_020);
     let n = messages(&request).len();
@@ -105,40 +138,53 @@ fn find(c: &mut Criterion) {
         stored.size as f64 / 1024.0
     );
 
-    let store = MemoryStore::new(1 << 30, Duration::from_secs(3600));
     let ours = partition(0);
     let hashes = checkpoint::prefix_hashes(ours, messages(&request));
-    store.insert(
-        Key {
-            partition: ours,
-            prefix: hashes[stored.prefix_len],
-        },
-        Arc::clone(&stored),
-        None,
-    );
-    for tenant in 1..=1000 {
-        let key = Key {
-            partition: partition(tenant),
-            prefix: tenant as u128,
-        };
-        store.insert(key, Arc::clone(&stored), None);
-    }
-
     // The next turn: the agent's answer and a new ask.
     let later = request["messages"].as_array_mut().unwrap();
     later.push(json!({"role": "assistant", "content": "Done; the suite passes."}));
     later.push(json!({"role": "user", "content": "Now update the changelog."}));
     let body = serde_json::to_vec(&request).unwrap();
 
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut backends = vec![CacheBackend::Memory, CacheBackend::Embedded];
+    if std::env::var("BENCH_REDIS_URL").is_ok() {
+        backends.push(CacheBackend::Redis);
+    } else {
+        println!("BENCH_REDIS_URL is not set: Redis is not measured (bench/store.sh sets it)");
+    }
+    let stranger = partition(5000);
     let mut g = c.benchmark_group("checkpoint_1M");
     g.sample_size(20);
-    g.bench_function("find", |b| {
-        b.iter(|| {
-            let hashes = checkpoint::prefix_hashes(ours, messages(black_box(&request)));
-            let (len, found) = store.get(ours, &hashes).unwrap();
-            assert_eq!(len, found.prefix_len);
-        })
-    });
+    for backend in backends {
+        let before = LIVE.load(Ordering::Relaxed);
+        let cache = filled(&runtime, backend, ours, &hashes, &stored);
+        let memory = LIVE.load(Ordering::Relaxed) - before;
+        println!(
+            "{backend:?}: 1,001 conversations stored, {:.0} bytes of this process's memory each \
+             besides the checkpoint itself, which the memory store and Redis's fallback copy \
+             hold too (shared in this bench)",
+            memory as f64 / 1001.0
+        );
+        g.bench_function(format!("find/{backend:?}"), |b| {
+            b.iter(|| {
+                let hashes = checkpoint::prefix_hashes(ours, messages(black_box(&request)));
+                let (len, found) = runtime.block_on(cache.longest(ours, &hashes)).unwrap();
+                assert_eq!(len, found.prefix_len);
+            })
+        });
+        // A tenant without checkpoints: answered from memory, before any parsing.
+        g.bench_function(format!("no_checkpoints/{backend:?}"), |b| {
+            b.iter(|| assert!(!cache.may_hold(black_box(stranger))))
+        });
+        if backend != CacheBackend::Memory {
+            runtime.block_on(cache.clear(None)).unwrap();
+        }
+    }
     // For scale: the parse every compacted request needs anyway.
     g.bench_function("parse_body", |b| {
         b.iter(|| serde_json::from_slice::<Value>(black_box(&body)).unwrap())

@@ -1,4 +1,5 @@
-//! The command line, as the contract fixes it: `serve` (the default), `check`, `compact`.
+//! The command line, as the contract fixes it: `serve` (the default), `check`, `compact`;
+//! and `cache`, for operators.
 
 use std::path::PathBuf;
 
@@ -30,6 +31,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Compact a chat-completions request body offline (FILE or stdin to stdout).
     Compact(crate::offline::CompactArgs),
+    /// Inspect or clear the checkpoint store (stats, clear).
+    Cache(crate::operator::CacheArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -166,7 +166,7 @@ pub struct CacheConfig {
     /// Where checkpoints are kept: `embedded` (a file on this host, kept across restarts),
     /// `redis` (shared by replicas) or `memory` (this process only).
     pub backend: CacheBackend,
-    /// The embedded store's file; empty: `$XDG_STATE_HOME/compaction-proxy/cache.redb`
+    /// The embedded store's file; empty: `$XDG_STATE_HOME/compaction-proxy/cache.sqlite3`
     /// (`~/.local/state/...` without it). Created on first use.
     pub path: String,
     /// For `backend = "redis"`: `redis://[user:password@]host[:port][/db]`, or `rediss://`
@@ -229,7 +229,7 @@ impl CacheConfig {
                     .map(|home| PathBuf::from(home).join(".local/state"))
             })
             .unwrap_or_else(|| PathBuf::from("."));
-        state.join("compaction-proxy").join("cache.redb")
+        state.join("compaction-proxy").join("cache.sqlite3")
     }
 }
 

@@ -23,6 +23,7 @@ pub mod logging;
 pub(crate) mod metrics;
 pub(crate) mod models;
 pub mod offline;
+pub mod operator;
 pub(crate) mod passthrough;
 pub(crate) mod redact;
 pub(crate) mod router;

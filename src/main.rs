@@ -5,7 +5,7 @@ use clap::Parser;
 use compaction_proxy::app::App;
 use compaction_proxy::cli::{CheckArgs, Cli, Command, ServeArgs};
 use compaction_proxy::config::{Config, Overrides};
-use compaction_proxy::{logging, offline, server};
+use compaction_proxy::{logging, offline, operator, server};
 
 /// Exit status for a configuration the proxy cannot run with.
 const EXIT_BAD_CONFIG: u8 = 2;
@@ -16,6 +16,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => serve(&args),
         Some(Command::Check(args)) => check(&args),
         Some(Command::Compact(args)) => offline::run(&args),
+        Some(Command::Cache(args)) => operator::run(&args),
         None => serve(&cli.serve),
     }
 }

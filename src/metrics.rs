@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::attempt::Trigger;
+use crate::checkpoint::cache::Health;
 use crate::checkpoint::Checkpoints;
 use crate::compact::SummarySource;
 use crate::summarize::REASONS;
@@ -193,11 +194,14 @@ impl Metrics {
                 );
             }
         }
+        if let Some(cache) = cache {
+            render_store(&mut out, cache);
+        }
         if let Some((checkpoints, bytes)) = cache.map(Checkpoints::held) {
             gauge(
                 &mut out,
                 "compaction_proxy_cache_checkpoints",
-                "Conversation checkpoints held by the summary cache.",
+                "Conversation checkpoints held by the summary cache: in memory, or in the embedded store's file; with Redis, this process's copies in memory.",
                 checkpoints,
             );
             gauge(
@@ -268,6 +272,52 @@ fn labelled<'a>(
         let count = count.load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {count}");
     }
+}
+
+/// The checkpoint store's lookups, errors and state, by backend.
+fn render_store(out: &mut String, cache: &Checkpoints) {
+    header(
+        out,
+        "compaction_proxy_store_lookups_total",
+        "Checkpoint lookups by store backend (the configured one, and memory while a shared store is out of reach) and result.",
+        "counter",
+    );
+    for (backend, counters) in cache.counters() {
+        for (result, n) in [("hit", &counters.hits), ("miss", &counters.misses)] {
+            let _ = writeln!(
+                out,
+                "compaction_proxy_store_lookups_total{{backend=\"{}\",result=\"{result}\"}} {}",
+                backend.as_str(),
+                n.load(Ordering::Relaxed)
+            );
+        }
+    }
+    header(
+        out,
+        "compaction_proxy_store_errors_total",
+        "Failed or timed-out operations of the checkpoint store, by backend; each was served from memory instead.",
+        "counter",
+    );
+    let backend = cache.backend().as_str();
+    let errors = cache
+        .counters()
+        .next()
+        .map_or(0, |(_, c)| c.errors.load(Ordering::Relaxed));
+    let _ = writeln!(
+        out,
+        "compaction_proxy_store_errors_total{{backend=\"{backend}\"}} {errors}"
+    );
+    header(
+        out,
+        "compaction_proxy_store_up",
+        "1 while the checkpoint store answers, 0 during an outage (requests are then served from memory).",
+        "gauge",
+    );
+    let up = u8::from(cache.health() == Health::Up);
+    let _ = writeln!(
+        out,
+        "compaction_proxy_store_up{{backend=\"{backend}\"}} {up}"
+    );
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, value: usize) {

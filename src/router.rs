@@ -11,6 +11,7 @@ use hyper::body::{Body, Incoming};
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
+use crate::checkpoint::cache::Health;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
 use crate::summarize::ClientFocus;
@@ -86,6 +87,22 @@ pub async fn handle(
     Ok(response)
 }
 
+/// `ok`, always with 200: the proxy serves whatever its store's state (a load balancer
+/// must not take replicas out because Redis is down). A second line says how the checkpoint
+/// store is doing, for operators.
+fn health(app: &App) -> String {
+    let Some(cache) = &app.checkpoints else {
+        return "ok\ncache: off\n".into();
+    };
+    let backend = cache.backend().as_str();
+    match cache.health() {
+        Health::Up => format!("ok\ncache: {backend} up\n"),
+        Health::Degraded { for_secs, reason } => format!(
+            "ok\ncache: {backend} degraded for {for_secs} s, serving from memory: {reason}\n"
+        ),
+    }
+}
+
 async fn dispatch(
     app: &Arc<App>,
     route: Route,
@@ -93,7 +110,7 @@ async fn dispatch(
     id: u64,
 ) -> Response<ProxyBody> {
     match route {
-        Route::Health => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
+        Route::Health => text(StatusCode::OK, "text/plain; charset=utf-8", health(app)),
         Route::Metrics => text(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",

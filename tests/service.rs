@@ -15,6 +15,8 @@ async fn healthz_and_metrics() {
     let proxy = Proxy::start(&mock.url("/v1"), "");
     let response = client().get(proxy.url("/healthz")).send().await.unwrap();
     assert_eq!(response.status(), 200);
+    // The default store is the embedded file.
+    assert_eq!(response.text().await.unwrap(), "ok\ncache: embedded up\n");
     client().get(proxy.url("/v1/models")).send().await.unwrap();
     client()
         .post(proxy.url("/v1/chat/completions"))
@@ -37,6 +39,15 @@ async fn healthz_and_metrics() {
         text.contains("\ncompaction_proxy_upstream_attempts_total 2\n"),
         "{text}"
     );
+    // No tenant has a checkpoint: the store was never asked.
+    for line in [
+        "compaction_proxy_store_lookups_total{backend=\"embedded\",result=\"hit\"} 0\n",
+        "compaction_proxy_store_lookups_total{backend=\"embedded\",result=\"miss\"} 0\n",
+        "compaction_proxy_store_errors_total{backend=\"embedded\"} 0\n",
+        "compaction_proxy_store_up{backend=\"embedded\"} 1\n",
+    ] {
+        assert!(text.contains(line), "{line}{text}");
+    }
 }
 
 #[tokio::test]

@@ -150,9 +150,13 @@ impl Checkpoints {
                 .is_some_and(|f| f.may_hold(partition))
     }
 
-    /// Checkpoints held and their bytes, as this process knows them.
+    /// Checkpoints held and their bytes, as this process knows them: a shared store's are
+    /// counted by `cache stats`, the copies this process keeps in memory here.
     pub fn held(&self) -> (usize, usize) {
-        self.store.held()
+        match &self.fallback {
+            Some(fallback) => fallback.held(),
+            None => self.store.held(),
+        }
     }
 
     /// The checkpoint of the longest stored prefix of a conversation, from the store, or
@@ -366,5 +370,131 @@ impl Checkpoints {
                 "the checkpoint store is back"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::checkpoint::store::StoreFuture;
+
+    /// A shared store that can be switched off, in front of a memory store.
+    struct Flaky {
+        down: Arc<AtomicBool>,
+        inner: MemoryStore,
+    }
+
+    impl Flaky {
+        fn check(&self) -> Result<(), StoreError> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable {
+                    backend: "redis",
+                    reason: "connection refused".into(),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    impl Store for Flaky {
+        fn backend(&self) -> Backend {
+            Backend::Redis
+        }
+        fn may_hold(&self, partition: Partition) -> bool {
+            self.inner.may_hold(partition)
+        }
+        fn any(&self) -> bool {
+            self.inner.any()
+        }
+        fn longest<'a>(
+            &'a self,
+            partition: Partition,
+            prefixes: &'a [u128],
+        ) -> StoreFuture<'a, Option<(usize, Arc<Checkpoint>)>> {
+            let result = self.check().map(|()| self.inner.get(partition, prefixes));
+            Box::pin(async move { result })
+        }
+        fn put(
+            &self,
+            key: Key,
+            checkpoint: Arc<Checkpoint>,
+            replaces: Option<Key>,
+        ) -> StoreFuture<'_, ()> {
+            let result = self
+                .check()
+                .map(|()| self.inner.insert(key, checkpoint, replaces));
+            Box::pin(async move { result })
+        }
+        fn held(&self) -> (usize, usize) {
+            (0, 0)
+        }
+        fn stats(&self) -> StoreFuture<'_, Stats> {
+            Box::pin(async { Ok(Stats::default()) })
+        }
+        fn clear(&self, _tenant: Option<Tenant>) -> StoreFuture<'_, u64> {
+            Box::pin(async { Ok(0) })
+        }
+    }
+
+    fn checkpoint() -> Arc<Checkpoint> {
+        Arc::new(Checkpoint::new(
+            1,
+            10,
+            vec![json!({"role": "user", "content": "S"})],
+            vec![1],
+            None,
+            0,
+        ))
+    }
+
+    #[tokio::test]
+    async fn an_outage_of_a_shared_store_is_served_from_memory_and_ends_when_it_answers() {
+        let down = Arc::new(AtomicBool::new(false));
+        let store = Flaky {
+            down: Arc::clone(&down),
+            inner: MemoryStore::new(1 << 20, Duration::from_secs(60)),
+        };
+        let config = CacheConfig::default();
+        let cache = Checkpoints::with_store(
+            Box::new(store),
+            Some(MemoryStore::new(1 << 20, Duration::from_secs(60))),
+            &config,
+            0,
+        );
+        let p = Partition::for_tests(1);
+        let key = Key {
+            partition: p,
+            prefix: 7,
+        };
+        cache.put(key, checkpoint(), None).await;
+        assert_eq!(cache.health(), Health::Up);
+
+        down.store(true, Ordering::SeqCst);
+        // Served from this process's copy while the store fails.
+        assert!(cache.longest(p, &[0, 7]).await.is_some());
+        let Health::Degraded { reason, .. } = cache.health() else {
+            panic!("the outage shows")
+        };
+        assert!(reason.contains("connection refused"), "{reason}");
+        // Within the second after a failure, the store is not asked again.
+        assert!(cache.longest(p, &[0, 7]).await.is_some());
+        let counters: Vec<_> = cache.counters().collect();
+        assert_eq!(counters[0].1.errors.load(Ordering::SeqCst), 1);
+        assert_eq!(counters[1].0, Backend::Memory);
+        assert_eq!(counters[1].1.hits.load(Ordering::SeqCst), 2);
+
+        down.store(false, Ordering::SeqCst);
+        tokio::time::sleep(RETRY_AFTER + Duration::from_millis(50)).await;
+        assert!(cache.longest(p, &[0, 7]).await.is_some());
+        assert_eq!(cache.health(), Health::Up);
+        assert_eq!(counters_of(&cache, 0).hits.load(Ordering::SeqCst), 1);
+    }
+
+    fn counters_of(cache: &Checkpoints, i: usize) -> &Counters {
+        &cache.counters[i]
     }
 }
