@@ -1,7 +1,7 @@
 //! Replicas sharing one Redis: a conversation compacted on one resumes on the other with
 //! the same bytes and no new summary; the same summary needed by both at once is made
-//! once; a Redis that dies costs no turn and is used again once it is back; a window one
-//! replica learned is known to the other.
+//! once; a Redis that dies costs no turn (its outage is logged once and counted) and is
+//! used again once it is back; a window one replica learned is known to the other.
 //!
 //! Each test starts its own `redis-server` (from `COMPACTION_PROXY_REDIS_SERVER`, else
 //! PATH; `scripts/setup-redis.sh` installs it) on a free loopback port, and is skipped
@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{mock_tokens, post_chat, tempdir, Mock, Proxy};
+use support::{metrics, mock_tokens, post_chat, tempdir, Mock, Proxy};
 
 /// The upstream's window, in the mock's tokens.
 const WINDOW: u64 = 6000;
@@ -231,6 +231,16 @@ async fn alternate(
     headers
 }
 
+/// The value of the metric `name` (with its labels) at `proxy`'s `/metrics`.
+async fn metric(proxy: &Proxy, name: &str) -> u64 {
+    let text = metrics(proxy).await;
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"));
+    line.parse().unwrap()
+}
+
 #[tokio::test]
 async fn a_conversation_compacted_on_one_replica_resumes_on_the_other() {
     let Some(redis) = Redis::start() else { return };
@@ -311,6 +321,14 @@ async fn a_redis_that_dies_costs_no_turn_and_is_used_again_once_back() {
         assert!(proxy.logged("the checkpoint store is out of reach"));
         let lines = proxy.logs().matches("out of reach").count();
         assert_eq!(lines, 1, "one line per outage:\n{}", proxy.logs());
+        let errors = metric(
+            proxy,
+            "compaction_proxy_store_errors_total{backend=\"redis\"}",
+        )
+        .await;
+        assert!(errors >= 1, "no store error counted");
+        let up = metric(proxy, "compaction_proxy_store_up{backend=\"redis\"}").await;
+        assert_eq!(up, 0);
     }
 
     redis.restart();
@@ -323,6 +341,8 @@ async fn a_redis_that_dies_costs_no_turn_and_is_used_again_once_back() {
             "{}",
             proxy.logs()
         );
+        let up = metric(proxy, "compaction_proxy_store_up{backend=\"redis\"}").await;
+        assert_eq!(up, 1);
     }
     // A new conversation compacted on one replica is stored in the new Redis, and the
     // other resumes it from there.
