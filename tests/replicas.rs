@@ -128,17 +128,15 @@ impl Drop for Redis {
 
 /// Two replicas of one fleet, keeping their checkpoints in `redis` under a namespace of
 /// the test's own, with `window` known for the model from their configuration, or learned
-/// when `None`.
-///
-/// Nothing is prepared ahead: a preparation is kept in the memory of the replica that
-/// made it, so with turns alternating, each replica would prepare the same event for
-/// itself (two summariser calls where the store can only share one).
+/// when `None`. Compactions are prepared ahead, as by default: a conversation's
+/// preparation is made once, by the first replica past the prepare mark, and taken by the
+/// others.
 fn replicas(mock: &Mock, redis: &Redis, test: &str, window: Option<u64>) -> [Proxy; 2] {
     let model = window.map_or(String::new(), |w| {
         format!("[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {w}\n\n")
     });
     let config = format!(
-        "{model}[compaction]\nprepare_concurrency = 0\n\n[summarizer]\ncontext_window = 128000\n\n[cache]\nbackend = \"redis\"\nredis_url = \"{}\"\nredis_namespace = \"replicas-{test}-{}\"\n",
+        "{model}[summarizer]\ncontext_window = 128000\n\n[cache]\nbackend = \"redis\"\nredis_url = \"{}\"\nredis_namespace = \"replicas-{test}-{}\"\n",
         redis.url(),
         std::process::id()
     );
@@ -252,7 +250,13 @@ async fn a_conversation_compacted_on_one_replica_resumes_on_the_other() {
     // One summariser call per compaction event, whichever replica had it.
     let llm = headers.iter().filter(|x| x.contains("summary=llm")).count();
     assert!(llm >= 1, "{headers:#?}");
-    assert_eq!(mock.summaries().len(), llm, "{headers:#?}");
+    assert_eq!(
+        mock.summaries().len(),
+        llm,
+        "{headers:#?}\nA:\n{}\nB:\n{}",
+        replicas[0].logs(),
+        replicas[1].logs()
+    );
     // Every other turn is served by the replica that did not compact: it resumes from the
     // checkpoint the other stored, with the same bytes for the compacted part.
     let sent = mock.recorded();
@@ -276,6 +280,22 @@ async fn a_conversation_compacted_on_one_replica_resumes_on_the_other() {
         .filter(|x| x.contains("summary=cache"))
         .count();
     assert!(cached >= 15, "{cached} turns from the cache: {headers:#?}");
+    // The events were prepared ahead, by one replica for both, and never fell back to
+    // the digest.
+    assert!(
+        !headers.iter().any(|x| x.contains("fallback")),
+        "{headers:#?}"
+    );
+    let mut used = 0;
+    for proxy in &replicas {
+        let metrics = support::metrics(proxy).await;
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("compaction_proxy_prepared_total{fate=\"used\"}"))
+            .unwrap();
+        used += line.rsplit(' ').next().unwrap().parse::<u32>().unwrap();
+    }
+    assert!(used >= 2, "{used} prepared compactions used: {headers:#?}");
 }
 
 #[tokio::test]

@@ -12,10 +12,10 @@ use http::request::Parts;
 use http::Request;
 
 use super::work::{messages_of, Work};
-use super::{Attempt, Ctx, Done, Engine, Goal, Promote};
+use super::{Attempt, Ctx, Done, Engine, Goal, Hit, Promote};
 use crate::app::App;
 use crate::checkpoint::prepared::Fate;
-use crate::checkpoint::{Checkpoint, Key};
+use crate::checkpoint::{Checkpoint, Key, Partition};
 use crate::wire::{Dialect, Head};
 
 impl Attempt<'_> {
@@ -40,11 +40,13 @@ impl Attempt<'_> {
         let Some(&prefix) = hashes.last() else {
             return;
         };
+        let conversation = conversation(partition, self.done.resumed.as_ref(), hashes);
         let key = Key { partition, prefix };
         let Some(ticket) = prepared.start(key) else {
             return;
         };
         let job = Job {
+            conversation,
             app: Arc::clone(app),
             parts: copy(self.ctx.parts),
             original: self.work.original().clone(),
@@ -84,8 +86,32 @@ impl Attempt<'_> {
         let Some(hashes) = self.work.hashes(dialect, partition).map(<[u128]>::to_vec) else {
             return false;
         };
-        let Some(checkpoint) = prepared.take(partition, &hashes).await else {
-            return false;
+        // A preparation of this replica's may be behind: made for an event that another
+        // replica had, whose checkpoint this request is resumed from.
+        let local = match prepared.take(partition, &hashes).await {
+            Some(checkpoint) if self.behind(&checkpoint) => {
+                prepared.count(Fate::Wasted);
+                None
+            }
+            local => local,
+        };
+        let checkpoint = match local {
+            Some(checkpoint) => checkpoint,
+            // None here: another replica may have prepared this conversation's event.
+            None => {
+                let Some(cache) = &app.checkpoints else {
+                    return false;
+                };
+                let conversation = conversation(partition, self.done.resumed.as_ref(), &hashes);
+                let Some((prefix, checkpoint)) = cache.prepared_elsewhere(conversation).await
+                else {
+                    return false;
+                };
+                if hashes.get(checkpoint.prefix_len) != Some(&prefix) || self.behind(&checkpoint) {
+                    return false;
+                }
+                Arc::new(checkpoint)
+            }
         };
         let Some(&prefix) = hashes.get(checkpoint.prefix_len) else {
             prepared.count(Fate::Wasted);
@@ -122,8 +148,42 @@ impl Attempt<'_> {
     }
 }
 
+impl Attempt<'_> {
+    /// Whether a prepared checkpoint would take this request no further than the one it is
+    /// resumed from: it replaces fewer of the client's messages, or is that checkpoint.
+    fn behind(&self, prepared: &Checkpoint) -> bool {
+        self.done.resumed.as_ref().is_some_and(|hit| {
+            let resumed = hit.applied.prefix_len;
+            resumed > prepared.prefix_len
+                || (resumed == prepared.prefix_len && hit.checkpoint.messages == prepared.messages)
+        })
+    }
+}
+
+/// Names a conversation for its preparation, the same on every turn between two of its
+/// compactions and on every replica: the checkpoint it is resumed from, or, before its
+/// first compaction, its first messages. Two conversations that start alike share the
+/// name; what one prepares is taken by the other only if it replaces the same messages.
+fn conversation(partition: Partition, resumed: Option<&Hit>, hashes: &[u128]) -> u128 {
+    let anchor = match resumed {
+        Some(hit) => hit.key.prefix,
+        None => hashes[hashes.len().saturating_sub(1).min(FIRST_MESSAGES)],
+    };
+    let mut bytes = [0u8; 48];
+    bytes[..16].copy_from_slice(&partition.scope.to_le_bytes());
+    bytes[16..32].copy_from_slice(&anchor.to_le_bytes());
+    bytes[32..].copy_from_slice(b"prepared-compact");
+    xxhash_rust::xxh3::xxh3_128(&bytes)
+}
+
+/// How many first messages name a conversation not yet compacted: the system prompt, the
+/// first ask and the first answer.
+const FIRST_MESSAGES: usize = 3;
+
 /// What a preparation needs, owned: it outlives the request that started it.
 struct Job {
+    /// The conversation, as [`conversation`] names it.
+    conversation: u128,
     app: Arc<App>,
     parts: Parts,
     original: Bytes,
@@ -134,9 +194,21 @@ struct Job {
 
 impl Job {
     /// The checkpoint the compaction of the request towards `goal` makes, exactly as the
-    /// request's own compaction would have made it.
+    /// request's own compaction would have made it; with a shared store, the one another
+    /// replica prepared for this conversation, if it replaces the same messages.
     async fn run(&self, goal: Goal) -> Option<Checkpoint> {
-        let mut attempt = Attempt {
+        let cache = self.app.checkpoints.as_ref()?;
+        let (prefix, checkpoint) = cache
+            .prepare_once(self.conversation, || self.compact(goal))
+            .await?;
+        let mut attempt = self.attempt();
+        let partition = attempt.ctx.partition();
+        let hashes = attempt.work.hashes(self.dialect, partition)?;
+        (hashes.get(checkpoint.prefix_len) == Some(&prefix)).then_some(checkpoint)
+    }
+
+    fn attempt(&self) -> Attempt<'_> {
+        Attempt {
             ctx: Ctx {
                 app: &self.app,
                 parts: &self.parts,
@@ -146,7 +218,12 @@ impl Job {
             },
             work: Work::new(self.original.clone(), &self.head),
             done: Done::default(),
-        };
+        }
+    }
+
+    /// The compaction itself, with the prefix hash its checkpoint replaces.
+    async fn compact(&self, goal: Goal) -> Option<(u128, Checkpoint)> {
+        let mut attempt = self.attempt();
         attempt.resume().await;
         if !attempt.rewrite(goal).await {
             return None;
@@ -164,7 +241,7 @@ impl Job {
             summary = report.summary.as_str(),
             "prepared the next compaction"
         );
-        pending.map(|p| p.checkpoint)
+        pending.map(|p| (p.key.prefix, p.checkpoint))
     }
 }
 

@@ -13,7 +13,7 @@ use super::hash::{Partition, Tenant};
 use super::memory::MemoryStore;
 use super::prepared::Prepared;
 use super::store::{Backend, Key, ModelRecord, Stats, Store, StoreError};
-use super::{embedded, redis, Checkpoint};
+use super::{codec, embedded, redis, Checkpoint};
 use crate::compact::Summary;
 use crate::config::{CacheBackend, CacheConfig};
 use crate::models::ModelWindows;
@@ -24,6 +24,19 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 const SAVE_EVERY: Duration = Duration::from_secs(1);
 /// How often a shared store is read for what other replicas learned of the models.
 const PULL_EVERY: Duration = Duration::from_secs(2);
+/// A summary made for replicas waiting on it: they take it within the minute.
+const SUMMARY: flight::Kind<Option<Summary>> = flight::Kind {
+    encode: |summary| codec::encode_summary(summary.as_ref()),
+    decode: codec::decode_summary,
+    keep: Duration::from_secs(60),
+};
+/// A prepared compaction: the replicas of its conversation take it at their first turn
+/// past the prepare mark, or at the event, which may come many turns later.
+const PREPARED: flight::Kind<Option<(u128, Checkpoint)>> = flight::Kind {
+    encode: codec::encode_prepared,
+    decode: codec::decode_prepared,
+    keep: Duration::from_secs(30 * 60),
+};
 
 /// Lookups and errors of one backend, for the metrics.
 #[derive(Debug, Default)]
@@ -227,12 +240,41 @@ impl Checkpoints {
     {
         self.flights
             .run(key, || async {
-                if self.fallback.is_none() || !self.reachable() {
+                if !self.shared() {
                     return work().await;
                 }
-                flight::across(self, key, work).await
+                flight::across(self, key, &SUMMARY, work).await
             })
             .await
+    }
+
+    /// The compaction prepared for a conversation (`key` names it): made here, or, with a
+    /// shared store, taken from the replica that prepared it first, so that a conversation
+    /// whose turns go to several replicas pays for one preparation. The result is the hash
+    /// of the prefix its checkpoint replaces, and the checkpoint.
+    pub async fn prepare_once<F, Fut>(&self, key: u128, work: F) -> Option<(u128, Checkpoint)>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Option<(u128, Checkpoint)>>,
+    {
+        if !self.shared() {
+            return work().await;
+        }
+        flight::across(self, key, &PREPARED, work).await
+    }
+
+    /// The compaction another replica prepared for the conversation `key` names, waited
+    /// for while it runs: for an event on a replica that prepared nothing itself.
+    pub async fn prepared_elsewhere(&self, key: u128) -> Option<(u128, Checkpoint)> {
+        if !self.shared() {
+            return None;
+        }
+        flight::made_elsewhere(self, key, &PREPARED).await.flatten()
+    }
+
+    /// Whether the store is shared with other processes and reachable now.
+    fn shared(&self) -> bool {
+        self.fallback.is_some() && self.reachable()
     }
 
     pub(super) fn shared_store(&self) -> (&dyn Store, u128, Duration) {

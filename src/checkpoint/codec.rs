@@ -108,6 +108,32 @@ pub fn decode_summary(bytes: &[u8]) -> Result<Option<Summary>, String> {
         .transpose()
 }
 
+/// A prepared compaction for the replicas of a conversation: the hash of the client's
+/// prefix its checkpoint replaces (16 bytes), then the checkpoint; nothing for none.
+pub fn encode_prepared(prepared: &Option<(u128, Checkpoint)>) -> Vec<u8> {
+    match prepared {
+        None => Vec::new(),
+        Some((prefix, checkpoint)) => {
+            let mut bytes = prefix.to_be_bytes().to_vec();
+            bytes.extend(encode(checkpoint));
+            bytes
+        }
+    }
+}
+
+pub fn decode_prepared(bytes: &[u8]) -> Result<Option<(u128, Checkpoint)>, String> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    let (prefix, rest) = bytes
+        .split_at_checked(16)
+        .ok_or("a truncated prepared checkpoint")?;
+    let mut id = [0u8; 16];
+    id.copy_from_slice(prefix);
+    let (checkpoint, _) = decode(rest)?;
+    Ok(Some((u128::from_be_bytes(id), checkpoint)))
+}
+
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -159,6 +185,28 @@ mod tests {
         let other =
             br#"{"v":99,"at":0,"len":1,"tokens":1,"messages":[],"counts":[],"summary":"llm"}"#;
         assert!(decode(other).unwrap_err().contains("version 99"));
+    }
+
+    #[test]
+    fn a_prepared_checkpoint_round_trips_with_the_prefix_it_replaces() {
+        let checkpoint = Checkpoint::new(
+            3,
+            40,
+            vec![json!({"role": "user", "content": "S"})],
+            vec![2],
+            None,
+            0,
+        );
+        let bytes = encode_prepared(&Some((77, checkpoint)));
+        let (prefix, back) = decode_prepared(&bytes).unwrap().unwrap();
+        assert_eq!((prefix, back.prefix_len), (77, 3));
+        assert_eq!(
+            decode_prepared(&encode_prepared(&None))
+                .unwrap()
+                .map(|(p, _)| p),
+            None
+        );
+        assert!(decode_prepared(&bytes[..10]).is_err());
     }
 
     #[test]

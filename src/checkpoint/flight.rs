@@ -14,9 +14,7 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use super::cache::Checkpoints;
-use super::codec;
 use super::store::Peek;
-use crate::compact::Summary;
 
 /// How long a claim lasts unless renewed: the longest a dead holder keeps others waiting.
 const LEASE: Duration = Duration::from_secs(10);
@@ -38,37 +36,43 @@ pub fn holder_id() -> u128 {
     u128::from_le_bytes(bytes)
 }
 
-/// The summary for `key`, made here or by the process that claimed it first. A store that
-/// fails along the way leaves this process to make the call itself: a request is never
-/// kept waiting on a store that is gone.
-pub(super) async fn across<F, Fut>(cache: &Checkpoints, key: u128, work: F) -> Option<Summary>
+/// How a flight's result is kept in a shared store.
+pub(super) struct Kind<T> {
+    pub encode: fn(&T) -> Vec<u8>,
+    pub decode: fn(&[u8]) -> Result<T, String>,
+    /// How long the result is left for the processes that come for it after the call.
+    pub keep: Duration,
+}
+
+/// The result of `work` for `key`, made here or by the process that claimed it first, or
+/// left by one that made it already. A store that fails along the way, or a result this
+/// build cannot read, leaves this process to do the work itself: a request is never kept
+/// waiting on a store that is gone.
+pub(super) async fn across<T, F, Fut>(cache: &Checkpoints, key: u128, kind: &Kind<T>, work: F) -> T
 where
     F: FnOnce() -> Fut,
-    Fut: Future<Output = Option<Summary>>,
+    Fut: Future<Output = T>,
 {
     let (store, holder, _) = cache.shared_store();
-    'claim: loop {
-        match cache.bounded(store.claim(key, holder, LEASE)).await {
-            Ok(true) => break 'claim,
-            Ok(false) => {}
-            Err(error) => {
-                cache.failed(&error);
-                return work().await;
-            }
-        }
-        loop {
-            tokio::time::sleep(POLL).await;
-            match cache.bounded(store.peek(key)).await {
-                Ok(Peek::Running) => {}
-                Ok(Peek::Done(bytes)) => match codec::decode_summary(&bytes) {
-                    Ok(summary) => return summary,
-                    Err(_) => break 'claim,
-                },
-                Ok(Peek::Free) => continue 'claim,
+    loop {
+        match cache.bounded(store.peek(key)).await {
+            Ok(Peek::Done(bytes)) => match (kind.decode)(&bytes) {
+                Ok(result) => return result,
+                Err(_) => return work().await,
+            },
+            Ok(Peek::Running) => tokio::time::sleep(POLL).await,
+            Ok(Peek::Free) => match cache.bounded(store.claim(key, holder, LEASE)).await {
+                Ok(true) => break,
+                // Claimed by another process since the look: wait for it.
+                Ok(false) => {}
                 Err(error) => {
                     cache.failed(&error);
                     return work().await;
                 }
+            },
+            Err(error) => {
+                cache.failed(&error);
+                return work().await;
             }
         }
     }
@@ -87,11 +91,31 @@ where
             }
         }
     };
-    let settled = codec::encode_summary(result.as_ref());
-    if let Err(error) = cache.bounded(store.settle(key, holder, settled)).await {
+    let settled = (kind.encode)(&result);
+    if let Err(error) = cache
+        .bounded(store.settle(key, holder, settled, kind.keep))
+        .await
+    {
         cache.failed(&error);
     }
     result
+}
+
+/// The result another process made or is making for `key`, waiting for it while it runs;
+/// `None` when no process has it, or the store cannot tell.
+pub(super) async fn made_elsewhere<T>(cache: &Checkpoints, key: u128, kind: &Kind<T>) -> Option<T> {
+    let (store, _, _) = cache.shared_store();
+    loop {
+        match cache.bounded(store.peek(key)).await {
+            Ok(Peek::Done(bytes)) => return (kind.decode)(&bytes).ok(),
+            Ok(Peek::Running) => tokio::time::sleep(POLL).await,
+            Ok(Peek::Free) => return None,
+            Err(error) => {
+                cache.failed(&error);
+                return None;
+            }
+        }
+    }
 }
 
 /// Each running flight with the number of callers holding it.

@@ -45,8 +45,6 @@ const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// The upkeep's wait before reconnecting to a Redis out of reach, doubling up to the most.
 const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 const BACKOFF_MOST: Duration = Duration::from_secs(5);
-/// How long a settled summariser call's result waits for the replicas polling for it.
-const FLIGHT_RESULT_MS: &str = "60000";
 /// Keys asked for per `SCAN` step.
 const SCAN_COUNT: &str = "1000";
 
@@ -735,7 +733,13 @@ impl Store for RedisStore {
         })
     }
 
-    fn settle(&self, flight: u128, holder: u128, result: Vec<u8>) -> StoreFuture<'_, ()> {
+    fn settle(
+        &self,
+        flight: u128,
+        holder: u128,
+        result: Vec<u8>,
+        keep: Duration,
+    ) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             let shared = &self.shared;
             shared
@@ -747,7 +751,7 @@ impl Store for RedisStore {
                         .arg(shared.keys.flight(flight))
                         .arg(hex(holder))
                         .arg_owned(result)
-                        .arg(FLIGHT_RESULT_MS),
+                        .arg(millis(keep)),
                 )
                 .await
                 .map(drop)
@@ -1074,9 +1078,13 @@ mod tests {
         assert!(a.claim(9, 1, lease).await.unwrap());
         assert_eq!(b.peek(9).await.unwrap(), Peek::Running);
         // A holder whose lease lapsed does not release the claim of the one that took over.
-        b.settle(9, 2, b"late".to_vec()).await.unwrap();
+        b.settle(9, 2, b"late".to_vec(), Duration::from_secs(60))
+            .await
+            .unwrap();
         assert!(!b.claim(9, 2, lease).await.unwrap());
-        a.settle(9, 1, b"summary".to_vec()).await.unwrap();
+        a.settle(9, 1, b"summary".to_vec(), Duration::from_secs(60))
+            .await
+            .unwrap();
         assert_eq!(b.peek(9).await.unwrap(), Peek::Done(b"summary".to_vec()));
         a.clear(None).await.unwrap();
         assert_eq!(b.peek(9).await.unwrap(), Peek::Free);

@@ -170,9 +170,15 @@ pub trait Store: Send + Sync {
         Box::pin(async { Ok(true) })
     }
 
-    /// Leaves the result of `flight` for the processes waiting on it, and releases the
-    /// claim.
-    fn settle(&self, _flight: u128, _holder: u128, _result: Vec<u8>) -> StoreFuture<'_, ()> {
+    /// Leaves the result of `flight` for `keep`, for the processes waiting on it or coming
+    /// for it later, and releases the claim.
+    fn settle(
+        &self,
+        _flight: u128,
+        _holder: u128,
+        _result: Vec<u8>,
+        _keep: Duration,
+    ) -> StoreFuture<'_, ()> {
         Box::pin(async { Ok(()) })
     }
 
