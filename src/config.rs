@@ -174,8 +174,9 @@ pub struct CacheConfig {
     pub redis_url: String,
     /// Prefix of every Redis key, so that fleets can share one Redis.
     pub redis_namespace: String,
-    /// Bytes of checkpoints kept (in memory for `memory`, on disk for `embedded`, in Redis
-    /// for `redis`); the least recently used go first.
+    /// Bytes of checkpoints kept (in memory for `memory`, on disk for `embedded`, and in
+    /// memory while Redis is out of reach for `redis`, whose own `maxmemory` bounds what it
+    /// keeps); the least recently used go first.
     pub max_bytes: u64,
     /// A checkpoint unused for this long is forgotten.
     pub ttl_ms: u64,

@@ -7,7 +7,8 @@
 //! does a new compaction (iterating on the stored summary) extend the checkpoint.
 //!
 //! Pure parts live here ([`derive`], [`Checkpoint`]); [`hash`] finds prefixes, [`store`]
-//! is the seam of the places checkpoints are kept ([`memory`], [`embedded`], [`redis`]),
+//! is the seam of the places checkpoints are kept ([`memory`], [`embedded`], [`redis`],
+//! over its own client [`resp`]),
 //! [`codec`] turns them into bytes, [`cache`] is what the proxy uses (a store, and memory
 //! while the store is out of reach), [`flight`] lets concurrent requests, of one process or
 //! of several, share one summariser call.
@@ -20,6 +21,7 @@ pub mod hash;
 pub mod memory;
 pub mod prepared;
 pub mod redis;
+mod resp;
 pub mod store;
 
 use std::mem::size_of;

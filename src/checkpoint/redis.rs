@@ -1,10 +1,1133 @@
-//! Checkpoints in Redis, shared by replicas.
+//! Checkpoints in Redis, shared by replicas: a conversation compacted on one replica
+//! resumes on any other, the windows learned from the upstream are learned once for all,
+//! and a summariser call several replicas need at once is made by one of them.
+//!
+//! Keys, under the namespace `ns` (ids in 32 hex digits):
+//! - `ns:cp:TENANT:SCOPE:PREFIX`: a checkpoint, as [`codec`] writes it, with the time to
+//!   live (renewed by each use).
+//! - `ns:ix:TENANT:SCOPE`: the partition's index, a hash of prefix hash -> the number of
+//!   messages it covers. A lookup asks it for every prefix of the request at once
+//!   (`HMGET`), so it costs one round trip whatever the number of messages, and a second
+//!   for the checkpoint found. The index is per partition, not per conversation, because
+//!   a store is told only a checkpoint's own prefix hash when it is put, not the hash of
+//!   the conversation's first messages. A field whose checkpoint expired is dropped when
+//!   a lookup finds it so.
+//! - `ns:partitions`: a sorted set of `TENANT:SCOPE` by the time of their last write, and
+//!   `ns:events`, the channel a replica announces a partition on when it writes one: each
+//!   replica keeps the partitions that may have checkpoints in its memory, so that the
+//!   requests of tenants that never needed compaction make no round trip at all.
+//! - `ns:models`: one hash of `w|r|u TAB upstream TAB model` -> window, refusal factor,
+//!   usage factor; a replica writes only the fields it learned, never over another's.
+//! - `ns:lock:FLIGHT` and `ns:flight:FLIGHT`: who makes a summariser call, and its result.
+//!
+//! Redis bounds its own memory (`maxmemory` with a `volatile-*` policy evicts checkpoints
+//! first); `cache.max_bytes` does not apply here.
 
-use std::time::Duration;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::store::Store;
+use futures_util::future::BoxFuture;
 
-/// The store at `url`, its keys under `namespace`.
-pub fn open(_url: &str, _namespace: &str, _ttl: Duration) -> Result<Box<dyn Store>, String> {
-    Err("the redis backend is not built yet".into())
+use super::codec;
+use super::hash::{Partition, Tenant};
+use super::resp::{self, Client, Command, Connection, Reply};
+use super::store::{Backend, Key, ModelRecord, Peek, Stats, Store, StoreError, StoreFuture};
+use super::Checkpoint;
+
+const BACKEND: &str = "redis";
+/// How long opening a connection may take. The cache bounds each operation more tightly;
+/// this bounds the upkeep's, which nothing else does.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the partitions other replicas wrote are read again whole: what a missed
+/// announcement (during a reconnection, say) costs at most.
+const REFRESH_EVERY: Duration = Duration::from_secs(5);
+/// The upkeep's wait before reconnecting to a Redis out of reach, doubling up to the most.
+const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const BACKOFF_MOST: Duration = Duration::from_secs(5);
+/// How long a settled summariser call's result waits for the replicas polling for it.
+const FLIGHT_RESULT_MS: &str = "60000";
+/// Keys asked for per `SCAN` step.
+const SCAN_COUNT: &str = "1000";
+
+/// Sets the lock to the holder unless another holds it; renews it if the holder does.
+const CLAIM: &str = "local v = redis.call('GET', KEYS[1]) \
+if v == false then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end \
+if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end \
+return 0";
+/// Leaves the result, and releases the lock only if the holder still holds it: a holder
+/// whose lease lapsed must not release the claim of the process that took over.
+const SETTLE: &str = "redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) \
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end \
+return 1";
+
+/// The store at `url`, its keys under `namespace`. Nothing is connected: a Redis out of
+/// reach at start costs requests nothing (the cache serves from memory until it is back).
+pub fn open(url: &str, namespace: &str, ttl: Duration) -> Result<Box<dyn Store>, String> {
+    let client = Client::new(url, CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+    Ok(Box::new(RedisStore {
+        shared: Arc::new(Shared {
+            client,
+            keys: Keys {
+                ns: namespace.to_owned(),
+            },
+            ttl,
+            known: Mutex::new(Known::default()),
+        }),
+    }))
+}
+
+pub struct RedisStore {
+    /// Shared with the upkeep task, which outlives any borrow of the store.
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: Client,
+    keys: Keys,
+    ttl: Duration,
+    known: Mutex<Known>,
+}
+
+/// The partitions that may have checkpoints, as this process knows them.
+#[derive(Default)]
+struct Known {
+    partitions: HashSet<Partition>,
+    /// Those learned since the last refresh started: a refresh replaces the set with what
+    /// Redis listed, and must not lose what arrived while it was asking.
+    since_refresh: HashSet<Partition>,
+}
+
+impl Known {
+    fn add(&mut self, partition: Partition) {
+        self.partitions.insert(partition);
+        self.since_refresh.insert(partition);
+    }
+
+    fn drop_tenant(&mut self, tenant: Option<Tenant>) {
+        let keep = |p: &Partition| tenant.is_some_and(|t| p.tenant != t);
+        self.partitions.retain(keep);
+        self.since_refresh.retain(keep);
+    }
+}
+
+/// The names of the keys, under the namespace.
+struct Keys {
+    ns: String,
+}
+
+impl Keys {
+    fn checkpoint(&self, key: &Key) -> String {
+        format!(
+            "{}:cp:{}:{}",
+            self.ns,
+            member(key.partition),
+            hex(key.prefix)
+        )
+    }
+
+    fn index(&self, partition: Partition) -> String {
+        format!("{}:ix:{}", self.ns, member(partition))
+    }
+
+    fn partitions(&self) -> String {
+        format!("{}:partitions", self.ns)
+    }
+
+    fn events(&self) -> String {
+        format!("{}:events", self.ns)
+    }
+
+    fn models(&self) -> String {
+        format!("{}:models", self.ns)
+    }
+
+    fn lock(&self, flight: u128) -> String {
+        format!("{}:lock:{}", self.ns, hex(flight))
+    }
+
+    fn flight(&self, flight: u128) -> String {
+        format!("{}:flight:{}", self.ns, hex(flight))
+    }
+
+    /// A `SCAN` pattern for the keys of `kind`, of `tenant` or all. The namespace is
+    /// escaped: it is a name, not a pattern.
+    fn pattern(&self, kind: &str, tenant: Option<Tenant>) -> String {
+        let mut pattern = String::with_capacity(self.ns.len() + 48);
+        for c in self.ns.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        match tenant {
+            Some(tenant) => format!("{pattern}:{kind}:{}:*", hex(tenant.0)),
+            None => format!("{pattern}:{kind}:*"),
+        }
+    }
+}
+
+fn hex(id: u128) -> String {
+    format!("{id:032x}")
+}
+
+/// A partition as it is named in keys, in the sorted set and in announcements.
+fn member(partition: Partition) -> String {
+    format!("{}:{}", hex(partition.tenant.0), hex(partition.scope))
+}
+
+fn parse_member(text: &[u8]) -> Option<Partition> {
+    let text = std::str::from_utf8(text).ok()?;
+    let (tenant, scope) = text.split_once(':')?;
+    Some(Partition {
+        tenant: Tenant(u128::from_str_radix(tenant, 16).ok()?),
+        scope: u128::from_str_radix(scope, 16).ok()?,
+    })
+}
+
+/// What a replica announces on the events channel.
+enum Event {
+    /// `+TENANT:SCOPE`: the partition has a new checkpoint.
+    Wrote(Partition),
+    /// `-TENANT`, or `-` for all: checkpoints were cleared.
+    Cleared(Option<Tenant>),
+}
+
+impl Event {
+    fn encode(&self) -> String {
+        match self {
+            Event::Wrote(partition) => format!("+{}", member(*partition)),
+            Event::Cleared(Some(tenant)) => format!("-{}", hex(tenant.0)),
+            Event::Cleared(None) => "-".into(),
+        }
+    }
+
+    fn parse(text: &[u8]) -> Option<Event> {
+        match text.split_first()? {
+            (b'+', rest) => parse_member(rest).map(Event::Wrote),
+            (b'-', []) => Some(Event::Cleared(None)),
+            (b'-', rest) => {
+                let tenant = u128::from_str_radix(std::str::from_utf8(rest).ok()?, 16).ok()?;
+                Some(Event::Cleared(Some(Tenant(tenant))))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn millis(duration: Duration) -> String {
+    // PX 0 is an error: a time to live rounds up to a millisecond.
+    duration.as_millis().max(1).to_string()
+}
+
+fn corrupt(reason: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        backend: BACKEND,
+        reason: reason.to_string(),
+    }
+}
+
+fn text(bytes: &[u8]) -> Option<&str> {
+    std::str::from_utf8(bytes).ok()
+}
+
+impl Shared {
+    fn known(&self) -> MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Names where Redis is, never how to log in.
+    fn unavailable(&self, error: resp::Error) -> StoreError {
+        StoreError::Unavailable {
+            backend: BACKEND,
+            reason: format!("{}: {error}", self.client.target().address()),
+        }
+    }
+
+    /// Runs `commands` as one pipeline; any error reply fails the whole.
+    async fn run(&self, commands: &[Command]) -> Result<Vec<Reply>, StoreError> {
+        let replies = self
+            .client
+            .pipeline(commands)
+            .await
+            .map_err(|e| self.unavailable(e))?;
+        replies
+            .into_iter()
+            .map(|reply| reply.ok().map_err(|e| self.unavailable(e)))
+            .collect()
+    }
+
+    /// The reply to one command.
+    async fn one(&self, command: Command) -> Result<Reply, StoreError> {
+        self.client
+            .call(command)
+            .await
+            .map_err(|e| self.unavailable(e))
+    }
+
+    /// The prefix lengths `i` (longest first) whose hash `prefixes[i]` the partition's
+    /// index holds at length `i`: a hash found at another length is a collision.
+    async fn candidates(
+        &self,
+        partition: Partition,
+        prefixes: &[u128],
+    ) -> Result<Vec<usize>, StoreError> {
+        // The empty prefix (index 0) is never stored.
+        let fields = prefixes.iter().skip(1).map(|p| hex(*p));
+        let command = fields.fold(
+            Command::new("HMGET").arg(self.keys.index(partition)),
+            Command::arg,
+        );
+        let values = self
+            .one(command)
+            .await?
+            .array()
+            .map_err(|e| self.unavailable(e))?;
+        let mut found: Vec<usize> = values
+            .into_iter()
+            .enumerate()
+            .filter_map(|(j, value)| {
+                let Reply::Bulk(Some(value)) = value else {
+                    return None;
+                };
+                let len: usize = text(&value)?.parse().ok()?;
+                (len == j + 1).then_some(len)
+            })
+            .collect();
+        found.reverse();
+        Ok(found)
+    }
+
+    /// The checkpoint at prefix length `len`, its time to live renewed; `None` when it
+    /// has expired, its index entry then dropped.
+    async fn fetch(&self, key: Key, len: usize) -> Result<Option<Checkpoint>, StoreError> {
+        let (checkpoint, index) = (self.keys.checkpoint(&key), self.keys.index(key.partition));
+        let ttl = millis(self.ttl);
+        let replies = self
+            .run(&[
+                Command::new("GET").arg(&checkpoint),
+                Command::new("PEXPIRE").arg(&checkpoint).arg(&ttl),
+                Command::new("PEXPIRE").arg(&index).arg(&ttl),
+            ])
+            .await?;
+        let bytes = replies
+            .into_iter()
+            .next()
+            .map(Reply::bulk)
+            .transpose()
+            .map_err(|e| self.unavailable(e))?
+            .flatten();
+        let Some(bytes) = bytes else {
+            self.one(Command::new("HDEL").arg(&index).arg(hex(key.prefix)))
+                .await?;
+            return Ok(None);
+        };
+        let (checkpoint, _) = codec::decode(&bytes).map_err(corrupt)?;
+        if checkpoint.prefix_len != len {
+            return Err(corrupt(format!(
+                "a checkpoint of {} messages indexed at {len}",
+                checkpoint.prefix_len
+            )));
+        }
+        Ok(Some(checkpoint))
+    }
+
+    /// Replaces the partitions known with those written within the time to live, and
+    /// drops the older ones from the sorted set.
+    async fn refresh(&self) -> Result<(), StoreError> {
+        self.known().since_refresh.clear();
+        let oldest = now_ms().saturating_sub(u64::try_from(self.ttl.as_millis()).unwrap_or(0));
+        let partitions = self.keys.partitions();
+        let replies = self
+            .run(&[
+                Command::new("ZREMRANGEBYSCORE")
+                    .arg(&partitions)
+                    .arg("-inf")
+                    .arg(format!("({oldest}")),
+                Command::new("ZRANGE").arg(&partitions).arg("0").arg("-1"),
+            ])
+            .await?;
+        let listed = replies
+            .into_iter()
+            .nth(1)
+            .map(Reply::array)
+            .transpose()
+            .map_err(|e| self.unavailable(e))?
+            .unwrap_or_default();
+        let mut fresh: HashSet<Partition> = listed
+            .into_iter()
+            .filter_map(|m| match m {
+                Reply::Bulk(Some(m)) => parse_member(&m),
+                _ => None,
+            })
+            .collect();
+        let mut known = self.known();
+        fresh.extend(known.since_refresh.drain());
+        known.partitions = fresh;
+        Ok(())
+    }
+
+    /// A connection subscribed to the events channel, with the partitions known read
+    /// whole after the subscription started, so that nothing announced in between is
+    /// missed.
+    async fn subscribe(&self) -> Result<Connection, StoreError> {
+        let mut connection = self
+            .client
+            .connect()
+            .await
+            .map_err(|e| self.unavailable(e))?;
+        let subscribe = Command::new("SUBSCRIBE").arg(self.keys.events());
+        let confirmed = connection
+            .pipeline(&[subscribe])
+            .await
+            .map_err(|e| self.unavailable(e))?;
+        for reply in confirmed {
+            reply.ok().map_err(|e| self.unavailable(e))?;
+        }
+        tokio::time::timeout(CONNECT_TIMEOUT, self.refresh())
+            .await
+            .map_err(|_| StoreError::Timeout {
+                backend: BACKEND,
+                after: CONNECT_TIMEOUT,
+            })??;
+        Ok(connection)
+    }
+
+    /// Follows the announcements on `connection`, and refreshes the partitions known
+    /// every few seconds, until either fails.
+    async fn follow(&self, mut connection: Connection) -> StoreError {
+        let mut refresh_at = tokio::time::Instant::now() + REFRESH_EVERY;
+        loop {
+            tokio::select! {
+                reply = connection.read() => match reply {
+                    Ok(reply) => self.heard(reply),
+                    Err(error) => return self.unavailable(error),
+                },
+                () = tokio::time::sleep_until(refresh_at) => {
+                    // A Redis that stopped answering without closing the connection is
+                    // found here: the subscription alone would wait on it forever.
+                    match tokio::time::timeout(CONNECT_TIMEOUT, self.refresh()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => return error,
+                        Err(_) => return StoreError::Timeout { backend: BACKEND, after: CONNECT_TIMEOUT },
+                    }
+                    refresh_at = tokio::time::Instant::now() + REFRESH_EVERY;
+                }
+            }
+        }
+    }
+
+    /// Applies a message of the subscription: `message`, the channel, the event.
+    fn heard(&self, reply: Reply) {
+        let Ok(parts) = reply.array() else { return };
+        let [Reply::Bulk(Some(kind)), _, Reply::Bulk(Some(payload))] = parts.as_slice() else {
+            return;
+        };
+        if kind.as_slice() != b"message" {
+            return;
+        }
+        match Event::parse(payload) {
+            Some(Event::Wrote(partition)) => self.known().add(partition),
+            Some(Event::Cleared(tenant)) => self.known().drop_tenant(tenant),
+            None => {}
+        }
+    }
+
+    /// The upkeep: follows what other replicas write for as long as the proxy runs,
+    /// reconnecting with a growing pause while Redis is out of reach. The cache logs the
+    /// outage (once) when a request finds it; this logs only at debug level, so that an
+    /// outage is one line in the log.
+    async fn upkeep(self: Arc<Self>) {
+        let mut backoff = BACKOFF_FIRST;
+        let mut down = false;
+        loop {
+            let error = match self.subscribe().await {
+                Ok(connection) => {
+                    if down {
+                        tracing::debug!("following other replicas' checkpoints again");
+                        down = false;
+                    }
+                    backoff = BACKOFF_FIRST;
+                    self.follow(connection).await
+                }
+                Err(error) => error,
+            };
+            if !down {
+                tracing::debug!(error = %error, "not following other replicas' checkpoints until redis is back");
+                down = true;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MOST);
+        }
+    }
+
+    /// Each key `SCAN` finds for `pattern`, a batch at a time, given to `batch`, which
+    /// returns the commands to run on it; returns the number of keys found and the sum of
+    /// the commands' integer replies.
+    async fn scan(
+        &self,
+        pattern: &str,
+        batch: impl Fn(&[Vec<u8>]) -> Vec<Command>,
+    ) -> Result<(u64, u64), StoreError> {
+        let mut cursor = b"0".to_vec();
+        let (mut found, mut total) = (0u64, 0u64);
+        loop {
+            let reply = self
+                .one(
+                    Command::new("SCAN")
+                        .arg(&cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(SCAN_COUNT),
+                )
+                .await?;
+            let mut parts = reply.array().map_err(|e| self.unavailable(e))?.into_iter();
+            let (Some(Reply::Bulk(Some(next))), Some(keys)) = (parts.next(), parts.next()) else {
+                return Err(self.unavailable(resp::Error::Protocol("a malformed SCAN reply")));
+            };
+            let keys: Vec<Vec<u8>> = keys
+                .array()
+                .map_err(|e| self.unavailable(e))?
+                .into_iter()
+                .filter_map(|k| k.bulk().ok().flatten())
+                .collect();
+            if !keys.is_empty() {
+                found += keys.len() as u64;
+                for reply in self.run(&batch(&keys)).await? {
+                    total += u64::try_from(reply.int().unwrap_or(0)).unwrap_or(0);
+                }
+            }
+            if next == b"0" {
+                return Ok((found, total));
+            }
+            cursor = next;
+        }
+    }
+
+    /// The members of the partitions' sorted set.
+    async fn members(&self) -> Result<Vec<Vec<u8>>, StoreError> {
+        let reply = self
+            .one(
+                Command::new("ZRANGE")
+                    .arg(self.keys.partitions())
+                    .arg("0")
+                    .arg("-1"),
+            )
+            .await?;
+        Ok(reply
+            .array()
+            .map_err(|e| self.unavailable(e))?
+            .into_iter()
+            .filter_map(|m| m.bulk().ok().flatten())
+            .collect())
+    }
+
+    async fn publish(&self, event: Event) -> Result<(), StoreError> {
+        self.one(
+            Command::new("PUBLISH")
+                .arg(self.keys.events())
+                .arg(event.encode()),
+        )
+        .await
+        .map(drop)
+    }
+}
+
+/// Deletes each key of a batch, counting those deleted.
+fn delete(keys: &[Vec<u8>]) -> Vec<Command> {
+    vec![keys.iter().fold(Command::new("DEL"), Command::arg)]
+}
+
+/// The length of each value of a batch.
+fn lengths(keys: &[Vec<u8>]) -> Vec<Command> {
+    keys.iter().map(|k| Command::new("STRLEN").arg(k)).collect()
+}
+
+/// The field of `upstream`'s `model` for what `kind` (`w`, `r`, `u`) says.
+fn model_field(kind: char, upstream: &str, model: &str) -> String {
+    format!("{kind}\t{upstream}\t{model}")
+}
+
+/// The models the `models` hash's fields and values describe; a field this build cannot
+/// read is skipped (it is relearned).
+fn model_records(pairs: Vec<Reply>) -> Vec<ModelRecord> {
+    let mut records: BTreeMap<(String, String), ModelRecord> = BTreeMap::new();
+    let mut pairs = pairs.into_iter();
+    while let (Some(field), Some(value)) = (pairs.next(), pairs.next()) {
+        let (Ok(Some(field)), Ok(Some(value))) = (field.bulk(), value.bulk()) else {
+            continue;
+        };
+        let (Some(field), Some(value)) = (text(&field), text(&value)) else {
+            continue;
+        };
+        let mut parts = field.splitn(3, '\t');
+        let (Some(kind), Some(upstream), Some(model)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let record = records
+            .entry((upstream.to_owned(), model.to_owned()))
+            .or_insert_with(|| ModelRecord {
+                upstream: upstream.to_owned(),
+                model: model.to_owned(),
+                window: None,
+                refusal: None,
+                usage: None,
+            });
+        match kind {
+            "w" => record.window = value.parse().ok(),
+            "r" => record.refusal = value.parse().ok(),
+            "u" => record.usage = value.parse().ok(),
+            _ => {}
+        }
+    }
+    records.into_values().collect()
+}
+
+impl Store for RedisStore {
+    fn backend(&self) -> Backend {
+        Backend::Redis
+    }
+
+    fn upkeep(&self) -> Option<BoxFuture<'static, ()>> {
+        Some(Box::pin(Arc::clone(&self.shared).upkeep()))
+    }
+
+    fn may_hold(&self, partition: Partition) -> bool {
+        self.shared.known().partitions.contains(&partition)
+    }
+
+    fn any(&self) -> bool {
+        !self.shared.known().partitions.is_empty()
+    }
+
+    fn longest<'a>(
+        &'a self,
+        partition: Partition,
+        prefixes: &'a [u128],
+    ) -> StoreFuture<'a, Option<(usize, Arc<Checkpoint>)>> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            if prefixes.len() < 2 {
+                return Ok(None);
+            }
+            for len in shared.candidates(partition, prefixes).await? {
+                let key = Key {
+                    partition,
+                    prefix: prefixes[len],
+                };
+                if let Some(checkpoint) = shared.fetch(key, len).await? {
+                    return Ok(Some((len, Arc::new(checkpoint))));
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    fn put(
+        &self,
+        key: Key,
+        checkpoint: Arc<Checkpoint>,
+        replaces: Option<Key>,
+    ) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            let keys = &shared.keys;
+            shared.known().add(key.partition);
+            let ttl = millis(shared.ttl);
+            let index = keys.index(key.partition);
+            let partitions = keys.partitions();
+            let mut commands = vec![
+                Command::new("SET")
+                    .arg(keys.checkpoint(&key))
+                    .arg_owned(codec::encode(&checkpoint))
+                    .arg("PX")
+                    .arg(&ttl),
+                Command::new("HSET")
+                    .arg(&index)
+                    .arg(hex(key.prefix))
+                    .arg(checkpoint.prefix_len.to_string()),
+                Command::new("PEXPIRE").arg(&index).arg(&ttl),
+                Command::new("ZADD")
+                    .arg(&partitions)
+                    .arg(now_ms().to_string())
+                    .arg(member(key.partition)),
+                Command::new("PEXPIRE").arg(&partitions).arg(&ttl),
+            ];
+            if let Some(old) = replaces.filter(|old| *old != key) {
+                commands.push(Command::new("DEL").arg(keys.checkpoint(&old)));
+                commands.push(
+                    Command::new("HDEL")
+                        .arg(keys.index(old.partition))
+                        .arg(hex(old.prefix)),
+                );
+            }
+            commands.push(
+                Command::new("PUBLISH")
+                    .arg(keys.events())
+                    .arg(Event::Wrote(key.partition).encode()),
+            );
+            shared.run(&commands).await.map(drop)
+        })
+    }
+
+    /// Redis holds the checkpoints, not this process.
+    fn held(&self) -> (usize, usize) {
+        (0, 0)
+    }
+
+    fn models(&self) -> StoreFuture<'_, Vec<ModelRecord>> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            let reply = shared
+                .one(Command::new("HGETALL").arg(shared.keys.models()))
+                .await?;
+            let pairs = reply.array().map_err(|e| shared.unavailable(e))?;
+            Ok(model_records(pairs))
+        })
+    }
+
+    fn put_model(&self, record: ModelRecord) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            let (upstream, model) = (&record.upstream, &record.model);
+            let fields = [
+                ('w', record.window.map(|w| w.to_string())),
+                ('r', record.refusal.map(|r| r.to_string())),
+                ('u', record.usage.map(|u| u.to_string())),
+            ];
+            let mut command = Command::new("HSET").arg(shared.keys.models());
+            let mut any = false;
+            for (kind, value) in fields {
+                if let Some(value) = value {
+                    command = command.arg(model_field(kind, upstream, model)).arg(value);
+                    any = true;
+                }
+            }
+            if any {
+                shared.one(command).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn claim(&self, flight: u128, holder: u128, lease: Duration) -> StoreFuture<'_, bool> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            let reply = shared
+                .one(
+                    Command::new("EVAL")
+                        .arg(CLAIM)
+                        .arg("1")
+                        .arg(shared.keys.lock(flight))
+                        .arg(hex(holder))
+                        .arg(millis(lease)),
+                )
+                .await?;
+            Ok(reply.int().map_err(|e| shared.unavailable(e))? == 1)
+        })
+    }
+
+    fn settle(&self, flight: u128, holder: u128, result: Vec<u8>) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            shared
+                .one(
+                    Command::new("EVAL")
+                        .arg(SETTLE)
+                        .arg("2")
+                        .arg(shared.keys.lock(flight))
+                        .arg(shared.keys.flight(flight))
+                        .arg(hex(holder))
+                        .arg_owned(result)
+                        .arg(FLIGHT_RESULT_MS),
+                )
+                .await
+                .map(drop)
+        })
+    }
+
+    fn peek(&self, flight: u128) -> StoreFuture<'_, Peek> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            let replies = shared
+                .run(&[
+                    Command::new("GET").arg(shared.keys.flight(flight)),
+                    Command::new("EXISTS").arg(shared.keys.lock(flight)),
+                ])
+                .await?;
+            let mut replies = replies.into_iter();
+            let (Some(result), Some(held)) = (replies.next(), replies.next()) else {
+                return Err(shared.unavailable(resp::Error::Protocol("missing replies")));
+            };
+            let unavailable = |e| shared.unavailable(e);
+            if let Some(bytes) = result.bulk().map_err(unavailable)? {
+                return Ok(Peek::Done(bytes));
+            }
+            Ok(if held.int().map_err(unavailable)? > 0 {
+                Peek::Running
+            } else {
+                Peek::Free
+            })
+        })
+    }
+
+    fn stats(&self) -> StoreFuture<'_, Stats> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            let pattern = shared.keys.pattern("cp", None);
+            // A key SCAN finds may expire before its STRLEN: it counts, for 0 bytes.
+            let (checkpoints, bytes) = shared.scan(&pattern, lengths).await?;
+            let tenants: HashSet<Vec<u8>> = shared
+                .members()
+                .await?
+                .into_iter()
+                .filter_map(|m| parse_member(&m))
+                .map(|p| p.tenant.0.to_be_bytes().to_vec())
+                .collect();
+            let models = self.models().await?;
+            Ok(Stats {
+                checkpoints,
+                bytes,
+                tenants: tenants.len() as u64,
+                models: models.len() as u64,
+            })
+        })
+    }
+
+    fn clear(&self, tenant: Option<Tenant>) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            let keys = &shared.keys;
+            shared.known().drop_tenant(tenant);
+            let (_, dropped) = shared.scan(&keys.pattern("cp", tenant), delete).await?;
+            shared.scan(&keys.pattern("ix", tenant), delete).await?;
+            match tenant {
+                None => {
+                    shared.scan(&keys.pattern("lock", None), delete).await?;
+                    shared.scan(&keys.pattern("flight", None), delete).await?;
+                    shared
+                        .one(
+                            Command::new("DEL")
+                                .arg(keys.partitions())
+                                .arg(keys.models()),
+                        )
+                        .await?;
+                }
+                Some(tenant) => {
+                    let prefix = format!("{}:", hex(tenant.0));
+                    let theirs: Vec<Vec<u8>> = shared
+                        .members()
+                        .await?
+                        .into_iter()
+                        .filter(|m| m.starts_with(prefix.as_bytes()))
+                        .collect();
+                    if !theirs.is_empty() {
+                        let zrem = Command::new("ZREM").arg(keys.partitions());
+                        shared.one(theirs.iter().fold(zrem, Command::arg)).await?;
+                    }
+                }
+            }
+            shared.publish(Event::Cleared(tenant)).await?;
+            Ok(dropped)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Child, Command as Process, Stdio};
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// A redis-server of its own on a free loopback port, or `None` (the test is skipped)
+    /// when none is installed, unless `COMPACTION_PROXY_REQUIRE_REDIS=1`.
+    struct Server {
+        child: Child,
+        port: u16,
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    async fn server() -> Option<Server> {
+        let path = std::env::var("COMPACTION_PROXY_REDIS_SERVER")
+            .unwrap_or_else(|_| "redis-server".into());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let spawned = Process::new(&path)
+            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+            .args(["--port", &port.to_string()])
+            .current_dir(std::env::temp_dir())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(child) = spawned else {
+            assert!(
+                std::env::var("COMPACTION_PROXY_REQUIRE_REDIS").as_deref() != Ok("1"),
+                "no redis-server at {path}"
+            );
+            eprintln!("skipped: no redis-server (scripts/setup-redis.sh installs it)");
+            return None;
+        };
+        let server = Server { child, port };
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return Some(server);
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("redis-server did not start on port {port}");
+    }
+
+    /// Whether `check` holds within two seconds: announcements arrive on their own time.
+    async fn until(check: impl Fn() -> bool) -> bool {
+        for _ in 0..100 {
+            if check() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    fn store(server: &Server, ns: &str) -> Box<dyn Store> {
+        let url = format!("redis://127.0.0.1:{}", server.port);
+        open(&url, ns, Duration::from_secs(60)).unwrap()
+    }
+
+    fn checkpoint(prefix_len: usize, text: &str) -> Arc<Checkpoint> {
+        Arc::new(Checkpoint::new(
+            prefix_len,
+            10,
+            vec![json!({"role": "user", "content": text})],
+            vec![5],
+            None,
+            0,
+        ))
+    }
+
+    fn key(partition: u128, prefix: u128) -> Key {
+        Key {
+            partition: Partition::for_tests(partition),
+            prefix,
+        }
+    }
+
+    #[test]
+    fn open_connects_to_nothing() {
+        // A port nothing listens on: opening still succeeds, as the proxy must start.
+        assert!(open("redis://127.0.0.1:1", "ns", Duration::from_secs(1)).is_ok());
+        let error = open("redis://u:hunter2@host:x", "ns", Duration::from_secs(1))
+            .err()
+            .unwrap();
+        assert!(!error.contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn events_and_patterns_name_what_they_mean() {
+        let p = Partition::for_tests(7);
+        assert!(
+            matches!(Event::parse(Event::Wrote(p).encode().as_bytes()), Some(Event::Wrote(q)) if q == p)
+        );
+        assert!(matches!(
+            Event::parse(Event::Cleared(Some(Tenant(7))).encode().as_bytes()),
+            Some(Event::Cleared(Some(Tenant(7))))
+        ));
+        assert!(matches!(Event::parse(b"-"), Some(Event::Cleared(None))));
+        assert!(Event::parse(b"junk").is_none());
+        let keys = Keys { ns: "a*b".into() };
+        assert_eq!(
+            keys.pattern("cp", Some(Tenant(1))),
+            format!("a\\*b:cp:{}:*", hex(1))
+        );
+    }
+
+    #[tokio::test]
+    async fn checkpoints_round_trip_and_an_extension_replaces_the_shorter() {
+        let Some(server) = server().await else { return };
+        let store = store(&server, "t1");
+        let p = Partition::for_tests(1);
+        let hashes = [0, 10, 20, 30, 40, 50, 60];
+        assert!(store.longest(p, &hashes).await.unwrap().is_none());
+        store
+            .put(key(1, 20), checkpoint(2, "two"), None)
+            .await
+            .unwrap();
+        assert!(store.may_hold(p) && store.any());
+        let (len, found) = store.longest(p, &hashes).await.unwrap().unwrap();
+        assert_eq!((len, found.prefix_len), (2, 2));
+        assert_eq!(found.messages, checkpoint(2, "two").messages);
+        // A hash found at another position is a collision, not a match.
+        assert!(store.longest(p, &[0, 20]).await.unwrap().is_none());
+        // Another partition sees nothing.
+        let other = Partition::for_tests(2);
+        assert!(store.longest(other, &hashes).await.unwrap().is_none());
+
+        store
+            .put(key(1, 40), checkpoint(4, "four"), Some(key(1, 20)))
+            .await
+            .unwrap();
+        assert_eq!(store.longest(p, &hashes).await.unwrap().unwrap().0, 4);
+        assert!(store.longest(p, &hashes[..4]).await.unwrap().is_none());
+        let stats = store.stats().await.unwrap();
+        assert_eq!((stats.checkpoints, stats.tenants), (1, 1));
+        assert!(stats.bytes > 0);
+
+        // A checkpoint gone from Redis (expired) is skipped for the next one down, and
+        // its index entry dropped.
+        store
+            .put(key(1, 30), checkpoint(3, "three"), None)
+            .await
+            .unwrap();
+        let shared = Client::new(
+            &format!("redis://127.0.0.1:{}", server.port),
+            CONNECT_TIMEOUT,
+        )
+        .unwrap();
+        let keys = Keys { ns: "t1".into() };
+        shared
+            .call(Command::new("DEL").arg(keys.checkpoint(&key(1, 40))))
+            .await
+            .unwrap();
+        assert_eq!(store.longest(p, &hashes).await.unwrap().unwrap().0, 3);
+        let left = shared
+            .call(Command::new("HLEN").arg(keys.index(p)))
+            .await
+            .unwrap();
+        assert_eq!(left, Reply::Int(1));
+
+        // What another version wrote, unreadable, is an error of that value.
+        shared
+            .call(
+                Command::new("SET")
+                    .arg(keys.checkpoint(&key(1, 30)))
+                    .arg("junk"),
+            )
+            .await
+            .unwrap();
+        let error = store.longest(p, &hashes).await.unwrap_err();
+        assert!(matches!(error, StoreError::Corrupt { .. }), "{error}");
+
+        assert_eq!(store.clear(Some(Tenant(1))).await.unwrap(), 1);
+        assert!(!store.may_hold(p));
+        assert!(store.longest(p, &hashes).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn replicas_learn_each_others_partitions_and_models() {
+        let Some(server) = server().await else { return };
+        let (a, b) = (store(&server, "t2"), store(&server, "t2"));
+        // One partition written before B starts: the refresh at its start finds it.
+        a.put(key(1, 10), checkpoint(1, "x"), None).await.unwrap();
+        tokio::spawn(b.upkeep().unwrap());
+        assert!(until(|| b.may_hold(Partition::for_tests(1))).await);
+        // Later ones are announced.
+        a.put(key(2, 10), checkpoint(1, "y"), None).await.unwrap();
+        assert!(until(|| b.may_hold(Partition::for_tests(2))).await);
+        a.clear(Some(Tenant(2))).await.unwrap();
+        assert!(until(|| !b.may_hold(Partition::for_tests(2))).await);
+        assert!(b.may_hold(Partition::for_tests(1)));
+
+        // Each writes what it learned; neither overwrites the other's fields.
+        let record = |window, refusal| ModelRecord {
+            upstream: "http://u/v1".into(),
+            model: "m".into(),
+            window,
+            refusal,
+            usage: None,
+        };
+        a.put_model(record(Some(6000), None)).await.unwrap();
+        b.put_model(record(None, Some(1.25))).await.unwrap();
+        assert_eq!(b.models().await.unwrap(), [record(Some(6000), Some(1.25))]);
+        assert_eq!(a.stats().await.unwrap().models, 1);
+    }
+
+    #[tokio::test]
+    async fn one_replica_claims_a_flight_and_leaves_its_result() {
+        let Some(server) = server().await else { return };
+        let (a, b) = (store(&server, "t3"), store(&server, "t3"));
+        let lease = Duration::from_secs(10);
+        assert_eq!(b.peek(9).await.unwrap(), Peek::Free);
+        assert!(a.claim(9, 1, lease).await.unwrap());
+        assert!(!b.claim(9, 2, lease).await.unwrap());
+        // The holder renews its own claim.
+        assert!(a.claim(9, 1, lease).await.unwrap());
+        assert_eq!(b.peek(9).await.unwrap(), Peek::Running);
+        // A holder whose lease lapsed does not release the claim of the one that took over.
+        b.settle(9, 2, b"late".to_vec()).await.unwrap();
+        assert!(!b.claim(9, 2, lease).await.unwrap());
+        a.settle(9, 1, b"summary".to_vec()).await.unwrap();
+        assert_eq!(b.peek(9).await.unwrap(), Peek::Done(b"summary".to_vec()));
+        a.clear(None).await.unwrap();
+        assert_eq!(b.peek(9).await.unwrap(), Peek::Free);
+    }
+
+    /// The cost of a lookup for a long session: a conversation of about a million
+    /// tokens, 4,000 messages, whose checkpoint (the compacted form) is found at its end.
+    #[tokio::test]
+    async fn what_a_lookup_of_a_long_conversation_costs() {
+        let Some(server) = server().await else { return };
+        let store = store(&server, "t4");
+        let p = Partition::for_tests(1);
+        let hashes: Vec<u128> = (0..4001u128).map(|i| i * 7919 + 1).collect();
+        let form = vec![json!({"role": "user", "content": "summary ".repeat(4000)}); 4];
+        let big = Arc::new(Checkpoint::new(
+            3990,
+            1_000_000,
+            form,
+            vec![8000; 4],
+            None,
+            0,
+        ));
+        store
+            .put(
+                Key {
+                    partition: p,
+                    prefix: hashes[3990],
+                },
+                big,
+                None,
+            )
+            .await
+            .unwrap();
+        store.longest(p, &hashes).await.unwrap().unwrap();
+        let started = std::time::Instant::now();
+        let rounds = 20;
+        for _ in 0..rounds {
+            let (len, _) = store.longest(p, &hashes).await.unwrap().unwrap();
+            assert_eq!(len, 3990);
+        }
+        eprintln!(
+            "longest() of 4,000 prefixes, a 130 KB checkpoint: {:?} each",
+            started.elapsed() / rounds
+        );
+        let started = std::time::Instant::now();
+        for _ in 0..rounds {
+            assert!(store.longest(p, &hashes[..3000]).await.unwrap().is_none());
+        }
+        eprintln!(
+            "a miss (the index alone): {:?} each",
+            started.elapsed() / rounds
+        );
+    }
 }

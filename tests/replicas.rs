@@ -1,0 +1,384 @@
+//! Replicas sharing one Redis: a conversation compacted on one resumes on the other with
+//! the same bytes and no new summary; the same summary needed by both at once is made
+//! once; a Redis that dies costs no turn (its outage is logged once and counted) and is
+//! used again once it is back; a window one replica learned is known to the other.
+//!
+//! Each test starts its own `redis-server` (from `COMPACTION_PROXY_REDIS_SERVER`, else
+//! PATH; `scripts/setup-redis.sh` installs it) on a free loopback port, and is skipped
+//! without one unless `COMPACTION_PROXY_REQUIRE_REDIS=1`.
+
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::{metrics, mock_tokens, post_chat, tempdir, Mock, Proxy};
+
+/// The upstream's window, in the mock's tokens.
+const WINDOW: u64 = 6000;
+const END_MARKER: &str = "[end of summary; the conversation continues below]";
+
+/// A redis-server of the test's own, stopped when dropped.
+struct Redis {
+    path: String,
+    port: u16,
+    dir: std::path::PathBuf,
+    child: Option<Child>,
+}
+
+impl Redis {
+    /// A server on a free port, or `None` (the test is skipped) when none is installed.
+    fn start() -> Option<Redis> {
+        let path = std::env::var("COMPACTION_PROXY_REDIS_SERVER")
+            .unwrap_or_else(|_| "redis-server".into());
+        let installed = Command::new(&path)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed {
+            assert!(
+                std::env::var("COMPACTION_PROXY_REQUIRE_REDIS").as_deref() != Ok("1"),
+                "COMPACTION_PROXY_REQUIRE_REDIS=1 and no redis-server at {path:?}"
+            );
+            eprintln!("skipped: no redis-server (scripts/setup-redis.sh installs it)");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut redis = Redis {
+            path,
+            port,
+            dir: tempdir(),
+            child: None,
+        };
+        redis.restart();
+        Some(redis)
+    }
+
+    /// Starts the server (again) on its port, empty, and waits until it answers.
+    fn restart(&mut self) {
+        let child = Command::new(&self.path)
+            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+            .args(["--port", &self.port.to_string()])
+            .current_dir(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        for _ in 0..200 {
+            if self.command(&["PING"]).is_some_and(|r| r == "+PONG\r\n") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("redis-server did not start on port {}", self.port);
+    }
+
+    /// SIGKILL: no goodbye to its clients.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Sends one command and returns the raw reply, `None` if the server is not there.
+    fn command(&self, args: &[&str]) -> Option<String> {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .ok()?;
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut reply = vec![0u8; 64 * 1024];
+        let n = stream.read(&mut reply).ok()?;
+        Some(String::from_utf8_lossy(&reply[..n]).into_owned())
+    }
+
+    /// How many keys match `pattern`.
+    fn count(&self, pattern: &str) -> usize {
+        let reply = self.command(&["KEYS", pattern]).unwrap();
+        let header = reply.lines().next().unwrap();
+        header.trim_start_matches('*').parse().unwrap()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Two replicas of one fleet, keeping their checkpoints in `redis` under a namespace of
+/// the test's own, with `window` known for the model from their configuration, or learned
+/// when `None`.
+///
+/// Nothing is prepared ahead: a preparation is kept in the memory of the replica that
+/// made it, so with turns alternating, each replica would prepare the same event for
+/// itself (two summariser calls where the store can only share one).
+fn replicas(mock: &Mock, redis: &Redis, test: &str, window: Option<u64>) -> [Proxy; 2] {
+    let model = window.map_or(String::new(), |w| {
+        format!("[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {w}\n\n")
+    });
+    let config = format!(
+        "{model}[compaction]\nprepare_concurrency = 0\n\n[summarizer]\ncontext_window = 128000\n\n[cache]\nbackend = \"redis\"\nredis_url = \"{}\"\nredis_namespace = \"replicas-{test}-{}\"\n",
+        redis.url(),
+        std::process::id()
+    );
+    [
+        Proxy::start(&mock.url("/v1"), &config),
+        Proxy::start(&mock.url("/v1"), &config),
+    ]
+}
+
+/// One round of an agent session after ask `n`: a tool call, its output, the reply.
+fn round(n: usize) -> Vec<Value> {
+    let id = format!("call_{n}");
+    vec![
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "run_command",
+                "arguments": json!({"command": format!("cargo test module_{n}")}).to_string()}}]}),
+        json!({"role": "tool", "tool_call_id": id,
+            "content": format!("test module_{n}::works ... FAILED\nassertion failed: left == right (left: {n}, right: {})", n + 1)}),
+        json!({"role": "assistant", "content": format!("Module {n} had an off-by-one; fixed in src/module_{n}.rs and the test passes now.")}),
+    ]
+}
+
+fn ask(n: usize) -> Value {
+    json!({"role": "user", "content": format!(
+        "Turn {n}: the test of module {n} fails; please fix src/module_{n}.rs and rerun it."
+    )})
+}
+
+/// The first `turns` rounds of a session, ending on the next ask.
+fn session(system: &str, turns: usize) -> Vec<Value> {
+    let mut history = vec![json!({"role": "system", "content": system})];
+    for n in 0..turns {
+        history.push(ask(n));
+        history.extend(round(n));
+    }
+    history.push(ask(turns));
+    history
+}
+
+fn request(messages: &[Value]) -> Value {
+    json!({"model": "mock-agent-model", "messages": messages})
+}
+
+/// Sends `request` as `credential` to `proxy`, the summariser answering after
+/// `summary_delay_ms`; returns the status and the `x-compaction` header.
+async fn send(
+    proxy: &Proxy,
+    credential: &str,
+    summary_delay_ms: u64,
+    request: &Value,
+) -> (u16, String) {
+    let window = WINDOW.to_string();
+    let delay = summary_delay_ms.to_string();
+    let headers = [
+        ("authorization", credential),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary", "ok"),
+        ("x-mock-summary-delay-ms", delay.as_str()),
+    ];
+    post_chat(proxy, &headers, request).await
+}
+
+/// The bytes the upstream received from the start of the body to the end of the summary.
+fn compacted_part(body: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(body).unwrap();
+    let end = text.find(END_MARKER)? + END_MARKER.len();
+    Some(body[..end].to_vec())
+}
+
+/// Plays turns `from..to` of a session, turn `n` on replica `n % 2`; returns each turn's
+/// `x-compaction` header. Every turn must succeed.
+async fn alternate(
+    replicas: &[Proxy; 2],
+    mock: &Mock,
+    history: &mut Vec<Value>,
+    turns: std::ops::Range<usize>,
+) -> Vec<String> {
+    let mut headers = Vec::new();
+    for n in turns {
+        history.push(ask(n));
+        let proxy = &replicas[n % 2];
+        let (status, x) = send(proxy, "Bearer fleet-client", 200, &request(history)).await;
+        assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
+        assert!(mock.state.violations.lock().unwrap().is_empty(), "turn {n}");
+        headers.push(x);
+        history.extend(round(n));
+    }
+    headers
+}
+
+/// The value of the metric `name` (with its labels) at `proxy`'s `/metrics`.
+async fn metric(proxy: &Proxy, name: &str) -> u64 {
+    let text = metrics(proxy).await;
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"));
+    line.parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_conversation_compacted_on_one_replica_resumes_on_the_other() {
+    let Some(redis) = Redis::start() else { return };
+    let mock = Mock::start().await;
+    let replicas = replicas(&mock, &redis, "resume", Some(WINDOW));
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let headers = alternate(&replicas, &mock, &mut history, 0..60).await;
+
+    // One summariser call per compaction event, whichever replica had it.
+    let llm = headers.iter().filter(|x| x.contains("summary=llm")).count();
+    assert!(llm >= 1, "{headers:#?}");
+    assert_eq!(mock.summaries().len(), llm, "{headers:#?}");
+    // Every other turn is served by the replica that did not compact: it resumes from the
+    // checkpoint the other stored, with the same bytes for the compacted part.
+    let sent = mock.recorded();
+    assert_eq!(sent.len(), headers.len(), "one upstream call per turn");
+    let mut resumed_elsewhere = 0;
+    for (turn, pair) in headers.windows(2).enumerate() {
+        if pair[0].contains("summary=llm") && pair[1].contains("summary=cache") {
+            let before = compacted_part(&sent[turn].body).expect("a compacted turn");
+            let after = compacted_part(&sent[turn + 1].body).expect("a compacted turn");
+            assert!(
+                before == after,
+                "turn {}: the compacted part changed",
+                turn + 1
+            );
+            resumed_elsewhere += 1;
+        }
+    }
+    assert!(resumed_elsewhere >= 1, "{headers:#?}");
+    let cached = headers
+        .iter()
+        .filter(|x| x.contains("summary=cache"))
+        .count();
+    assert!(cached >= 15, "{cached} turns from the cache: {headers:#?}");
+}
+
+#[tokio::test]
+async fn the_same_summary_needed_by_two_replicas_at_once_is_made_once() {
+    let Some(redis) = Redis::start() else { return };
+    let mock = Mock::start().await;
+    let [a, b] = replicas(&mock, &redis, "flight", Some(WINDOW));
+    let body = request(&session("You are a coding agent.", 40));
+    let ((status_a, x_a), (status_b, x_b)) = tokio::join!(
+        send(&a, "Bearer fleet-client", 1500, &body),
+        send(&b, "Bearer fleet-client", 1500, &body)
+    );
+    assert_eq!((status_a, status_b), (200, 200), "{x_a} {x_b}");
+    assert!(
+        x_a.contains("summary=llm") && x_b.contains("summary=llm"),
+        "{x_a}\n{x_b}"
+    );
+    assert_eq!(mock.summaries().len(), 1);
+}
+
+#[tokio::test]
+async fn a_redis_that_dies_costs_no_turn_and_is_used_again_once_back() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let mock = Mock::start().await;
+    let replicas = replicas(&mock, &redis, "outage", Some(WINDOW));
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    // Past the first compaction: each turn now looks its checkpoint up in Redis.
+    let headers = alternate(&replicas, &mock, &mut history, 0..45).await;
+    assert!(
+        headers.iter().any(|x| x.contains("summary=cache")),
+        "{headers:#?}"
+    );
+
+    redis.kill();
+    let during = alternate(&replicas, &mock, &mut history, 45..60).await;
+    assert!(
+        during.iter().any(|x| x.starts_with("applied")),
+        "{during:#?}"
+    );
+    for proxy in &replicas {
+        assert!(proxy.logged("the checkpoint store is out of reach"));
+        let lines = proxy.logs().matches("out of reach").count();
+        assert_eq!(lines, 1, "one line per outage:\n{}", proxy.logs());
+        let errors = metric(
+            proxy,
+            "compaction_proxy_store_errors_total{backend=\"redis\"}",
+        )
+        .await;
+        assert!(errors >= 1, "no store error counted");
+        let up = metric(proxy, "compaction_proxy_store_up{backend=\"redis\"}").await;
+        assert_eq!(up, 0);
+    }
+
+    redis.restart();
+    // The cache tries the store again a second after its last failure.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    alternate(&replicas, &mock, &mut history, 60..64).await;
+    for proxy in &replicas {
+        assert!(
+            proxy.logged("the checkpoint store is back"),
+            "{}",
+            proxy.logs()
+        );
+        let up = metric(proxy, "compaction_proxy_store_up{backend=\"redis\"}").await;
+        assert_eq!(up, 1);
+    }
+    // A new conversation compacted on one replica is stored in the new Redis, and the
+    // other resumes it from there.
+    let fresh = request(&session("You are another agent.", 40));
+    let (status, x) = send(&replicas[0], "Bearer another", 200, &fresh).await;
+    assert_eq!(status, 200);
+    assert!(x.contains("summary=llm"), "{x}");
+    assert!(redis.count("replicas-outage-*:cp:*") >= 1);
+    let (status, x) = send(&replicas[1], "Bearer another", 200, &fresh).await;
+    assert_eq!(status, 200);
+    assert!(x.contains("summary=cache"), "{x}");
+}
+
+#[tokio::test]
+async fn a_window_learned_by_one_replica_is_known_to_the_other() {
+    let Some(redis) = Redis::start() else { return };
+    let mock = Mock::start().await;
+    let [a, b] = replicas(&mock, &redis, "window", None);
+    let (status, x) = send(&a, "Bearer one", 200, &request(&session("Agent one.", 80))).await;
+    assert_eq!(status, 200);
+    assert!(
+        x.contains("trigger=error"),
+        "A learns the window from a refusal: {x}"
+    );
+
+    // Replicas read what others learned every two seconds.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let before = mock.recorded().len();
+    let (status, x) = send(&b, "Bearer two", 200, &request(&session("Agent two.", 80))).await;
+    assert_eq!(status, 200);
+    assert!(x.contains("trigger=preflight"), "{x}");
+    for seen in &mock.recorded()[before..] {
+        let request: Value = serde_json::from_slice(&seen.body).unwrap();
+        assert!(
+            mock_tokens(&request) <= WINDOW,
+            "B sent a request over the window"
+        );
+    }
+}
