@@ -4,6 +4,9 @@
 //! breakpoints than the client's, `system` messages all there as they came, the latest
 //! text intact, and every field but `messages` (and a lowered cap) as the client sent it.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use compaction_proxy::compact::{self, count_request, Options};
 use compaction_proxy::wire::messages::{encode, to_chat, validate};
 use proptest::prelude::*;
