@@ -1,5 +1,5 @@
 //! Where each request goes: the proxy's own endpoints, the compaction path for chat
-//! completions and the Responses API, or plain pass-through. Also the one place a request is counted, its
+//! completions, the Responses API and Anthropic's Messages API, or plain pass-through. Also the one place a request is counted, its
 //! client key checked and its outcome logged.
 
 use std::convert::Infallible;
@@ -237,6 +237,15 @@ mod tests {
             route(Method::GET, "/v1/responses/resp_1"),
             Route::Passthrough
         );
+        // Anthropic's Messages API; the query (Claude Code's `?beta=true`) is no part of
+        // the path, and counting tokens or batching is not a conversation to compact.
+        let messages = Route::Compact(Dialect::Messages);
+        assert_eq!(route(Method::POST, "/v1/messages"), messages);
+        assert_eq!(route(Method::POST, "/v1/messages?beta=true"), messages);
+        assert_eq!(route(Method::POST, "/anthropic/messages"), messages);
+        for other in ["/v1/messages/count_tokens", "/v1/messages/batches"] {
+            assert_eq!(route(Method::POST, other), Route::Passthrough, "{other}");
+        }
         assert_eq!(route(Method::POST, "/healthz"), Route::Passthrough);
         assert_eq!(route(Method::CONNECT, "/v1/models"), Route::Connect);
     }

@@ -1,5 +1,5 @@
 //! The compaction path, for every dialect [`crate::wire`] reads and writes
-//! (`POST .../chat/completions`, `POST .../responses`). The body is read (bounded) so a
+//! (`POST .../chat/completions`, `POST .../responses`, `POST .../messages`). The body is read (bounded) so a
 //! request too long for its model can be rewritten; one that needs nothing goes upstream as
 //! the client's original bytes.
 //!
@@ -62,7 +62,7 @@ pub async fn handle(
         Dialect::Responses => {
             wire::remote_compaction::expand(&original).map_or(original, Bytes::from)
         }
-        Dialect::Chat => original,
+        Dialect::Chat | Dialect::Messages => original,
     };
     if dialect == Dialect::Responses && wire::remote_compaction::is_trigger(&original) {
         let ask = remote_compaction::Ask::Trigger;

@@ -280,8 +280,10 @@ impl Summarizer {
                 counter: &counter,
             };
             let body = match call.dialect {
-                Dialect::Chat => body,
                 Dialect::Responses => responses::summary_request(&body),
+                // Messages requests are summarised by the digest (`attempt/rewrite.rs`)
+                // and never get here.
+                Dialect::Chat | Dialect::Messages => body,
             };
             let sent = Sent {
                 model,

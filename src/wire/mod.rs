@@ -1,9 +1,11 @@
 //! The API dialects the proxy compacts, as adapters around the one engine: each reads a
 //! request's steering fields, gives the chat-completions view the engine and the retry
 //! loop work on, and writes the compacted view back into the client's own request.
-//! Chat completions is the view itself; `responses` is the Responses API.
+//! Chat completions is the view itself; `responses` is the Responses API; `messages` is
+//! Anthropic's Messages API.
 
 pub mod chat;
+pub mod messages;
 pub mod remote_compaction;
 pub mod responses;
 
@@ -28,6 +30,8 @@ pub enum Dialect {
     Chat,
     /// `POST .../responses`.
     Responses,
+    /// `POST .../messages` (Anthropic).
+    Messages,
 }
 
 impl Dialect {
@@ -37,18 +41,23 @@ impl Dialect {
             Some(Dialect::Chat)
         } else if path.ends_with("/responses") {
             Some(Dialect::Responses)
+        } else if path.ends_with("/messages") {
+            // `/v1/messages/count_tokens` and `/v1/messages/batches` end otherwise: they
+            // pass through.
+            Some(Dialect::Messages)
         } else {
             None
         }
     }
 
-    pub const ALL: [Dialect; 2] = [Dialect::Chat, Dialect::Responses];
+    pub const ALL: [Dialect; 3] = [Dialect::Chat, Dialect::Responses, Dialect::Messages];
 
     /// The API's name in metrics labels and log lines.
     pub fn as_str(self) -> &'static str {
         match self {
             Dialect::Chat => "chat",
             Dialect::Responses => "responses",
+            Dialect::Messages => "messages",
         }
     }
 
@@ -58,34 +67,40 @@ impl Dialect {
         match self {
             Dialect::Chat => chat::head(body),
             Dialect::Responses => responses::head(body),
+            Dialect::Messages => messages::head(body),
         }
     }
 
-    /// The chat view of the client's request, and (for the Responses API) the request
-    /// itself, which the view is written back into.
+    /// The chat view of the client's request, and (for the dialects that are not chat)
+    /// the request itself, which the view is written back into.
     pub fn view(self, body: &[u8]) -> Option<(Value, Option<Value>)> {
         let request: Value = serde_json::from_slice(body).ok()?;
         match self {
             Dialect::Chat => Some((request, None)),
             Dialect::Responses => Some((responses::to_chat(&request)?, Some(request))),
+            Dialect::Messages => Some((messages::to_chat(&request)?, Some(request))),
         }
     }
 
-    /// The bytes to send for `view`, written into `source` for the Responses API.
+    /// The bytes to send for `view`, written into `source` for the dialects that are not
+    /// chat.
     pub fn encode(self, view: &Value, source: Option<&Value>) -> Option<Vec<u8>> {
         match (self, source) {
             (Dialect::Responses, Some(source)) => responses::encode(view, source),
+            (Dialect::Messages, Some(source)) => messages::encode(view, source),
             _ => serde_json::to_vec(view).ok(),
         }
     }
 
     /// `sent` with its completion cap set to `cap`.
     pub fn with_output_cap(self, sent: &[u8], field: &str, cap: u64) -> Option<Vec<u8>> {
-        let mut request: Value = serde_json::from_slice(sent).ok()?;
         let field = match self {
             Dialect::Chat => field,
             Dialect::Responses => "max_output_tokens",
+            // `max_tokens`, with a thinking budget that must stay below it.
+            Dialect::Messages => return messages::with_output_cap(sent, cap),
         };
+        let mut request: Value = serde_json::from_slice(sent).ok()?;
         request
             .as_object_mut()?
             .insert(field.into(), Value::from(cap));

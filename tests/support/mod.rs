@@ -31,6 +31,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 
+pub mod anthropic;
+
 type MockBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// One request as the upstream saw it.
@@ -153,6 +155,9 @@ async fn respond(
         }
         "window" if parts.uri.path().ends_with("/responses") => {
             responses_window(&state, &parts.headers, &body)
+        }
+        "window" if parts.uri.path().ends_with("/messages") => {
+            anthropic::messages_window(&state, &parts.headers, &body)
         }
         "window" => window(&state, &parts.headers, &body),
         "error" => error_answer(&parts.headers),
