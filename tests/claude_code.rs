@@ -6,7 +6,8 @@
 //! long output Claude Code sends back, so its history outgrows the window twice over.
 //! The session must live without a single `prompt is too long` reaching Claude Code,
 //! whether its own compaction is off (the proxy alone keeps the session alive) or on (it
-//! never has to step in).
+//! never has to step in, and when asked to, with `/compact`, its request for a summary of
+//! the whole history is compacted too).
 //!
 //! Without Claude Code installed these tests say so and pass, unless
 //! `COMPACTION_PROXY_REQUIRE_CLIENTS` is set (as `scripts/test.sh` and CI do).
@@ -22,6 +23,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::anthropic::{AGENT_SUMMARY, OWN_COMPACTION};
 use support::{metrics, Mock, Proxy, Recorded};
 
 /// The mock's window, in its own tokens. Claude Code's first request (system prompt,
@@ -105,13 +107,30 @@ impl Session {
         }
     }
 
-    /// One turn; Claude Code's JSON result, after checking that it exited 0 with a
-    /// result that is not an error.
-    async fn turn(&self, n: usize, proxy: &Proxy) -> Value {
+    /// Turn `n`: asks for [`command`]`(n)` to be run and reported on. The turn must end
+    /// as a success: Bash allowed, and the mock's final answer as the result.
+    async fn turn(&self, n: usize, proxy: &Proxy) {
         let prompt = format!(
             "step {n}: run `{}` and tell me whether every module compiled",
             command(n)
         );
+        let result = self
+            .claude(&format!("turn {n}"), n > 0, &prompt, proxy)
+            .await;
+        assert_eq!(result["subtype"], "success", "turn {n}: {result}");
+        assert_eq!(result["terminal_reason"], "completed", "turn {n}: {result}");
+        assert_eq!(
+            result["permission_denials"],
+            json!([]),
+            "turn {n}: Bash refused"
+        );
+        let answer = result["result"].as_str().unwrap_or_default();
+        assert!(answer.starts_with("MOCK-AGENT"), "turn {n}: {result}");
+    }
+
+    /// `claude -p PROMPT` (`-c`: continuing the workspace's last session); Claude Code's
+    /// JSON result, after checking that it exited 0 with a result that is not an error.
+    async fn claude(&self, what: &str, resume: bool, prompt: &str, proxy: &Proxy) -> Value {
         let mut command = Command::new(&self.claude);
         // Nothing of the environment the tests run in reaches Claude Code (a key, a
         // model, a config directory of the engineer's): only what a new user sets.
@@ -119,10 +138,10 @@ impl Session {
             .current_dir(&self.workspace)
             .env_clear()
             .envs(&self.env)
-            .args(if n == 0 {
-                &["-p"][..]
-            } else {
+            .args(if resume {
                 &["-c", "-p"][..]
+            } else {
+                &["-p"][..]
             })
             .arg(prompt)
             .args(["--output-format", "json", "--allowedTools", "Bash"])
@@ -135,19 +154,19 @@ impl Session {
                 .output(),
         )
         .await
-        .unwrap_or_else(|_| panic!("turn {n}: Claude Code still running after 120 s"))
+        .unwrap_or_else(|_| panic!("{what}: Claude Code still running after 120 s"))
         .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         let result: Value = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
         assert!(
             output.status.success() && result["is_error"] == false,
-            "turn {n}: Claude Code failed ({}):\n{stdout}\n{stderr}\nproxy logs:\n{}",
+            "{what}: Claude Code failed ({}):\n{stdout}\n{stderr}\nproxy logs:\n{}",
             output.status,
             proxy.logs()
         );
         eprintln!(
-            "turn {n}: {:.1} s, {:.60}",
+            "{what}: {:.1} s, {:.60}",
             started.elapsed().as_secs_f64(),
             result["result"].as_str().unwrap_or_default()
         );
@@ -155,10 +174,8 @@ impl Session {
     }
 }
 
-/// A whole session: the first turn with `claude -p`, the others with `claude -c -p`, each
-/// asking to run [`command`] and report on it. Every turn must end as a success: exit 0,
-/// a result that is not an error, Bash allowed, and the mock's final answer as result.
-async fn session(own_compaction: bool) -> Option<(Mock, Proxy)> {
+/// A whole session: the first turn with `claude -p`, the others with `claude -c -p`.
+async fn session(own_compaction: bool) -> Option<(Mock, Proxy, Session)> {
     let claude = claude()?;
     let mock = Mock::start().await;
     // As a new user runs it: the proxy is told nothing of the model's window.
@@ -166,19 +183,14 @@ async fn session(own_compaction: bool) -> Option<(Mock, Proxy)> {
     let session = Session::new(claude, &proxy, own_compaction);
     let started = Instant::now();
     for n in 0..TURNS {
-        let result = session.turn(n, &proxy).await;
-        assert_eq!(result["subtype"], "success", "turn {n}: {result}");
-        assert_eq!(result["terminal_reason"], "completed", "turn {n}: {result}");
-        assert_eq!(result["permission_denials"], json!([]), "turn {n}");
-        let answer = result["result"].as_str().unwrap_or_default();
-        assert!(answer.starts_with("MOCK-AGENT"), "turn {n}: {result}");
+        session.turn(n, &proxy).await;
     }
     eprintln!(
         "{TURNS} turns in {:.1} s, {} requests upstream",
         started.elapsed().as_secs_f64(),
         mock.recorded().len()
     );
-    Some((mock, proxy))
+    Some((mock, proxy, session))
 }
 
 /// The Messages requests the mock received (the proxy's summariser calls aside).
@@ -223,16 +235,16 @@ fn history_tokens(requests: &[Value], outputs: &[Option<String>]) -> u64 {
     support::anthropic::tokens(&history)
 }
 
-/// Requests of Claude Code's own compaction: it answers a `prompt is too long` by asking
-/// the model for a summary of the whole conversation, without tools.
-fn own_compactions(requests: &[Value]) -> usize {
+/// Requests of Claude Code's own compaction: the whole conversation, and a last user
+/// message asking for a summary without tools.
+fn own_compactions(requests: &[Value]) -> Vec<&Value> {
     requests
         .iter()
         .filter(|r| {
             let last = r["messages"].as_array().and_then(|m| m.last());
-            last.is_some_and(|m| m["content"].to_string().contains("Do NOT call any tools"))
+            last.is_some_and(|m| m["content"].to_string().contains(OWN_COMPACTION))
         })
-        .count()
+        .collect()
 }
 
 /// The proxy's answers to Claude Code's Messages requests that were not a 200, from its
@@ -256,11 +268,37 @@ async fn counter(proxy: &Proxy, name: &str) -> u64 {
     value.unwrap_or_else(|| panic!("no {name} in:\n{text}"))
 }
 
+/// What Claude Code sends beside the body reached the upstream on every request,
+/// compacted or not: the query, its key, the API version, its betas (the `system`
+/// messages need `per-turn-control`) and its session header.
+fn sent_as_claude_code_sent(recorded: &Recorded) {
+    let header = |name: &str| {
+        let value = recorded.headers.get(name);
+        value.map_or("", |v| v.to_str().unwrap()).to_owned()
+    };
+    assert_eq!(recorded.uri, "/v1/messages?beta=true");
+    assert_eq!(header("x-api-key"), "sk-ant-dummy");
+    assert_eq!(header("anthropic-version"), "2023-06-01");
+    let betas = header("anthropic-beta");
+    for beta in [
+        "claude-code-20250219",
+        "context-management-2025-06-27",
+        "per-turn-control-2026-07-01",
+    ] {
+        assert!(
+            betas.split(',').any(|b| b == beta),
+            "{beta} missing: {betas}"
+        );
+    }
+    assert!(!header("x-claude-code-session-id").is_empty());
+}
+
 /// What both sessions must show: the history outgrew the window twice over, every turn's
 /// command output reached the model, no error reached Claude Code, the proxy compacted,
 /// and what it sent was a valid Messages request each time (thinking signed as the mock
-/// signed it included).
+/// signed it included), with Claude Code's headers.
 async fn the_proxy_kept_the_session_alive(mock: &Mock, proxy: &Proxy) {
+    mock.recorded().iter().for_each(sent_as_claude_code_sent);
     let requests = requests(mock);
     let outputs = command_outputs(&requests);
     for (n, output) in outputs.iter().enumerate() {
@@ -307,18 +345,47 @@ async fn the_proxy_kept_the_session_alive(mock: &Mock, proxy: &Proxy) {
 
 #[tokio::test]
 async fn claude_code_with_its_own_compaction_off_lives_on_the_proxy_alone() {
-    let Some((mock, proxy)) = session(false).await else {
+    let Some((mock, proxy, _)) = session(false).await else {
         return;
     };
     the_proxy_kept_the_session_alive(&mock, &proxy).await;
 }
 
 #[tokio::test]
-async fn claude_code_never_has_to_compact_by_itself() {
-    let Some((mock, proxy)) = session(true).await else {
+async fn claude_code_never_has_to_compact_by_itself_and_its_compact_still_works() {
+    let Some((mock, proxy, session)) = session(true).await else {
         return;
     };
     the_proxy_kept_the_session_alive(&mock, &proxy).await;
     // Claude Code compacts when an upstream says `prompt is too long`: it never heard it.
-    assert_eq!(own_compactions(&requests(&mock)), 0);
+    assert!(own_compactions(&requests(&mock)).is_empty());
+
+    // Asked for (`/compact`), its compaction sends the whole history, over the window:
+    // the proxy compacts that request too, its instruction kept, and it succeeds.
+    let result = session.claude("/compact", true, "/compact", &proxy).await;
+    assert_eq!(result["subtype"], "success", "{result}");
+    let requests = requests(&mock);
+    let asked = own_compactions(&requests);
+    assert_eq!(asked.len(), 1, "one request for a summary, answered");
+    assert!(support::anthropic::tokens(asked[0]) <= WINDOW);
+    let last_message = asked[0]["messages"].as_array().unwrap().last().unwrap();
+    let instruction = last_message["content"].as_array().unwrap().last().unwrap();
+    assert!(
+        instruction["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."),
+        "{instruction}"
+    );
+    // The session goes on from the summary Claude Code made of the mock's answer.
+    session.turn(TURNS, &proxy).await;
+    let last = String::from_utf8_lossy(&mock.last().body).into_owned();
+    assert!(
+        last.contains("This session is being continued"),
+        "{last:.2000}"
+    );
+    assert!(last.contains(AGENT_SUMMARY), "{last:.2000}");
+    let errors = errors_answered(&proxy);
+    assert!(errors.is_empty(), "errors reached Claude Code: {errors:#?}");
+    assert!(mock.state.violations.lock().unwrap().is_empty());
 }

@@ -96,9 +96,13 @@ pub fn messages_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> R
     }
 }
 
+/// What the mock's summary says when an agent compacts by itself.
+pub const AGENT_SUMMARY: &str =
+    "1. Primary Request: run the commands the user names and report on their output.";
+
 /// Marks what Claude Code asks when it compacts by itself: a last user message telling
 /// the model to summarise without tools.
-const OWN_COMPACTION: &str = "Do NOT call any tools";
+pub const OWN_COMPACTION: &str = "Do NOT call any tools";
 
 /// A new message id: a client may key what it stores by it (Claude Code files the blocks
 /// of one streamed message under its id, and rebuilds the message from them on resume).
@@ -140,7 +144,7 @@ pub fn agent(request: &Value) -> Vec<Value> {
         .and_then(|(_, rest)| rest.split_once('`'))
         .map(|(command, _)| command.to_owned());
     let (thought, last) = if prompt.contains(OWN_COMPACTION) {
-        let summary = "<analysis>The user ran commands and read their output.</analysis>\n<summary>\n1. Primary Request: run the commands the user names and report on their output.\n</summary>";
+        let summary = format!("<analysis>The user ran commands and read their output.</analysis>\n<summary>\n{AGENT_SUMMARY}\n</summary>");
         (
             "Summarise the conversation.",
             json!({"type": "text", "text": summary}),
