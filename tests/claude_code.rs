@@ -204,9 +204,9 @@ fn requests(mock: &Mock) -> Vec<Value> {
 }
 
 /// The output of each command Claude Code ran, by the turn that asked for it, as it came
-/// back to the model in a `tool_result`.
+/// back to the model in a `tool_result` (whole, at least once: in the turn that ran it).
 fn command_outputs(requests: &[Value]) -> Vec<Option<String>> {
-    let mut outputs = vec![None; TURNS];
+    let mut outputs: Vec<Option<String>> = vec![None; TURNS];
     let results = requests
         .iter()
         .flat_map(|r| r["messages"].as_array().unwrap())
@@ -215,8 +215,11 @@ fn command_outputs(requests: &[Value]) -> Vec<Option<String>> {
     for block in results {
         let output = block["content"].as_str().unwrap_or_default();
         let turn = (0..TURNS).find(|n| output.starts_with(&format!("turn {n}, line 1 ")));
+        // The proxy may send an older output cut short: the longest is what ran.
         if let Some(n) = turn {
-            outputs[n] = Some(output.to_owned());
+            if outputs[n].as_ref().is_none_or(|o| o.len() < output.len()) {
+                outputs[n] = Some(output.to_owned());
+            }
         }
     }
     outputs
