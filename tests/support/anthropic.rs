@@ -2,6 +2,14 @@
 //! the mock's own tokens (`x-mock-window`), Anthropic's refusals for a request over it
 //! (`x-mock-shape`), every request checked as the API checks it (what it finds goes to
 //! `violations`), and answers in Anthropic's shape, streamed in its event order.
+//!
+//! It plays a model as far as a client's loop needs: with `thinking` enabled it thinks
+//! first, in a signed block the API would reject if it came back altered; with
+//! `x-mock-tools: call` it calls the request's first tool until a tool result comes back.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
@@ -43,6 +51,10 @@ pub fn messages_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> R
         state.violations.lock().unwrap().push(e.to_string());
         return error(400, "invalid_request_error", &e.to_string());
     }
+    if let Err(e) = check_thinking(&request) {
+        state.violations.lock().unwrap().push(e.clone());
+        return error(400, "invalid_request_error", &e);
+    }
     let prompt = tokens(&request);
     let output = request["max_tokens"].as_u64().unwrap_or(0);
     let stream = request["stream"] == true;
@@ -64,15 +76,100 @@ pub fn messages_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> R
         }
         _ => {}
     }
-    let messages = request["messages"].as_array().map_or(0, Vec::len);
-    let reply = format!("MOCK-MESSAGE: saw {messages} messages");
+    let (content, stop_reason) = answer(headers, &request);
     if stream {
-        answer_stream(&reply, prompt)
+        answer_stream(&content, stop_reason, prompt)
     } else {
         json(json!({"id": "msg_mock", "type": "message", "role": "assistant", "model": request["model"],
-            "content": [{"type": "text", "text": reply}], "stop_reason": "end_turn", "stop_sequence": null,
+            "content": content, "stop_reason": stop_reason, "stop_sequence": null,
             "usage": {"input_tokens": prompt, "output_tokens": 5}}).to_string())
     }
+}
+
+/// Numbers the mock's answers, so that no two thinking blocks or tool calls are alike.
+static ANSWERS: AtomicU64 = AtomicU64::new(0);
+
+/// The content blocks of the answer to `request`, and its stop reason: a signed thinking
+/// block first when the request enables thinking; then, with `x-mock-tools: call`, a call
+/// of the first tool unless the last message brings tool results; else the text
+/// "MOCK-MESSAGE: saw N messages".
+fn answer(headers: &HeaderMap, request: &Value) -> (Vec<Value>, &'static str) {
+    let n = ANSWERS.fetch_add(1, Ordering::Relaxed);
+    let messages = request["messages"].as_array().map_or(&[][..], Vec::as_slice);
+    let mut content = Vec::new();
+    if request["thinking"]["type"] == "enabled" {
+        let thinking = format!(
+            "Answer {n}: {} messages so far; what next?",
+            messages.len()
+        );
+        content.push(json!({"type": "thinking", "signature": signature(&thinking), "thinking": thinking}));
+    }
+    let brings_results = messages.last().is_some_and(|m| {
+        m["content"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|b| b["type"] == "tool_result"))
+    });
+    let tool = &request["tools"][0]["name"];
+    if header_str(headers, "x-mock-tools") == "call" && tool.is_string() && !brings_results {
+        content.push(json!({"type": "tool_use", "id": format!("toolu_mock_{n:06}"), "name": tool,
+            "input": {"path": format!("build_{n}.log")}}));
+        return (content, "tool_use");
+    }
+    let reply = format!("MOCK-MESSAGE: saw {} messages", messages.len());
+    content.push(json!({"type": "text", "text": reply}));
+    (content, "end_turn")
+}
+
+/// The mock's signature of a thinking text. Anthropic's signatures are opaque; this one
+/// is checkable, so that a thinking block altered on its way back is caught.
+pub fn signature(thinking: &str) -> String {
+    let mut hasher = DefaultHasher::new();
+    thinking.hash(&mut hasher);
+    format!("mock-sig-{:016x}", hasher.finish())
+}
+
+/// What the API checks of thinking blocks sent back: each as the model wrote it (the
+/// mock's signature matches its text), and, with thinking enabled, a budget of at least
+/// 1024 tokens below `max_tokens`, and the assistant message whose
+/// tool calls the last message answers still opening with its thinking (the API's "a
+/// final assistant message must start with a thinking block").
+fn check_thinking(request: &Value) -> Result<(), String> {
+    let messages = request["messages"].as_array().map_or(&[][..], Vec::as_slice);
+    for (i, message) in messages.iter().enumerate() {
+        for block in message["content"].as_array().into_iter().flatten() {
+            // Only the mock's own signatures can be checked: tests write others by hand.
+            let signed = block["signature"]
+                .as_str()
+                .filter(|s| s.starts_with("mock-sig-"));
+            let Some(signed) = signed.filter(|_| block["type"] == "thinking") else {
+                continue;
+            };
+            if signed != signature(block["thinking"].as_str().unwrap_or("")) {
+                return Err(format!(
+                    "messages.{i}: invalid signature in thinking block: {block}"
+                ));
+            }
+        }
+    }
+    if request["thinking"]["type"] != "enabled" {
+        return Ok(());
+    }
+    let budget = request["thinking"]["budget_tokens"].as_u64().unwrap_or(0);
+    let max_tokens = request["max_tokens"].as_u64().unwrap_or(0);
+    if budget < 1024 || budget >= max_tokens {
+        return Err(format!("thinking.budget_tokens {budget}: must be at least 1024 and less than max_tokens ({max_tokens})"));
+    }
+    let answers_calls = messages.last().is_some_and(|m| {
+        m["role"] == "user" && m["content"][0]["type"] == "tool_result"
+    });
+    let calling = messages.iter().rposition(|m| m["role"] == "assistant");
+    if let (true, Some(i)) = (answers_calls, calling) {
+        let first = &messages[i]["content"][0]["type"];
+        if first != "thinking" && first != "redacted_thinking" {
+            return Err(format!("messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found {first}. When `thinking` is enabled, a final `assistant` message must start with a thinking block"));
+        }
+    }
+    Ok(())
 }
 
 fn error(status: u16, kind: &str, message: &str) -> Response<MockBody> {
@@ -108,25 +205,49 @@ fn stream_error(message: &str) -> Response<MockBody> {
     sse_response(full(events))
 }
 
-/// `reply` streamed in Anthropic's event order, in two deltas.
-fn answer_stream(reply: &str, input_tokens: u64) -> Response<MockBody> {
-    let (a, b) = reply.split_at(reply.len() / 2);
-    let delta = |text: &str| {
-        event(&json!({"type": "content_block_delta", "index": 0,
-            "delta": {"type": "text_delta", "text": text}}))
-    };
-    let events = [
-        message_start(input_tokens),
-        event(&json!({"type": "ping"})),
-        event(&json!({"type": "content_block_start", "index": 0,
-            "content_block": {"type": "text", "text": ""}})),
-        delta(a),
-        delta(b),
-        event(&json!({"type": "content_block_stop", "index": 0})),
-        event(&json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+/// `content` streamed in Anthropic's event order: each block opened empty, filled by
+/// deltas (text in two; thinking, then its signature; a tool's input as JSON), closed.
+fn answer_stream(content: &[Value], stop_reason: &str, input_tokens: u64) -> Response<MockBody> {
+    let mut events = vec![message_start(input_tokens), event(&json!({"type": "ping"}))];
+    for (index, block) in content.iter().enumerate() {
+        let (start, deltas) = match block["type"].as_str().unwrap() {
+            "thinking" => (
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+                vec![
+                    json!({"type": "thinking_delta", "thinking": block["thinking"]}),
+                    json!({"type": "signature_delta", "signature": block["signature"]}),
+                ],
+            ),
+            "tool_use" => (
+                json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
+                vec![json!({"type": "input_json_delta", "partial_json": block["input"].to_string()})],
+            ),
+            _ => {
+                let text = block["text"].as_str().unwrap();
+                let (a, b) = text.split_at(text.len() / 2);
+                (
+                    json!({"type": "text", "text": ""}),
+                    vec![
+                        json!({"type": "text_delta", "text": a}),
+                        json!({"type": "text_delta", "text": b}),
+                    ],
+                )
+            }
+        };
+        events.push(event(
+            &json!({"type": "content_block_start", "index": index, "content_block": start}),
+        ));
+        for delta in deltas {
+            events.push(event(
+                &json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            ));
+        }
+        events.push(event(&json!({"type": "content_block_stop", "index": index})));
+    }
+    events.extend([
+        event(&json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
             "usage": {"input_tokens": input_tokens, "output_tokens": 5}})),
         event(&json!({"type": "message_stop"})),
-    ]
-    .concat();
-    sse_response(full(events))
+    ]);
+    sse_response(full(events.concat()))
 }

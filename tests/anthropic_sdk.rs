@@ -1,0 +1,204 @@
+//! The official `anthropic` Python SDK, unmodified, pointed at the proxy as its users
+//! point it anywhere (`ANTHROPIC_BASE_URL`, the proxy without `/v1`; a dummy key), lives
+//! through an agent session that outgrows its model's window several times: with tools
+//! and without streaming, and streamed with extended thinking, whose signed blocks must
+//! reach the upstream as the model wrote them.
+//!
+//! The SDK lives in the virtualenv made by `scripts/setup-clients.sh`. Without it these
+//! tests say so and pass, unless `COMPACTION_PROXY_REQUIRE_CLIENTS` is set (as
+//! `scripts/test.sh` and CI do), in which case a missing SDK fails.
+
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use compaction_proxy::compact::MARKER;
+use serde_json::{json, Value};
+use support::{metrics, Mock, Proxy};
+
+/// The mock's window, in its tokens, as `tests/clients/anthropic_sdk_session.py` sets it.
+const WINDOW: u64 = 6000;
+
+/// The virtualenv's Python, if the SDK is installed in it.
+fn python_with_the_sdk() -> Option<PathBuf> {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let python = std::env::var_os("COMPACTION_PROXY_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or(venv);
+    let installed = Command::new(&python)
+        .args(["-c", "import anthropic"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if installed {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
+        "the anthropic SDK is missing from {}: run scripts/setup-clients.sh",
+        python.display()
+    );
+    eprintln!(
+        "skipping: the anthropic SDK is missing from {} (run scripts/setup-clients.sh)",
+        python.display()
+    );
+    None
+}
+
+/// A finished session: the mock and proxy it ran against, and the script's report.
+struct Session {
+    mock: Mock,
+    proxy: Proxy,
+    report: Value,
+}
+
+/// Runs `tests/clients/anthropic_sdk_session.py` in `mode` against a proxy in front of a
+/// fresh mock, and checks what every session must show: each turn completed without an
+/// error reaching the SDK, the history it holds outgrew the window several times, the
+/// upstream refused at least one request and received no invalid one, and the proxy
+/// compacted (as its `x-compaction` header told the SDK, and its metrics count).
+async fn session(python: PathBuf, mode: &str) -> Session {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url(""), "");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/anthropic_sdk_session.py"
+    );
+    // A fresh HOME: no credentials profile of the machine's for the SDK to discover.
+    let home = support::tempdir();
+    let output = tokio::process::Command::from(Command::new(python))
+        .args([script, mode])
+        .env("ANTHROPIC_BASE_URL", proxy.url(""))
+        .env("HOME", &home)
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("no error seen by the SDK"),
+        "{mode} session failed:\n{stdout}\n{stderr}\nproxy logs:\n{}",
+        proxy.logs()
+    );
+    let report: Value = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("REPORT "))
+        .map(|r| serde_json::from_str(r).unwrap())
+        .expect("the script's report");
+    eprintln!(
+        "anthropic {}: {mode}: {} turns, {} requests, {} compacted",
+        report["sdk"], report["turns"], report["requests"], report["compacted"]
+    );
+
+    let history = report["history_chars"].as_u64().unwrap() / 3;
+    assert!(
+        history > 3 * WINDOW,
+        "the history ({history} tokens) should outgrow the window several times"
+    );
+    let violations = mock.state.violations.lock().unwrap().clone();
+    assert!(violations.is_empty(), "{violations:?}");
+    let recorded = mock.recorded();
+    let refused = recorded
+        .iter()
+        .filter(|r| support::anthropic::tokens(&body_of(r)) > WINDOW)
+        .count();
+    assert!(refused >= 1, "the upstream never refused a request");
+    for request in &recorded {
+        assert_eq!(request.uri, "/v1/messages");
+        // The SDK's credential and version headers, as it sent them (2.x sends its key
+        // as a bearer token).
+        assert_eq!(request.headers["authorization"], "Bearer sk-ant-dummy");
+        assert!(request.headers.contains_key("anthropic-version"));
+    }
+    assert!(report["compacted"].as_u64().unwrap() >= 2, "{report}");
+    let metrics = metrics(&proxy).await;
+    let compactions = count(&metrics, "compaction_proxy_compactions_by_api_total{api=\"messages\"}");
+    assert!(compactions >= 2, "{metrics}");
+    assert!(
+        count(&metrics, "compaction_proxy_compactions_total{trigger=\"error\"}") >= 1,
+        "no overflow was recovered from: {metrics}"
+    );
+    Session {
+        mock,
+        proxy,
+        report,
+    }
+}
+
+fn body_of(recorded: &support::Recorded) -> Value {
+    serde_json::from_slice(&recorded.body).unwrap()
+}
+
+/// The value of the metric line `name`.
+fn count(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+}
+
+#[tokio::test]
+async fn a_tool_loop_with_messages_create_never_sees_an_overflow() {
+    let Some(python) = python_with_the_sdk() else {
+        return;
+    };
+    let Session { mock, .. } = session(python, "tools").await;
+    // The last request is the last turn's tool result, after a summary of the start.
+    let last = body_of(&mock.last());
+    let messages = last["messages"].as_array().unwrap();
+    assert!(last.to_string().contains(MARKER), "{last}");
+    let results = &messages.last().unwrap()["content"][0];
+    assert_eq!(results["type"], "tool_result");
+    assert!(results["content"]
+        .as_str()
+        .unwrap()
+        .contains("no method named `frobnicate` found (turn 16)"));
+}
+
+#[tokio::test]
+async fn a_streamed_session_with_extended_thinking_keeps_every_kept_thinking_block() {
+    let Some(python) = python_with_the_sdk() else {
+        return;
+    };
+    let Session {
+        mock,
+        proxy,
+        report,
+    } = session(python, "thinking-stream").await;
+    // Every answer the SDK received opened with a signed thinking block; all but the
+    // last went back in the history. The last request kept the latest of them, as they
+    // came, the turn in progress's among them, and dropped the rest with their turns.
+    let received = report["thinking"].as_array().unwrap();
+    let sent_back = &received[..received.len() - 1];
+    let last = mock.last();
+    let body = body_of(&last);
+    let kept: Vec<&Value> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .flat_map(|m| m["content"].as_array().unwrap())
+        .filter(|b| b["type"] == "thinking")
+        .collect();
+    assert!(
+        !kept.is_empty() && kept.len() < sent_back.len(),
+        "{} of {} thinking blocks kept\nproxy logs:\n{}",
+        kept.len(),
+        sent_back.len(),
+        proxy.logs()
+    );
+    let latest = &sent_back[sent_back.len() - kept.len()..];
+    for (block, received) in kept.iter().zip(latest) {
+        let expected = json!({"type": "thinking", "thinking": received["thinking"],
+            "signature": received["signature"]});
+        assert_eq!(*block, &expected);
+        let signature = format!("\"signature\":{}", received["signature"]);
+        assert!(String::from_utf8_lossy(&last.body).contains(&signature));
+    }
+    assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+}
