@@ -60,7 +60,7 @@ struct Session {
 /// error reaching the SDK, the history it holds outgrew the window several times, the
 /// upstream refused at least one request and received no invalid one, and the proxy
 /// compacted (as its `x-compaction` header told the SDK, and its metrics count).
-async fn session(python: PathBuf, mode: &str) -> Session {
+async fn session(python: PathBuf, mode: &str, shape: &str) -> Session {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url(""), "");
     let script = concat!(
@@ -73,6 +73,7 @@ async fn session(python: PathBuf, mode: &str) -> Session {
         .args([script, mode])
         .env("ANTHROPIC_BASE_URL", proxy.url(""))
         .env("HOME", &home)
+        .env("MOCK_SHAPE", shape)
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("ANTHROPIC_AUTH_TOKEN")
         .output()
@@ -103,11 +104,6 @@ async fn session(python: PathBuf, mode: &str) -> Session {
     let violations = mock.state.violations.lock().unwrap().clone();
     assert!(violations.is_empty(), "{violations:?}");
     let recorded = mock.recorded();
-    let refused = recorded
-        .iter()
-        .filter(|r| support::anthropic::tokens(&body_of(r)) > WINDOW)
-        .count();
-    assert!(refused >= 1, "the upstream never refused a request");
     for request in &recorded {
         assert_eq!(request.uri, "/v1/messages");
         // The SDK's credential and version headers, as it sent them (2.x sends its key
@@ -117,10 +113,16 @@ async fn session(python: PathBuf, mode: &str) -> Session {
     }
     assert!(report["compacted"].as_u64().unwrap() >= 2, "{report}");
     let metrics = metrics(&proxy).await;
-    let compactions = count(&metrics, "compaction_proxy_compactions_by_api_total{api=\"messages\"}");
+    let compactions = count(
+        &metrics,
+        "compaction_proxy_compactions_by_api_total{api=\"messages\"}",
+    );
     assert!(compactions >= 2, "{metrics}");
     assert!(
-        count(&metrics, "compaction_proxy_compactions_total{trigger=\"error\"}") >= 1,
+        count(
+            &metrics,
+            "compaction_proxy_compactions_total{trigger=\"error\"}"
+        ) >= 1,
         "no overflow was recovered from: {metrics}"
     );
     Session {
@@ -147,7 +149,7 @@ async fn a_tool_loop_with_messages_create_never_sees_an_overflow() {
     let Some(python) = python_with_the_sdk() else {
         return;
     };
-    let Session { mock, .. } = session(python, "tools").await;
+    let Session { mock, .. } = session(python, "tools", "anthropic").await;
     // The last request is the last turn's tool result, after a summary of the start.
     let last = body_of(&mock.last());
     let messages = last["messages"].as_array().unwrap();
@@ -165,17 +167,30 @@ async fn a_streamed_session_with_extended_thinking_keeps_every_kept_thinking_blo
     let Some(python) = python_with_the_sdk() else {
         return;
     };
-    let Session {
-        mock,
-        proxy,
-        report,
-    } = session(python, "thinking-stream").await;
-    // Every answer the SDK received opened with a signed thinking block; all but the
-    // last went back in the history. The last request kept the latest of them, as they
-    // came, the turn in progress's among them, and dropped the rest with their turns.
-    let received = report["thinking"].as_array().unwrap();
+    // Refused in the stream itself (an `error` event in a 200), and for a prompt and
+    // `max_tokens` together over the window: the proxy then lowers `max_tokens`, which
+    // must stay above the thinking budget.
+    for shape in ["anthropic-stream", "anthropic-max-tokens"] {
+        let session = session(python.clone(), "thinking-stream", shape).await;
+        thinking_blocks_went_back_as_received(&session, shape);
+    }
+}
+
+/// Every answer the SDK received opened with a signed thinking block; all but the last
+/// went back in the history. The last request carries some of them, each as the SDK
+/// received it and in the order received, ending with the turn in progress's; the others
+/// went with the turns the proxy summarised.
+fn thinking_blocks_went_back_as_received(session: &Session, shape: &str) {
+    let as_received = |r: &Value| json!({"type": "thinking", "thinking": r["thinking"], "signature": r["signature"]});
+    let received: Vec<Value> = session.report["thinking"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(as_received)
+        .collect();
     let sent_back = &received[..received.len() - 1];
-    let last = mock.last();
+    let last = session.mock.last();
+    let raw = String::from_utf8_lossy(&last.body);
     let body = body_of(&last);
     let kept: Vec<&Value> = body["messages"]
         .as_array()
@@ -187,18 +202,72 @@ async fn a_streamed_session_with_extended_thinking_keeps_every_kept_thinking_blo
         .collect();
     assert!(
         !kept.is_empty() && kept.len() < sent_back.len(),
-        "{} of {} thinking blocks kept\nproxy logs:\n{}",
+        "{shape}: {} of {} thinking blocks kept\nproxy logs:\n{}",
         kept.len(),
         sent_back.len(),
-        proxy.logs()
+        session.proxy.logs()
     );
-    let latest = &sent_back[sent_back.len() - kept.len()..];
-    for (block, received) in kept.iter().zip(latest) {
-        let expected = json!({"type": "thinking", "thinking": received["thinking"],
-            "signature": received["signature"]});
-        assert_eq!(*block, &expected);
-        let signature = format!("\"signature\":{}", received["signature"]);
-        assert!(String::from_utf8_lossy(&last.body).contains(&signature));
+    let mut in_order = sent_back.iter();
+    for block in &kept {
+        assert!(
+            in_order.any(|r| r == *block),
+            "{shape}: {block}: not received, or out of order"
+        );
+        // In the bytes too: the thinking and its signature, escaped as they came.
+        for field in ["thinking", "signature"] {
+            assert!(
+                raw.contains(&format!("\"{field}\":{}", block[field])),
+                "{shape}"
+            );
+        }
     }
-    assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+    assert_eq!(
+        kept.last(),
+        sent_back.last().as_ref(),
+        "{shape}: the turn in progress's"
+    );
+    assert_eq!(
+        body["thinking"],
+        json!({"type": "enabled", "budget_tokens": 1024}),
+        "{shape}"
+    );
+}
+
+/// The mock's checks above are only as good as its rejections: a thinking block altered
+/// on its way back, a tool loop whose calling turn lost its thinking, and a thinking
+/// budget not below `max_tokens` are refused as the API refuses them, and recorded.
+#[tokio::test]
+async fn the_mock_refuses_thinking_the_api_would_refuse() {
+    let mock = Mock::start().await;
+    let thinking = "Answer 1: what next?";
+    let signed = json!({"type": "thinking", "thinking": thinking,
+        "signature": support::anthropic::signature(thinking)});
+    let altered = json!({"type": "thinking", "thinking": "Answer 1: what next",
+        "signature": support::anthropic::signature(thinking)});
+    let call = json!({"type": "tool_use", "id": "toolu_1", "name": "read_log", "input": {}});
+    let loop_with = |assistant: Vec<Value>, budget: u64| {
+        json!({"model": "m", "max_tokens": 2048,
+            "thinking": {"type": "enabled", "budget_tokens": budget},
+            "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": assistant},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}]})
+    };
+    let cases = [
+        (loop_with(vec![signed.clone(), call.clone()], 1024), 200),
+        (loop_with(vec![altered, call.clone()], 1024), 400),
+        (loop_with(vec![call.clone()], 1024), 400),
+        (loop_with(vec![signed, call], 2048), 400),
+    ];
+    for (request, status) in cases {
+        let response = support::client()
+            .post(mock.url("/v1/messages"))
+            .header("x-mock", "window")
+            .json(&request)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{request}");
+    }
+    assert_eq!(mock.state.violations.lock().unwrap().len(), 3);
 }

@@ -18,13 +18,16 @@ block the SDK received, in order.
 """
 
 import json
+import os
 import sys
 
 import anthropic
 
 TURNS = 16
 WINDOW = 6000
-HEADERS = {"x-mock": "window", "x-mock-window": str(WINDOW), "x-mock-tools": "call"}
+# How the upstream refuses an overlong request: `MOCK_SHAPE`, as the mock's `x-mock-shape`.
+SHAPE = os.environ.get("MOCK_SHAPE", "anthropic")
+HEADERS = {"x-mock": "window", "x-mock-window": str(WINDOW), "x-mock-shape": SHAPE, "x-mock-tools": "call"}
 MODEL = "claude-sonnet-4-5"
 SYSTEM = "You are a build assistant. Read the logs you are pointed at, then say what failed."
 TOOLS = [

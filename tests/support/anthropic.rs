@@ -95,14 +95,15 @@ static ANSWERS: AtomicU64 = AtomicU64::new(0);
 /// "MOCK-MESSAGE: saw N messages".
 fn answer(headers: &HeaderMap, request: &Value) -> (Vec<Value>, &'static str) {
     let n = ANSWERS.fetch_add(1, Ordering::Relaxed);
-    let messages = request["messages"].as_array().map_or(&[][..], Vec::as_slice);
+    let messages = request["messages"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
     let mut content = Vec::new();
     if request["thinking"]["type"] == "enabled" {
-        let thinking = format!(
-            "Answer {n}: {} messages so far; what next?",
-            messages.len()
+        let thinking = format!("Answer {n}: {} messages so far; what next?", messages.len());
+        content.push(
+            json!({"type": "thinking", "signature": signature(&thinking), "thinking": thinking}),
         );
-        content.push(json!({"type": "thinking", "signature": signature(&thinking), "thinking": thinking}));
     }
     let brings_results = messages.last().is_some_and(|m| {
         m["content"]
@@ -111,8 +112,10 @@ fn answer(headers: &HeaderMap, request: &Value) -> (Vec<Value>, &'static str) {
     });
     let tool = &request["tools"][0]["name"];
     if header_str(headers, "x-mock-tools") == "call" && tool.is_string() && !brings_results {
-        content.push(json!({"type": "tool_use", "id": format!("toolu_mock_{n:06}"), "name": tool,
-            "input": {"path": format!("build_{n}.log")}}));
+        content.push(
+            json!({"type": "tool_use", "id": format!("toolu_mock_{n:06}"), "name": tool,
+            "input": {"path": format!("build_{n}.log")}}),
+        );
         return (content, "tool_use");
     }
     let reply = format!("MOCK-MESSAGE: saw {} messages", messages.len());
@@ -134,7 +137,9 @@ pub fn signature(thinking: &str) -> String {
 /// tool calls the last message answers still opening with its thinking (the API's "a
 /// final assistant message must start with a thinking block").
 fn check_thinking(request: &Value) -> Result<(), String> {
-    let messages = request["messages"].as_array().map_or(&[][..], Vec::as_slice);
+    let messages = request["messages"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
     for (i, message) in messages.iter().enumerate() {
         for block in message["content"].as_array().into_iter().flatten() {
             // Only the mock's own signatures can be checked: tests write others by hand.
@@ -159,9 +164,9 @@ fn check_thinking(request: &Value) -> Result<(), String> {
     if budget < 1024 || budget >= max_tokens {
         return Err(format!("thinking.budget_tokens {budget}: must be at least 1024 and less than max_tokens ({max_tokens})"));
     }
-    let answers_calls = messages.last().is_some_and(|m| {
-        m["role"] == "user" && m["content"][0]["type"] == "tool_result"
-    });
+    let answers_calls = messages
+        .last()
+        .is_some_and(|m| m["role"] == "user" && m["content"][0]["type"] == "tool_result");
     let calling = messages.iter().rposition(|m| m["role"] == "assistant");
     if let (true, Some(i)) = (answers_calls, calling) {
         let first = &messages[i]["content"][0]["type"];
@@ -220,7 +225,9 @@ fn answer_stream(content: &[Value], stop_reason: &str, input_tokens: u64) -> Res
             ),
             "tool_use" => (
                 json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
-                vec![json!({"type": "input_json_delta", "partial_json": block["input"].to_string()})],
+                vec![
+                    json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+                ],
             ),
             _ => {
                 let text = block["text"].as_str().unwrap();
@@ -242,7 +249,9 @@ fn answer_stream(content: &[Value], stop_reason: &str, input_tokens: u64) -> Res
                 &json!({"type": "content_block_delta", "index": index, "delta": delta}),
             ));
         }
-        events.push(event(&json!({"type": "content_block_stop", "index": index})));
+        events.push(event(
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
     }
     events.extend([
         event(&json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
