@@ -194,6 +194,7 @@ impl Upstream {
             length.filter(|&len| len > 0 || headers.contains_key(header::CONTENT_LENGTH));
         let mut length_written = false;
         let mut key_written = false;
+        let key = self.api_key.as_ref().map(|key| injected_key(key, headers));
         let named = connection_named(headers);
         for (name, value) in headers {
             if name == header::HOST || is_hop_by_hop(name, &named) {
@@ -208,9 +209,9 @@ impl Upstream {
                 }
             }
             if auth::is_credential(name) {
-                if let Some(key) = &self.api_key {
+                if let Some((key_name, key)) = key {
                     if !std::mem::replace(&mut key_written, true) {
-                        wire::header(&mut head, header::AUTHORIZATION.as_str(), key.as_bytes());
+                        wire::header(&mut head, key_name, key);
                     }
                     continue;
                 }
@@ -221,11 +222,26 @@ impl Upstream {
         if let (Some(len), false) = (content_length, length_written) {
             wire::content_length(&mut head, len);
         }
-        if let (Some(key), false) = (&self.api_key, key_written) {
-            wire::header(&mut head, header::AUTHORIZATION.as_str(), key.as_bytes());
+        if let (Some((key_name, key)), false) = (key, key_written) {
+            wire::header(&mut head, key_name, key);
         }
         let has_length = content_length.is_some() || headers.contains_key(header::CONTENT_LENGTH);
         (head, wire::request_framing(method, length, has_length))
+    }
+}
+
+/// The header an injected key (`Bearer KEY`) goes in: `authorization` as it is, or, for
+/// a client of Anthropic's API (it names the version it speaks in `anthropic-version`, as
+/// the Anthropic SDKs and Claude Code always do), `x-api-key` with the bare key, where
+/// Anthropic reads an API key.
+fn injected_key<'k>(key: &'k HeaderValue, headers: &HeaderMap) -> (&'static str, &'k [u8]) {
+    let bearer = key.as_bytes();
+    match headers.contains_key("anthropic-version") {
+        true => (
+            "x-api-key",
+            bearer.strip_prefix(b"Bearer ").unwrap_or(bearer),
+        ),
+        false => (header::AUTHORIZATION.as_str(), bearer),
     }
 }
 
@@ -420,6 +436,19 @@ mod tests {
             head_of(&upstream(Some("Bearer injected")), &headers, None),
             "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\nauthorization: Bearer injected\r\nx-a: 1\r\n\
              host: up:8000\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+        // A client of Anthropic's API gets the key where Anthropic reads it, whichever
+        // header carried its own.
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer client"),
+        );
+        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        assert_eq!(
+            head_of(&upstream(Some("Bearer injected")), &headers, Some(12)),
+            "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\nx-api-key: injected\r\n\
+             anthropic-version: 2023-06-01\r\nhost: up:8000\r\ncontent-length: 12\r\n\r\n"
         );
         // Without them from the client, they follow Host.
         let mut headers = HeaderMap::new();

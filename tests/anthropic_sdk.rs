@@ -13,6 +13,7 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -48,6 +49,16 @@ fn python_with_the_sdk() -> Option<PathBuf> {
     None
 }
 
+/// Whose key the upstream gets.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// The SDK's own, as it sent it.
+    Clients,
+    /// Sidecar mode: the SDK presents one of the proxy's client keys, which stays with
+    /// the proxy; the upstream gets the proxy's key, where Anthropic reads it.
+    Sidecar,
+}
+
 /// A finished session: the mock and proxy it ran against, and the script's report.
 struct Session {
     mock: Mock,
@@ -60,9 +71,17 @@ struct Session {
 /// error reaching the SDK, the history it holds outgrew the window several times, the
 /// upstream refused at least one request and received no invalid one, and the proxy
 /// compacted (as its `x-compaction` header told the SDK, and its metrics count).
-async fn session(python: PathBuf, mode: &str, shape: &str) -> Session {
+async fn session(python: PathBuf, mode: &str, shape: &str, keys: Keys) -> Session {
     let mock = Mock::start().await;
-    let proxy = Proxy::start(&mock.url(""), "");
+    let (proxy, key) = match keys {
+        Keys::Clients => (Proxy::start(&mock.url(""), ""), "sk-ant-dummy"),
+        Keys::Sidecar => {
+            let config =
+                "[upstream]\napi_key_env = \"UPSTREAM_KEY\"\n[auth]\nkeys_env = \"CLIENT_KEYS\"\n";
+            let env = HashMap::from([("UPSTREAM_KEY", "sk-ant-upstream"), ("CLIENT_KEYS", "ck-1")]);
+            (Proxy::start_with_env(&mock.url(""), config, &env), "ck-1")
+        }
+    };
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/clients/anthropic_sdk_session.py"
@@ -74,6 +93,7 @@ async fn session(python: PathBuf, mode: &str, shape: &str) -> Session {
         .env("ANTHROPIC_BASE_URL", proxy.url(""))
         .env("HOME", &home)
         .env("MOCK_SHAPE", shape)
+        .env("SDK_API_KEY", key)
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("ANTHROPIC_AUTH_TOKEN")
         .output()
@@ -106,10 +126,16 @@ async fn session(python: PathBuf, mode: &str, shape: &str) -> Session {
     let recorded = mock.recorded();
     for request in &recorded {
         assert_eq!(request.uri, "/v1/messages");
-        // The SDK's credential and version headers, as it sent them (2.x sends its key
-        // as a bearer token).
-        assert_eq!(request.headers["authorization"], "Bearer sk-ant-dummy");
         assert!(request.headers.contains_key("anthropic-version"));
+        let header = |name: &str| request.headers.get(name).map(|v| v.to_str().unwrap());
+        match keys {
+            // As the SDK sent it: 2.x sends its key as a bearer token.
+            Keys::Clients => assert_eq!(header("authorization"), Some("Bearer sk-ant-dummy")),
+            Keys::Sidecar => {
+                assert_eq!(header("x-api-key"), Some("sk-ant-upstream"));
+                assert_eq!(header("authorization"), None);
+            }
+        }
     }
     assert!(report["compacted"].as_u64().unwrap() >= 2, "{report}");
     let metrics = metrics(&proxy).await;
@@ -149,7 +175,7 @@ async fn a_tool_loop_with_messages_create_never_sees_an_overflow() {
     let Some(python) = python_with_the_sdk() else {
         return;
     };
-    let Session { mock, .. } = session(python, "tools", "anthropic").await;
+    let Session { mock, .. } = session(python, "tools", "anthropic", Keys::Clients).await;
     // The last request is the last turn's tool result, after a summary of the start.
     let last = body_of(&mock.last());
     let messages = last["messages"].as_array().unwrap();
@@ -171,7 +197,7 @@ async fn a_streamed_session_with_extended_thinking_keeps_every_kept_thinking_blo
     // `max_tokens` together over the window: the proxy then lowers `max_tokens`, which
     // must stay above the thinking budget.
     for shape in ["anthropic-stream", "anthropic-max-tokens"] {
-        let session = session(python.clone(), "thinking-stream", shape).await;
+        let session = session(python.clone(), "thinking-stream", shape, Keys::Clients).await;
         thinking_blocks_went_back_as_received(&session, shape);
     }
 }
@@ -231,6 +257,14 @@ fn thinking_blocks_went_back_as_received(session: &Session, shape: &str) {
         json!({"type": "enabled", "budget_tokens": 1024}),
         "{shape}"
     );
+}
+
+#[tokio::test]
+async fn in_sidecar_mode_the_upstream_gets_the_proxys_key_where_anthropic_reads_it() {
+    let Some(python) = python_with_the_sdk() else {
+        return;
+    };
+    session(python, "tools", "anthropic", Keys::Sidecar).await;
 }
 
 /// The mock's checks above are only as good as its rejections: a thinking block altered

@@ -10,7 +10,7 @@ thinking enabled: every answer opens with a signed thinking block, which goes ba
 the upstream on the next request as the SDK received it.
 
 The base URL is the proxy's (`ANTHROPIC_BASE_URL`, without `/v1`, which the SDK reads
-itself) and the key a dummy. The SDK must never see an error: the proxy compacts and
+itself) and the key a dummy (`SDK_API_KEY`, in sidecar mode one of the proxy's keys). The SDK must never see an error: the proxy compacts and
 retries. Exits non-zero with a message on the first surprise; otherwise prints a
 `REPORT {json}` line for the test: turns and requests made, how many the proxy compacted
 (its `x-compaction` header), the size of the history the SDK holds, and every thinking
@@ -52,7 +52,8 @@ def build_log(turn, path):
 
 class Session:
     def __init__(self, mode):
-        self.client = anthropic.Anthropic(api_key="sk-ant-dummy", max_retries=0, default_headers=HEADERS)
+        key = os.environ.get("SDK_API_KEY", "sk-ant-dummy")
+        self.client = anthropic.Anthropic(api_key=key, max_retries=0, default_headers=HEADERS)
         self.stream = mode == "thinking-stream"
         self.messages = []
         self.requests = 0
