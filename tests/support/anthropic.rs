@@ -109,7 +109,7 @@ fn stream_error(message: &str) -> Response<MockBody> {
 }
 
 /// `reply` streamed in Anthropic's event order, in two deltas.
-fn answer_stream(reply: &str, input_tokens: u64) -> Response<MockBody> {
+pub fn answer_stream(reply: &str, input_tokens: u64) -> Response<MockBody> {
     let (a, b) = reply.split_at(reply.len() / 2);
     let delta = |text: &str| {
         event(&json!({"type": "content_block_delta", "index": 0,
