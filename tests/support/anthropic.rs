@@ -78,7 +78,7 @@ pub fn messages_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> R
     }
     let (content, stop_reason) = answer(headers, &request);
     if stream {
-        answer_stream(&content, stop_reason, prompt)
+        stream_blocks(&content, stop_reason, prompt)
     } else {
         json(json!({"id": "msg_mock", "type": "message", "role": "assistant", "model": request["model"],
             "content": content, "stop_reason": stop_reason, "stop_sequence": null,
@@ -210,9 +210,18 @@ fn stream_error(message: &str) -> Response<MockBody> {
     sse_response(full(events))
 }
 
+/// `reply` streamed in Anthropic's event order, in two deltas.
+pub fn answer_stream(reply: &str, input_tokens: u64) -> Response<MockBody> {
+    stream_blocks(
+        &[json!({"type": "text", "text": reply})],
+        "end_turn",
+        input_tokens,
+    )
+}
+
 /// `content` streamed in Anthropic's event order: each block opened empty, filled by
 /// deltas (text in two; thinking, then its signature; a tool's input as JSON), closed.
-fn answer_stream(content: &[Value], stop_reason: &str, input_tokens: u64) -> Response<MockBody> {
+fn stream_blocks(content: &[Value], stop_reason: &str, input_tokens: u64) -> Response<MockBody> {
     let mut events = vec![message_start(input_tokens), event(&json!({"type": "ping"}))];
     for (index, block) in content.iter().enumerate() {
         let (start, deltas) = match block["type"].as_str().unwrap() {
