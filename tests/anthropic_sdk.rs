@@ -124,7 +124,8 @@ async fn session(python: PathBuf, mode: &str, shape: &str, keys: Keys) -> Sessio
     let violations = mock.state.violations.lock().unwrap().clone();
     assert!(violations.is_empty(), "{violations:?}");
     let recorded = mock.recorded();
-    for request in &recorded {
+    // The session's requests and the proxy's own summariser calls alike.
+    for request in recorded.iter().chain(&mock.summaries()) {
         assert_eq!(request.uri, "/v1/messages");
         assert!(request.headers.contains_key("anthropic-version"));
         let header = |name: &str| request.headers.get(name).map(|v| v.to_str().unwrap());
