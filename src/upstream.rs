@@ -62,7 +62,41 @@ pub struct Upstream {
     /// is the scheme's default.
     host: HeaderValue,
     idle: Duration,
-    api_key: Option<HeaderValue>,
+    api_key: Option<ApiKey>,
+}
+
+/// A key the proxy sends in place of the client's credentials (sidecar mode), in the two
+/// forms upstreams read: `Authorization: Bearer KEY` (OpenAI and its kin), and
+/// `x-api-key: KEY` (Anthropic's Messages API, which ignores `Authorization`).
+#[derive(Clone)]
+struct ApiKey {
+    bearer: HeaderValue,
+    bare: HeaderValue,
+}
+
+impl ApiKey {
+    fn new(key: &str) -> Option<ApiKey> {
+        let mut bearer = HeaderValue::try_from(format!("Bearer {key}")).ok()?;
+        let mut bare = HeaderValue::try_from(key).ok()?;
+        bearer.set_sensitive(true);
+        bare.set_sensitive(true);
+        Some(ApiKey { bearer, bare })
+    }
+
+    /// The header a request to `path` carries the key in.
+    fn header(&self, path: &str) -> (&'static str, &HeaderValue) {
+        if is_messages(path) {
+            ("x-api-key", &self.bare)
+        } else {
+            (header::AUTHORIZATION.as_str(), &self.bearer)
+        }
+    }
+}
+
+/// Whether `path` is one of Anthropic's Messages API (`/v1/messages`, its token count and
+/// batches).
+fn is_messages(path: &str) -> bool {
+    path.ends_with("/messages") || path.contains("/messages/")
 }
 
 impl Upstream {
@@ -92,7 +126,7 @@ impl Upstream {
         config: &Config,
         base: &str,
         idle: Duration,
-        api_key: Option<HeaderValue>,
+        api_key: Option<ApiKey>,
     ) -> Result<Self, UpstreamInitError> {
         let base = base.trim_end_matches('/');
         let bad_url = || UpstreamInitError::BadUrl(base.to_owned());
@@ -210,7 +244,8 @@ impl Upstream {
             if auth::is_credential(name) {
                 if let Some(key) = &self.api_key {
                     if !std::mem::replace(&mut key_written, true) {
-                        wire::header(&mut head, header::AUTHORIZATION.as_str(), key.as_bytes());
+                        let (name, value) = key.header(uri.path());
+                        wire::header(&mut head, name, value.as_bytes());
                     }
                     continue;
                 }
@@ -222,7 +257,8 @@ impl Upstream {
             wire::content_length(&mut head, len);
         }
         if let (Some(key), false) = (&self.api_key, key_written) {
-            wire::header(&mut head, header::AUTHORIZATION.as_str(), key.as_bytes());
+            let (name, value) = key.header(uri.path());
+            wire::header(&mut head, name, value.as_bytes());
         }
         let has_length = content_length.is_some() || headers.contains_key(header::CONTENT_LENGTH);
         (head, wire::request_framing(method, length, has_length))
@@ -248,16 +284,15 @@ fn host_header(scheme: &Scheme, authority: &Authority) -> Option<HeaderValue> {
 fn upstream_key(
     section: &'static str,
     env_name: Option<&str>,
-) -> Result<Option<HeaderValue>, UpstreamInitError> {
+) -> Result<Option<ApiKey>, UpstreamInitError> {
     let Some(name) = env_name else {
         return Ok(None);
     };
     let key =
         std::env::var(name).map_err(|_| UpstreamInitError::MissingKey(section, name.to_owned()))?;
-    let mut value = HeaderValue::try_from(format!("Bearer {}", key.trim()))
-        .map_err(|_| UpstreamInitError::BadKey(section, name.to_owned()))?;
-    value.set_sensitive(true);
-    Ok(Some(value))
+    ApiKey::new(key.trim())
+        .map(Some)
+        .ok_or_else(|| UpstreamInitError::BadKey(section, name.to_owned()))
 }
 
 /// Where a client's request goes on the upstream, as what is appended to the base URL's
@@ -348,7 +383,7 @@ mod tests {
     }
 
     fn upstream(key: Option<&'static str>) -> Upstream {
-        let key = key.map(HeaderValue::from_static);
+        let key = key.and_then(|k| ApiKey::new(k.strip_prefix("Bearer ").unwrap_or(k)));
         Upstream::build(
             &Config::default(),
             "http://up:8000/api/v1",
@@ -429,5 +464,26 @@ mod tests {
             "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\nx-a: 1\r\nhost: up:8000\r\n\
              content-length: 12\r\nauthorization: Bearer injected\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn an_injected_key_goes_to_the_messages_api_as_x_api_key() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", HeaderValue::from_static("proxy-client-key"));
+        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        let uri: Uri = "/v1/messages?beta=true".parse().unwrap();
+        let (head, _) =
+            upstream(Some("Bearer injected")).head(&Method::POST, &uri, &headers, Some(2));
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "POST /api/v1/messages?beta=true HTTP/1.1\r\nx-api-key: injected\r\n\
+             anthropic-version: 2023-06-01\r\nhost: up:8000\r\ncontent-length: 2\r\n"
+        );
+        let uri: Uri = "/v1/messages/count_tokens".parse().unwrap();
+        let (head, _) =
+            upstream(Some("Bearer injected")).head(&Method::POST, &uri, &HeaderMap::new(), Some(2));
+        assert!(String::from_utf8(head)
+            .unwrap()
+            .contains("\r\nx-api-key: injected\r\n"));
     }
 }

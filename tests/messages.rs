@@ -149,6 +149,7 @@ async fn a_long_claude_code_session_never_dies_of_its_length() {
         let proxy = proxy(&mock);
         let mut messages = instructions();
         let mut refused_and_recovered = 0;
+        let mut llm = 0;
         for n in 0..30 {
             let [ask, call, results, answer] = turn(n);
             messages.extend([ask, call, results]);
@@ -158,6 +159,9 @@ async fn a_long_claude_code_session_never_dies_of_its_length() {
             assert!(got.text.contains("MOCK-MESSAGE"), "turn {n}: {}", got.text);
             if got.x.contains("trigger=error") {
                 refused_and_recovered += 1;
+            }
+            if got.x.contains("summary=llm") {
+                llm += 1;
             }
             let last = mock.last();
             passed_through(&last);
@@ -206,6 +210,24 @@ async fn a_long_claude_code_session_never_dies_of_its_length() {
             !metrics.contains("compaction_proxy_compactions_by_api_total{api=\"messages\"} 0\n"),
             "{metrics}"
         );
+        // The summaries were written by the model, asked in the client's own dialect, on
+        // its own path, with its own credentials and version.
+        assert!(llm >= 1, "no summary was the model's: {}", proxy.logs());
+        let summaries = mock.summaries();
+        assert!(!summaries.is_empty());
+        for call in &summaries {
+            assert_eq!(call.uri, "/v1/messages?beta=true");
+            passed_through(call);
+            let body = body_of(call);
+            assert!(body["system"]
+                .as_str()
+                .unwrap()
+                .starts_with("You are writing a checkpoint"));
+            assert!(
+                compaction_proxy::wire::messages::validate(&body).is_ok(),
+                "{body}"
+            );
+        }
     }
 }
 

@@ -11,7 +11,6 @@ use super::{Attempt, Engine, Goal, Pending};
 use crate::checkpoint::{self, Checkpoint, Key};
 use crate::compact::{self, budget, SummarySource};
 use crate::summarize::{Call, Middle};
-use crate::wire::Dialect;
 
 impl Attempt<'_> {
     /// Runs the engine on the base towards `goal`, then lowers the completion cap if
@@ -206,11 +205,7 @@ impl Attempt<'_> {
         window: u64,
     ) -> Option<compact::Summary> {
         let summarizer = self.ctx.app.summarizer.as_ref()?;
-        // The summariser writes chat and Responses requests; a Messages upstream would
-        // refuse them. Until it writes Messages, the digest summarises those
-        // conversations: a choice, not a failure, so their checkpoints are resumed.
-        let speaks = self.ctx.dialect != Dialect::Messages;
-        if self.done.digest_only || !plan.needs_summary() || !speaks {
+        if self.done.digest_only || !plan.needs_summary() {
             return None;
         }
         let summary = self.ask_summariser(summarizer, plan, options, window).await;

@@ -5,7 +5,10 @@
 //!
 //! The answer streams to the client untouched: the tap only looks at the bytes going by
 //! for the last `"prompt_tokens": N` (chat completions) or `"input_tokens": N` (the
-//! Responses API) and, when the body ends, records it against our count of what was sent.
+//! Responses API, Messages) and, when the body ends, records it against our count of what
+//! was sent. Anthropic's `input_tokens` leaves out the prompt it read from or wrote to its
+//! cache, which it reports beside it (`cache_read_input_tokens`,
+//! `cache_creation_input_tokens`): the prompt is the sum.
 
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
@@ -21,15 +24,22 @@ use crate::body::ProxyBody;
 use crate::error::BoxError;
 use crate::models::Count;
 
-static KEYS: LazyLock<[Finder<'static>; 2]> = LazyLock::new(|| {
+/// The keys of the prompt's count, in the parts [`Seen`] keeps: the count, then the two
+/// parts of it Anthropic reports apart.
+static KEYS: LazyLock<[(Finder<'static>, usize); 4]> = LazyLock::new(|| {
     [
-        Finder::new(b"\"prompt_tokens\""),
-        Finder::new(b"\"input_tokens\""),
+        (Finder::new(b"\"prompt_tokens\""), 0),
+        (Finder::new(b"\"input_tokens\""), 0),
+        (Finder::new(b"\"cache_read_input_tokens\""), 1),
+        (Finder::new(b"\"cache_creation_input_tokens\""), 2),
     ]
 });
 /// Bytes of a frame's end kept for the next one, so a key and its number split across
 /// two frames are still found: the longest key, the colon, spaces and a number.
-const CARRY: usize = 48;
+const CARRY: usize = 64;
+
+/// The last value seen of each part of the prompt's count.
+type Seen = [Option<u64>; 3];
 
 /// Who learns from the count: the upstream and model the request went to, and our count
 /// of what was sent.
@@ -44,7 +54,7 @@ pub(super) fn tap(body: ProxyBody, learn: Learn) -> ProxyBody {
     UnsyncBoxBody::new(UsageTap {
         inner: body,
         carry: Vec::new(),
-        seen: None,
+        seen: Seen::default(),
         learn: Some(learn),
     })
 }
@@ -53,28 +63,32 @@ struct UsageTap {
     inner: ProxyBody,
     /// The end of the previous data frame.
     carry: Vec<u8>,
-    /// The last count found so far.
-    seen: Option<u64>,
+    /// The last count found so far, by part.
+    seen: Seen,
     /// Taken when the body ends, so the count is recorded once.
     learn: Option<Learn>,
 }
 
 impl UsageTap {
     fn scan(&mut self, data: &[u8]) {
-        if self.carry.is_empty() {
-            self.seen = last_count(data).or(self.seen);
-        } else {
+        if !self.carry.is_empty() {
             // Only the seam needs the joined bytes: the carry and the frame's start.
             let mut seam = std::mem::take(&mut self.carry);
             seam.extend_from_slice(&data[..data.len().min(CARRY)]);
-            self.seen = last_count(&seam).or(self.seen);
-            self.seen = last_count(data).or(self.seen);
+            last_counts(&seam, &mut self.seen);
         }
+        last_counts(data, &mut self.seen);
         self.carry = data[data.len().saturating_sub(CARRY)..].to_vec();
     }
 
+    /// The prompt's count: the count, with the parts reported beside it.
+    fn theirs(&self) -> Option<u64> {
+        let [count, read, written] = self.seen;
+        Some(count? + read.unwrap_or(0) + written.unwrap_or(0))
+    }
+
     fn finish(&mut self) {
-        let (Some(learn), Some(theirs)) = (self.learn.take(), self.seen) else {
+        let (Some(learn), Some(theirs)) = (self.learn.take(), self.theirs()) else {
             return;
         };
         let upstream = learn.app.upstream.base_url();
@@ -119,16 +133,22 @@ impl Body for UsageTap {
     }
 }
 
-/// The number after the last usage key in `bytes` with a complete number after it.
-fn last_count(bytes: &[u8]) -> Option<u64> {
-    KEYS.iter()
-        .flat_map(|key| {
-            key.find_iter(bytes).filter_map(move |at| {
-                number_after(&bytes[at + key.needle().len()..]).map(|n| (at, n))
+/// Updates each part of `seen` with the number after the last key of that part in
+/// `bytes` that has a complete number after it.
+fn last_counts(bytes: &[u8], seen: &mut Seen) {
+    for (part, slot) in seen.iter_mut().enumerate() {
+        let last = KEYS
+            .iter()
+            .filter(|(_, p)| *p == part)
+            .flat_map(|(key, _)| {
+                key.find_iter(bytes).filter_map(move |at| {
+                    number_after(&bytes[at + key.needle().len()..]).map(|n| (at, n))
+                })
             })
-        })
-        .max_by_key(|(at, _)| *at)
-        .map(|(_, n)| n)
+            .max_by_key(|(at, _)| *at)
+            .map(|(_, n)| n);
+        *slot = last.or(*slot);
+    }
 }
 
 /// `: 123` followed by a byte that ends the number.
@@ -153,13 +173,13 @@ mod tests {
         let mut tap = UsageTap {
             inner: crate::body::full(Bytes::new()),
             carry: Vec::new(),
-            seen: None,
+            seen: Seen::default(),
             learn: None,
         };
         for f in frames {
             tap.scan(f);
         }
-        tap.seen
+        tap.theirs()
     }
 
     #[test]
@@ -173,6 +193,28 @@ mod tests {
             Some(2)
         );
         assert_eq!(scanned(&[b"no usage here"]), None);
+    }
+
+    #[test]
+    fn an_anthropic_prompt_counts_what_its_cache_read_and_wrote() {
+        let start = br#"event: message_start
+data: {"type":"message_start","message":{"usage":{"input_tokens":12,"cache_creation_input_tokens":300,"cache_read_input_tokens":9000,"cache_creation":{"ephemeral_5m_input_tokens":300},"output_tokens":1}}}
+
+"#;
+        let delta = br#"event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":40}}
+
+"#;
+        assert_eq!(scanned(&[start, delta]), Some(9312));
+        for k in 0..=start.len() {
+            assert_eq!(
+                scanned(&[&start[..k], &start[k..]]),
+                Some(9312),
+                "split at {k}"
+            );
+        }
+        let uncached = br#"{"type":"message","usage":{"input_tokens":500,"output_tokens":3}}"#;
+        assert_eq!(scanned(&[uncached]), Some(500));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use crate::error::{BoxError, ProxyError};
 use crate::metrics::Metrics;
 use crate::models::{Count, ModelWindows};
 use crate::upstream::{Upstream, UpstreamInitError};
-use crate::wire::{responses, Dialect};
+use crate::wire::{messages, responses, Dialect};
 
 /// Client headers that must not travel with the summariser's call: its body is new (its
 /// own length and type), its answer is read by the proxy (no compression asked for), and
@@ -281,9 +281,8 @@ impl Summarizer {
             };
             let body = match call.dialect {
                 Dialect::Responses => responses::summary_request(&body),
-                // Messages requests are summarised by the digest (`attempt/rewrite.rs`)
-                // and never get here.
-                Dialect::Chat | Dialect::Messages => body,
+                Dialect::Messages => messages::summary_request(&body),
+                Dialect::Chat => body,
             };
             let sent = Sent {
                 model,

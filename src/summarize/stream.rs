@@ -108,7 +108,10 @@ impl AnswerStream {
             return;
         }
         if let Some(kind) = v.get("type").and_then(Value::as_str) {
-            self.take_responses_event(kind, v);
+            match kind.starts_with("response.") {
+                true => self.take_responses_event(kind, v),
+                false => self.take_messages_event(kind, v),
+            }
             return;
         }
         let choice = &v["choices"][0];
@@ -152,7 +155,64 @@ impl AnswerStream {
         }
     }
 
+    /// An event of a streamed Messages answer: the prompt's count as the message starts,
+    /// text deltas, the stop reason, the end.
+    fn take_messages_event(&mut self, kind: &str, v: &Value) {
+        match kind {
+            "message_start" => self.take_messages_usage(&v["message"]["usage"]),
+            "content_block_delta" if v["delta"]["type"] == "text_delta" => {
+                if let Some(s) = v["delta"]["text"].as_str() {
+                    self.answer.text.push_str(s);
+                }
+            }
+            "message_delta" => self.take_stop_reason(&v["delta"]["stop_reason"]),
+            "message_stop" => self.done = true,
+            _ => {}
+        }
+    }
+
+    /// Anthropic's count of the prompt leaves out what it read from or wrote to its
+    /// prompt cache: the prompt is all three.
+    fn take_messages_usage(&mut self, usage: &Value) {
+        let fields = [
+            "input_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        ];
+        let counts: Vec<u64> = fields.iter().filter_map(|f| usage[f].as_u64()).collect();
+        if !counts.is_empty() {
+            self.answer.prompt_tokens = Some(counts.iter().sum());
+        }
+    }
+
+    /// `max_tokens` is a cut answer, as chat's `length`.
+    fn take_stop_reason(&mut self, reason: &Value) {
+        if let Some(reason) = reason.as_str() {
+            let reason = if reason == "max_tokens" {
+                "length"
+            } else {
+                reason
+            };
+            self.answer.finish_reason = Some(reason.to_string());
+        }
+    }
+
     fn take_completion(&mut self, v: &Value) {
+        if v["type"] == "message" {
+            // A Messages answer, whole.
+            for block in v["content"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+            {
+                if let (Some("text"), Some(s)) = (block["type"].as_str(), block["text"].as_str()) {
+                    self.answer.text.push_str(s);
+                }
+            }
+            self.take_stop_reason(&v["stop_reason"]);
+            self.take_messages_usage(&v["usage"]);
+            return;
+        }
         let choice = &v["choices"][0];
         if let Some(s) = choice["message"]["content"].as_str() {
             self.answer.text.push_str(s);
@@ -210,6 +270,32 @@ mod tests {
             b"data: {\"type\":\"response.failed\",\"response\":{\"error\":{\"message\":\"too long\"}}}\n\n",
         ]);
         assert_eq!(failed.error.as_deref(), Some("too long"));
+    }
+
+    #[test]
+    fn reads_a_streamed_messages_answer_and_its_whole_prompt_count() {
+        let a = collect(&[
+            b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"cache_read_input_tokens\":800,\"cache_creation_input_tokens\":30,\"output_tokens\":1}}}\n\n",
+            b"event: ping\ndata: {\"type\":\"ping\"}\n\n",
+            b"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"## Go\"}}\n\n",
+            b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"al\"}}\n\n",
+            b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":9}}\n\n",
+            b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        ]);
+        assert_eq!(a.text, "## Goal");
+        assert_eq!(a.finish_reason.as_deref(), Some("length"));
+        assert_eq!(a.prompt_tokens, Some(842));
+        let overloaded = collect(&[
+            b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+        ]);
+        assert_eq!(overloaded.error.as_deref(), Some("Overloaded"));
+        let whole = collect(&[br###"{"type":"message","content":[{"type":"text","text":"## Goal"}],"stop_reason":"end_turn","usage":{"input_tokens":7}}"###]);
+        assert_eq!(
+            (whole.text.as_str(), whole.prompt_tokens),
+            ("## Goal", Some(7))
+        );
+        assert_eq!(whole.finish_reason.as_deref(), Some("end_turn"));
     }
 
     #[test]

@@ -255,6 +255,42 @@ pub fn encode(view: &Value, source: &Value) -> Option<Vec<u8>> {
     serde_json::to_vec(&rewritten).ok()
 }
 
+/// The summariser's chat request (a system prompt and one user message) as a Messages
+/// request, for an upstream that speaks only Messages: the prompt in `system`, the cap as
+/// the required `max_tokens`, streamed, without thinking (a checkpoint is plain text).
+pub fn summary_request(chat: &Value) -> Value {
+    let messages = chat["messages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let text = |role: &str| {
+        messages
+            .iter()
+            .find(|m| m["role"] == role)
+            .map(|m| m["content"].clone())
+            .unwrap_or_default()
+    };
+    let cap = chat
+        .get("max_completion_tokens")
+        .or_else(|| chat.get("max_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(SUMMARY_CAP);
+    let mut body = serde_json::json!({
+        "model": chat["model"],
+        "max_tokens": cap,
+        "system": text("system"),
+        "messages": [{"role": "user", "content": text("user")}],
+        "stream": true,
+    });
+    if let Some(t) = chat.get("temperature") {
+        body["temperature"] = t.clone();
+    }
+    body
+}
+
+/// `max_tokens` for a summariser request that named no cap (the Messages API needs one).
+const SUMMARY_CAP: u64 = 4096;
+
 /// `sent` (a Messages request) with `max_tokens` set to `cap`.
 pub fn with_output_cap(sent: &[u8], cap: u64) -> Option<Vec<u8>> {
     let mut request: Value = serde_json::from_slice(sent).ok()?;
@@ -779,6 +815,22 @@ mod tests {
 
     fn written(view: &Value, source: &Value) -> Value {
         serde_json::from_slice(&encode(view, source).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_summariser_s_request_is_written_as_messages() {
+        let chat = serde_json::json!({"model": "claude-x", "max_completion_tokens": 900,
+            "temperature": 0.2, "stream": true, "stream_options": {"include_usage": true},
+            "messages": [{"role": "system", "content": "You are writing a checkpoint"},
+                         {"role": "user", "content": "<turns>"}]});
+        let body = summary_request(&chat);
+        assert_eq!(
+            body,
+            serde_json::json!({"model": "claude-x", "max_tokens": 900,
+            "system": "You are writing a checkpoint", "temperature": 0.2, "stream": true,
+            "messages": [{"role": "user", "content": "<turns>"}]})
+        );
+        assert!(validate(&body).is_ok());
     }
 
     #[test]

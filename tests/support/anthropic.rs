@@ -3,15 +3,20 @@
 //! (`x-mock-shape`), every request checked as the API checks it (what it finds goes to
 //! `violations`), and answers in Anthropic's shape, streamed in its event order.
 //!
+//! It plays a model as far as a client's loop needs: with `thinking` enabled it thinks
+//! first, in a signed block the API would reject if it came back altered; with
+//! `x-mock-tools: call` it calls the request's first tool until a tool result comes back.
 //! With `x-mock-answer: agent` it answers as a model driving a coding agent (Claude
 //! Code) would: see [`agent`].
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::{checksum, full, header_str, json, plain, sse_response, MockBody, MockState};
+use super::{full, header_str, json, plain, sse_response, MockBody, MockState};
 use compaction_proxy::wire::messages::validate;
 
 /// The mock's count of a Messages request: about one token per three characters of its
@@ -48,12 +53,9 @@ pub fn messages_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> R
         state.violations.lock().unwrap().push(e.to_string());
         return error(400, "invalid_request_error", &e.to_string());
     }
-    let as_agent = header_str(headers, "x-mock-answer") == "agent";
-    if as_agent {
-        if let Some(e) = forged_thinking(&request) {
-            state.violations.lock().unwrap().push(e.clone());
-            return error(400, "invalid_request_error", &e);
-        }
+    if let Err(e) = check_thinking(&request) {
+        state.violations.lock().unwrap().push(e.clone());
+        return error(400, "invalid_request_error", &e);
     }
     let prompt = tokens(&request);
     let output = request["max_tokens"].as_u64().unwrap_or(0);
@@ -76,24 +78,28 @@ pub fn messages_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> R
         }
         _ => {}
     }
-    let messages = request["messages"].as_array().map_or(0, Vec::len);
-    let content = if as_agent {
+    let (content, stop_reason) = if header_str(headers, "x-mock-answer") == "agent" {
         agent(&request)
     } else {
-        vec![json!({"type": "text", "text": format!("MOCK-MESSAGE: saw {messages} messages")})]
-    };
-    let stop = if content.iter().any(|b| b["type"] == "tool_use") {
-        "tool_use"
-    } else {
-        "end_turn"
+        answer(headers, &request)
     };
     if stream {
-        answer_stream(&content, stop, prompt)
+        stream_blocks(&content, stop_reason, prompt)
     } else {
         json(json!({"id": message_id(), "type": "message", "role": "assistant", "model": request["model"],
-            "content": content, "stop_reason": stop, "stop_sequence": null,
-            "usage": {"input_tokens": prompt, "output_tokens": output_tokens(&content)}}).to_string())
+            "content": content, "stop_reason": stop_reason, "stop_sequence": null,
+            "usage": {"input_tokens": prompt, "output_tokens": 5}}).to_string())
     }
+}
+
+/// Numbers the mock's answers, so that no two thinking blocks or tool calls are alike.
+static ANSWERS: AtomicU64 = AtomicU64::new(0);
+
+/// A new message id: a client may key what it stores by it (Claude Code files the blocks
+/// of one streamed message under its id, and rebuilds the message from them on resume).
+fn message_id() -> String {
+    static IDS: AtomicU64 = AtomicU64::new(0);
+    format!("msg_mock{:06}", IDS.fetch_add(1, Ordering::Relaxed))
 }
 
 /// What the mock's summary says when an agent compacts by itself.
@@ -104,25 +110,16 @@ pub const AGENT_SUMMARY: &str =
 /// the model to summarise without tools.
 pub const OWN_COMPACTION: &str = "Do NOT call any tools";
 
-/// A new message id: a client may key what it stores by it (Claude Code files the blocks
-/// of one streamed message under its id, and rebuilds the message from them on resume).
-fn message_id() -> String {
-    static IDS: AtomicUsize = AtomicUsize::new(0);
-    format!("msg_mock{:06}", IDS.fetch_add(1, Ordering::Relaxed))
-}
-
-/// Tool ids the mock hands out, unique over every session of the test binary: the API
-/// refuses a request in which two `tool_use` blocks share an id.
-static TOOL_IDS: AtomicUsize = AtomicUsize::new(0);
-
 /// What a model driving a coding agent answers, from where the conversation stands,
-/// always opening with a signed `thinking` block (the agent must send it back as it was):
+/// always opening with a signed `thinking` block (the agent must send it back as it was),
+/// and its stop reason:
 /// - the agent's own compaction request: a `<summary>`, as its prompt asks;
 /// - a prompt saying "run `COMMAND`" not yet answered by a tool result: a `Bash`
 ///   `tool_use` running that command (the agent runs it and sends its output back);
 /// - otherwise (the command's output came back, or nothing to run): a long text answer,
 ///   so that the history grows with every turn.
-pub fn agent(request: &Value) -> Vec<Value> {
+pub fn agent(request: &Value) -> (Vec<Value>, &'static str) {
+    let n = ANSWERS.fetch_add(1, Ordering::Relaxed);
     let conversation: Vec<&Value> = request["messages"]
         .as_array()
         .map(|m| m.iter().filter(|m| m["role"] != "system").collect())
@@ -143,32 +140,35 @@ pub fn agent(request: &Value) -> Vec<Value> {
         .split_once("run `")
         .and_then(|(_, rest)| rest.split_once('`'))
         .map(|(command, _)| command.to_owned());
-    let (thought, last) = if prompt.contains(OWN_COMPACTION) {
+    let thinking =
+        |text: &str| json!({"type": "thinking", "thinking": text, "signature": signature(text)});
+    if prompt.contains(OWN_COMPACTION) {
         let summary = format!("<analysis>The user ran commands and read their output.</analysis>\n<summary>\n{AGENT_SUMMARY}\n</summary>");
-        (
-            "Summarise the conversation.",
+        let content = vec![
+            thinking(&format!("Answer {n}: summarise the conversation.")),
             json!({"type": "text", "text": summary}),
-        )
-    } else if let (Some(command), false) = (command, answered) {
-        let id = format!("toolu_mock{:06}", TOOL_IDS.fetch_add(1, Ordering::Relaxed));
+        ];
+        return (content, "end_turn");
+    }
+    if let (Some(command), false) = (command, answered) {
         let input =
             json!({"command": command, "description": "Run the command the user asked for"});
-        (
-            "Run the command first.",
-            json!({"type": "tool_use", "id": id, "name": "Bash", "input": input}),
-        )
-    } else {
-        let text = format!(
-            "MOCK-AGENT: done ({} messages seen). {}",
-            conversation.len(),
-            "The output was read line by line and every line is as expected. ".repeat(40)
-        );
-        (
-            "Report on the output.",
-            json!({"type": "text", "text": text}),
-        )
-    };
-    vec![thinking(thought), last]
+        let content = vec![
+            thinking(&format!("Answer {n}: run the command first.")),
+            json!({"type": "tool_use", "id": format!("toolu_mock_{n:06}"), "name": "Bash", "input": input}),
+        ];
+        return (content, "tool_use");
+    }
+    let text = format!(
+        "MOCK-AGENT: done ({} messages seen). {}",
+        conversation.len(),
+        "The output was read line by line and every line is as expected. ".repeat(40)
+    );
+    let content = vec![
+        thinking(&format!("Answer {n}: report on the output.")),
+        json!({"type": "text", "text": text}),
+    ];
+    (content, "end_turn")
 }
 
 /// The text the user typed in a user message: its text blocks but the reminders the
@@ -187,34 +187,92 @@ fn prompt_text(message: &Value) -> String {
     }
 }
 
-/// A `thinking` block and its signature, which the mock checks when the block comes back.
-fn thinking(text: &str) -> Value {
-    json!({"type": "thinking", "thinking": text, "signature": signature(text)})
+/// The content blocks of the answer to `request`, and its stop reason: a signed thinking
+/// block first when the request enables thinking; then, with `x-mock-tools: call`, a call
+/// of the first tool unless the last message brings tool results; else the text
+/// "MOCK-MESSAGE: saw N messages".
+fn answer(headers: &HeaderMap, request: &Value) -> (Vec<Value>, &'static str) {
+    let n = ANSWERS.fetch_add(1, Ordering::Relaxed);
+    let messages = request["messages"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    let mut content = Vec::new();
+    if request["thinking"]["type"] == "enabled" {
+        let thinking = format!("Answer {n}: {} messages so far; what next?", messages.len());
+        content.push(
+            json!({"type": "thinking", "signature": signature(&thinking), "thinking": thinking}),
+        );
+    }
+    let brings_results = messages.last().is_some_and(|m| {
+        m["content"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|b| b["type"] == "tool_result"))
+    });
+    let tool = &request["tools"][0]["name"];
+    if header_str(headers, "x-mock-tools") == "call" && tool.is_string() && !brings_results {
+        content.push(
+            json!({"type": "tool_use", "id": format!("toolu_mock_{n:06}"), "name": tool,
+            "input": {"path": format!("build_{n}.log")}}),
+        );
+        return (content, "tool_use");
+    }
+    let reply = format!("MOCK-MESSAGE: saw {} messages", messages.len());
+    content.push(json!({"type": "text", "text": reply}));
+    (content, "end_turn")
 }
 
-fn signature(thinking: &str) -> String {
-    format!("mock-sig-{:016x}", checksum(0, thinking.as_bytes()))
+/// The mock's signature of a thinking text. Anthropic's signatures are opaque; this one
+/// is checkable, so that a thinking block altered on its way back is caught.
+pub fn signature(thinking: &str) -> String {
+    let mut hasher = DefaultHasher::new();
+    thinking.hash(&mut hasher);
+    format!("mock-sig-{:016x}", hasher.finish())
 }
 
-/// A `thinking` block sent back edited, as Anthropic refuses it ("Invalid `signature`
-/// in `thinking` block").
-fn forged_thinking(request: &Value) -> Option<String> {
-    let messages = request["messages"].as_array()?;
-    messages.iter().enumerate().find_map(|(i, m)| {
-        let blocks = m["content"].as_array()?;
-        blocks.iter().enumerate().find_map(|(j, b)| {
-            let signed = b["type"] == "thinking"
-                && b["signature"].as_str()
-                    != Some(&signature(b["thinking"].as_str().unwrap_or("")));
-            signed.then(|| {
-                format!("messages.{i}.content.{j}: Invalid `signature` in `thinking` block")
-            })
-        })
-    })
-}
-
-fn output_tokens(content: &[Value]) -> u64 {
-    text_len(&Value::from(content.to_vec())) as u64 / 3 + 1
+/// What the API checks of thinking blocks sent back: each as the model wrote it (the
+/// mock's signature matches its text), and, with thinking enabled, a budget of at least
+/// 1024 tokens below `max_tokens`, and the assistant message whose
+/// tool calls the last message answers still opening with its thinking (the API's "a
+/// final assistant message must start with a thinking block").
+fn check_thinking(request: &Value) -> Result<(), String> {
+    let messages = request["messages"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    for (i, message) in messages.iter().enumerate() {
+        for block in message["content"].as_array().into_iter().flatten() {
+            // Only the mock's own signatures can be checked: tests write others by hand.
+            let signed = block["signature"]
+                .as_str()
+                .filter(|s| s.starts_with("mock-sig-"));
+            let Some(signed) = signed.filter(|_| block["type"] == "thinking") else {
+                continue;
+            };
+            if signed != signature(block["thinking"].as_str().unwrap_or("")) {
+                return Err(format!(
+                    "messages.{i}: invalid signature in thinking block: {block}"
+                ));
+            }
+        }
+    }
+    if request["thinking"]["type"] != "enabled" {
+        return Ok(());
+    }
+    let budget = request["thinking"]["budget_tokens"].as_u64().unwrap_or(0);
+    let max_tokens = request["max_tokens"].as_u64().unwrap_or(0);
+    if budget < 1024 || budget >= max_tokens {
+        return Err(format!("thinking.budget_tokens {budget}: must be at least 1024 and less than max_tokens ({max_tokens})"));
+    }
+    let answers_calls = messages
+        .last()
+        .is_some_and(|m| m["role"] == "user" && m["content"][0]["type"] == "tool_result");
+    let calling = messages.iter().rposition(|m| m["role"] == "assistant");
+    if let (true, Some(i)) = (answers_calls, calling) {
+        let first = &messages[i]["content"][0]["type"];
+        if first != "thinking" && first != "redacted_thinking" {
+            return Err(format!("messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found {first}. When `thinking` is enabled, a final `assistant` message must start with a thinking block"));
+        }
+    }
+    Ok(())
 }
 
 fn error(status: u16, kind: &str, message: &str) -> Response<MockBody> {
@@ -250,42 +308,37 @@ fn stream_error(message: &str) -> Response<MockBody> {
     sse_response(full(events))
 }
 
-/// `content` streamed in Anthropic's event order: each block opens empty and arrives in
-/// two deltas (text, thinking then its signature, or a tool's input as partial JSON).
-fn answer_stream(content: &[Value], stop: &str, input_tokens: u64) -> Response<MockBody> {
+/// `reply` streamed in Anthropic's event order, in two deltas.
+pub fn answer_stream(reply: &str, input_tokens: u64) -> Response<MockBody> {
+    stream_blocks(
+        &[json!({"type": "text", "text": reply})],
+        "end_turn",
+        input_tokens,
+    )
+}
+
+/// `content` streamed in Anthropic's event order: each block opened empty, filled by
+/// deltas (text in two; thinking, then its signature; a tool's input as JSON), closed.
+fn stream_blocks(content: &[Value], stop_reason: &str, input_tokens: u64) -> Response<MockBody> {
     let mut events = vec![message_start(input_tokens), event(&json!({"type": "ping"}))];
     for (index, block) in content.iter().enumerate() {
-        let halves = |s: &str| {
-            let mid = (0..=s.len() / 2)
-                .rev()
-                .find(|&i| s.is_char_boundary(i))
-                .unwrap_or(0);
-            [s[..mid].to_owned(), s[mid..].to_owned()]
-        };
         let (start, deltas) = match block["type"].as_str().unwrap() {
-            "thinking" => {
-                let [a, b] = halves(block["thinking"].as_str().unwrap());
-                (
-                    json!({"type": "thinking", "thinking": "", "signature": ""}),
-                    vec![
-                        json!({"type": "thinking_delta", "thinking": a}),
-                        json!({"type": "thinking_delta", "thinking": b}),
-                        json!({"type": "signature_delta", "signature": block["signature"]}),
-                    ],
-                )
-            }
-            "tool_use" => {
-                let [a, b] = halves(&block["input"].to_string());
-                (
-                    json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
-                    vec![
-                        json!({"type": "input_json_delta", "partial_json": a}),
-                        json!({"type": "input_json_delta", "partial_json": b}),
-                    ],
-                )
-            }
+            "thinking" => (
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+                vec![
+                    json!({"type": "thinking_delta", "thinking": block["thinking"]}),
+                    json!({"type": "signature_delta", "signature": block["signature"]}),
+                ],
+            ),
+            "tool_use" => (
+                json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
+                vec![
+                    json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+                ],
+            ),
             _ => {
-                let [a, b] = halves(block["text"].as_str().unwrap());
+                let text = block["text"].as_str().unwrap();
+                let (a, b) = text.split_at(text.len() / 2);
                 (
                     json!({"type": "text", "text": ""}),
                     vec![
@@ -308,10 +361,8 @@ fn answer_stream(content: &[Value], stop: &str, input_tokens: u64) -> Response<M
         ));
     }
     events.extend([
-        event(
-            &json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
-            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens(content)}}),
-        ),
+        event(&json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+            "usage": {"input_tokens": input_tokens, "output_tokens": 5}})),
         event(&json!({"type": "message_stop"})),
     ]);
     sse_response(full(events.concat()))

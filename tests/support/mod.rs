@@ -190,19 +190,26 @@ pub const CANNED_SUMMARY: &str = "## Active Task\nMOCK-CHECKPOINT: fix the faili
 
 fn is_summary_call(body: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| {
-        // Chat (the system message) or the Responses API (its instructions).
-        [&v["messages"][0]["content"], &v["instructions"]]
-            .iter()
-            .any(|s| s.as_str().is_some_and(|s| s.starts_with(SUMMARY_PROMPT)))
+        // Chat (the system message), the Responses API (its instructions) or Messages
+        // (its top-level system).
+        [
+            &v["messages"][0]["content"],
+            &v["instructions"],
+            &v["system"],
+        ]
+        .iter()
+        .any(|s| s.as_str().is_some_and(|s| s.starts_with(SUMMARY_PROMPT)))
     })
 }
 
-/// A streamed answer in the dialect of `body` (a Responses request has `input`).
+/// A streamed answer in the dialect of `body` (a Responses request has `input`, a
+/// Messages request a top-level `system`).
 fn stream_answer(body: &[u8], model: &str, reply: &str) -> Response<MockBody> {
-    let responses =
-        serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| v.get("input").is_some());
-    if responses {
+    let request = serde_json::from_slice::<serde_json::Value>(body).unwrap_or_default();
+    if request.get("input").is_some() {
         responses_stream(reply, 0)
+    } else if request.get("system").is_some() {
+        anthropic::answer_stream(reply, anthropic::tokens(&request))
     } else {
         openai_stream(model, reply, None, "stop")
     }
