@@ -339,6 +339,14 @@ async fn the_proxy_kept_the_session_alive(mock: &Mock, proxy: &Proxy) {
         "{compactions} compactions:\n{}",
         proxy.logs()
     );
+    // The summaries were the model's, asked for in Claude Code's own dialect and path.
+    let summaries = mock.summaries();
+    assert!(!summaries.is_empty(), "the summariser was never asked");
+    for call in &summaries {
+        sent_as_claude_code_sent(call);
+    }
+    let llm = counter(proxy, "compaction_proxy_summaries_total{source=\"llm\"}").await;
+    assert!(llm >= 1, "no summary was the model's:\n{}", proxy.logs());
     eprintln!(
         "history {history} tokens, window {WINDOW}; {} requests upstream, {refused} refused; \
          {compactions} compactions by the proxy",
