@@ -244,13 +244,17 @@ fn long_history(turns: usize) -> Vec<Value> {
 }
 
 #[tokio::test]
-async fn every_anthropic_refusal_of_a_long_prompt_is_recovered_from() {
+async fn every_refusal_of_a_long_prompt_is_recovered_from_anthropic_s_and_compatible_servers() {
     let messages = long_history(12);
     assert!(history_tokens(&messages) > 6000);
     for (shape, stream) in [
         ("anthropic", false),
         ("anthropic-stream", true),
         ("anthropic-413", false),
+        // Anthropic-compatible servers' own wordings.
+        ("llamacpp", false),
+        ("vllm-new", true),
+        ("litellm", false),
     ] {
         // A proxy of its own for each shape: one that knew the window would not wait
         // for the refusal.

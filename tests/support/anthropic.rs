@@ -42,7 +42,9 @@ fn text_len(value: &Value) -> usize {
 /// `max_tokens`: 400 "input length and `max_tokens` exceed context limit"),
 /// `anthropic-413` (a body over three bytes per token of window: 413
 /// `request_too_large`), `anthropic-stream` (a streamed request gets a 200 whose stream
-/// says "prompt is too long" in an `error` event).
+/// says "prompt is too long" in an `error` event); and as Anthropic-compatible servers
+/// refuse on their `/v1/messages`, in the wording of their other endpoints: `llamacpp`,
+/// `vllm-new`, and `litellm` (the provider's error inside LiteLLM's own envelope).
 pub fn messages_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
     let limit: u64 = header_str(headers, "x-mock-window").parse().unwrap_or(4096);
     let shape = header_str(headers, "x-mock-shape");
@@ -62,6 +64,21 @@ pub fn messages_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> R
     let stream = request["stream"] == true;
     let too_long = format!("prompt is too long: {prompt} tokens > {limit} maximum");
     match shape {
+        "llamacpp" | "vllm-new" if prompt > limit => {
+            return super::overflow(shape, prompt, output, limit, stream)
+        }
+        "litellm" if prompt > limit => {
+            let inner = json!({"type": "error", "error": {"type": "invalid_request_error", "message": too_long}});
+            let message = format!("litellm.BadRequestError: AnthropicException - {inner}");
+            let body =
+                json!({"error": {"message": message, "type": null, "param": null, "code": "400"}});
+            let mut response = Response::new(full(body.to_string()));
+            *response.status_mut() = StatusCode::BAD_REQUEST;
+            response
+                .headers_mut()
+                .insert("content-type", "application/json".parse().unwrap());
+            return response;
+        }
         "anthropic-413" if body.len() as u64 > limit * 3 => {
             return error(413, "request_too_large", "Request exceeds the maximum size")
         }
