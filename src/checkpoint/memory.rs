@@ -277,27 +277,8 @@ impl Store for MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
-
-    fn checkpoint(prefix_len: usize, text: &str) -> Arc<Checkpoint> {
-        Arc::new(Checkpoint::new(
-            prefix_len,
-            10,
-            vec![json!({"role": "user", "content": text})],
-            vec![5],
-            None,
-            0,
-        ))
-    }
-
-    fn key(partition: u128, prefix: u128) -> Key {
-        Key {
-            partition: Partition::for_tests(partition),
-            prefix,
-        }
-    }
+    use crate::checkpoint::fixtures::{checkpoint, key};
 
     #[test]
     fn finds_the_longest_stored_prefix_of_its_partition() {

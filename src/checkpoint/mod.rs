@@ -201,6 +201,35 @@ pub fn derive(
     (replaced > 0).then_some((replaced, form))
 }
 
+/// What the stores' tests keep and look up.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::{Checkpoint, Key, Partition};
+
+    /// A checkpoint of one summary message replacing `prefix_len` messages.
+    pub fn checkpoint(prefix_len: usize, text: &str) -> Arc<Checkpoint> {
+        Arc::new(Checkpoint::new(
+            prefix_len,
+            10,
+            vec![json!({"role": "user", "content": text})],
+            vec![5],
+            None,
+            0,
+        ))
+    }
+
+    pub fn key(partition: u128, prefix: u128) -> Key {
+        Key {
+            partition: Partition::for_tests(partition),
+            prefix,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -852,6 +852,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::checkpoint::fixtures::{checkpoint, key};
 
     /// A redis-server of its own on a free loopback port, or `None` (the test is skipped)
     /// when none is installed, unless `COMPACTION_PROXY_REQUIRE_REDIS=1`.
@@ -917,24 +918,6 @@ mod tests {
     fn store(server: &Server, ns: &str) -> Box<dyn Store> {
         let url = format!("redis://127.0.0.1:{}", server.port);
         open(&url, ns, Duration::from_secs(60)).unwrap()
-    }
-
-    fn checkpoint(prefix_len: usize, text: &str) -> Arc<Checkpoint> {
-        Arc::new(Checkpoint::new(
-            prefix_len,
-            10,
-            vec![json!({"role": "user", "content": text})],
-            vec![5],
-            None,
-            0,
-        ))
-    }
-
-    fn key(partition: u128, prefix: u128) -> Key {
-        Key {
-            partition: Partition::for_tests(partition),
-            prefix,
-        }
     }
 
     #[test]
