@@ -259,30 +259,15 @@ pub fn encode(view: &Value, source: &Value) -> Option<Vec<u8>> {
 /// request, for an upstream that speaks only Messages: the prompt in `system`, the cap as
 /// the required `max_tokens`, streamed, without thinking (a checkpoint is plain text).
 pub fn summary_request(chat: &Value) -> Value {
-    let messages = chat["messages"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let text = |role: &str| {
-        messages
-            .iter()
-            .find(|m| m["role"] == role)
-            .map(|m| m["content"].clone())
-            .unwrap_or_default()
-    };
-    let cap = chat
-        .get("max_completion_tokens")
-        .or_else(|| chat.get("max_tokens"))
-        .and_then(Value::as_u64)
-        .unwrap_or(SUMMARY_CAP);
+    let parts = super::SummaryParts::of(chat);
     let mut body = serde_json::json!({
         "model": chat["model"],
-        "max_tokens": cap,
-        "system": text("system"),
-        "messages": [{"role": "user", "content": text("user")}],
+        "max_tokens": parts.cap.unwrap_or(SUMMARY_CAP),
+        "system": parts.system,
+        "messages": [{"role": "user", "content": parts.user}],
         "stream": true,
     });
-    if let Some(t) = chat.get("temperature") {
+    if let Some(t) = parts.temperature {
         body["temperature"] = t.clone();
     }
     body

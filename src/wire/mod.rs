@@ -23,6 +23,40 @@ pub struct Head {
     pub max_output_field: Option<&'static str>,
 }
 
+/// What every dialect's summariser request is written from: the summariser's chat request
+/// is a system prompt, one user message, a cap and maybe a temperature.
+pub(crate) struct SummaryParts<'a> {
+    pub system: Value,
+    pub user: Value,
+    pub cap: Option<u64>,
+    pub temperature: Option<&'a Value>,
+}
+
+impl SummaryParts<'_> {
+    pub(crate) fn of(chat: &Value) -> SummaryParts<'_> {
+        let messages = chat["messages"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let text = |role: &str| {
+            messages
+                .iter()
+                .find(|m| m["role"] == role)
+                .map(|m| m["content"].clone())
+                .unwrap_or_default()
+        };
+        SummaryParts {
+            system: text("system"),
+            user: text("user"),
+            cap: chat
+                .get("max_completion_tokens")
+                .or_else(|| chat.get("max_tokens"))
+                .and_then(Value::as_u64),
+            temperature: chat.get("temperature"),
+        }
+    }
+}
+
 /// Which API a compacted request speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {

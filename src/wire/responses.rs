@@ -463,28 +463,16 @@ fn new_items(message: &Value) -> Vec<Value> {
 /// the system text as `instructions`, the user text as the one input message, streamed,
 /// not stored.
 pub fn summary_request(chat: &Value) -> Value {
-    let messages = chat["messages"].as_array().cloned().unwrap_or_default();
-    let text = |role: &str| {
-        messages
-            .iter()
-            .find(|m| m["role"] == role)
-            .map(|m| m["content"].clone())
-            .unwrap_or_default()
-    };
-    let cap = chat
-        .get("max_completion_tokens")
-        .or_else(|| chat.get("max_tokens"))
-        .cloned()
-        .unwrap_or(Value::Null);
+    let parts = super::SummaryParts::of(chat);
     let mut body = json!({
         "model": chat["model"],
-        "instructions": text("system"),
-        "input": [{"role": "user", "content": text("user")}],
-        "max_output_tokens": cap,
+        "instructions": parts.system,
+        "input": [{"role": "user", "content": parts.user}],
+        "max_output_tokens": parts.cap,
         "stream": true,
         "store": false,
     });
-    if let Some(t) = chat.get("temperature") {
+    if let Some(t) = parts.temperature {
         body["temperature"] = t.clone();
     }
     body
