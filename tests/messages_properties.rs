@@ -1,8 +1,9 @@
 //! Any valid Messages request compacts to a valid one (by the mock upstream's own
 //! validator): roles alternating from the user on, every `tool_use` answered first thing
-//! in the next message, thinking only where the client had it and never edited, no more
-//! breakpoints than the client's, `system` messages all there as they came, the latest
-//! text intact, and every field but `messages` (and a lowered cap) as the client sent it.
+//! in the next message, thinking only where the client had it, never edited and never
+//! dropped from a turn kept in any part, no more breakpoints than the client's, `system`
+//! messages all there as they came, the latest text intact, and every field but
+//! `messages` (and a lowered cap) as the client sent it.
 
 // Test code: a failed step should stop the test where it failed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -213,6 +214,21 @@ proptest! {
             let kind = block["type"].as_str().unwrap();
             if kind != "text" && kind != "tool_result" && kind != "tool_use" {
                 prop_assert!(theirs.contains(&block), "invented or changed: {}", block);
+            }
+        }
+        // A turn kept in any part keeps its thinking: thinking goes only with its turn.
+        let kept = all_blocks(&out);
+        for message in request["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "assistant") {
+            let Some(blocks) = message["content"].as_array() else { continue };
+            let (thinking, rest): (Vec<&Value>, Vec<&Value>) =
+                blocks.iter().partition(|b| b["type"] == "thinking" || b["type"] == "redacted_thinking");
+            // Blocks that name their turn: found once in the whole request.
+            let unique = |b: &Value| theirs.iter().filter(|t| *t == b).count() == 1;
+            let named: Vec<&Value> = rest.iter().copied().filter(|b| unique(b)).collect();
+            if !thinking.is_empty() && named.iter().any(|b| kept.contains(b)) {
+                for block in thinking {
+                    prop_assert!(kept.contains(block), "thinking dropped from a kept turn: {}\n{}", block, out);
+                }
             }
         }
         let sent = out["messages"].as_array().unwrap();
