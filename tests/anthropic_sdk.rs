@@ -24,31 +24,6 @@ use support::{metrics, Mock, Proxy};
 /// The mock's window, in its tokens, as `tests/clients/anthropic_sdk_session.py` sets it.
 const WINDOW: u64 = 6000;
 
-/// The virtualenv's Python, if the SDK is installed in it.
-fn python_with_the_sdk() -> Option<PathBuf> {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    let python = std::env::var_os("COMPACTION_PROXY_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or(venv);
-    let installed = Command::new(&python)
-        .args(["-c", "import anthropic"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if installed {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
-        "the anthropic SDK is missing from {}: run scripts/setup-clients.sh",
-        python.display()
-    );
-    eprintln!(
-        "skipping: the anthropic SDK is missing from {} (run scripts/setup-clients.sh)",
-        python.display()
-    );
-    None
-}
-
 /// Whose key the upstream gets.
 #[derive(Clone, Copy)]
 enum Keys {
@@ -173,7 +148,7 @@ fn count(metrics: &str, name: &str) -> u64 {
 
 #[tokio::test]
 async fn a_tool_loop_with_messages_create_never_sees_an_overflow() {
-    let Some(python) = python_with_the_sdk() else {
+    let Some(python) = support::python_with("anthropic") else {
         return;
     };
     let Session { mock, .. } = session(python, "tools", "anthropic", Keys::Clients).await;
@@ -191,7 +166,7 @@ async fn a_tool_loop_with_messages_create_never_sees_an_overflow() {
 
 #[tokio::test]
 async fn a_streamed_session_with_extended_thinking_keeps_every_kept_thinking_block() {
-    let Some(python) = python_with_the_sdk() else {
+    let Some(python) = support::python_with("anthropic") else {
         return;
     };
     // Refused in the stream itself (an `error` event in a 200), and for a prompt and
@@ -262,7 +237,7 @@ fn thinking_blocks_went_back_as_received(session: &Session, shape: &str) {
 
 #[tokio::test]
 async fn in_sidecar_mode_the_upstream_gets_the_proxys_key_where_anthropic_reads_it() {
-    let Some(python) = python_with_the_sdk() else {
+    let Some(python) = support::python_with("anthropic") else {
         return;
     };
     session(python, "tools", "anthropic", Keys::Sidecar).await;

@@ -10,29 +10,13 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{client, metrics, post_chat, Mock, Proxy};
+use support::{agent_round, client, compacted_part, metrics, post_chat, Mock, Proxy};
 
 /// The upstream's window, in the mock's tokens; the proxy is told the same.
 const WINDOW: u64 = 6000;
 /// A system prompt of this many sentences takes most of the window's prompt budget.
 const SYSTEM_REPEAT: usize = 330;
 const API_KEY: &str = "sk-proj-Xq7LmN2pR9sT4vW8yZ1aB3cD5eF6gH0jK2lM4nP6qR8sT0uV";
-const END_MARKER: &str = "[end of summary; the conversation continues below]";
-
-/// One round of an agent session after the user's ask `n`: a tool call, its output and
-/// the agent's reply. Rounds are short beside the window, as in a real session, so one
-/// compaction buys many turns.
-fn round(n: usize) -> Vec<Value> {
-    let id = format!("call_{n}");
-    vec![
-        json!({"role": "assistant", "content": null, "tool_calls": [
-            {"id": id, "type": "function", "function": {"name": "run_command",
-                "arguments": json!({"command": format!("cargo test module_{n}")}).to_string()}}]}),
-        json!({"role": "tool", "tool_call_id": id,
-            "content": format!("test module_{n}::works ... FAILED\nassertion failed: left == right (left: {n}, right: {})", n + 1)}),
-        json!({"role": "assistant", "content": format!("Module {n} had an off-by-one; fixed in src/module_{n}.rs and the test passes now.")}),
-    ]
-}
 
 fn ask(n: usize) -> Value {
     let text = if n == 3 {
@@ -94,17 +78,10 @@ fn history(turns: usize) -> Vec<Value> {
     let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
     for n in 0..turns {
         history.push(ask(n));
-        history.extend(round(n));
+        history.extend(agent_round(n));
     }
     history.push(ask(turns));
     history
-}
-
-/// The bytes the upstream received from the start of the body to the end of the summary.
-fn compacted_part(body: &[u8]) -> Option<Vec<u8>> {
-    let text = std::str::from_utf8(body).unwrap();
-    let end = text.find(END_MARKER)? + END_MARKER.len();
-    Some(body[..end].to_vec())
 }
 
 /// A 60-turn session, played turn by turn as a client does: the whole history each time.
@@ -128,7 +105,7 @@ async fn play_with(
         assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
         assert!(mock.state.violations.lock().unwrap().is_empty(), "turn {n}");
         headers.push(x);
-        history.extend(round(n));
+        history.extend(agent_round(n));
     }
     headers
 }
@@ -358,7 +335,7 @@ fn extends(previous: &[u8], next: &[u8]) -> bool {
 /// A tool-heavy round: the output of each call is long beside the window, as a file
 /// read or a test log is.
 fn heavy_round(n: usize) -> Vec<Value> {
-    let mut round = round(n);
+    let mut round = agent_round(n);
     round[1]["content"] = json!(format!(
         "{}\n{}",
         round[1]["content"].as_str().unwrap(),
@@ -429,7 +406,7 @@ async fn a_stored_fallback_gives_way_to_a_real_summary_once_the_summariser_answe
         let (status, x) = send(&proxy, summary, &request(&history)).await;
         assert_eq!(status, 200, "turn {n}: {x}");
         headers.push(x);
-        history.extend(round(n));
+        history.extend(agent_round(n));
     }
     let compacted: Vec<&String> = headers[..45].iter().filter(|x| !x.is_empty()).collect();
     assert!(!compacted.is_empty(), "{headers:#?}");

@@ -12,13 +12,9 @@ use compaction_proxy::classify::{classify, inspect_stream_head, next_event, Kind
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-/// `default` cases per property, unless `PROPTEST_CASES` asks for another number.
-fn config(default: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok());
-    ProptestConfig::with_cases(cases.unwrap_or(default))
-}
+#[path = "support/props.rs"]
+mod props;
+use props::config;
 
 /// Words error bodies are made of, so generated bodies reach the classifier's rules
 /// rather than stopping at "not JSON".

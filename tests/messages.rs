@@ -12,7 +12,6 @@
 mod support;
 
 use compaction_proxy::compact::MARKER;
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 use support::{client, metrics, x_compaction, Mock, Proxy, Recorded};
 
@@ -106,15 +105,10 @@ async fn post(proxy: &Proxy, path: &str, shape: &str, window: u64, body: &[u8]) 
         .unwrap();
     let status = response.status().as_u16();
     let x = x_compaction(&response);
-    let mut stream = response.bytes_stream();
-    let mut raw = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        raw.extend_from_slice(&chunk.unwrap());
-    }
     Answer {
         status,
         x,
-        text: String::from_utf8(raw).unwrap(),
+        text: response.text().await.unwrap(),
     }
 }
 

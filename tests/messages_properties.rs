@@ -13,23 +13,9 @@ use compaction_proxy::wire::messages::{encode, to_chat, validate};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-fn text(len: usize, seed: usize) -> String {
-    let words = [
-        "build",
-        "fails",
-        "in",
-        "src/net.rs",
-        "error:",
-        "retry",
-        "日本語",
-        "\"q\"",
-        "\n",
-    ];
-    (0..len)
-        .map(|i| words[(i * 7 + seed) % words.len()])
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+#[path = "support/props.rs"]
+mod props;
+use props::{config, text};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -172,14 +158,6 @@ fn all_blocks(request: &Value) -> Vec<Value> {
             _ => Vec::new(),
         })
         .collect()
-}
-
-/// `default` cases per property, unless `PROPTEST_CASES` asks for another number.
-fn config(default: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok());
-    ProptestConfig::with_cases(cases.unwrap_or(default))
 }
 
 proptest! {

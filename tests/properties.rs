@@ -12,6 +12,10 @@ use compaction_proxy::compact::{self, count_request, validate, validate_strict, 
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
+#[path = "support/props.rs"]
+mod props;
+use props::config;
+
 const WORDS: &[&str] = &[
     "the",
     "build",
@@ -273,14 +277,6 @@ fn latest_results(v: &Value) -> Option<(Vec<Value>, usize)> {
     let mut kept = v.clone();
     kept["messages"] = json!(keep);
     Some((results, count_request(&kept) + 60 * keep.len() + 400))
-}
-
-/// `default` cases per property, unless `PROPTEST_CASES` asks for another number.
-fn config(default: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok());
-    ProptestConfig::with_cases(cases.unwrap_or(default))
 }
 
 proptest! {

@@ -15,29 +15,11 @@ use std::process::Command;
 use compaction_proxy::compact::MARKER;
 use support::{Mock, Proxy};
 
-fn python() -> Option<PathBuf> {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    let python = std::env::var_os("COMPACTION_PROXY_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or(venv);
-    if python.exists() {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
-        "{} is missing: run scripts/setup-clients.sh",
-        python.display()
-    );
-    eprintln!(
-        "skipping: {} is missing (run scripts/setup-clients.sh)",
-        python.display()
-    );
-    None
-}
-
 #[tokio::test]
 async fn openai_python_sdk_chat_stream_and_models() {
-    let Some(python) = python() else { return };
+    let Some(python) = support::python_with("openai") else {
+        return;
+    };
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/openai_sdk.py");
@@ -72,7 +54,9 @@ async fn openai_python_sdk_chat_stream_and_models() {
 /// a fresh mock: the SDK must see no error, the upstream no invalid request, and the
 /// proxy must have compacted.
 async fn sdk_session(script: &str) {
-    let Some(python) = python() else { return };
+    let Some(python) = support::python_with("openai") else {
+        return;
+    };
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
     let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));

@@ -17,11 +17,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{metrics, mock_tokens, post_chat, tempdir, Mock, Proxy};
+use support::{agent_round, compacted_part, metrics, mock_tokens, post_chat, tempdir, Mock, Proxy};
 
 /// The upstream's window, in the mock's tokens.
 const WINDOW: u64 = 6000;
-const END_MARKER: &str = "[end of summary; the conversation continues below]";
 
 /// A redis-server of the test's own, stopped when dropped.
 struct Redis {
@@ -146,19 +145,6 @@ fn replicas(mock: &Mock, redis: &Redis, test: &str, window: Option<u64>) -> [Pro
     ]
 }
 
-/// One round of an agent session after ask `n`: a tool call, its output, the reply.
-fn round(n: usize) -> Vec<Value> {
-    let id = format!("call_{n}");
-    vec![
-        json!({"role": "assistant", "content": null, "tool_calls": [
-            {"id": id, "type": "function", "function": {"name": "run_command",
-                "arguments": json!({"command": format!("cargo test module_{n}")}).to_string()}}]}),
-        json!({"role": "tool", "tool_call_id": id,
-            "content": format!("test module_{n}::works ... FAILED\nassertion failed: left == right (left: {n}, right: {})", n + 1)}),
-        json!({"role": "assistant", "content": format!("Module {n} had an off-by-one; fixed in src/module_{n}.rs and the test passes now.")}),
-    ]
-}
-
 fn ask(n: usize) -> Value {
     json!({"role": "user", "content": format!(
         "Turn {n}: the test of module {n} fails; please fix src/module_{n}.rs and rerun it."
@@ -170,7 +156,7 @@ fn session(system: &str, turns: usize) -> Vec<Value> {
     let mut history = vec![json!({"role": "system", "content": system})];
     for n in 0..turns {
         history.push(ask(n));
-        history.extend(round(n));
+        history.extend(agent_round(n));
     }
     history.push(ask(turns));
     history
@@ -201,13 +187,6 @@ async fn send(
     post_chat(proxy, &headers, request).await
 }
 
-/// The bytes the upstream received from the start of the body to the end of the summary.
-fn compacted_part(body: &[u8]) -> Option<Vec<u8>> {
-    let text = std::str::from_utf8(body).unwrap();
-    let end = text.find(END_MARKER)? + END_MARKER.len();
-    Some(body[..end].to_vec())
-}
-
 /// Plays turns `from..to` of a session, turn `n` on replica `n % 2`; returns each turn's
 /// `x-compaction` header. Every turn must succeed.
 async fn alternate(
@@ -224,7 +203,7 @@ async fn alternate(
         assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
         assert!(mock.state.violations.lock().unwrap().is_empty(), "turn {n}");
         headers.push(x);
-        history.extend(round(n));
+        history.extend(agent_round(n));
     }
     headers
 }

@@ -12,7 +12,6 @@ mod support;
 
 use compaction_proxy::compact::MARKER;
 use compaction_proxy::wire::responses::validate;
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 use support::{client, metrics, x_compaction, Mock, Proxy, CANNED_SUMMARY};
 
@@ -65,12 +64,7 @@ async fn send(proxy: &Proxy, shape: &str, window: u64, body: &Value) -> (u16, St
         .unwrap();
     let status = response.status().as_u16();
     let x = x_compaction(&response);
-    let mut stream = response.bytes_stream();
-    let mut raw = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        raw.extend_from_slice(&chunk.unwrap());
-    }
-    (status, x, String::from_utf8(raw).unwrap())
+    (status, x, response.text().await.unwrap())
 }
 
 fn sent(mock: &Mock) -> Value {

@@ -12,12 +12,11 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{json, Value};
-use support::{post_chat, tempdir, Mock, Proxy};
+use support::{compacted_part, post_chat, tempdir, Mock, Proxy};
 
 /// The upstream's window, in the mock's tokens. The proxy is not told it: it learns it
 /// from the upstream's first refusal.
 const WINDOW: u64 = 6000;
-const END_MARKER: &str = "[end of summary; the conversation continues below]";
 const KEY: &str = "sk-restart-tenant";
 
 fn round(n: usize) -> Vec<Value> {
@@ -50,13 +49,6 @@ async fn send(proxy: &Proxy, history: &[Value]) -> (u16, String) {
     ];
     let request = json!({"model": "mock-agent-model", "messages": history});
     post_chat(proxy, &headers, &request).await
-}
-
-/// The bytes the upstream received from the start of the body to the end of the summary.
-fn compacted_part(body: &[u8]) -> Vec<u8> {
-    let text = std::str::from_utf8(body).unwrap();
-    let end = text.find(END_MARKER).expect("a compacted request") + END_MARKER.len();
-    body[..end].to_vec()
 }
 
 /// Plays turns on `proxy` until one is served from the cache; returns the history sent.
@@ -97,7 +89,7 @@ async fn a_killed_proxy_s_successor_resumes_the_conversation_from_its_checkpoint
     play_until_cached(&first, &mock, &mut history).await;
     let summaries = mock.summaries().len();
     assert!(summaries >= 1, "the session was summarised");
-    let before = compacted_part(&mock.last().body);
+    let before = compacted_part(&mock.last().body).expect("a compacted request");
 
     // No shutdown: the process is gone between two turns.
     first.child.kill().unwrap();
@@ -114,7 +106,7 @@ async fn a_killed_proxy_s_successor_resumes_the_conversation_from_its_checkpoint
     assert_eq!(mock.recorded().len(), sent + 1);
     assert_eq!(mock.summaries().len(), summaries, "no summariser call");
     assert!(
-        compacted_part(&mock.last().body) == before,
+        compacted_part(&mock.last().body).expect("a compacted request") == before,
         "the compacted part is the same bytes as before the restart"
     );
     let metrics = support::metrics(&second).await;

@@ -14,6 +14,10 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+#[path = "support/props.rs"]
+mod props;
+use props::config;
+
 use bytes::{Buf, Bytes, BytesMut};
 use compaction_proxy::upstream::wire::{parse_head, BodyDecoder, Decoded, WireError};
 use http::Method;
@@ -518,14 +522,6 @@ fn answers_the_proxy_refuses_where_hyper_does_not() {
             &hyper_reads,
         );
     }
-}
-
-/// `default` cases per property, unless `PROPTEST_CASES` asks for another number.
-fn config(default: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok());
-    ProptestConfig::with_cases(cases.unwrap_or(default))
 }
 
 #[derive(Debug, Clone)]

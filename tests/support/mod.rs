@@ -994,6 +994,58 @@ impl Drop for Proxy {
     }
 }
 
+/// The Python of `./.venv` (or `COMPACTION_PROXY_PYTHON`) if it can import `module`, the
+/// client a test drives. Without it the test is skipped, unless
+/// `COMPACTION_PROXY_REQUIRE_CLIENTS` is set (as `scripts/test.sh` sets it): then it fails.
+pub fn python_with(module: &str) -> Option<std::path::PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let python = std::env::var_os("COMPACTION_PROXY_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or(venv);
+    let installed = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if installed {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
+        "{module} is missing from {}: run scripts/setup-clients.sh",
+        python.display()
+    );
+    eprintln!(
+        "skipping: {module} is missing from {} (run scripts/setup-clients.sh)",
+        python.display()
+    );
+    None
+}
+
+/// The bytes a request body holds from its start to the end of the proxy's summary: the
+/// part a resumed conversation must send again byte for byte. `None` when it holds none.
+pub fn compacted_part(body: &[u8]) -> Option<Vec<u8>> {
+    use compaction_proxy::compact::END_MARKER;
+    let text = std::str::from_utf8(body).unwrap();
+    let end = text.find(END_MARKER)? + END_MARKER.len();
+    Some(body[..end].to_vec())
+}
+
+/// One round of an agent session after the user's ask `n`: a tool call, its output and the
+/// agent's reply. Short beside the tests' windows, as in a real session, so one
+/// compaction buys many turns.
+pub fn agent_round(n: usize) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let id = format!("call_{n}");
+    vec![
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "run_command",
+                "arguments": json!({"command": format!("cargo test module_{n}")}).to_string()}}]}),
+        json!({"role": "tool", "tool_call_id": id,
+            "content": format!("test module_{n}::works ... FAILED\nassertion failed: left == right (left: {n}, right: {})", n + 1)}),
+        json!({"role": "assistant", "content": format!("Module {n} had an off-by-one; fixed in src/module_{n}.rs and the test passes now.")}),
+    ]
+}
+
 /// A fresh directory under the target dir (no tempfile dependency).
 pub fn tempdir() -> std::path::PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};
