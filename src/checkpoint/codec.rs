@@ -134,7 +134,8 @@ pub fn decode_prepared(bytes: &[u8]) -> Result<Option<(u128, Checkpoint)>, Strin
     Ok(Some((u128::from_be_bytes(id), checkpoint)))
 }
 
-fn now_secs() -> u64 {
+/// Seconds since the epoch: the clock a stored checkpoint's age is read by, in every store.
+pub(super) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::codec;
+use super::codec::{self, now_secs};
 use super::hash::{Partition, Tenant};
 use super::memory::{Held, Lru};
 use super::store::{Backend, Key, ModelRecord, Stats, Store, StoreError, StoreFuture};
@@ -97,12 +97,6 @@ fn unavailable(error: impl std::fmt::Display) -> StoreError {
         backend: BACKEND,
         reason: error.to_string(),
     }
-}
-
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn connect(path: &Path) -> rusqlite::Result<Connection> {
