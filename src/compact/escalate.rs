@@ -5,7 +5,8 @@
 //!    the latest calls;
 //! 2. fold the head's first exchange into the summary (the leading instructions and the
 //!    task stay);
-//! 3. fold the history kept in the tail into it too, oldest first;
+//! 3. fold the history kept in the tail into it too, oldest first, unless cutting its
+//!    largest messages a little is enough;
 //! 4. raise the target towards the ceiling: the answer gets less room, the turn in
 //!    progress keeps its own;
 //! 5. cut a huge task to a quarter of the target;
@@ -152,6 +153,14 @@ impl Draft<'_> {
     /// until `over` tokens are saved or all are at the floor. Returns how many were cut.
     fn level(&mut self, candidates: &[usize], over: usize) -> usize {
         let counter = self.plan.counter;
+        // A message without text (calls only) cannot be cut: levelling it would only
+        // spare the others.
+        let candidates: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&i| self.tail[i].has_text())
+            .collect();
+        let candidates = candidates.as_slice();
         let mut cut = 0;
         let mut over = over;
         // A second round makes up for what the notes added by each cut cost.
@@ -172,6 +181,34 @@ impl Draft<'_> {
         }
         cut
     }
+}
+
+/// Cuts the largest non-user messages of the history kept in the tail, when what is over
+/// is under a quarter of the oldest exchange that folding would take: losing a few lines
+/// of old tool traffic costs the model less than that exchange. Whether the cut fits; if
+/// not, the draft is left as it was.
+fn trim_history(d: &mut Draft, best: &mut Best) -> bool {
+    let over = d.over(best);
+    let first = next_group_end(&d.tail, 0, d.turn);
+    let oldest: usize = d.tail[..first].iter().map(|m| m.tokens).sum();
+    if over.saturating_mul(4) > oldest {
+        return false;
+    }
+    let candidates: Vec<usize> = (0..d.turn)
+        .filter(|&i| d.tail[i].role != Role::User && !d.tail[i].role.is_instruction())
+        .collect();
+    let (tail, notes) = (d.tail.clone(), d.notes.clone());
+    let cut = d.level(&candidates, over);
+    if cut > 0 {
+        d.notes
+            .push(format!("escalate: {cut} messages of the tail history cut"));
+        if d.offer(best) {
+            return true;
+        }
+    }
+    d.tail = tail;
+    d.notes = notes;
+    false
 }
 
 /// Folds into the summary the fewest of `messages`' groups, oldest first, that make a
@@ -322,7 +359,11 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
-    // 3. So does the history kept in the tail, oldest group first.
+    // 3. So does the history kept in the tail, oldest group first; but when only a
+    //    little is over, its largest messages give that up instead of a whole exchange.
+    if d.turn > 0 && trim_history(d, best) {
+        return true;
+    }
     if d.turn > 0 {
         let history = d.tail[..d.turn].to_vec();
         let turn = d.tail[d.turn..].to_vec();

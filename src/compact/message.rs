@@ -167,6 +167,12 @@ impl Message {
         self.tokens < before
     }
 
+    /// Whether the content holds any text that `cut_to` could shorten.
+    pub fn has_text(&self) -> bool {
+        self.content()
+            .is_some_and(|c| text_lens(c).iter().any(|&n| n > 0))
+    }
+
     /// Whether any content part is an image, audio clip or file.
     pub fn has_media(&self) -> bool {
         match self.content() {
