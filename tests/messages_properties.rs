@@ -31,7 +31,8 @@ enum Step {
         thinking: bool,
         search: bool,
     },
-    /// The assistant calls tools; their results come back, perhaps with a reminder.
+    /// The assistant calls tools; their results come back (every fourth with a
+    /// screenshot), perhaps with a reminder.
     Calls {
         outputs: Vec<usize>,
         thinking: bool,
@@ -120,7 +121,14 @@ fn build(steps: &[Step]) -> Value {
                     call += 1;
                     let id = format!("toolu_{call}");
                     uses.push(json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"command": text(20, call)}}));
-                    results.push(json!({"type": "tool_result", "tool_use_id": id, "content": text(*len, call)}));
+                    let output = if call % 4 == 0 {
+                        json!([{"type": "text", "text": text(*len, call)}, {"type": "image",
+                            "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}])
+                    } else {
+                        json!(text(*len, call))
+                    };
+                    results
+                        .push(json!({"type": "tool_result", "tool_use_id": id, "content": output}));
                 }
                 if *reminder {
                     results.push(

@@ -70,7 +70,14 @@ fn build(steps: &[Step]) -> Value {
                     } else {
                         calls.push(json!({"type": "function_call", "call_id": id, "name": "shell",
                             "arguments": json!({"command": text(20, call)}).to_string()}));
-                        outs.push(json!({"type": "function_call_output", "call_id": id, "output": text(*len, call)}));
+                        // Every fifth output carries an image, as Codex's view_image gives back.
+                        let output = if call % 5 == 0 {
+                            json!([{"type": "input_text", "text": text(*len, call)},
+                                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"}])
+                        } else {
+                            json!(text(*len, call))
+                        };
+                        outs.push(json!({"type": "function_call_output", "call_id": id, "output": output}));
                     }
                 }
                 if *reasoning {

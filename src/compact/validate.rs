@@ -170,18 +170,21 @@ fn check_part(role: Role, part: &Value) -> Result<(), &'static str> {
         Some(Value::String(_)) => Ok(()),
         _ => Err("a text part has no string text"),
     };
+    // A tool's result may carry media: a Responses `function_call_output` or a Messages
+    // `tool_result` may hold images and files (a screenshot, a file read), and chat
+    // servers that take them exist; the engine counts and prunes them as media.
     match (role, kind) {
         (_, "text") => text_ok("text"),
         (Role::Assistant, "refusal") => text_ok("refusal"),
-        (Role::User, "image_url") => match part.get("image_url") {
+        (Role::User | Role::Tool, "image_url") => match part.get("image_url") {
             Some(Value::Object(o)) if o.get("url").is_some_and(Value::is_string) => Ok(()),
             _ => Err("an image_url part has no url"),
         },
-        (Role::User, "input_audio") => match part.get("input_audio") {
+        (Role::User | Role::Tool, "input_audio") => match part.get("input_audio") {
             Some(Value::Object(_)) => Ok(()),
             _ => Err("an input_audio part has no input_audio object"),
         },
-        (Role::User, "file") => match part.get("file") {
+        (Role::User | Role::Tool, "file") => match part.get("file") {
             Some(Value::Object(_)) => Ok(()),
             _ => Err("a file part has no file object"),
         },
@@ -252,7 +255,8 @@ mod tests {
             {"role": "assistant", "content": null, "tool_calls": [call("a"), call("b")],
              "reasoning_content": "thinking"},
             {"role": "tool", "tool_call_id": "b", "name": "f", "content": [{"type": "text", "text": "2"}]},
-            {"role": "tool", "tool_call_id": "a", "content": "1"},
+            {"role": "tool", "tool_call_id": "a", "content": [{"type": "text", "text": "shot"},
+                {"type": "image_url", "image_url": {"url": "data:,"}}]},
             {"role": "assistant", "content": null, "function_call": {"name": "g", "arguments": "{}"}},
             {"role": "function", "name": "g", "content": "3"},
             {"role": "user", "content": "ok", "x-unknown": 1},

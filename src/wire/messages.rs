@@ -221,12 +221,19 @@ fn text_part(block: &Value, at: [usize; 2]) -> Value {
 /// and stripped as such; the source is kept in the part so that two conversations that
 /// differ only in an image do not look the same to the summary cache).
 fn user_part(block: &Value, at: [usize; 2]) -> Option<Value> {
+    let mut part = part_of(block)?;
+    part[SRC] = json!(at);
+    Some(part)
+}
+
+/// A text, image or document block as a chat part.
+fn part_of(block: &Value) -> Option<Value> {
     match kind(block) {
-        "text" => Some(text_part(block, at)),
-        "image" => Some(
-            json!({"type": "image_url", "image_url": {"url": block["source"].to_string()}, SRC: at}),
-        ),
-        "document" => Some(json!({"type": "file", "file": {"source": block["source"]}, SRC: at})),
+        "text" => Some(json!({"type": "text", "text": block["text"].as_str().unwrap_or("")})),
+        "image" => {
+            Some(json!({"type": "image_url", "image_url": {"url": block["source"].to_string()}}))
+        }
+        "document" => Some(json!({"type": "file", "file": {"source": block["source"]}})),
         _ => None,
     }
 }
@@ -236,9 +243,25 @@ fn tool_call(block: &Value, at: [usize; 2]) -> Value {
         "name": block["name"], "arguments": block["input"].to_string()}, SRC: at})
 }
 
+/// The view's tool message of a `tool_result` block: its text, or, when the tool gave
+/// back images or documents (a screenshot, a file it read), its parts, so that they are
+/// counted as the media they are and pruned with the output.
 fn tool_message(block: &Value, at: [usize; 2]) -> Value {
-    json!({"role": "tool", "tool_call_id": block["tool_use_id"],
-        "content": plain_text(&block["content"]), SRC: at})
+    let content = match &block["content"] {
+        Value::Array(list) if list.iter().any(|b| matches!(kind(b), "image" | "document")) => {
+            // The same texts as `plain_text` reads, so an untouched result is written
+            // back as the client's block.
+            let part = |b: &Value| match kind(b) {
+                "image" | "document" => part_of(b),
+                _ => b["text"]
+                    .as_str()
+                    .map(|t| json!({"type": "text", "text": t})),
+            };
+            Value::Array(list.iter().filter_map(part).collect())
+        }
+        other => Value::from(plain_text(other)),
+    };
+    json!({"role": "tool", "tool_call_id": block["tool_use_id"], "content": content, SRC: at})
 }
 
 /// The bytes of the client's request with its `messages` written back from the
@@ -932,6 +955,38 @@ mod tests {
             "a shortened block keeps its breakpoint"
         );
         assert_eq!(sent[5]["x_later"], 1);
+    }
+
+    #[test]
+    fn a_screenshot_a_tool_returned_is_counted_and_goes_with_its_pruned_output() {
+        let mut original = request();
+        let shot = json!({"type": "image", "source": {"type": "base64",
+            "media_type": "image/png", "data": "iVBOR".repeat(2_000)}});
+        original["messages"][3]["content"][0]["content"] =
+            json!([{"type": "text", "text": "saved screen.png"}, shot]);
+        let view = to_chat(&original).unwrap();
+        let tool = &view["messages"][4];
+        assert_eq!(tool["content"][1]["type"], "image_url");
+        let text_only = json!({"model": view["model"],
+            "messages": [{"role": "tool", "tool_call_id": "tu_1", "content": "saved screen.png"}]});
+        let with_image = json!({"model": view["model"], "messages": [tool]});
+        assert!(
+            crate::compact::count_request(&with_image)
+                >= crate::compact::count_request(&text_only) + 500,
+            "the image costs what an image costs"
+        );
+        assert_eq!(
+            encode(&view, &original).unwrap(),
+            serde_json::to_vec(&original).unwrap(),
+            "an untouched result is the client's block"
+        );
+        let mut pruned = view.clone();
+        pruned["messages"][4]["content"] = json!("[screenshot pruned]");
+        let out = written(&pruned, &original);
+        assert_eq!(
+            out["messages"][3]["content"][0]["content"],
+            "[screenshot pruned]"
+        );
     }
 
     #[test]
