@@ -174,6 +174,9 @@ pub struct CacheConfig {
     pub redis_url: String,
     /// Prefix of every Redis key, so that fleets can share one Redis.
     pub redis_namespace: String,
+    /// For `rediss://`: a PEM file of certificate authorities to trust besides the
+    /// Mozilla roots, for a Redis whose certificate a private CA signed.
+    pub redis_ca_file: String,
     /// Bytes of checkpoints kept (in memory for `memory`, on disk for `embedded`, and in
     /// memory while Redis is out of reach for `redis`, whose own `maxmemory` bounds what it
     /// keeps); the least recently used go first.
@@ -200,6 +203,7 @@ impl Default for CacheConfig {
             path: String::new(),
             redis_url: String::new(),
             redis_namespace: "compaction-proxy".into(),
+            redis_ca_file: String::new(),
             max_bytes: 256 * 1024 * 1024,
             ttl_ms: 6 * 60 * 60 * 1000,
             timeout_ms: 250,
@@ -464,6 +468,11 @@ impl Config {
                 "cache.redis_url must be set when cache.backend = \"redis\"".into(),
             ));
         }
+        if !self.cache.redis_ca_file.is_empty() && !self.cache.redis_url.starts_with("rediss://") {
+            return Err(ConfigError::Invalid(
+                "cache.redis_ca_file is only used with a rediss:// cache.redis_url".into(),
+            ));
+        }
         if self.limits.max_body_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "limits.max_body_bytes must be above 0".into(),
@@ -704,6 +713,20 @@ mod tests {
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("summarizer.api_key_env"), "{err}");
         config.summarizer.api_key_env = Some("SUMMARIZER_KEY".into());
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn a_redis_cache_names_what_it_lacks() {
+        let mut config = Config::default();
+        config.cache.backend = CacheBackend::Redis;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("cache.redis_url must be set"), "{err}");
+        config.cache.redis_url = "redis://redis:6379".into();
+        config.cache.redis_ca_file = "/etc/redis/ca.pem".into();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("cache.redis_ca_file"), "{err}");
+        config.cache.redis_url = "rediss://redis:6380".into();
         assert!(config.validate().is_ok());
     }
 

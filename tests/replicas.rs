@@ -1,7 +1,9 @@
 //! Replicas sharing one Redis: a conversation compacted on one resumes on the other with
 //! the same bytes and no new summary; the same summary needed by both at once is made
 //! once; a Redis that dies costs no turn (its outage is logged once and counted) and is
-//! used again once it is back; a window one replica learned is known to the other.
+//! used again once it is back; a window one replica learned is known to the other; a
+//! Redis behind TLS, with a certificate of the operator's own CA, is reached through
+//! `rediss://` and `cache.redis_ca_file`.
 //!
 //! Each test starts its own `redis-server` (from `COMPACTION_PROXY_REDIS_SERVER`, else
 //! PATH; `scripts/setup-redis.sh` installs it) on a free loopback port, and is skipped
@@ -26,13 +28,30 @@ const WINDOW: u64 = 6000;
 struct Redis {
     path: String,
     port: u16,
+    /// A second port that speaks TLS only, with a certificate of the test's own CA.
+    tls: Option<Tls>,
     dir: std::path::PathBuf,
     child: Option<Child>,
+}
+
+struct Tls {
+    port: u16,
+    /// The PEM file a proxy trusts (the self-signed certificate itself).
+    ca_file: std::path::PathBuf,
 }
 
 impl Redis {
     /// A server on a free port, or `None` (the test is skipped) when none is installed.
     fn start() -> Option<Redis> {
+        Redis::start_with(false)
+    }
+
+    /// [`Redis::start`], also listening for TLS on a port of its own.
+    fn start_tls() -> Option<Redis> {
+        Redis::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Option<Redis> {
         let path = std::env::var("COMPACTION_PROXY_REDIS_SERVER")
             .unwrap_or_else(|_| "redis-server".into());
         let installed = Command::new(&path)
@@ -48,15 +67,29 @@ impl Redis {
             eprintln!("skipped: no redis-server (scripts/setup-redis.sh installs it)");
             return None;
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let free_port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let dir = tempdir();
+        let tls = tls.then(|| {
+            let rcgen::CertifiedKey { cert, key_pair } =
+                rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+            std::fs::write(dir.join("redis.crt"), cert.pem()).unwrap();
+            std::fs::write(dir.join("redis.key"), key_pair.serialize_pem()).unwrap();
+            Tls {
+                port: free_port(),
+                ca_file: dir.join("redis.crt"),
+            }
+        });
         let mut redis = Redis {
             path,
-            port,
-            dir: tempdir(),
+            port: free_port(),
+            tls,
+            dir,
             child: None,
         };
         redis.restart();
@@ -65,9 +98,22 @@ impl Redis {
 
     /// Starts the server (again) on its port, empty, and waits until it answers.
     fn restart(&mut self) {
-        let child = Command::new(&self.path)
+        let mut command = Command::new(&self.path);
+        command
             .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
-            .args(["--port", &self.port.to_string()])
+            .args(["--port", &self.port.to_string()]);
+        if let Some(tls) = &self.tls {
+            command
+                .args(["--tls-port", &tls.port.to_string()])
+                .args([
+                    "--tls-cert-file",
+                    "redis.crt",
+                    "--tls-key-file",
+                    "redis.key",
+                ])
+                .args(["--tls-auth-clients", "no"]);
+        }
+        let child = command
             .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -91,8 +137,16 @@ impl Redis {
         }
     }
 
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+    /// The `[cache]` lines that reach this server: over TLS when it has a TLS port.
+    fn cache_config(&self) -> String {
+        match &self.tls {
+            None => format!("redis_url = \"redis://127.0.0.1:{}\"\n", self.port),
+            Some(tls) => format!(
+                "redis_url = \"rediss://127.0.0.1:{}\"\nredis_ca_file = \"{}\"\n",
+                tls.port,
+                tls.ca_file.display()
+            ),
+        }
     }
 
     /// Sends one command and returns the raw reply, `None` if the server is not there.
@@ -135,8 +189,8 @@ fn replicas(mock: &Mock, redis: &Redis, test: &str, window: Option<u64>) -> [Pro
         format!("[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {w}\n\n")
     });
     let config = format!(
-        "{model}[summarizer]\ncontext_window = 128000\n\n[cache]\nbackend = \"redis\"\nredis_url = \"{}\"\nredis_namespace = \"replicas-{test}-{}\"\n",
-        redis.url(),
+        "{model}[summarizer]\ncontext_window = 128000\n\n[cache]\nbackend = \"redis\"\n{}redis_namespace = \"replicas-{test}-{}\"\n",
+        redis.cache_config(),
         std::process::id()
     );
     [
@@ -380,4 +434,52 @@ async fn a_window_learned_by_one_replica_is_known_to_the_other() {
             "B sent a request over the window"
         );
     }
+}
+
+#[tokio::test]
+async fn a_redis_behind_tls_signed_by_a_private_ca_is_shared_through_rediss() {
+    let Some(redis) = Redis::start_tls() else {
+        return;
+    };
+    let mock = Mock::start().await;
+    let [a, b] = replicas(&mock, &redis, "tls", Some(WINDOW));
+    let body = request(&session("You are a coding agent.", 40));
+    let (status, x) = send(&a, "Bearer tls-client", 200, &body).await;
+    assert_eq!(status, 200, "{x}\n{}", a.logs());
+    assert!(x.contains("summary=llm"), "{x}");
+    // Stored through the TLS port, seen on the plain one.
+    assert!(redis.count("replicas-tls-*:cp:*") >= 1, "{}", a.logs());
+    let (status, x) = send(&b, "Bearer tls-client", 200, &body).await;
+    assert_eq!(status, 200);
+    assert!(x.contains("summary=cache"), "B resumes over TLS: {x}");
+    for proxy in [&a, &b] {
+        assert!(!proxy.logged("out of reach"), "{}", proxy.logs());
+        let up = metric(proxy, "compaction_proxy_store_up{backend=\"redis\"}").await;
+        assert_eq!(up, 1);
+    }
+    assert_eq!(mock.summaries().len(), 1);
+}
+
+#[test]
+fn a_ca_file_that_cannot_be_read_stops_the_proxy_with_a_clear_message() {
+    let dir = tempdir();
+    let config_path = dir.join("proxy.toml");
+    let missing = dir.join("no-such-ca.pem");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[cache]\nbackend = \"redis\"\nredis_url = \"rediss://127.0.0.1:6380\"\nredis_ca_file = \"{}\"\n",
+            missing.display()
+        ),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cache.redis_ca_file"), "{stderr}");
+    assert!(stderr.contains("no-such-ca.pem"), "{stderr}");
 }

@@ -13,7 +13,7 @@ use super::hash::{Partition, Tenant};
 use super::memory::MemoryStore;
 use super::prepared::Prepared;
 use super::store::{Backend, Key, ModelRecord, Stats, Store, StoreError};
-use super::{codec, embedded, redis, Checkpoint};
+use super::{codec, embedded, redis, resp, Checkpoint};
 use crate::compact::Summary;
 use crate::config::{CacheBackend, CacheConfig};
 use crate::models::ModelWindows;
@@ -86,6 +86,8 @@ pub enum OpenError {
     Embedded { path: String, reason: String },
     #[error("cache.redis_url: {0}")]
     Redis(String),
+    #[error("cache.redis_ca_file {path}: {reason}")]
+    RedisCa { path: String, reason: String },
 }
 
 impl Checkpoints {
@@ -113,7 +115,16 @@ impl Checkpoints {
                 (Box::new(store), None)
             }
             CacheBackend::Redis => {
-                let store = redis::open(&config.redis_url, &config.redis_namespace, ttl)
+                let roots = match config.redis_ca_file.as_str() {
+                    "" => Vec::new(),
+                    path => resp::read_roots(std::path::Path::new(path)).map_err(|reason| {
+                        OpenError::RedisCa {
+                            path: path.to_owned(),
+                            reason,
+                        }
+                    })?,
+                };
+                let store = redis::open(&config.redis_url, &config.redis_namespace, ttl, roots)
                     .map_err(OpenError::Redis)?;
                 (store, Some(MemoryStore::new(max_bytes, ttl)))
             }

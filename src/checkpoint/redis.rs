@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::BoxFuture;
+use tokio_rustls::rustls::pki_types::CertificateDer;
 
 use super::codec;
 use super::hash::{Partition, Tenant};
@@ -61,8 +62,14 @@ return 1";
 
 /// The store at `url`, its keys under `namespace`. Nothing is connected: a Redis out of
 /// reach at start costs requests nothing (the cache serves from memory until it is back).
-pub fn open(url: &str, namespace: &str, ttl: Duration) -> Result<Box<dyn Store>, String> {
-    let client = Client::new(url, CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+/// The store at `url`; `roots` are trusted for `rediss://` besides the Mozilla roots.
+pub fn open(
+    url: &str,
+    namespace: &str,
+    ttl: Duration,
+    roots: Vec<CertificateDer<'static>>,
+) -> Result<Box<dyn Store>, String> {
+    let client = Client::new(url, CONNECT_TIMEOUT, roots).map_err(|e| e.to_string())?;
     Ok(Box::new(RedisStore {
         shared: Arc::new(Shared {
             client,
@@ -917,16 +924,27 @@ mod tests {
 
     fn store(server: &Server, ns: &str) -> Box<dyn Store> {
         let url = format!("redis://127.0.0.1:{}", server.port);
-        open(&url, ns, Duration::from_secs(60)).unwrap()
+        open(&url, ns, Duration::from_secs(60), Vec::new()).unwrap()
     }
 
     #[test]
     fn open_connects_to_nothing() {
         // A port nothing listens on: opening still succeeds, as the proxy must start.
-        assert!(open("redis://127.0.0.1:1", "ns", Duration::from_secs(1)).is_ok());
-        let error = open("redis://u:hunter2@host:x", "ns", Duration::from_secs(1))
-            .err()
-            .unwrap();
+        assert!(open(
+            "redis://127.0.0.1:1",
+            "ns",
+            Duration::from_secs(1),
+            Vec::new()
+        )
+        .is_ok());
+        let error = open(
+            "redis://u:hunter2@host:x",
+            "ns",
+            Duration::from_secs(1),
+            Vec::new(),
+        )
+        .err()
+        .unwrap();
         assert!(!error.contains("hunter2"), "{error}");
     }
 
@@ -989,6 +1007,7 @@ mod tests {
         let shared = Client::new(
             &format!("redis://127.0.0.1:{}", server.port),
             CONNECT_TIMEOUT,
+            Vec::new(),
         )
         .unwrap();
         let keys = Keys { ns: "t1".into() };

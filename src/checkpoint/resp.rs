@@ -8,12 +8,15 @@
 //! reaches the next operation.
 
 use std::fmt;
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::CertificateDer;
 
 /// The largest value read: Redis's own default `proto-max-bulk-len`. A longer length is a
 /// broken stream, not a value to buffer.
@@ -472,9 +475,13 @@ pub struct Client {
 impl Client {
     /// A client of `url`. Nothing is connected yet: a Redis down at start costs nothing
     /// until it is used.
-    pub fn new(url: &str, connect_timeout: Duration) -> Result<Client, Error> {
+    pub fn new(
+        url: &str,
+        connect_timeout: Duration,
+        roots: Vec<CertificateDer<'static>>,
+    ) -> Result<Client, Error> {
         let target = Target::parse(url)?;
-        let tls = target.tls.then(tls_config).transpose()?;
+        let tls = target.tls.then(|| tls_config(roots)).transpose()?;
         Ok(Client {
             target,
             tls,
@@ -545,12 +552,31 @@ impl Client {
     }
 }
 
-/// TLS as the upstream client has it: ring, and the Mozilla roots.
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, Error> {
+/// The certificates of the PEM file at `path`: the certificate authorities an operator
+/// trusts for `rediss://` besides the Mozilla roots.
+pub fn read_roots(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let pem = std::fs::read(path).map_err(|e| e.to_string())?;
+    let roots = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not a PEM file of certificates: {e}"))?;
+    if roots.is_empty() {
+        return Err("no certificate in it".into());
+    }
+    Ok(roots)
+}
+
+/// TLS as the upstream client has it: ring, and the Mozilla roots, with `extra` roots.
+fn tls_config(extra: Vec<CertificateDer<'static>>) -> Result<Arc<rustls::ClientConfig>, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let roots = rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
+    let (_, refused) = roots.add_parsable_certificates(extra);
+    if refused > 0 {
+        return Err(Error::Url(format!(
+            "TLS: {refused} of the given CA certificates are not valid trust anchors"
+        )));
+    }
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Url(format!("TLS: {e}")))?
@@ -562,6 +588,24 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_operator_s_ca_file_is_read_and_a_file_without_certificates_is_named() {
+        let dir = std::env::temp_dir().join(format!("resp-roots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = rcgen::generate_simple_self_signed(vec!["redis.internal".to_owned()]).unwrap();
+        let bundle = dir.join("ca.pem");
+        std::fs::write(&bundle, format!("# our CA\n{}", ca.cert.pem())).unwrap();
+        let roots = read_roots(&bundle).unwrap();
+        assert_eq!(roots, vec![ca.cert.der().clone()]);
+        assert!(tls_config(roots).is_ok());
+
+        let key_only = dir.join("key.pem");
+        std::fs::write(&key_only, ca.key_pair.serialize_pem()).unwrap();
+        assert_eq!(read_roots(&key_only).unwrap_err(), "no certificate in it");
+        assert!(read_roots(&dir.join("missing.pem")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn bulk(s: &str) -> Reply {
         Reply::Bulk(Some(s.as_bytes().to_vec()))
@@ -751,6 +795,7 @@ mod tests {
         let client = Client::new(
             &format!("redis://u:hunter2@127.0.0.1:{port}"),
             Duration::from_secs(1),
+            Vec::new(),
         )
         .unwrap();
         let error = client.call(Command::new("PING")).await.unwrap_err();
