@@ -473,13 +473,7 @@ fn a_ca_file_that_cannot_be_read_stops_the_proxy_with_a_clear_message() {
         ),
     )
     .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config_path)
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = support::refused_config(&config_path);
     assert!(stderr.contains("cache.redis_ca_file"), "{stderr}");
     assert!(stderr.contains("no-such-ca.pem"), "{stderr}");
 }

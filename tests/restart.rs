@@ -159,13 +159,7 @@ fn a_cache_file_that_cannot_be_created_stops_the_proxy_with_a_clear_message() {
     std::fs::write(&blocker, "a file").unwrap();
     let config_path = dir.join("proxy.toml");
     std::fs::write(&config_path, config(&blocker.join("cache.sqlite3"))).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config_path)
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = support::refused_config(&config_path);
     assert!(stderr.contains("cache.path"), "{stderr}");
     assert!(stderr.contains("not-a-folder"), "{stderr}");
 }

@@ -1046,6 +1046,18 @@ pub fn agent_round(n: usize) -> Vec<serde_json::Value> {
     ]
 }
 
+/// Starts `compaction-proxy serve` with the configuration file `config`, which it must
+/// refuse at start: exit 2. Returns what it printed on stderr.
+pub fn refused_config(config: &Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// A fresh directory under the target dir (no tempfile dependency).
 pub fn tempdir() -> std::path::PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};
