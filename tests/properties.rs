@@ -251,7 +251,11 @@ fn ends_with_content(outer: &Value, inner: &Value) -> bool {
 /// before it cuts them: instructions, the task, the turn, framing and a summary.
 fn latest_results(v: &Value) -> Option<(Vec<Value>, usize)> {
     let msgs = v["messages"].as_array().unwrap();
-    let calls = msgs.iter().rposition(|m| m["tool_calls"].is_array())?;
+    // The latest calls are the latest message that makes any, tool calls or a legacy
+    // function call: the engine keeps their results, not those of calls before them.
+    let calls = msgs
+        .iter()
+        .rposition(|m| m["tool_calls"].is_array() || m["function_call"].is_object())?;
     let user = msgs.iter().rposition(|m| m["role"] == "user");
     if user.is_some_and(|u| u > calls) {
         return None;
@@ -259,7 +263,7 @@ fn latest_results(v: &Value) -> Option<(Vec<Value>, usize)> {
     let turn = user.unwrap_or(calls);
     let results: Vec<Value> = msgs[calls + 1..]
         .iter()
-        .take_while(|m| m["role"] == "tool")
+        .take_while(|m| m["role"] == "tool" || m["role"] == "function")
         .cloned()
         .collect();
     let task = msgs

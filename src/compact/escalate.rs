@@ -5,8 +5,7 @@
 //!    the latest calls;
 //! 2. fold the head's first exchange into the summary (the leading instructions and the
 //!    task stay);
-//! 3. fold the history kept in the tail into it too, oldest first, unless cutting its
-//!    largest messages a little is enough;
+//! 3. fold the history kept in the tail into it too, oldest first;
 //! 4. raise the target towards the ceiling: the answer gets less room, the turn in
 //!    progress keeps its own;
 //! 5. cut a huge task to a quarter of the target;
@@ -16,8 +15,9 @@
 //! 9. cut the latest tool results and what else the turn holds, largest first, keeping
 //!    each one's beginning and end. The latest user message is never cut.
 //!
-//! Folding takes the fewest groups that make the rest fit. The smallest candidate wins
-//! if none fits.
+//! Folding takes the fewest groups that make the rest fit; when a little is over, less
+//! than a quarter of the next group to fold, the unfolded messages are cut that little
+//! instead. The smallest candidate wins if none fits.
 
 use serde_json::Value;
 
@@ -26,6 +26,7 @@ use super::message::{Message, Role};
 use super::prune::Pruner;
 use super::roles::OPENING;
 use super::summary;
+use super::tokens::Counter;
 use super::{build, chars_for, note_prunes, Options, Plan};
 
 /// Messages are never cut below this many tokens: what is left must still say what it was.
@@ -79,6 +80,11 @@ impl Draft<'_> {
 
     /// Builds the candidate, keeps it if it is the smallest yet; whether it fits.
     fn offer(&mut self, best: &mut Best) -> bool {
+        self.measure(best) <= self.target
+    }
+
+    /// Builds the candidate, keeps it if it is the smallest yet; its tokens.
+    fn measure(&mut self, best: &mut Best) -> usize {
         let (candidate, notes) = self.build();
         let tokens = self.plan.total(&candidate);
         if tokens < best.tokens {
@@ -86,7 +92,7 @@ impl Draft<'_> {
             best.tokens = tokens;
             best.notes = notes;
         }
-        tokens <= self.target
+        tokens
     }
 
     fn over(&self, best: &Best) -> usize {
@@ -148,108 +154,142 @@ impl Draft<'_> {
         earlier.extend(self.body.take());
         self.body = Some(earlier.join("\n\n"));
     }
-
-    /// Cuts the tail messages at `candidates` down to a common level, largest first,
-    /// until `over` tokens are saved or all are at the floor. Returns how many were cut.
-    fn level(&mut self, candidates: &[usize], over: usize) -> usize {
-        let counter = self.plan.counter;
-        // A message without text (calls only) cannot be cut: levelling it would only
-        // spare the others.
-        let candidates: Vec<usize> = candidates
-            .iter()
-            .copied()
-            .filter(|&i| self.tail[i].has_text())
-            .collect();
-        let candidates = candidates.as_slice();
-        let mut cut = 0;
-        let mut over = over;
-        // A second round makes up for what the notes added by each cut cost.
-        for _ in 0..2 {
-            if over == 0 {
-                break;
-            }
-            let sizes: Vec<usize> = candidates.iter().map(|&i| self.tail[i].tokens).collect();
-            let level = water_level(&sizes, over, CUT_FLOOR);
-            let before: usize = sizes.iter().sum();
-            for &i in candidates {
-                if self.tail[i].tokens > level && self.tail[i].cut_to(level, &counter) {
-                    cut += 1;
-                }
-            }
-            let after: usize = candidates.iter().map(|&i| self.tail[i].tokens).sum();
-            over = over.saturating_sub(before.saturating_sub(after));
-        }
-        cut
-    }
 }
 
-/// Cuts the largest non-user messages of the history kept in the tail, when what is over
-/// is under a quarter of the oldest exchange that folding would take: losing a few lines
-/// of old tool traffic costs the model less than that exchange. Whether the cut fits; if
-/// not, the draft is left as it was.
-fn trim_history(d: &mut Draft, best: &mut Best) -> bool {
-    let over = d.over(best);
-    let first = next_group_end(&d.tail, 0, d.turn);
-    let oldest: usize = d.tail[..first].iter().map(|m| m.tokens).sum();
-    if over.saturating_mul(4) > oldest {
-        return false;
-    }
-    let candidates: Vec<usize> = (0..d.turn)
-        .filter(|&i| d.tail[i].role != Role::User && !d.tail[i].role.is_instruction())
+/// Cuts `messages` at `candidates` down to a common level, largest first, until `over`
+/// tokens are saved or all are at the floor. Returns how many were cut.
+fn level(messages: &mut [Message], candidates: &[usize], over: usize, counter: &Counter) -> usize {
+    // A message without text (calls only) cannot be cut: levelling it would only spare
+    // the others.
+    let candidates: Vec<usize> = candidates
+        .iter()
+        .copied()
+        .filter(|&i| messages[i].has_text())
         .collect();
-    let (tail, notes) = (d.tail.clone(), d.notes.clone());
-    let cut = d.level(&candidates, over);
-    if cut > 0 {
-        d.notes
-            .push(format!("escalate: {cut} messages of the tail history cut"));
-        if d.offer(best) {
-            return true;
+    let mut cut = 0;
+    let mut over = over;
+    // A second round makes up for what the notes added by each cut cost.
+    for _ in 0..2 {
+        if over == 0 {
+            break;
         }
+        let sizes: Vec<usize> = candidates.iter().map(|&i| messages[i].tokens).collect();
+        let level = water_level(&sizes, over, CUT_FLOOR);
+        let before: usize = sizes.iter().sum();
+        for &i in &candidates {
+            if messages[i].tokens > level && messages[i].cut_to(level, counter) {
+                cut += 1;
+            }
+        }
+        let after: usize = candidates.iter().map(|&i| messages[i].tokens).sum();
+        over = over.saturating_sub(before.saturating_sub(after));
     }
-    d.tail = tail;
-    d.notes = notes;
-    false
+    cut
 }
 
 /// Folds into the summary the fewest of `messages`' groups, oldest first, that make a
-/// candidate fit; `place` puts what is not folded back in its place. Whether one fitted
-/// (if none, all are folded). Folding fewer groups than hold the excess cannot fit, so
-/// the tries start there: a few builds, not one per group.
+/// candidate fit; `place` puts what is not folded back in its place, given in order.
+/// Whether one fitted (if none, all are folded). Folding fewer groups than hold the
+/// excess cannot fit on its own, so the tries start there: a few builds, not one per
+/// group.
+///
+/// A try that is over by less than a quarter of what the next try would fold in addition
+/// cuts its unfolded messages a little instead, each keeping its beginning and end: a few
+/// lines of old tool traffic cost the model less than a whole exchange. So are tried the
+/// draft as it came and the largest fold short of the excess. `what` names the messages
+/// in the notes.
 fn fold(
     d: &mut Draft,
     best: &mut Best,
     opts: &Options,
+    what: &str,
     messages: &[Message],
-    place: impl Fn(&mut Draft, usize),
+    place: impl Fn(&mut Draft, usize, &[Message]),
 ) -> bool {
     let over = d.over(best);
-    let mut ends = Vec::new();
-    let (mut at, mut held) = (0, 0);
+    // The draft as it is, the most groups that hold less than the excess (the try a
+    // small cut may complete), then each fold that may fit on its own.
+    let mut tries = vec![0];
+    let (mut at, mut held, mut below) = (0, 0, 0);
     while at < messages.len() {
         let end = next_group_end(messages, at, messages.len());
         held += messages[at..end].iter().map(|m| m.tokens).sum::<usize>();
         if held >= over || end == messages.len() {
-            ends.push(end);
+            if below > 0 && tries.len() == 1 {
+                tries.push(below);
+            }
+            tries.push(end);
+        } else {
+            below = end;
         }
         at = end;
     }
     // Each try starts from the same parts: digesting may also take an earlier summary
     // out of a kept message.
     let (body, kept, summarised) = (d.body.clone(), d.kept.clone(), d.summarised);
-    let (head, tail) = (d.head.clone(), d.tail.clone());
-    for moved in ends {
+    let (head, tail, notes) = (d.head.clone(), d.tail.clone(), d.notes.clone());
+    let counter = d.plan.counter;
+    for (k, &moved) in tries.iter().enumerate() {
         d.body = body.clone();
         d.kept = kept.clone();
         d.summarised = summarised;
         d.head = head.clone();
         d.tail = tail.clone();
-        d.digest(messages[..moved].to_vec(), opts);
-        place(d, moved);
-        if d.offer(best) {
+        d.notes = notes.clone();
+        if moved > 0 {
+            d.digest(messages[..moved].to_vec(), opts);
+            d.notes.push(format!("escalate: {what} summarised"));
+        }
+        place(d, moved, &messages[moved..]);
+        let tokens = d.measure(best);
+        if tokens <= d.target {
             return true;
+        }
+        let next = tries.get(k + 1).copied().unwrap_or(moved);
+        let folded_next: usize = messages[moved..next].iter().map(|m| m.tokens).sum();
+        let over = tokens - d.target;
+        if over.saturating_mul(4) > folded_next {
+            continue;
+        }
+        let mut rest = messages[moved..].to_vec();
+        let candidates: Vec<usize> = (0..rest.len())
+            .filter(|&i| rest[i].role != Role::User && !rest[i].role.is_instruction())
+            .collect();
+        let cut = level(&mut rest, &candidates, over, &counter);
+        if cut > 0 {
+            place(d, moved, &rest);
+            d.notes
+                .push(format!("escalate: {cut} messages of the {what} cut"));
+            if d.offer(best) {
+                return true;
+            }
         }
     }
     false
+}
+
+/// `messages` without those at the first `moved` of `indices` (folded), and with `left`
+/// in place of those at the others.
+fn put_back(
+    messages: &[Message],
+    indices: &[usize],
+    moved: usize,
+    left: &[Message],
+) -> Vec<Message> {
+    let mut left = left.iter();
+    messages
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            if indices[..moved].binary_search(&i).is_ok() {
+                None
+            } else if indices[moved..].binary_search(&i).is_ok() {
+                left.next().cloned()
+            } else {
+                Some(m.clone())
+            }
+        })
+        .collect()
 }
 
 /// End of the group (a message, or an assistant message with its results) that starts at
@@ -345,14 +385,8 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         .collect();
     if !folded.is_empty() {
         let rest: Vec<Message> = folded.iter().map(|&i| head[i].clone()).collect();
-        d.notes.push("escalate: first exchange summarised".into());
-        let fitted = fold(d, best, opts, &rest, |d, moved| {
-            d.head = head
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| folded[..moved].binary_search(i).is_err())
-                .map(|(_, m)| m.clone())
-                .collect();
+        let fitted = fold(d, best, opts, "first exchange", &rest, |d, moved, left| {
+            d.head = put_back(&head, &folded, moved, left);
         });
         if fitted {
             return true;
@@ -361,17 +395,13 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
 
     // 3. So does the history kept in the tail, oldest group first; but when only a
     //    little is over, its largest messages give that up instead of a whole exchange.
-    if d.turn > 0 && trim_history(d, best) {
-        return true;
-    }
     if d.turn > 0 {
         let history = d.tail[..d.turn].to_vec();
         let turn = d.tail[d.turn..].to_vec();
-        d.notes.push("escalate: tail history summarised".into());
-        let fitted = fold(d, best, opts, &history, |d, moved| {
-            d.tail = history[moved..].to_vec();
+        let fitted = fold(d, best, opts, "tail history", &history, |d, _, left| {
+            d.tail = left.to_vec();
             d.tail.extend_from_slice(&turn);
-            d.turn = history.len() - moved;
+            d.turn = left.len();
         });
         if fitted {
             return true;
@@ -410,7 +440,8 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     };
     let end = d.latest_calls().unwrap_or(0);
     let earlier = cuttable(d, 0..end);
-    let cut = d.level(&earlier, d.over(best));
+    let over = d.over(best);
+    let cut = level(&mut d.tail, &earlier, over, &counter);
     if cut > 0 {
         d.notes
             .push(format!("escalate: {cut} earlier messages of the turn cut"));
@@ -429,15 +460,9 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     if !rounds.is_empty() {
         let moved_msgs: Vec<Message> = rounds.iter().map(|&i| tail[i].clone()).collect();
         let turn = d.turn;
-        d.notes
-            .push("escalate: earlier rounds of the turn summarised".into());
-        let fitted = fold(d, best, opts, &moved_msgs, |d, moved| {
-            d.tail = tail
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| rounds[..moved].binary_search(i).is_err())
-                .map(|(_, m)| m.clone())
-                .collect();
+        let what = "earlier rounds of the turn";
+        let fitted = fold(d, best, opts, what, &moved_msgs, |d, moved, left| {
+            d.tail = put_back(&tail, &rounds, moved, left);
             d.turn = turn;
         });
         if fitted {
@@ -461,7 +486,8 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
 
     // 9. Last: the latest results and whatever else the turn holds.
     let rest = cuttable(d, 0..d.tail.len());
-    let cut = d.level(&rest, d.over(best));
+    let over = d.over(best);
+    let cut = level(&mut d.tail, &rest, over, &counter);
     if cut > 0 {
         d.notes
             .push(format!("escalate: {cut} messages of the turn cut to fit"));
@@ -475,6 +501,22 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_not_folded_goes_back_in_place_as_given() {
+        let m = |text: &str| {
+            Message::from_parts(
+                Role::User,
+                &serde_json::json!({"role": "user", "content": text}),
+                1,
+            )
+        };
+        let messages: Vec<Message> = ["task", "a", "b", "c", "d"].map(m).to_vec();
+        // "a" is folded; "b" and "d" come back cut; "task" and "c" were never candidates.
+        let out = put_back(&messages, &[1, 2, 4], 1, &[m("b cut"), m("d cut")]);
+        let texts: Vec<String> = out.iter().map(|m| m.text().into_owned()).collect();
+        assert_eq!(texts, ["task", "b cut", "c", "d cut"]);
+    }
 
     #[test]
     fn the_water_level_saves_what_is_asked_cutting_the_largest_first() {
