@@ -42,21 +42,7 @@ fn command(turn: usize) -> String {
 
 /// Claude Code, the installed npm package (a native binary).
 fn claude() -> Option<PathBuf> {
-    let installed =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".clients/node_modules/.bin/claude");
-    let claude = std::env::var_os("COMPACTION_PROXY_CLAUDE")
-        .map(PathBuf::from)
-        .unwrap_or(installed);
-    if claude.exists() {
-        return Some(claude);
-    }
-    assert!(
-        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
-        "{} is missing: run scripts/setup-clients.sh",
-        claude.display()
-    );
-    eprintln!("skipping: {} is missing", claude.display());
-    None
+    support::installed_client("node_modules/.bin/claude", Some("COMPACTION_PROXY_CLAUDE"))
 }
 
 /// A Claude Code session in a workspace of its own, through `proxy`.

