@@ -20,8 +20,8 @@ use std::sync::Arc;
 use tokio::runtime::Runtime;
 
 use compaction_proxy::checkpoint::{self, Checkpoint, Checkpoints, Key, Partition};
-use compaction_proxy::compact::{self, Counter, Options};
 use compaction_proxy::config::{CacheBackend, CacheConfig};
+use compaction_proxy::engine::{self, Counter, Options};
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
@@ -63,7 +63,7 @@ fn partition(tenant: usize) -> Partition {
 
 /// The checkpoint the proxy stores after compacting `request` for a 128k window.
 fn checkpoint_of(request: &Value) -> Checkpoint {
-    let outcome = compact::compact(request, &Options::with_window(128_000)).unwrap();
+    let outcome = engine::compact(request, &Options::with_window(128_000)).unwrap();
     let output = outcome
         .rewritten
         .expect("a 1M-token session needs compacting");
@@ -116,7 +116,7 @@ fn filled(
 fn find(c: &mut Criterion) {
     let mut request = common::session_with(1_000_000, 1_020);
     let n = messages(&request).len();
-    let tokens = compact::count_request(&request);
+    let tokens = engine::count_request(&request);
     let body = serde_json::to_vec(&request).unwrap();
     println!(
         "session: {n} messages, {tokens} tokens, {:.1} MiB",

@@ -20,8 +20,8 @@
 
 use std::hint::black_box;
 
-use compaction_proxy::compact::{self, count_messages, count_request, Options};
-use compaction_proxy::wire::responses;
+use compaction_proxy::dialect::responses;
+use compaction_proxy::engine::{self, count_messages, count_request, Options};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde_json::{json, Value};
 
@@ -38,11 +38,11 @@ fn counting(c: &mut Criterion) {
     });
     // Real, varied text: this crate's own sources and fixtures as tool outputs.
     let sources = [
-        include_str!("../src/compact/mod.rs"),
-        include_str!("../src/compact/summary.rs"),
-        include_str!("../src/compact/tokens.rs"),
-        include_str!("../src/compact/validate.rs"),
-        include_str!("../src/compact/prune.rs"),
+        include_str!("../src/engine/mod.rs"),
+        include_str!("../src/engine/summary.rs"),
+        include_str!("../src/engine/tokens.rs"),
+        include_str!("../src/engine/validate.rs"),
+        include_str!("../src/engine/prune.rs"),
         include_str!("../fixtures/conversations/parallel_tools.json"),
     ];
     let messages: Vec<Value> = sources
@@ -67,7 +67,7 @@ fn compaction(c: &mut Criterion) {
             target_tokens: Some(before / 2),
             ..Options::with_window(before)
         };
-        let check = compact::compact(&request, &opts).unwrap();
+        let check = engine::compact(&request, &opts).unwrap();
         assert!(
             check.report.fits && !check.report.unchanged,
             "{}",
@@ -75,13 +75,13 @@ fn compaction(c: &mut Criterion) {
         );
         g.throughput(Throughput::Elements(before as u64));
         g.bench_with_input(BenchmarkId::new("full", label), &request, |b, r| {
-            b.iter(|| compact::compact(black_box(r), &opts).unwrap())
+            b.iter(|| engine::compact(black_box(r), &opts).unwrap())
         });
         // What the proxy pays when it reuses the per-message counts of its preflight check.
         let counts = count_messages(&request);
         g.bench_with_input(BenchmarkId::new("with_counts", label), &request, |b, r| {
             b.iter(|| {
-                compact::compact_with(black_box(r), Some(&counts), &opts, &compact::Deterministic)
+                engine::compact_with(black_box(r), Some(&counts), &opts, &engine::Deterministic)
                     .unwrap()
             })
         });
@@ -127,7 +127,7 @@ fn responses(c: &mut Criterion) {
     g.bench_function("compact_128k", |b| {
         b.iter(|| {
             let view = responses::to_chat(black_box(&request)).unwrap();
-            let outcome = compact::compact(&view, &opts).unwrap();
+            let outcome = engine::compact(&view, &opts).unwrap();
             responses::encode(outcome.body(&view), &request).unwrap()
         })
     });
@@ -137,7 +137,7 @@ fn responses(c: &mut Criterion) {
     };
     g.bench_function("chat_128k", |b| {
         b.iter(|| {
-            let outcome = compact::compact(black_box(&chat), &chat_opts).unwrap();
+            let outcome = engine::compact(black_box(&chat), &chat_opts).unwrap();
             serde_json::to_vec(outcome.body(&chat)).unwrap()
         })
     });
@@ -145,7 +145,7 @@ fn responses(c: &mut Criterion) {
     g.bench_function("to_chat_128k", |b| {
         b.iter(|| responses::to_chat(black_box(&request)).unwrap())
     });
-    let outcome = compact::compact(&view, &opts).unwrap();
+    let outcome = engine::compact(&view, &opts).unwrap();
     let compacted = outcome.body(&view);
     g.bench_function("encode_128k", |b| {
         b.iter(|| responses::encode(black_box(compacted), &request).unwrap())

@@ -17,7 +17,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use compaction_proxy::compact::{self, count_request, Options};
+use compaction_proxy::engine::{self, count_request, Options};
 use serde_json::Value;
 
 // The same sessions as benches/compaction.rs: code, tool output and compiler messages,
@@ -86,7 +86,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             target_tokens: Some(tokens / 2),
             ..Options::with_window(tokens)
         };
-        let outcome = compact::compact(&request, &opts)?;
+        let outcome = engine::compact(&request, &opts)?;
         let report = &outcome.report;
         if !report.fits || report.unchanged {
             return Err(format!(
@@ -100,7 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         let count = time(iterations, budget / 4, || count_request(&request));
         let full = time(iterations, budget / 2, || {
-            compact::compact(&request, &opts).map(drop)
+            engine::compact(&request, &opts).map(drop)
         });
         let (parse, count, compact) = (median(&parse), median(&count), median(&full));
         let (fastest, slowest) = (full[0], full[full.len() - 1]);

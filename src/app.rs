@@ -10,9 +10,9 @@ use crate::checkpoint::Checkpoints;
 use crate::config::{Config, ConfigError};
 use crate::limits::Buffers;
 use crate::metrics::Metrics;
-use crate::models::ModelWindows;
 use crate::summarize::Summarizer;
 use crate::upstream::{Upstream, UpstreamInitError};
+use crate::windows::ModelWindows;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -36,7 +36,7 @@ pub struct App {
     /// The summary cache; `None` when `cache.enabled` is off.
     pub checkpoints: Option<Checkpoints>,
     /// The upstream answered a remote compaction request as one it does not know: the
-    /// proxy answers them (see [`crate::attempt::remote_compaction`]).
+    /// proxy answers them (see [`crate::compaction_path::remote_compaction`]).
     pub remote_compaction_missing: AtomicBool,
     /// The memory chat bodies read whole may take, all together.
     pub buffers: Arc<Buffers>,

@@ -30,9 +30,9 @@ pub enum Command {
     /// Validate the configuration and print the effective settings.
     Check(CheckArgs),
     /// Compact a chat-completions request body offline (FILE or stdin to stdout).
-    Compact(crate::offline::CompactArgs),
+    Compact(crate::command::compact::CompactArgs),
     /// Inspect or clear the checkpoint store (stats, clear).
-    Cache(crate::operator::CacheArgs),
+    Cache(crate::command::cache::CacheArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,33 +1,37 @@
-//! compaction-proxy: a transparent OpenAI-compatible reverse proxy that compacts chat
-//! conversations too long for their model. The modules follow a request's path:
-//! `server` (listen) -> `router` (route, auth, log; `limits` bounds the client's body)
-//! -> `attempt` (the compaction path and its one retry loop, for each dialect `wire`
-//! reads and writes) or `passthrough` -> `upstream` (send) -> `body` (stream back).
-//! `classify` decides what an upstream's refusal means; `models` knows context windows;
-//! `compact` is the pure engine that rewrites a conversation; `summarize` is the LLM
-//! summariser and `redact` masks the secrets it must not repeat; `checkpoint` is the
-//! summary cache; `offline` is the `compact` command.
+//! compaction-proxy: a transparent OpenAI-compatible reverse proxy that compacts
+//! conversations too long for their model. The layers, top to bottom:
+//!
+//! - the edge: `server` (listen) -> `router` (route, `auth`, log; `limits` bounds the
+//!   client's body) -> `passthrough` or `compaction_path`;
+//! - `compaction_path`: the one request loop (decide, send, recover) for every API
+//!   `dialect`, and Codex's compaction requests;
+//! - `compactor`: compaction as one service (the engine, the LLM `summarize`r with its
+//!   single flight and fallback, the checkpoints a compaction makes), driven by the loop,
+//!   background preparation, Codex's compaction requests and the `command`s;
+//! - `engine`: the pure rewrite of a conversation;
+//! - below them all: `upstream` (the HTTP client), `classify` (what a refusal means),
+//!   `checkpoint` (the stores), `windows` (context windows), `redact`, `metrics`, `body`.
 
 pub mod app;
-pub(crate) mod attempt;
-pub(crate) mod auth;
-pub(crate) mod body;
 pub mod checkpoint;
 pub mod classify;
 pub mod cli;
-pub mod compact;
+pub mod command;
+pub(crate) mod compaction_path;
 pub mod config;
+pub mod dialect;
+pub mod engine;
 pub(crate) mod error;
 pub(crate) mod limits;
 pub mod logging;
 pub(crate) mod metrics;
-pub(crate) mod models;
-pub mod offline;
-pub mod operator;
 pub(crate) mod passthrough;
 pub(crate) mod redact;
 pub(crate) mod router;
 pub mod server;
 pub(crate) mod summarize;
 pub mod upstream;
-pub mod wire;
+pub(crate) mod windows;
+
+pub(crate) mod auth;
+pub(crate) mod body;

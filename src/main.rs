@@ -5,7 +5,7 @@ use clap::Parser;
 use compaction_proxy::app::App;
 use compaction_proxy::cli::{CheckArgs, Cli, Command, ServeArgs};
 use compaction_proxy::config::{Config, Overrides};
-use compaction_proxy::{logging, offline, operator, server};
+use compaction_proxy::{command, logging, server};
 
 /// Exit status for a configuration the proxy cannot run with.
 const EXIT_BAD_CONFIG: u8 = 2;
@@ -15,8 +15,8 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Serve(args)) => serve(&args),
         Some(Command::Check(args)) => check(&args),
-        Some(Command::Compact(args)) => offline::run(&args),
-        Some(Command::Cache(args)) => operator::run(&args),
+        Some(Command::Compact(args)) => command::compact::run(&args),
+        Some(Command::Cache(args)) => command::cache::run(&args),
         None => serve(&cli.serve),
     }
 }

@@ -5,12 +5,12 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::attempt::Trigger;
 use crate::checkpoint::cache::Health;
 use crate::checkpoint::Checkpoints;
-use crate::compact::SummarySource;
+use crate::compaction_path::Trigger;
+use crate::dialect::Dialect;
+use crate::engine::SummarySource;
 use crate::summarize::REASONS;
-use crate::wire::Dialect;
 
 /// The summary sources counted: a compaction without a summary counts none.
 const SOURCES: [SummarySource; 4] = [

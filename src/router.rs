@@ -12,11 +12,11 @@ use hyper::body::{Body, Incoming};
 use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::checkpoint::cache::Health;
+use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
 use crate::summarize::ClientFocus;
-use crate::wire::Dialect;
-use crate::{attempt, passthrough, upstream};
+use crate::{compaction_path, passthrough, upstream};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -177,8 +177,8 @@ async fn forward(
             let held = Some(Arc::clone(&reservation));
             let request = request.map(|body| ClientBody::new(body, timeout, held));
             match route {
-                Route::Compact(dialect) => attempt::handle(app, request, dialect, id).await,
-                _ => attempt::remote_compaction::handle_endpoint(app, request, id).await,
+                Route::Compact(dialect) => compaction_path::handle(app, request, dialect, id).await,
+                _ => compaction_path::codex_compaction::handle_endpoint(app, request, id).await,
             }
         }
         Route::Connect => Err(ProxyError::Connect),

@@ -9,7 +9,7 @@
 
 mod support;
 
-use compaction_proxy::compact::{validate_strict, MARKER};
+use compaction_proxy::engine::{validate_strict, MARKER};
 use serde_json::{json, Value};
 use support::{metrics, post_chat, Mock, Proxy};
 

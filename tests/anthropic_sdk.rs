@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use compaction_proxy::compact::MARKER;
+use compaction_proxy::engine::MARKER;
 use serde_json::{json, Value};
 use support::{metrics, Mock, Proxy};
 

@@ -40,7 +40,7 @@ fn fits_exits_0_with_the_compacted_body_and_a_one_line_report() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let body: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    compaction_proxy::compact::validate(body["messages"].as_array().unwrap()).unwrap();
+    compaction_proxy::engine::validate(body["messages"].as_array().unwrap()).unwrap();
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
@@ -65,7 +65,7 @@ fn cannot_fit_exits_3_and_still_writes_the_best_effort() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let body: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let messages = body["messages"].as_array().unwrap();
-    compaction_proxy::compact::validate_strict(messages).unwrap();
+    compaction_proxy::engine::validate_strict(messages).unwrap();
     assert_eq!(messages[0]["role"], "system");
     assert!(messages.len() < 113);
     assert!(stderr(&o).contains("DOES NOT FIT"));
@@ -223,7 +223,7 @@ fn a_responses_body_is_compacted_as_items() {
     assert!(body.get("messages").is_none());
     assert_eq!(body["instructions"], "Be brief.");
     let items = body["input"].as_array().unwrap();
-    compaction_proxy::wire::responses::validate(items).unwrap();
+    compaction_proxy::dialect::responses::validate(items).unwrap();
     assert!(body.to_string().contains("pruned by compaction"), "{body}");
     assert_eq!(items.last().unwrap()["content"], "finish");
 }

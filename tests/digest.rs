@@ -7,8 +7,8 @@
 // Test code: a failed step should stop the test where it failed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use compaction_proxy::compact::{self, digest::digest, Counter, Message, Options};
-use compaction_proxy::compact::{END_MARKER, MARKER};
+use compaction_proxy::engine::{self, digest::digest, Counter, Message, Options};
+use compaction_proxy::engine::{END_MARKER, MARKER};
 use serde_json::{json, Value};
 
 struct Fixture {
@@ -179,8 +179,8 @@ fn the_same_input_gives_the_same_bytes() {
         assert_eq!(digest(None, &turns, budget), digest(None, &turns, budget));
         let request = json!({"model": "gpt-4o", "messages": load(f.name)});
         let opts = Options::with_window(3200);
-        let a = compact::compact(&request, &opts).unwrap().rewritten;
-        let b = compact::compact(&request, &opts).unwrap().rewritten;
+        let a = engine::compact(&request, &opts).unwrap().rewritten;
+        let b = engine::compact(&request, &opts).unwrap().rewritten;
         assert_eq!(a, b, "{}", f.name);
     }
 }
@@ -218,7 +218,7 @@ fn carrying_forward_is_stable_and_does_not_nest() {
 
 /// The summary the engine wrote into a compacted request.
 fn summary_of(request: &Value, window: usize) -> String {
-    let outcome = compact::compact(request, &Options::with_window(window)).unwrap();
+    let outcome = engine::compact(request, &Options::with_window(window)).unwrap();
     let body = outcome.rewritten.expect("compacted");
     let text = body["messages"]
         .as_array()

@@ -5,7 +5,7 @@
 // Test code: a failed step should stop the test where it failed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use compaction_proxy::compact::{
+use compaction_proxy::engine::{
     self, message::one_line, validate, validate_strict, Counter, Options, MARKER,
 };
 use serde_json::Value;
@@ -19,7 +19,7 @@ fn load(name: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn render(report: &compact::Report, body: &Value) -> String {
+fn render(report: &engine::Report, body: &Value) -> String {
     let counter = Counter::for_request(body);
     let mut out = format!("{report}\n");
     for (i, m) in body["messages"].as_array().unwrap().iter().enumerate() {
@@ -75,7 +75,7 @@ fn render(report: &compact::Report, body: &Value) -> String {
 fn check(name: &str, window: usize) -> String {
     let request = load(name);
     validate(request["messages"].as_array().unwrap()).expect("fixture is valid");
-    let outcome = compact::compact(&request, &Options::with_window(window)).unwrap();
+    let outcome = engine::compact(&request, &Options::with_window(window)).unwrap();
     let body = outcome
         .rewritten
         .as_ref()
@@ -83,7 +83,7 @@ fn check(name: &str, window: usize) -> String {
     let report = &outcome.report;
     validate_strict(body["messages"].as_array().unwrap()).unwrap();
     assert!(report.fits, "{report}");
-    assert_eq!(compact::count_request(body), report.tokens_after);
+    assert_eq!(engine::count_request(body), report.tokens_after);
     assert!(report.tokens_after < report.tokens_before);
     // Every top-level field other than messages is untouched, in its place.
     for (k, v) in request.as_object().unwrap() {
@@ -118,11 +118,11 @@ fn check(name: &str, window: usize) -> String {
             .find(|m| m["role"] == "user")
             .cloned()
             .unwrap();
-        compact::message::content_text(m.get("content"))
+        engine::message::content_text(m.get("content"))
     };
     assert!(last_user(body).ends_with(&last_user(&request)));
     // Same input, same bytes.
-    let again = compact::compact(&request, &Options::with_window(window)).unwrap();
+    let again = engine::compact(&request, &Options::with_window(window)).unwrap();
     assert_eq!(
         serde_json::to_vec(&again.rewritten).unwrap(),
         serde_json::to_vec(&outcome.rewritten).unwrap()
@@ -159,7 +159,7 @@ fn multi_part_content_and_legacy_functions() {
     let request = load("multipart");
     let out = check("multipart", 10_000);
     // Unknown fields survive on kept messages.
-    let outcome = compact::compact(&request, &Options::with_window(10_000)).unwrap();
+    let outcome = engine::compact(&request, &Options::with_window(10_000)).unwrap();
     let body = outcome.rewritten.unwrap();
     let kept_tool = body["messages"]
         .as_array()
@@ -182,6 +182,6 @@ fn an_earlier_summary_is_carried_forward() {
 #[test]
 fn under_target_is_byte_identical() {
     let request = load("coding_agent");
-    let outcome = compact::compact(&request, &Options::with_window(1_000_000)).unwrap();
+    let outcome = engine::compact(&request, &Options::with_window(1_000_000)).unwrap();
     assert!(outcome.rewritten.is_none() && outcome.report.unchanged && outcome.report.fits);
 }

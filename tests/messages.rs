@@ -11,7 +11,7 @@
 
 mod support;
 
-use compaction_proxy::compact::MARKER;
+use compaction_proxy::engine::MARKER;
 use serde_json::{json, Value};
 use support::{client, metrics, x_compaction, Mock, Proxy, Recorded};
 
@@ -218,7 +218,7 @@ async fn a_long_claude_code_session_never_dies_of_its_length() {
                 .unwrap()
                 .starts_with("You are writing a checkpoint"));
             assert!(
-                compaction_proxy::wire::messages::validate(&body).is_ok(),
+                compaction_proxy::dialect::messages::validate(&body).is_ok(),
                 "{body}"
             );
         }

@@ -8,8 +8,8 @@
 // Test code: a failed step should stop the test where it failed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use compaction_proxy::compact::{self, count_request, Options};
-use compaction_proxy::wire::messages::{encode, to_chat, validate};
+use compaction_proxy::dialect::messages::{encode, to_chat, validate};
+use compaction_proxy::engine::{self, count_request, Options};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -179,13 +179,13 @@ proptest! {
         let request = build(&steps);
         validate(&request).expect("the generator makes valid requests");
         let view = to_chat(&request).unwrap();
-        compact::validate(view["messages"].as_array().unwrap()).expect("the view is valid chat");
+        engine::validate(view["messages"].as_array().unwrap()).expect("the view is valid chat");
         let before = count_request(&view);
         let opts = Options {
             target_tokens: Some(before * ratio / 100),
             ..Options::with_window(before * 2)
         };
-        let outcome = compact::compact(&view, &opts).unwrap();
+        let outcome = engine::compact(&view, &opts).unwrap();
         let bytes = encode(outcome.body(&view), &request)
             .unwrap_or_else(|| panic!("the compacted view is not a valid request: {}", outcome.report));
         let out: Value = serde_json::from_slice(&bytes).unwrap();

@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use compaction_proxy::checkpoint::{self, Checkpoint};
-use compaction_proxy::compact::{self, count_request, validate, validate_strict, Options};
+use compaction_proxy::engine::{self, count_request, validate, validate_strict, Options};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -300,7 +300,7 @@ proptest! {
             target_tokens: Some(before * ratio / 100),
             ..Options::with_window(before * 2)
         };
-        let outcome = compact::compact(&request, &opts).unwrap();
+        let outcome = engine::compact(&request, &opts).unwrap();
         let out = outcome.body(&request).clone();
         let report = &outcome.report;
 
@@ -344,9 +344,9 @@ proptest! {
             .iter().map(|m| m.as_object().unwrap().keys().cloned().collect()).collect();
         for m in out["messages"].as_array().unwrap() {
             let stub = m["content"].as_str().is_some_and(|c| {
-                c.starts_with("[tool result no longer available") || c == compact::OPENING
+                c.starts_with("[tool result no longer available") || c == engine::OPENING
             });
-            if !m.to_string().contains(compact::MARKER) && !stub {
+            if !m.to_string().contains(engine::MARKER) && !stub {
                 let keys: Vec<String> = m.as_object().unwrap().keys().cloned().collect();
                 prop_assert!(shapes.contains(&keys), "fields changed: {:?}", keys);
             }
@@ -358,7 +358,7 @@ proptest! {
             prop_assert_eq!(&out, &request);
         }
 
-        let again = compact::compact(&request, &opts).unwrap();
+        let again = engine::compact(&request, &opts).unwrap();
         prop_assert_eq!(
             serde_json::to_vec(again.body(&request)).unwrap(),
             serde_json::to_vec(&out).unwrap()
@@ -372,18 +372,18 @@ proptest! {
         let request = build(true, &steps, true);
         let before = count_request(&request);
         let opts = Options { target_tokens: Some(before / 3), ..Options::with_window(before) };
-        let first = compact::compact(&request, &opts).unwrap();
+        let first = engine::compact(&request, &opts).unwrap();
         let Some(mut once) = first.rewritten else { return Ok(()) };
         // The client goes on with the compacted history plus a new exchange.
         let msgs = once["messages"].as_array_mut().unwrap();
         msgs.push(json!({"role": "assistant", "content": text(3000, 9)}));
         msgs.push(json!({"role": "user", "content": "next step"}));
         let opts2 = Options { target_tokens: Some(count_request(&once) / 2), ..opts };
-        let second = compact::compact(&once, &opts2).unwrap();
+        let second = engine::compact(&once, &opts2).unwrap();
         let out = second.body(&once);
         validate_strict(out["messages"].as_array().unwrap()).unwrap();
         let markers = out["messages"].as_array().unwrap().iter()
-            .filter(|m| m.to_string().contains(compact::MARKER)).count();
+            .filter(|m| m.to_string().contains(engine::MARKER)).count();
         prop_assert!(markers <= 1, "one summary at most, found {} in {} from {}", markers, out, once);
     }
 
@@ -399,7 +399,7 @@ proptest! {
             target_tokens: Some(before * ratio / 100),
             ..Options::with_window(before * 2)
         };
-        let Some(out) = compact::compact(&request, &opts).unwrap().rewritten else { return Ok(()) };
+        let Some(out) = engine::compact(&request, &opts).unwrap().rewritten else { return Ok(()) };
         let (input, output) = (request["messages"].as_array().unwrap(), out["messages"].as_array().unwrap());
         let Some((replaced, form)) = checkpoint::derive(input, output, None) else { return Ok(()) };
         // The same request again gets exactly what the compaction made of it.
@@ -445,7 +445,7 @@ proptest! {
         }).collect();
         let request = json!({"messages": msgs});
         let opts = Options { target_tokens: Some(target), ..Options::with_window(4000) };
-        let outcome = compact::compact(&request, &opts).unwrap();
+        let outcome = engine::compact(&request, &opts).unwrap();
         prop_assert!(outcome.report.tokens_after <= outcome.report.tokens_before);
         if let Some(out) = outcome.rewritten {
             validate_strict(out["messages"].as_array().unwrap()).unwrap();
@@ -457,7 +457,7 @@ proptest! {
     #[test]
     fn never_panics_on_any_json(request in json_ish_request(), target in 0usize..3000) {
         let opts = Options { target_tokens: Some(target), ..Options::with_window(4000) };
-        if let Ok(outcome) = compact::compact(&request, &opts) {
+        if let Ok(outcome) = engine::compact(&request, &opts) {
             if let Some(out) = outcome.rewritten {
                 let messages = out["messages"].as_array().expect("messages stay an array");
                 prop_assert!(validate_strict(messages).is_ok(), "{:?}", validate_strict(messages));

@@ -12,7 +12,7 @@ mod support;
 use std::path::PathBuf;
 use std::process::Command;
 
-use compaction_proxy::compact::MARKER;
+use compaction_proxy::engine::MARKER;
 use support::{Mock, Proxy};
 
 #[tokio::test]

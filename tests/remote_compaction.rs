@@ -10,8 +10,8 @@
 
 mod support;
 
-use compaction_proxy::compact::MARKER;
-use compaction_proxy::wire::remote_compaction::ITEM_PREFIX;
+use compaction_proxy::dialect::codex_items::ITEM_PREFIX;
+use compaction_proxy::engine::MARKER;
 use serde_json::{json, Value};
 use support::{client, metrics, x_compaction, Mock, Proxy, CANNED_SUMMARY, NATIVE_COMPACTION};
 

@@ -10,8 +10,8 @@
 
 mod support;
 
-use compaction_proxy::compact::MARKER;
-use compaction_proxy::wire::responses::validate;
+use compaction_proxy::dialect::responses::validate;
+use compaction_proxy::engine::MARKER;
 use serde_json::{json, Value};
 use support::{client, metrics, x_compaction, Mock, Proxy, CANNED_SUMMARY};
 

@@ -3,8 +3,8 @@
 //! kept whole or not at all (never invented), the latest user message's text intact, and
 //! every field but `input` (and a lowered cap) as the client sent it.
 
-use compaction_proxy::compact::{self, count_request, Options};
-use compaction_proxy::wire::responses::{from_chat, to_chat, validate};
+use compaction_proxy::dialect::responses::{from_chat, to_chat, validate};
+use compaction_proxy::engine::{self, count_request, Options};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -116,13 +116,13 @@ proptest! {
         let original = request["input"].as_array().unwrap();
         validate(original).expect("the generator makes valid input");
         let view = to_chat(&request).unwrap();
-        compact::validate(view["messages"].as_array().unwrap()).expect("the view is valid chat");
+        engine::validate(view["messages"].as_array().unwrap()).expect("the view is valid chat");
         let before = count_request(&view);
         let opts = Options {
             target_tokens: Some(before * ratio / 100),
             ..Options::with_window(before * 2)
         };
-        let outcome = compact::compact(&view, &opts).unwrap();
+        let outcome = engine::compact(&view, &opts).unwrap();
         let out = from_chat(outcome.body(&view), &request);
         let items = out["input"].as_array().unwrap();
 

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)] // each benchmark uses a different part
 
-use compaction_proxy::compact::count_request;
+use compaction_proxy::engine::count_request;
 use serde_json::{json, Value};
 
 const WORDS: &[&str] = &[

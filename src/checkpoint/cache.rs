@@ -13,10 +13,10 @@ use super::hash::{Partition, Tenant};
 use super::memory::MemoryStore;
 use super::prepared::Prepared;
 use super::store::{Backend, Key, ModelRecord, Stats, Store, StoreError};
-use super::{codec, embedded, redis, resp, Checkpoint};
-use crate::compact::Summary;
+use super::{codec, embedded, redis, redis_protocol, Checkpoint};
 use crate::config::{CacheBackend, CacheConfig};
-use crate::models::ModelWindows;
+use crate::engine::Summary;
+use crate::windows::ModelWindows;
 
 /// How long an unreachable store is left alone before it is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -117,12 +117,12 @@ impl Checkpoints {
             CacheBackend::Redis => {
                 let roots = match config.redis_ca_file.as_str() {
                     "" => Vec::new(),
-                    path => resp::read_roots(std::path::Path::new(path)).map_err(|reason| {
-                        OpenError::RedisCa {
+                    path => redis_protocol::read_roots(std::path::Path::new(path)).map_err(
+                        |reason| OpenError::RedisCa {
                             path: path.to_owned(),
                             reason,
-                        }
-                    })?,
+                        },
+                    )?,
                 };
                 let store = redis::open(&config.redis_url, &config.redis_namespace, ttl, roots)
                     .map_err(OpenError::Redis)?;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Checkpoint;
-use crate::compact::{Summary, SummarySource};
+use crate::engine::{Summary, SummarySource};
 
 /// Bumped whenever the layout below changes meaning.
 const VERSION: u8 = 1;

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::auth::CREDENTIAL_HEADERS;
-use crate::compact::Message;
+use crate::engine::Message;
 
 /// Whose conversations: the first 16 bytes of a SHA-256 of the client's credential (the
 /// credential itself is never kept; a store shared between processes holds these hashes).

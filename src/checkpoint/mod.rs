@@ -8,7 +8,7 @@
 //!
 //! Pure parts live here ([`derive`], [`Checkpoint`]); [`hash`] finds prefixes, [`store`]
 //! is the seam of the places checkpoints are kept ([`memory`], [`embedded`], [`redis`],
-//! over its own client [`resp`]),
+//! over its own client [`redis_protocol`]),
 //! [`codec`] turns them into bytes, [`cache`] is what the proxy uses (a store, and memory
 //! while the store is out of reach), [`flight`] lets concurrent requests, of one process or
 //! of several, share one summariser call.
@@ -21,14 +21,14 @@ pub mod hash;
 pub mod memory;
 pub mod prepared;
 pub mod redis;
-mod resp;
+mod redis_protocol;
 pub mod store;
 
 use std::mem::size_of;
 
 use serde_json::Value;
 
-use crate::compact::{Role, SummarySource};
+use crate::engine::{Role, SummarySource};
 pub use cache::Checkpoints;
 pub use flight::Flights;
 pub use hash::{prefix_hashes, Partition, Tenant};

@@ -32,7 +32,7 @@ use tokio_rustls::rustls::pki_types::CertificateDer;
 
 use super::codec;
 use super::hash::{Partition, Tenant};
-use super::resp::{self, Client, Command, Connection, Reply};
+use super::redis_protocol::{self, Client, Command, Connection, Reply};
 use super::store::{Backend, Key, ModelRecord, Peek, Stats, Store, StoreError, StoreFuture};
 use super::Checkpoint;
 
@@ -248,7 +248,7 @@ impl Shared {
     }
 
     /// Names where Redis is, never how to log in.
-    fn unavailable(&self, error: resp::Error) -> StoreError {
+    fn unavailable(&self, error: redis_protocol::Error) -> StoreError {
         StoreError::Unavailable {
             backend: BACKEND,
             reason: format!("{}: {error}", self.client.target().address()),
@@ -495,7 +495,9 @@ impl Shared {
                 .await?;
             let mut parts = reply.array().map_err(|e| self.unavailable(e))?.into_iter();
             let (Some(Reply::Bulk(Some(next))), Some(keys)) = (parts.next(), parts.next()) else {
-                return Err(self.unavailable(resp::Error::Protocol("a malformed SCAN reply")));
+                return Err(
+                    self.unavailable(redis_protocol::Error::Protocol("a malformed SCAN reply"))
+                );
             };
             let keys: Vec<Vec<u8>> = keys
                 .array()
@@ -776,7 +778,7 @@ impl Store for RedisStore {
                 .await?;
             let mut replies = replies.into_iter();
             let (Some(result), Some(held)) = (replies.next(), replies.next()) else {
-                return Err(shared.unavailable(resp::Error::Protocol("missing replies")));
+                return Err(shared.unavailable(redis_protocol::Error::Protocol("missing replies")));
             };
             let unavailable = |e| shared.unavailable(e);
             if let Some(bytes) = result.bulk().map_err(unavailable)? {

@@ -95,10 +95,10 @@ pub struct ModelRecord {
 
 impl ModelRecord {
     /// The field a factor of `count` is kept in.
-    pub fn factor(&mut self, count: crate::models::Count) -> &mut Option<f64> {
+    pub fn factor(&mut self, count: crate::windows::Count) -> &mut Option<f64> {
         match count {
-            crate::models::Count::Refusal => &mut self.refusal,
-            crate::models::Count::Usage => &mut self.usage,
+            crate::windows::Count::Refusal => &mut self.refusal,
+            crate::windows::Count::Usage => &mut self.usage,
         }
     }
 }

@@ -5,7 +5,7 @@
 //! answer is never carried into the next chunk as the checkpoint so far.
 
 use super::stream::StreamedAnswer;
-use crate::compact::{Counter, END_MARKER, MARKER};
+use crate::engine::{Counter, END_MARKER, MARKER};
 use crate::redact::redact;
 
 /// Why a summariser's answer cannot be used; the caller falls back.
@@ -140,7 +140,7 @@ pub fn check_answer(answer: &StreamedAnswer, expect: &Expect) -> Result<String, 
         return Err(AnswerProblem::Truncated);
     }
     if is_refusal(text) {
-        return Err(AnswerProblem::Refusal(crate::compact::message::one_line(
+        return Err(AnswerProblem::Refusal(crate::engine::message::one_line(
             text, 120,
         )));
     }

@@ -23,13 +23,13 @@ use super::{
 };
 use crate::body;
 use crate::classify::{self, Kind};
-use crate::compact::{self, Counter, Message, Options, Plan, Summary, SummarySource};
 use crate::config::Config;
+use crate::dialect::{messages, responses, Dialect};
+use crate::engine::{self, Counter, Message, Options, Plan, Summary, SummarySource};
 use crate::error::{BoxError, ProxyError};
 use crate::metrics::Metrics;
-use crate::models::{Count, ModelWindows};
 use crate::upstream::{Upstream, UpstreamInitError};
-use crate::wire::{messages, responses, Dialect};
+use crate::windows::{Count, ModelWindows};
 
 /// Client headers that must not travel with the summariser's call: its body is new (its
 /// own length and type), its answer is read by the proxy (no compression asked for), and
@@ -458,7 +458,7 @@ fn summary_headers(client: &HeaderMap) -> HeaderMap {
 /// The request's window as the summariser's, with the engine's default when unknown.
 fn request_window(window: u64) -> usize {
     match window {
-        u64::MAX => compact::DEFAULT_CONTEXT_WINDOW,
+        u64::MAX => engine::DEFAULT_CONTEXT_WINDOW,
         w => usize::try_from(w).unwrap_or(usize::MAX),
     }
 }

@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::compact::{Counter, Message};
+use crate::engine::{Counter, Message};
 
 use super::request::{max_tokens, system_tokens, Prompt};
 use super::serialize;

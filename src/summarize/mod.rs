@@ -2,7 +2,7 @@
 //! the answer is usable (pure, in this module's files), and the calls themselves with
 //! their fallbacks ([`call`], the only file that does I/O or reads the clock). The
 //! deterministic digest used when no LLM answers belongs to the engine
-//! ([`crate::compact`]); the single flight that lets concurrent requests share one call
+//! ([`crate::engine`]); the single flight that lets concurrent requests share one call
 //! belongs to the summary cache ([`crate::checkpoint`]).
 //!
 //! ```text
@@ -39,9 +39,9 @@ pub use chunk::{chunk_turns, Room};
 pub use request::SummaryRequest;
 pub use stream::AnswerStream;
 
-use crate::compact::message::one_line;
-use crate::compact::summary::has_marker;
-use crate::compact::{Message, Role};
+use crate::engine::message::one_line;
+use crate::engine::summary::has_marker;
+use crate::engine::{Message, Role};
 use crate::redact::redact;
 
 /// The summary aims at this share, in percent, of the tokens it replaces: enough for exact
@@ -111,13 +111,13 @@ pub fn focus_topic(messages: &[Message]) -> Option<String> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::compact::Counter;
+    use crate::engine::Counter;
     use serde_json::{json, Value};
 
     /// A message as the engine holds it.
     pub(crate) fn msg(v: Value) -> Message {
         let counter = Counter::for_model("gpt-4o");
-        let role = crate::compact::message::role_of(0, &v).unwrap_or(Role::User);
+        let role = crate::engine::message::role_of(0, &v).unwrap_or(Role::User);
         let tokens = v.as_object().map_or(0, |m| counter.message(m));
         Message::from_parts(role, &v, tokens)
     }
@@ -149,7 +149,7 @@ pub(crate) mod tests {
 
     #[test]
     fn focus_skips_summaries_and_masks_secrets() {
-        let summary = crate::compact::summary::wrap("## Goal\nX");
+        let summary = crate::engine::summary::wrap("## Goal\nX");
         let turns = vec![
             msg(
                 json!({"role": "user", "content": "use password=hunter22 for the db migration please"}),

@@ -7,8 +7,8 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::compact::message::keep_ends;
-use crate::compact::{Counter, Message};
+use crate::engine::message::keep_ends;
+use crate::engine::{Counter, Message};
 use crate::redact::redact;
 
 use super::serialize;
@@ -79,7 +79,7 @@ impl<'a> SummaryRequest<'a> {
         self
     }
 
-    /// The checkpoint to update (from the cache, or [`crate::compact::Plan::previous_summary`]).
+    /// The checkpoint to update (from the cache, or [`crate::engine::Plan::previous_summary`]).
     pub fn previous_summary(mut self, summary: Option<&'a str>) -> Self {
         self.previous_summary = summary.filter(|s| !s.trim().is_empty());
         self

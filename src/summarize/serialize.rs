@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::compact::message::{call_id, call_name_args, is_media_part, keep_ends, Message, Role};
-use crate::compact::Counter;
+use crate::engine::message::{call_id, call_name_args, is_media_part, keep_ends, Message, Role};
+use crate::engine::Counter;
 use crate::redact::redact;
 
 /// Tool output kept per result, head and tail in bytes: enough for a stack trace's top and

@@ -36,7 +36,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWrite;
 use tower_service::Service;
 
-use super::wire::{self, BodyDecoder, Decoded, RequestFraming, ResponseHead};
+use super::http1::{self, BodyDecoder, Decoded, RequestFraming, ResponseHead};
 use crate::body::{ProxyBody, Replay};
 use crate::error::BoxError;
 
@@ -129,7 +129,7 @@ impl Pool {
         framing: RequestFraming,
         body: ProxyBody,
     ) -> Result<Response<PooledBody>, SendError> {
-        wire::end_head(&mut head, framing);
+        http1::end_head(&mut head, framing);
         let chunked = framing == RequestFraming::Chunked;
         let Some(conn) = self.checkout().await else {
             let conn = self.connect().await?;
@@ -286,7 +286,7 @@ impl Exchange {
                     }
                 }
             }
-            let parsed = wire::parse_head(&mut self.conn.buf, method);
+            let parsed = http1::parse_head(&mut self.conn.buf, method);
             if let Some(head) = parsed.map_err(|e| SendError::Upstream(e.into()))? {
                 return Poll::Ready(Ok(head));
             }
@@ -364,7 +364,7 @@ impl Writer {
     fn end_body(&mut self) {
         self.body = None;
         if self.chunked {
-            self.out.extend_from_slice(wire::LAST_CHUNK);
+            self.out.extend_from_slice(http1::LAST_CHUNK);
         }
     }
 
@@ -398,7 +398,7 @@ impl Writer {
                             Kept::Frame(_) | Kept::Gone => Kept::Gone,
                         };
                         if self.chunked {
-                            wire::chunk_header(&mut self.out, data.len());
+                            http1::chunk_header(&mut self.out, data.len());
                         }
                         if data.len() <= COPY_LIMIT {
                             self.out.extend_from_slice(&data);
@@ -654,11 +654,11 @@ mod tests {
     ) -> Result<Response<PooledBody>, SendError> {
         let (parts, body) = request.into_parts();
         let mut head = Vec::new();
-        wire::request_line(&mut head, &parts.method, &[parts.uri.path()]);
+        http1::request_line(&mut head, &parts.method, &[parts.uri.path()]);
         for (name, value) in &parts.headers {
-            wire::header(&mut head, name.as_str(), value.as_bytes());
+            http1::header(&mut head, name.as_str(), value.as_bytes());
         }
-        let framing = wire::request_framing(&parts.method, body.size_hint().exact(), false);
+        let framing = http1::request_framing(&parts.method, body.size_hint().exact(), false);
         pool.send(&parts.method, head, framing, body).await
     }
 

@@ -17,7 +17,7 @@ use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::{full, header_str, json, plain, sse_response, MockBody, MockState};
-use compaction_proxy::wire::messages::validate;
+use compaction_proxy::dialect::messages::validate;
 
 /// The mock's count of a Messages request: about one token per three characters of its
 /// texts (system, messages, tools), and a few per message; deliberately not ours.

@@ -622,7 +622,7 @@ fn responses_window(state: &MockState, headers: &HeaderMap, body: &[u8]) -> Resp
                 "output": [{"type": "compaction", "id": "cmp_native", "encrypted_content": NATIVE_COMPACTION}]}).to_string());
         }
     }
-    if let Err(e) = compaction_proxy::wire::responses::validate(&input) {
+    if let Err(e) = compaction_proxy::dialect::responses::validate(&input) {
         state.violations.lock().unwrap().push(e.to_string());
         return plain(StatusCode::BAD_REQUEST, &e.to_string());
     }
@@ -1047,7 +1047,7 @@ pub fn python_with(module: &str) -> Option<std::path::PathBuf> {
 /// The bytes a request body holds from its start to the end of the proxy's summary: the
 /// part a resumed conversation must send again byte for byte. `None` when it holds none.
 pub fn compacted_part(body: &[u8]) -> Option<Vec<u8>> {
-    use compaction_proxy::compact::END_MARKER;
+    use compaction_proxy::engine::END_MARKER;
     let text = std::str::from_utf8(body).unwrap();
     let end = text.find(END_MARKER)? + END_MARKER.len();
     Some(body[..end].to_vec())

@@ -4,7 +4,7 @@
 //! for the endpoint, 400 or 422 for the item) the proxy answers them itself: it summarises
 //! the input with its summariser (the deterministic digest when no model answers) and
 //! returns one `compaction` item holding the summary, which later requests carry back and
-//! [`crate::wire::remote_compaction::expand`] turns into text. Once an upstream has shown it
+//! [`crate::dialect::codex_items::expand`] turns into text. Once an upstream has shown it
 //! lacks them, later requests are answered without asking it again.
 //!
 //! `compaction.remote_compaction` sets who answers: `auto` (as above), `proxy` (always
@@ -27,12 +27,12 @@ use crate::app::App;
 use crate::body::{self, ProxyBody, Replay};
 use crate::checkpoint;
 use crate::classify::{self, Kind};
-use crate::compact::{self, summary, Counter, Message, SummarySource};
 use crate::config::RemoteCompaction;
+use crate::dialect::{codex_items as items, responses, Dialect};
+use crate::engine::{self, summary, Counter, Message, SummarySource};
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
 use crate::summarize::{summary_budget, Call, Middle};
-use crate::wire::{remote_compaction as items, responses, Dialect};
 
 /// How much of a refusal is read to tell an overflow from a missing feature.
 const MAX_REFUSAL: usize = 64 * 1024;
@@ -254,7 +254,7 @@ impl History {
         window: Option<u64>,
         id: u64,
     ) -> (String, SummarySource) {
-        let context_window = window.map_or(compact::DEFAULT_CONTEXT_WINDOW, |w| {
+        let context_window = window.map_or(engine::DEFAULT_CONTEXT_WINDOW, |w| {
             usize::try_from(w).unwrap_or(usize::MAX)
         });
         let middle = Middle {
@@ -295,7 +295,7 @@ impl History {
             }
         }
         let budget = summary_budget(self.tokens as usize, context_window);
-        let digest = compact::digest::digest(self.previous.as_deref(), &self.turns, budget * 4);
+        let digest = engine::digest::digest(self.previous.as_deref(), &self.turns, budget * 4);
         (digest, SummarySource::Fallback)
     }
 }

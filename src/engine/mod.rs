@@ -5,9 +5,9 @@
 //! engine:
 //!
 //! ```text
-//! let plan = compact::plan(&request, &opts)?;          // passes 1-4
+//! let plan = engine::plan(&request, &opts)?;          // passes 1-4
 //! let summary = if plan.needs_summary() { Some(/* LLM or */ summarize_deterministic(&plan)) } else { None };
-//! let outcome = compact::finish(plan, summary, &opts);  // passes 5-8
+//! let outcome = engine::finish(plan, summary, &opts);  // passes 5-8
 //! ```
 //!
 //! [`compact`] does both with the deterministic summary. Passes, cheapest first, stopping as

@@ -847,7 +847,7 @@ mod tests {
         validate(&original).unwrap();
         let view = to_chat(&original).unwrap();
         let messages = view["messages"].as_array().unwrap();
-        crate::compact::validate_strict(messages).unwrap();
+        crate::engine::validate_strict(messages).unwrap();
         let roles: Vec<&str> = messages
             .iter()
             .map(|m| m["role"].as_str().unwrap())
@@ -971,8 +971,8 @@ mod tests {
             "messages": [{"role": "tool", "tool_call_id": "tu_1", "content": "saved screen.png"}]});
         let with_image = json!({"model": view["model"], "messages": [tool]});
         assert!(
-            crate::compact::count_request(&with_image)
-                >= crate::compact::count_request(&text_only) + 500,
+            crate::engine::count_request(&with_image)
+                >= crate::engine::count_request(&text_only) + 500,
             "the image costs what an image costs"
         );
         assert_eq!(

@@ -6,12 +6,12 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::compact::{self, budget, Options, Outcome, DEFAULT_CONTEXT_WINDOW};
 use crate::config::Config;
+use crate::dialect::{responses, Dialect};
+use crate::engine::{self, budget, Options, Outcome, DEFAULT_CONTEXT_WINDOW};
 use crate::metrics::Metrics;
-use crate::models::{self, ModelWindows};
 use crate::summarize::{Call, Middle, Shared, Summarizer};
-use crate::wire::{responses, Dialect};
+use crate::windows::{self, ModelWindows};
 
 /// Exit status when the result fits the target.
 const FITS: u8 = 0;
@@ -58,14 +58,14 @@ fn context_window_help() -> String {
         "Context window in tokens (prompt plus completion). Default: the window the proxy's \
          built-in table gives the model (OpenAI, Anthropic, Gemini, Llama, Qwen, DeepSeek and \
          Mistral families, e.g. gpt-4o = {}), else {}.",
-        models::builtin_window("gpt-4o").unwrap_or(0),
+        windows::builtin_window("gpt-4o").unwrap_or(0),
         DEFAULT_CONTEXT_WINDOW
     )
 }
 
 /// The same table the proxy's preflight uses, so offline and online agree.
 fn default_window(model: &str) -> usize {
-    models::builtin_window(model)
+    windows::builtin_window(model)
         .and_then(|w| usize::try_from(w).ok())
         .unwrap_or(DEFAULT_CONTEXT_WINDOW)
 }
@@ -106,7 +106,7 @@ pub fn run(args: &CompactArgs) -> ExitCode {
     };
     let compacted = match &args.summarize_via {
         Some(url) => compact_via(url, args, &request, &opts),
-        None => compact::compact(&request, &opts).map_err(|e| e.to_string()),
+        None => engine::compact(&request, &opts).map_err(|e| e.to_string()),
     };
     let outcome = match compacted {
         Ok(o) => o,
@@ -170,9 +170,9 @@ fn compact_via(
     config
         .validate()
         .map_err(|e| format!("--summarize-via: {e}"))?;
-    let plan = compact::plan(request, opts).map_err(|e| e.to_string())?;
+    let plan = engine::plan(request, opts).map_err(|e| e.to_string())?;
     if !plan.needs_summary() {
-        return Ok(compact::finish(plan, None, opts));
+        return Ok(engine::finish(plan, None, opts));
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -206,7 +206,7 @@ fn compact_via(
                 .await,
         )
     })?;
-    Ok(compact::finish(plan, summary, opts))
+    Ok(engine::finish(plan, summary, opts))
 }
 
 fn read_input(args: &CompactArgs) -> Result<Vec<u8>, String> {

@@ -104,8 +104,8 @@ fn plain_text_mut(part: &mut Value) -> Option<&mut String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::message::parse_test_messages;
-    use crate::compact::tokens::Encoding;
+    use crate::engine::message::parse_test_messages;
+    use crate::engine::tokens::Encoding;
 
     fn msgs(v: Value) -> Vec<Message> {
         parse_test_messages(&v)

@@ -4,7 +4,7 @@
 
 use super::Attempt;
 use crate::classify::Classification;
-use crate::compact::budget;
+use crate::engine::budget;
 
 impl Attempt<'_> {
     /// Completion tokens to leave room for: what the request asked for, else the

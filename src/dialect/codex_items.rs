@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 use memchr::memmem::Finder;
 use serde_json::{json, Map, Value};
 
-use crate::compact::summary;
+use crate::engine::summary;
 
 /// Starts the `encrypted_content` of every compaction item the proxy makes. OpenAI's own
 /// blobs are base64 ciphertext and never start with it.

@@ -104,9 +104,9 @@ pub fn conform(messages: Vec<Message>, counter: &Counter) -> (Vec<Message>, usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::message::parse_test_messages;
-    use crate::compact::tokens::Encoding;
-    use crate::compact::validate::validate_strict;
+    use crate::engine::message::parse_test_messages;
+    use crate::engine::tokens::Encoding;
+    use crate::engine::validate::validate_strict;
     use serde_json::json;
 
     fn run(v: Value) -> Vec<Value> {

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use http::HeaderValue;
 
 use super::{Attempt, Engine};
-use crate::compact::SummarySource;
+use crate::engine::SummarySource;
 
 /// What made the proxy compact a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

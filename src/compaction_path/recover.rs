@@ -4,7 +4,7 @@
 
 use super::{Attempt, Engine, Goal, Trigger};
 use crate::classify::{Classification, Kind};
-use crate::models::Count;
+use crate::windows::Count;
 
 /// Share of the window left free on a retry, for the difference between our token
 /// count and the upstream's that calibration has not yet learned.

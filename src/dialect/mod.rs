@@ -5,8 +5,8 @@
 //! Anthropic's Messages API.
 
 pub mod chat;
+pub mod codex_items;
 pub mod messages;
-pub mod remote_compaction;
 pub mod responses;
 
 use serde_json::Value;

@@ -84,8 +84,8 @@ fn close(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::tokens::Encoding;
-    use crate::compact::validate::validate;
+    use crate::engine::tokens::Encoding;
+    use crate::engine::validate::validate;
     use serde_json::json;
 
     #[test]

@@ -837,8 +837,8 @@ fn preview(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::message::parse_test_messages;
-    use crate::compact::summary::wrap;
+    use crate::engine::message::parse_test_messages;
+    use crate::engine::summary::wrap;
     use serde_json::{json, Value};
 
     fn parse(v: Value) -> Vec<Message> {
@@ -1002,7 +1002,7 @@ mod tests {
             {"role": "user", "content": format!("{}\n\nand keep going", wrap(&first))},
         ]));
         let d = digest(None, &turns, 10_000);
-        assert!(!d.contains(crate::compact::MARKER), "{d}");
+        assert!(!d.contains(crate::engine::MARKER), "{d}");
         assert!(
             d.contains("- Fix the failing build in src/net.rs\n- and keep going"),
             "{d}"

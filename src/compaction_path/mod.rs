@@ -1,4 +1,4 @@
-//! The compaction path, for every dialect [`crate::wire`] reads and writes
+//! The compaction path, for every dialect [`crate::dialect`] reads and writes
 //! (`POST .../chat/completions`, `POST .../responses`, `POST .../messages`). The body is read (bounded) so a
 //! request too long for its model can be rewritten; one that needs nothing goes upstream as
 //! the client's original bytes.
@@ -28,17 +28,17 @@ use hyper::body::Incoming;
 use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::checkpoint::{Applied, Checkpoint, Key, Partition};
-use crate::compact;
+use crate::dialect::{self, Dialect, Head};
+use crate::engine;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
-use crate::wire::{self, Dialect, Head};
 
 mod cap;
+pub mod codex_compaction;
 pub mod inspect;
 mod preflight;
 mod prepare;
 mod recover;
-pub mod remote_compaction;
 pub mod report;
 mod rewrite;
 mod usage;
@@ -59,14 +59,12 @@ pub async fn handle(
     let original = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
     let original = match dialect {
         // The proxy's own compaction items, which no upstream can read, become text.
-        Dialect::Responses => {
-            wire::remote_compaction::expand(&original).map_or(original, Bytes::from)
-        }
+        Dialect::Responses => dialect::codex_items::expand(&original).map_or(original, Bytes::from),
         Dialect::Chat | Dialect::Messages => original,
     };
-    if dialect == Dialect::Responses && wire::remote_compaction::is_trigger(&original) {
-        let ask = remote_compaction::Ask::Trigger;
-        return remote_compaction::handle(app, &parts, original, ask, id).await;
+    if dialect == Dialect::Responses && dialect::codex_items::is_trigger(&original) {
+        let ask = codex_compaction::Ask::Trigger;
+        return codex_compaction::handle(app, &parts, original, ask, id).await;
     }
     match dialect.head(&original) {
         Some(head) => run(app, &parts, original, head, dialect, id).await,
@@ -210,7 +208,7 @@ impl Done {
         self.trigger.get_or_insert(trigger);
     }
 
-    fn report(&self) -> Option<&compact::Report> {
+    fn report(&self) -> Option<&engine::Report> {
         match &self.engine {
             Engine::Rewrote { report, .. } => Some(report),
             _ => None,
@@ -230,7 +228,7 @@ enum Engine {
     /// rewrite makes, stored once the upstream takes it.
     Rewrote {
         rewrites: u32,
-        report: compact::Report,
+        report: engine::Report,
         pending: Option<Box<Pending>>,
     },
 }

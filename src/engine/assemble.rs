@@ -92,8 +92,8 @@ fn add_text(msg: &mut Message, text: &str, before: bool, counter: &Counter) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::summary::MARKER;
-    use crate::compact::tokens::Encoding;
+    use crate::engine::summary::MARKER;
+    use crate::engine::tokens::Encoding;
 
     fn m(role: &str, content: &str) -> Message {
         let c = Counter::new(Encoding::O200k);

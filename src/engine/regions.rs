@@ -95,7 +95,7 @@ fn run_start(messages: &[Message], at: usize, floor: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::message::parse_test_messages;
+    use crate::engine::message::parse_test_messages;
     use serde_json::{json, Value};
 
     fn call(id: &str) -> Value {

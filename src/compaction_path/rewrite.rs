@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::work::messages_of;
 use super::{Attempt, Engine, Goal, Pending};
 use crate::checkpoint::{self, Checkpoint, Key};
-use crate::compact::{self, budget, SummarySource};
+use crate::engine::{self, budget, SummarySource};
 use crate::summarize::{Call, Middle};
 
 impl Attempt<'_> {
@@ -22,7 +22,7 @@ impl Attempt<'_> {
             return false;
         };
         let report = outcome.report;
-        if report.summary != compact::SummarySource::None
+        if report.summary != engine::SummarySource::None
             && checkpoint::poor_savings_after(0, report.tokens_before, report.tokens_after) > 0
         {
             self.done.digest_only = true;
@@ -76,7 +76,7 @@ impl Attempt<'_> {
 
     /// The checkpoint `output` makes for the client's conversation: the form that now
     /// stands for a prefix of the client's messages.
-    fn checkpoint_of(&mut self, output: &Value, report: &compact::Report) -> Option<Pending> {
+    fn checkpoint_of(&mut self, output: &Value, report: &engine::Report) -> Option<Pending> {
         self.ctx.app.checkpoints.as_ref()?;
         let dialect = self.ctx.dialect;
         let partition = *self
@@ -111,7 +111,7 @@ impl Attempt<'_> {
             .and_then(|m| m.get("role"))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let form_counts = compact::Counter::for_request(output).messages(&form);
+        let form_counts = engine::Counter::for_request(output).messages(&form);
         // A new summary, or the one the resumed form carried.
         let (summary, failed) = match (report.summary, hit) {
             (SummarySource::Llm | SummarySource::Fallback, _) => {
@@ -145,21 +145,21 @@ impl Attempt<'_> {
 
     /// Plans, asks the LLM summariser for the middle when the plan needs a summary, and
     /// finishes. `None` when the engine refused the request.
-    async fn compact(&mut self, goal: Goal) -> Option<compact::Outcome> {
+    async fn compact(&mut self, goal: Goal) -> Option<engine::Outcome> {
         self.work.tokens(self.ctx.dialect)?;
         let base = self.work.take()?;
         let tokens = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-        let options = compact::Options {
+        let options = engine::Options {
             context_window: tokens(goal.window),
             target_tokens: Some(tokens(goal.target)),
             ceiling_tokens: Some(tokens(goal.ceiling.max(goal.target))),
-            ..compact::Options::default()
+            ..engine::Options::default()
         };
         let started = Instant::now();
         // Compaction is CPU work measured in milliseconds for huge conversations: keep
         // it off the threads that move other requests' bytes.
         let planned = tokio::task::spawn_blocking(move || {
-            let plan = compact::plan_with_counts(&base.view, base.counts.as_deref(), &options);
+            let plan = engine::plan_with_counts(&base.view, base.counts.as_deref(), &options);
             (base, options, plan)
         })
         .await;
@@ -187,7 +187,7 @@ impl Attempt<'_> {
         let summary = self.llm_summary(&plan, &options, goal.window).await;
         let started = Instant::now();
         let finished =
-            tokio::task::spawn_blocking(move || compact::finish(plan, summary, &options)).await;
+            tokio::task::spawn_blocking(move || engine::finish(plan, summary, &options)).await;
         metrics.compaction_time(planning + started.elapsed());
         finished
             .inspect_err(|e| {
@@ -200,10 +200,10 @@ impl Attempt<'_> {
     /// be asked; `None` leaves the engine to its deterministic digest.
     async fn llm_summary(
         &mut self,
-        plan: &compact::Plan,
-        options: &compact::Options,
+        plan: &engine::Plan,
+        options: &engine::Options,
         window: u64,
-    ) -> Option<compact::Summary> {
+    ) -> Option<engine::Summary> {
         let summarizer = self.ctx.app.summarizer.as_ref()?;
         if self.done.digest_only || !plan.needs_summary() {
             return None;
@@ -216,10 +216,10 @@ impl Attempt<'_> {
     async fn ask_summariser(
         &self,
         summarizer: &crate::summarize::Summarizer,
-        plan: &compact::Plan,
-        options: &compact::Options,
+        plan: &engine::Plan,
+        options: &engine::Options,
         window: u64,
-    ) -> Option<compact::Summary> {
+    ) -> Option<engine::Summary> {
         let call = Call {
             parts: self.ctx.parts,
             model: &self.ctx.head.model,

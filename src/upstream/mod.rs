@@ -20,12 +20,12 @@ use crate::error::{error_chain, ProxyError};
 mod path;
 mod pool;
 // Public for the framing tests in `tests/`, which compare it with hyper's client.
-pub mod wire;
+pub mod http1;
 
 pub use path::{normalise as normalise_path, PathError};
 
+use http1::RequestFraming;
 use pool::{Pool, SendError};
-use wire::RequestFraming;
 
 /// Hop-by-hop headers (RFC 9110 section 7.6.1) plus `expect`: they describe one
 /// connection, not the message, so they never cross the proxy. `host` is set anew for
@@ -221,8 +221,10 @@ impl Upstream {
         let mut head = Vec::with_capacity(256 + 64 * headers.len());
         let (path, query) = target(&self.prefix, uri);
         match query {
-            Some(query) => wire::request_line(&mut head, method, &[&self.prefix, path, "?", query]),
-            None => wire::request_line(&mut head, method, &[&self.prefix, path]),
+            Some(query) => {
+                http1::request_line(&mut head, method, &[&self.prefix, path, "?", query])
+            }
+            None => http1::request_line(&mut head, method, &[&self.prefix, path]),
         }
         let content_length =
             length.filter(|&len| len > 0 || headers.contains_key(header::CONTENT_LENGTH));
@@ -236,7 +238,7 @@ impl Upstream {
             if name == header::CONTENT_LENGTH {
                 if let Some(len) = content_length {
                     if !std::mem::replace(&mut length_written, true) {
-                        wire::content_length(&mut head, len);
+                        http1::content_length(&mut head, len);
                     }
                     continue;
                 }
@@ -245,23 +247,23 @@ impl Upstream {
                 if let Some(key) = &self.api_key {
                     if !std::mem::replace(&mut key_written, true) {
                         let (name, value) = key.header(uri.path());
-                        wire::header(&mut head, name, value.as_bytes());
+                        http1::header(&mut head, name, value.as_bytes());
                     }
                     continue;
                 }
             }
-            wire::header(&mut head, name.as_str(), value.as_bytes());
+            http1::header(&mut head, name.as_str(), value.as_bytes());
         }
-        wire::header(&mut head, header::HOST.as_str(), self.host.as_bytes());
+        http1::header(&mut head, header::HOST.as_str(), self.host.as_bytes());
         if let (Some(len), false) = (content_length, length_written) {
-            wire::content_length(&mut head, len);
+            http1::content_length(&mut head, len);
         }
         if let (Some(key), false) = (&self.api_key, key_written) {
             let (name, value) = key.header(uri.path());
-            wire::header(&mut head, name, value.as_bytes());
+            http1::header(&mut head, name, value.as_bytes());
         }
         let has_length = content_length.is_some() || headers.contains_key(header::CONTENT_LENGTH);
-        (head, wire::request_framing(method, length, has_length))
+        (head, http1::request_framing(method, length, has_length))
     }
 }
 
@@ -378,7 +380,7 @@ mod tests {
     fn head_of(upstream: &Upstream, headers: &HeaderMap, length: Option<u64>) -> String {
         let uri = "/v1/chat/completions?x=1".parse().unwrap();
         let (mut head, framing) = upstream.head(&Method::POST, &uri, headers, length);
-        wire::end_head(&mut head, framing);
+        http1::end_head(&mut head, framing);
         String::from_utf8(head).unwrap()
     }
 

@@ -56,7 +56,7 @@ fn placeholder(part: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::tokens::Encoding;
+    use crate::engine::tokens::Encoding;
 
     #[test]
     fn keeps_only_the_latest_media_turn() {

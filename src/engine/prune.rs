@@ -338,8 +338,8 @@ fn shrink_strings(v: &mut Value, max: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::message::parse_test_messages;
-    use crate::compact::tokens::Encoding;
+    use crate::engine::message::parse_test_messages;
+    use crate::engine::tokens::Encoding;
     use serde_json::json;
 
     fn parse(v: &Value) -> Vec<Message> {

@@ -12,7 +12,7 @@ use memchr::memmem::Finder;
 use super::work::messages_of;
 use super::{Attempt, Goal, Hit, Trigger};
 use crate::checkpoint::{Applied, Checkpoint, Key};
-use crate::compact::{self, budget};
+use crate::engine::{self, budget};
 
 /// Upper bound on the tokens an image part can cost, for the cheap "surely fits" test.
 const MAX_IMAGE_TOKENS: u64 = 1_600;
@@ -193,7 +193,7 @@ impl Attempt<'_> {
         let Some(base) = self.work.base(self.ctx.dialect) else {
             return;
         };
-        let counter = compact::Counter::for_request(&base.view);
+        let counter = engine::Counter::for_request(&base.view);
         let overhead = counter.request_overhead(&base.view);
         let Some(messages) = base.view.get_mut("messages").and_then(|m| m.as_array_mut()) else {
             return;

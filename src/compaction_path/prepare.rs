@@ -16,7 +16,7 @@ use super::{Attempt, Ctx, Done, Engine, Goal, Hit, Promote};
 use crate::app::App;
 use crate::checkpoint::prepared::Fate;
 use crate::checkpoint::{Checkpoint, Key, Partition};
-use crate::wire::{Dialect, Head};
+use crate::dialect::{Dialect, Head};
 
 impl Attempt<'_> {
     /// Starts the background compaction of this request towards `goal`, unless the

@@ -300,10 +300,10 @@ mod tests {
 
     #[test]
     fn pruned_outputs_name_their_error() {
-        let pruned = crate::compact::prune::describe_output("bash", "ok\nerror: boom\n");
+        let pruned = crate::engine::prune::describe_output("bash", "ok\nerror: boom\n");
         assert_eq!(error_line(&pruned).as_deref(), Some("error: boom"));
         assert_eq!(
-            error_line(&crate::compact::prune::describe_output("bash", "ok")),
+            error_line(&crate::engine::prune::describe_output("bash", "ok")),
             None
         );
     }

@@ -555,7 +555,7 @@ mod tests {
         let original = request();
         let view = to_chat(&original).unwrap();
         let messages = view["messages"].as_array().unwrap();
-        crate::compact::validate(messages).unwrap();
+        crate::engine::validate(messages).unwrap();
         assert_eq!(messages[0]["role"], "system");
         assert_eq!(messages[2]["tool_calls"].as_array().unwrap().len(), 2);
         assert_eq!(

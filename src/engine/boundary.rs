@@ -115,8 +115,8 @@ pub fn align_to_group_start(messages: &[Message], mut idx: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::tokens::Encoding;
-    use crate::compact::Options;
+    use crate::engine::tokens::Encoding;
+    use crate::engine::Options;
     use serde_json::{json, Value};
 
     fn convo(roles: &[(&str, usize)]) -> Vec<Message> {

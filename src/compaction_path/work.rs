@@ -6,8 +6,8 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::checkpoint::{self, Partition};
-use crate::compact;
-use crate::wire::{Dialect, Head};
+use crate::dialect::{Dialect, Head};
+use crate::engine;
 
 pub(super) struct Work {
     /// The client's bytes, sent as they are until a rewrite is needed.
@@ -106,8 +106,8 @@ impl Work {
     pub fn tokens(&mut self, dialect: Dialect) -> Option<u64> {
         let base = self.base(dialect)?;
         if base.tokens.is_none() {
-            let counts = compact::count_messages(&base.view);
-            let overhead = compact::Counter::for_request(&base.view).request_overhead(&base.view);
+            let counts = engine::count_messages(&base.view);
+            let overhead = engine::Counter::for_request(&base.view).request_overhead(&base.view);
             base.tokens = Some((counts.iter().sum::<usize>() + overhead) as u64);
             base.counts = Some(counts);
         }
