@@ -26,8 +26,9 @@ holding a 60-character stretch unique to the holder, is still there). Facts lost
 holder that was kept but shortened are counted apart.
 
 Also: the task statement (the opening 200 characters of the first user message) survives;
-a secret leaks (any 12-character substring of it in text the compactor wrote, i.e. in an
-output message that is not byte-identical to an input one); requests over target (exit 3;
+a secret leaks (a 12-character substring of it, outside a whole copy, in text the compactor
+wrote, i.e. in an output message that is not byte-identical to an input one: a cut went
+through it; or the whole secret inside the digest); requests over target (exit 3;
 for Hermes, its output measured by the same binary against the same target).
 
 "Shown to the summariser": at the 25% and 50% windows the transcript is compacted again
@@ -133,25 +134,38 @@ def holder_of(msgs, fact):
     return None
 
 
+HERMES_MARKER = "[CONTEXT COMPACTION"
+
+
+def outside_summary(text):
+    """The text of an output message less any summary in it (ours between its markers,
+    Hermes' from its marker to the end of the message)."""
+    start = text.find(MARKER)
+    if start >= 0:
+        end = text.find(END_MARKER, start)
+        text = text[:start] + ("" if end < 0 else text[end + len(END_MARKER):])
+    start = text.find(HERMES_MARKER)
+    return text if start < 0 else text[:start]
+
+
 def unique_probe(msgs, i, fact):
-    """A 60-character stretch of message i (not part of the fact) found in no other message."""
-    text = text_of(msgs[i])
+    """Up to 60 characters of message i, clear of the fact, found in no other message,
+    as near its start as can be (a shortened message keeps its start); the fact itself
+    when the message holds little else."""
     others = [text_of(m) for j, m in enumerate(msgs) if j != i]
-    spots = list(range(0, max(1, len(text) - 60), 30)) + [max(0, len(text) - 60)]
-    for s in spots:
-        probe = text[s:s + 60]
-        if len(probe) < 20 or probe in fact or fact in probe:
-            continue
-        if not any(probe in o for o in others):
-            return probe
-    return text[:60]
+    for piece in text_of(msgs[i]).split(fact):
+        for s in range(0, max(1, len(piece) - 20), 30):
+            probe = piece[s:s + 60]
+            if len(probe.strip()) >= 20 and not any(probe in o for o in others):
+                return probe
+    return fact
 
 
 def holder_kept(src, i, out, probe):
     m = src[i]
     if m["role"] == "tool":
         return any(o.get("role") == "tool" and o.get("tool_call_id") == m["tool_call_id"] for o in out)
-    return any(probe in text_of(o) for o in out)
+    return any(probe in outside_summary(text_of(o)) for o in out)
 
 
 # --- running -----------------------------------------------------------------------------
@@ -283,6 +297,8 @@ def run_corpus(name, corpus, args, details):
             ours.over[1] += 1
             ours.over[0] += int(rc == 3)
             t = by_window.setdefault(wname, Tally())
+            t.over[1] += 1
+            t.over[0] += int(rc == 3)
             rec = score(body["messages"], facts, out, ours, details, f"{name}/{tname}/ours/{wname}")
             score(body["messages"], facts, out, t, [], "")
             rec.update(window=w, tokens=tokens, after=after, target=target, rc=rc)
@@ -366,7 +382,7 @@ def print_tables(name, count, ours, hermes, shown, shown_secret, by_window, have
     print("| our digest, by window | " + " | ".join(HEAD) + " | task | over target |")
     print("| --- |" + " --- |" * (len(HEAD) + 2))
     for w, t in by_window.items():
-        print(f"| {w} | " + " | ".join(t.pct(k) for k in KINDS) + f" | {frac(t.task)} | |")
+        print(f"| {w} | " + " | ".join(t.pct(k) for k in KINDS) + f" | {frac(t.task)} | {frac(t.over)} |")
     print()
 
 
