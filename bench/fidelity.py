@@ -188,9 +188,14 @@ def compact(binary, body, window, via=None):
 
 class Recorder(http.server.BaseHTTPRequestHandler):
     requests = []
-    ANSWER = ("## Active Task\nContinue the task.\n## Goal\nFinish the work.\n"
-              "## Constraints and Preferences\nNone recorded.\n## Completed Actions\nSome steps.\n"
-              "## Remaining Work\nThe rest.\n")
+    # A checkpoint the proxy's answer check accepts (every heading of its template, a
+    # line of its own under each), so that a chunked middle is sent chunk after chunk.
+    ANSWER = "\n".join(
+        f"{h}\n- Mock checkpoint line {i} written by the fidelity bench's recorder, nothing more."
+        for i, h in enumerate(["## Active Task", "## Goal", "## Constraints and Preferences",
+                               "## Completed Actions", "## Active State", "## In Progress", "## Blockers",
+                               "## Key Decisions", "## Resolved Questions", "## Pending Asks",
+                               "## Relevant Files", "## Remaining Work", "## Critical Values"])) + "\n"
 
     def do_POST(self):  # noqa: N802 - http.server's name
         n = int(self.headers.get("content-length", 0))
