@@ -1,0 +1,419 @@
+#!/usr/bin/env python3
+"""What of the facts a continuing model needs survives compaction, on real agent
+transcripts (fixtures/transcripts/real) and on generated ones (bench/digest_facts.py),
+for compaction-proxy's deterministic digest, for Hermes Agent's compressor (no model, its
+static fallback) on the same transcripts, and in what the proxy's LLM summariser is shown.
+
+    python3 bench/fidelity.py --binary target/debug/compaction-proxy \
+        [--hermes-python ~/.cache/compaction-proxy-bench/hermes-0.19.0/bin/python] \
+        [--corpora real,generated] [--generated-n 10] [--details out.jsonl]
+
+Facts are planted by fixtures/transcripts/plant.py (seeded: every run plants the same
+bytes): a constraint and a number in a user interjection, an exact error line appended to
+a tool output, a report path in a later tool output, a decision in an assistant turn, and
+two secrets (an sk-proj- key in a user message, a ghp_ token in a tool output) early on.
+The generated corpus keeps digest_facts.py's own five facts (its transcripts are built
+around them) and gets the two secrets from plant.py.
+
+Each planted transcript (chat completions) is compacted offline with
+
+    BIN compact --context-window W FILE      (exit 0 fits, 3 does not fit, 2 bad input)
+
+at W = 25%, 50% and 75% of its own token count and at 1,024 tokens. Per kind of fact it
+counts how often the fact is still somewhere in the output when the message that held it
+was dropped (the holder counts as kept when a tool result with its call id, or a message
+holding a 60-character stretch unique to the holder, is still there). Facts lost from a
+holder that was kept but shortened are counted apart.
+
+Also: the task statement (the opening 200 characters of the first user message) survives;
+a secret leaks (a 12-character substring of it, outside a whole copy, in text the compactor
+wrote, i.e. in an output message that is not byte-identical to an input one: a cut went
+through it; or the whole secret inside the digest); requests over target (exit 3;
+for Hermes, its output measured by the same binary against the same target).
+
+"Shown to the summariser": at the 25% and 50% windows the transcript is compacted again
+with --summarize-via pointing at a mock OpenAI-compatible server on 127.0.0.1 that records
+every request; the share of facts of dropped messages found in those requests, and the
+runs in which any secret (12-character substring) was in them.
+
+Python 3 standard library only (Hermes runs in its own venv through fidelity_hermes.py).
+"""
+import argparse
+import glob
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "fixtures", "transcripts"))
+sys.path.insert(0, HERE)
+import plant as planting  # noqa: E402
+import digest_facts  # noqa: E402
+
+KINDS = ["constraint", "number", "error", "path", "decision"]
+HEAD = ["constraint", "number", "error line", "path", "decision"]
+SECRETS = ["secret_key", "secret_tok"]
+FRACTIONS = [0.25, 0.5, 0.75]
+FIXED = [1024]
+REPORT = re.compile(r"(\d+) -> (\d+) tokens \(target (\d+), (fits|DOES NOT FIT)\)")
+
+
+# --- text --------------------------------------------------------------------------------
+
+def text_of(m):
+    out = [planting.text_of(m)]
+    for c in m.get("tool_calls") or []:
+        out.append(c.get("function", {}).get("arguments", ""))
+    return "\n".join(out)
+
+
+def all_text(msgs):
+    return "\n".join(text_of(m) for m in msgs)
+
+
+def windows12(secret):
+    return {secret[i:i + 12] for i in range(len(secret) - 11)}
+
+
+def leaks(secret, text):
+    """Any 12 characters of the secret outside a whole copy of it: what is left when a cut
+    went through the secret (and took the prefix a redactor knows it by)."""
+    return any(w in text.replace(secret, "\0") for w in windows12(secret))
+
+
+MARKER, END_MARKER = digest_facts.MARKER, digest_facts.END_MARKER
+
+
+def summary_part(text):
+    start = text.find(MARKER)
+    if start < 0:
+        return ""
+    end = text.find(END_MARKER, start)
+    return text[start:] if end < 0 else text[start:end]
+
+
+# --- corpora -----------------------------------------------------------------------------
+
+def real_corpus():
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "fixtures/transcripts/real/bodies/*.chat.json"))):
+        name = os.path.basename(path)[:-len(".chat.json")]
+        with open(path) as f:
+            body = json.load(f)
+        planted, facts = planting.plant(body, f"fidelity:{name}")
+        out.append((name, planted, {k: (v["index"], v["text"]) for k, v in facts.items()}))
+    return out
+
+
+def generated_corpus(n, steps):
+    out = []
+    for style in digest_facts.STYLES:
+        for i in range(n):
+            rng = digest_facts.random.Random(f"{style}-{i}")
+            msgs, facts = digest_facts.BUILDERS[style](rng, steps)
+            body = {"model": "gpt-4o", "messages": msgs}
+            planted, pfacts = planting.plant(body, f"fidelity:{style}-{i}", kinds=SECRETS)
+            texts = {k: (holder_of(planted["messages"], fact), fact) for k, (_, fact) in facts.items()}
+            texts.update({k: (pfacts[k]["index"], pfacts[k]["text"]) for k in SECRETS})
+            out.append((f"{style}-{i}", planted, texts))
+    return out
+
+
+# --- where a fact lives, and whether its message survived ------------------------------
+
+def holder_of(msgs, fact):
+    for i, m in enumerate(msgs):
+        if fact in text_of(m):
+            return i
+    return None
+
+
+HERMES_MARKER = "[CONTEXT COMPACTION"
+
+
+def outside_summary(text):
+    """The text of an output message less any summary in it (ours between its markers,
+    Hermes' from its marker to the end of the message)."""
+    start = text.find(MARKER)
+    if start >= 0:
+        end = text.find(END_MARKER, start)
+        text = text[:start] + ("" if end < 0 else text[end + len(END_MARKER):])
+    start = text.find(HERMES_MARKER)
+    return text if start < 0 else text[:start]
+
+
+def unique_probe(msgs, i, fact):
+    """Up to 60 characters of message i, clear of the fact, found in no other message,
+    as near its start as can be (a shortened message keeps its start); the fact itself
+    when the message holds little else."""
+    others = [text_of(m) for j, m in enumerate(msgs) if j != i]
+    for piece in text_of(msgs[i]).split(fact):
+        for s in range(0, max(1, len(piece) - 20), 30):
+            probe = piece[s:s + 60]
+            if len(probe.strip()) >= 20 and not any(probe in o for o in others):
+                return probe
+    return fact
+
+
+def holder_kept(src, i, out, probe):
+    m = src[i]
+    if m["role"] == "tool":
+        return any(o.get("role") == "tool" and o.get("tool_call_id") == m["tool_call_id"] for o in out)
+    return any(probe in outside_summary(text_of(o)) for o in out)
+
+
+# --- running -----------------------------------------------------------------------------
+
+def compact(binary, body, window, via=None):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(body, f)
+        path = f.name
+    cmd = [binary, "compact", "--context-window", str(window), path]
+    if via:
+        cmd[2:2] = ["--summarize-via", via]
+    run = subprocess.run(cmd, capture_output=True, check=False)
+    os.unlink(path)
+    if run.returncode not in (0, 3):
+        raise SystemExit(f"{cmd}: exit {run.returncode}: {run.stderr.decode()}")
+    m = REPORT.search(run.stderr.decode())
+    before, after, target = (int(x) for x in m.groups()[:3])
+    return json.loads(run.stdout)["messages"], run.returncode, before, after, target
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    requests = []
+    # A checkpoint the proxy's answer check accepts (every heading of its template, a
+    # line of its own under each), so that a chunked middle is sent chunk after chunk.
+    ANSWER = "\n".join(
+        f"{h}\n- Mock checkpoint line {i} written by the fidelity bench's recorder, nothing more."
+        for i, h in enumerate(["## Active Task", "## Goal", "## Constraints and Preferences",
+                               "## Completed Actions", "## Active State", "## In Progress", "## Blockers",
+                               "## Key Decisions", "## Resolved Questions", "## Pending Asks",
+                               "## Relevant Files", "## Remaining Work", "## Critical Values"])) + "\n"
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        n = int(self.headers.get("content-length", 0))
+        body = self.rfile.read(n)
+        try:
+            Recorder.requests.append(json.loads(body))
+        except json.JSONDecodeError:
+            Recorder.requests.append({"raw": body.decode("utf-8", "replace")})
+        chunk = {"id": "mock", "object": "chat.completion.chunk", "model": "mock",
+                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": self.ANSWER},
+                              "finish_reason": None}]}
+        done = {"id": "mock", "object": "chat.completion.chunk", "model": "mock",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1000, "completion_tokens": 60, "total_tokens": 1060}}
+        payload = f"data: {json.dumps(chunk)}\n\ndata: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *_args):
+        pass
+
+
+def start_mock():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
+def request_text(req):
+    msgs = req.get("messages") or []
+    return "\n".join(planting.text_of(m) for m in msgs) if msgs else json.dumps(req)
+
+
+# --- scoring -----------------------------------------------------------------------------
+
+class Tally:
+    def __init__(self):
+        self.kept = {k: [0, 0] for k in KINDS}   # kept, dropped
+        self.cut = {k: [0, 0] for k in KINDS}    # lost, kept holder
+        self.task = [0, 0]
+        self.leak = [0, 0]
+        self.over = [0, 0]
+
+    def pct(self, k, table=None):
+        kept, n = (table or self.kept)[k]
+        return f"{100 * kept // n}% ({kept}/{n})" if n else "n/a"
+
+
+def score(src, facts, out, tally, details, label):
+    """Scores one run: src the planted transcript, out the compacted messages."""
+    text = all_text(out)
+    src_texts = {text_of(m) for m in src}
+    # Text the compactor wrote: every output message not byte-identical to an input one
+    # (shortened, merged, placeholders, the digest). A whole secret copied from the
+    # client's own message is not counted, unless it sits in the digest.
+    written = "\n".join(text_of(m) for m in out if text_of(m) not in src_texts)
+    digest = "\n".join(summary_part(text_of(m)) for m in out)
+    rec = {"run": label, "dropped": {}, "cut": {}}
+    for k in KINDS:
+        if k not in facts:
+            continue
+        i, fact = facts[k]
+        if i is None:
+            continue
+        probe = unique_probe(src, i, fact)
+        present = fact in text
+        if holder_kept(src, i, out, probe):
+            tally.cut[k][1] += 1
+            if not present:
+                tally.cut[k][0] += 1
+                rec["cut"][k] = fact
+        else:
+            tally.kept[k][1] += 1
+            tally.kept[k][0] += int(present)
+            rec["dropped"][k] = {"fact": fact, "kept": present}
+    first = next(m for m in src if m["role"] == "user")
+    opening = planting.text_of(first).strip()[:200]
+    tally.task[1] += 1
+    tally.task[0] += int(opening in text)
+    rec["task_kept"] = opening in text
+    tally.leak[1] += 1
+    leaked = [s for s in SECRETS if s in facts and (leaks(facts[s][1], written) or facts[s][1] in digest)]
+    tally.leak[0] += int(bool(leaked))
+    rec["leaked"] = leaked
+    details.append(rec)
+    return rec
+
+
+def run_corpus(name, corpus, args, details):
+    ours, hermes, shown = Tally(), Tally(), Tally()
+    shown_secret = [0, 0]
+    by_window = {}
+    jobs = []
+    server, url = start_mock()
+    for tname, body, facts in corpus:
+        _, _, tokens, _, _ = compact(args.binary, body, 10_000_000)
+        wins = [(f"{int(fr * 100)}%", max(256, int(tokens * fr))) for fr in FRACTIONS] + \
+               [(str(w), w) for w in FIXED]
+        for wname, w in wins:
+            out, rc, _, after, target = compact(args.binary, body, w)
+            ours.over[1] += 1
+            ours.over[0] += int(rc == 3)
+            t = by_window.setdefault(wname, Tally())
+            t.over[1] += 1
+            t.over[0] += int(rc == 3)
+            rec = score(body["messages"], facts, out, ours, details, f"{name}/{tname}/ours/{wname}")
+            score(body["messages"], facts, out, t, [], "")
+            rec.update(window=w, tokens=tokens, after=after, target=target, rc=rc)
+            jobs.append({"messages": body["messages"], "window": w, "facts": facts, "name": tname,
+                         "wname": wname, "target": target})
+            if wname in ("25%", "50%"):
+                Recorder.requests = []
+                sout, _, _, _, _ = compact(args.binary, body, w, via=url)
+                shown_text = "\n".join(request_text(r) for r in Recorder.requests)
+                srec = {"run": f"{name}/{tname}/shown/{wname}", "requests": len(Recorder.requests),
+                        "dropped": {}}
+                if Recorder.requests:
+                    # What was dropped in this run; were its facts in what the summariser saw?
+                    for k in KINDS:
+                        if k not in facts:
+                            continue
+                        i, fact = facts[k]
+                        if i is None:
+                            continue
+                        if not holder_kept(body["messages"], i, sout, unique_probe(body["messages"], i, fact)):
+                            seen = fact in shown_text
+                            shown.kept[k][1] += 1
+                            shown.kept[k][0] += int(seen)
+                            srec["dropped"][k] = {"fact": fact, "shown": seen}
+                    shown_secret[1] += 1
+                    leaked = [s for s in SECRETS if s in facts
+                              and (leaks(facts[s][1], shown_text) or facts[s][1] in shown_text)]
+                    shown_secret[0] += int(bool(leaked))
+                    srec["secret_shown"] = leaked
+                details.append(srec)
+    server.shutdown()
+    if args.hermes_python:
+        with tempfile.TemporaryDirectory() as d:
+            jp, op = os.path.join(d, "jobs.json"), os.path.join(d, "out.json")
+            with open(jp, "w") as f:
+                json.dump([{"messages": j["messages"], "window": j["window"]} for j in jobs], f)
+            subprocess.run([args.hermes_python, os.path.join(HERE, "fidelity_hermes.py"), jp, op], check=True)
+            with open(op) as f:
+                results = json.load(f)
+        for j, res in zip(jobs, results):
+            label = f"{name}/{j['name']}/hermes/{j['wname']}"
+            if "error" in res:
+                details.append({"run": label, "error": res["error"]})
+                continue
+            rec = score(j["messages"], j["facts"], res["messages"], hermes, details, label)
+            _, _, size, _, _ = compact(args.binary, {"model": "gpt-4o", "messages": res["messages"]}, 10_000_000)
+            hermes.over[1] += 1
+            hermes.over[0] += int(size > j["target"])
+            rec.update(after=size, target=j["target"], fallback=res.get("fallback"))
+    return ours, hermes, shown, shown_secret, by_window
+
+
+def frac(pair):
+    a, n = pair
+    return f"{100 * a // n}% ({a}/{n})" if n else "n/a"
+
+
+def print_tables(name, count, ours, hermes, shown, shown_secret, by_window, have_hermes):
+    print(f"### {name} corpus: {count} transcripts, windows 25/50/75% of each and 1,024 tokens\n")
+    print("| kept when its message was dropped | " + " | ".join(HEAD) + " |")
+    print("| --- |" + " --- |" * len(HEAD))
+    print("| our deterministic digest | " + " | ".join(ours.pct(k) for k in KINDS) + " |")
+    if have_hermes:
+        print("| Hermes Agent's compressor (no model, its static fallback), same transcripts | "
+              + " | ".join(hermes.pct(k) for k in KINDS) + " |")
+    print("| shown to our LLM summariser (in its request), 25% and 50% windows | "
+          + " | ".join(shown.pct(k) for k in KINDS) + " |")
+    print()
+    print("| also | ours | Hermes |")
+    print("| --- | --- | --- |")
+    h = (lambda p: frac(p)) if have_hermes else (lambda p: "not run")
+    print(f"| task statement (opening of the first user message) survives | {frac(ours.task)} | {h(hermes.task)} |")
+    print(f"| runs where a secret's 12+ chars reach text the compactor wrote | {frac(ours.leak)} | {h(hermes.leak)} |")
+    print(f"| requests over target | {frac(ours.over)} | {h(hermes.over)} |")
+    print("| facts lost from a message that was kept (shortened) | "
+          + frac([sum(ours.cut[k][0] for k in KINDS), sum(ours.cut[k][1] for k in KINDS)]) + " | "
+          + (frac([sum(hermes.cut[k][0] for k in KINDS), sum(hermes.cut[k][1] for k in KINDS)]) if have_hermes else "not run")
+          + " |")
+    print(f"| summariser runs whose request held a secret (12+ chars) | {frac(shown_secret)} | |")
+    print()
+    print("| our digest, by window | " + " | ".join(HEAD) + " | task | over target |")
+    print("| --- |" + " --- |" * (len(HEAD) + 2))
+    for w, t in by_window.items():
+        print(f"| {w} | " + " | ".join(t.pct(k) for k in KINDS) + f" | {frac(t.task)} | {frac(t.over)} |")
+    print()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--binary", default="target/debug/compaction-proxy")
+    default_hermes = os.path.expanduser("~/.cache/compaction-proxy-bench/hermes-0.19.0/bin/python")
+    ap.add_argument("--hermes-python", default=default_hermes if os.path.exists(default_hermes) else None,
+                    help="python of a venv with hermes-agent (bench/peers.sh installs one); "
+                         "'' to skip Hermes")
+    ap.add_argument("--corpora", default="real,generated")
+    ap.add_argument("--generated-n", type=int, default=10, help="generated transcripts per style")
+    ap.add_argument("--generated-steps", type=int, default=60)
+    ap.add_argument("--details", help="write one JSON line per run here")
+    args = ap.parse_args()
+    details = []
+    for name in args.corpora.split(","):
+        corpus = real_corpus() if name == "real" else generated_corpus(args.generated_n, args.generated_steps)
+        res = run_corpus(name, corpus, args, details)
+        print_tables(name, len(corpus), *res, have_hermes=bool(args.hermes_python))
+        sys.stdout.flush()
+    if args.details:
+        with open(args.details, "w") as f:
+            for d in details:
+                f.write(json.dumps(d, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()
