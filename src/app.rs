@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::auth::Auth;
 use crate::checkpoint::Checkpoints;
+use crate::compactor::Compactor;
 use crate::config::{Config, ConfigError};
 use crate::limits::Buffers;
 use crate::metrics::Metrics;
@@ -36,7 +37,7 @@ pub struct App {
     /// The summary cache; `None` when `cache.enabled` is off.
     pub checkpoints: Option<Checkpoints>,
     /// The upstream answered a remote compaction request as one it does not know: the
-    /// proxy answers them (see [`crate::compaction_path::remote_compaction`]).
+    /// proxy answers them (see [`crate::compaction_path::codex_compaction`]).
     pub remote_compaction_missing: AtomicBool,
     /// The memory chat bodies read whole may take, all together.
     pub buffers: Arc<Buffers>,
@@ -44,11 +45,13 @@ pub struct App {
 }
 
 impl App {
-    /// What the summariser reads and teaches: the metrics, windows and calibration.
-    pub fn shared(&self) -> crate::summarize::Shared<'_> {
-        crate::summarize::Shared {
+    /// Compaction, with this process's summariser, summary cache, metrics and windows.
+    pub fn compactor(&self) -> Compactor<'_> {
+        Compactor {
+            summarizer: self.summarizer.as_ref(),
+            checkpoints: self.checkpoints.as_ref(),
             metrics: &self.metrics,
-            models: &self.models,
+            windows: &self.models,
         }
     }
 

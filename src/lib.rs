@@ -18,6 +18,8 @@ pub mod classify;
 pub mod cli;
 pub mod command;
 pub(crate) mod compaction_path;
+pub(crate) mod compaction_report;
+pub(crate) mod compactor;
 pub mod config;
 pub mod dialect;
 pub mod engine;
@@ -30,6 +32,7 @@ pub(crate) mod redact;
 pub(crate) mod router;
 pub mod server;
 pub(crate) mod summarize;
+pub(crate) mod units;
 pub mod upstream;
 pub(crate) mod windows;
 

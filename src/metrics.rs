@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::checkpoint::cache::Health;
 use crate::checkpoint::Checkpoints;
-use crate::compaction_path::Trigger;
+use crate::compaction_report::Trigger;
 use crate::dialect::Dialect;
 use crate::engine::SummarySource;
 use crate::summarize::REASONS;

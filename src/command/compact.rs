@@ -1,4 +1,5 @@
-//! `compaction-proxy compact`: the engine on a request body from a file or stdin, with the
+//! `compaction-proxy compact`: the [`Compactor`] on a request body from a file or stdin, in
+//! any of the three dialects (read and written through their adapters), with the
 //! deterministic summary and no network, unless `--summarize-via` names an
 //! OpenAI-compatible API to write the summary with.
 
@@ -6,11 +7,16 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use serde_json::Value;
+
+use crate::checkpoint::Partition;
+use crate::compactor::{Base, Caller, Compaction, Compactor, Declined, Order};
 use crate::config::Config;
-use crate::dialect::{responses, Dialect};
-use crate::engine::{self, budget, Options, Outcome, DEFAULT_CONTEXT_WINDOW};
+use crate::dialect::Dialect;
+use crate::engine::{budget, Options};
 use crate::metrics::Metrics;
-use crate::summarize::{Call, Middle, Shared, Summarizer};
+use crate::summarize::Summarizer;
+use crate::units::{Window, DEFAULT_WINDOW};
 use crate::windows::{self, ModelWindows};
 
 /// Exit status when the result fits the target.
@@ -22,10 +28,10 @@ const DOES_NOT_FIT: u8 = 3;
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(
-    about = "Compact a chat-completions or Responses API request body offline",
-    long_about = "Reads a chat-completions request body, or a Responses API one (an input array of \
-items; written back as items), from FILE, or stdin when FILE is absent or -, and \
-writes the compacted body to stdout and a one-line report to stderr. The summary is the \
+    about = "Compact a chat-completions, Responses API or Anthropic Messages request body offline",
+    long_about = "Reads a request body of chat completions, the Responses API (an input array of \
+items) or Anthropic's Messages API (told apart by their fields, or named with --api), from FILE, \
+or stdin when FILE is absent or -, and writes the compacted body, in the same API, to stdout and a one-line report to stderr. The summary is the \
 deterministic digest and nothing goes over the network, unless --summarize-via names an \
 OpenAI-compatible API (base URL) to write it: then the middle is summarised by --model (default: \
 the request's model) with the key in --api-key-env, falling back to the digest on any failure. \
@@ -48,9 +54,62 @@ pub struct CompactArgs {
     /// Environment variable holding the key for --summarize-via (used only when set)
     #[arg(long, value_name = "NAME", default_value = "OPENAI_API_KEY")]
     pub api_key_env: String,
+    /// The body's API [default: told from its fields: `input` items are the Responses API;
+    /// a top-level `system` or Anthropic content blocks are Messages; else chat]
+    #[arg(long, value_enum, value_name = "API")]
+    pub api: Option<Api>,
     /// Request body to read; stdin when absent or "-"
     #[arg(value_name = "FILE")]
     pub file: Option<PathBuf>,
+}
+
+/// The APIs whose bodies the command reads.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Responses,
+    Messages,
+}
+
+impl Api {
+    fn dialect(self) -> Dialect {
+        match self {
+            Api::Chat => Dialect::Chat,
+            Api::Responses => Dialect::Responses,
+            Api::Messages => Dialect::Messages,
+        }
+    }
+}
+
+/// Content blocks only Anthropic's Messages API has.
+const MESSAGES_BLOCKS: [&str; 4] = ["tool_use", "tool_result", "thinking", "redacted_thinking"];
+
+/// The dialect a body speaks, told from its fields: an `input` array without `messages` is
+/// the Responses API; `messages` beside a top-level `system`, or holding Anthropic's own
+/// content blocks, is Messages; anything else is read as chat (whose errors then name
+/// what is missing).
+fn detect(body: &Value) -> Dialect {
+    if body.get("messages").is_none() && body.get("input").is_some_and(Value::is_array) {
+        return Dialect::Responses;
+    }
+    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
+        return Dialect::Chat;
+    };
+    let anthropic_block = |part: &Value| {
+        part.get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| MESSAGES_BLOCKS.contains(&t))
+    };
+    let blocks = messages.iter().any(|m| {
+        m.get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|parts| parts.iter().any(anthropic_block))
+    });
+    if body.get("system").is_some() || blocks {
+        Dialect::Messages
+    } else {
+        Dialect::Chat
+    }
 }
 
 fn context_window_help() -> String {
@@ -59,15 +118,13 @@ fn context_window_help() -> String {
          built-in table gives the model (OpenAI, Anthropic, Gemini, Llama, Qwen, DeepSeek and \
          Mistral families, e.g. gpt-4o = {}), else {}.",
         windows::builtin_window("gpt-4o").unwrap_or(0),
-        DEFAULT_CONTEXT_WINDOW
+        DEFAULT_WINDOW.0
     )
 }
 
 /// The same table the proxy's preflight uses, so offline and online agree.
-fn default_window(model: &str) -> usize {
-    windows::builtin_window(model)
-        .and_then(|w| usize::try_from(w).ok())
-        .unwrap_or(DEFAULT_CONTEXT_WINDOW)
+fn default_window(model: &str) -> Window {
+    windows::builtin_window(model).map_or(DEFAULT_WINDOW, Window)
 }
 
 pub fn run(args: &CompactArgs) -> ExitCode {
@@ -75,66 +132,56 @@ pub fn run(args: &CompactArgs) -> ExitCode {
         Ok(bytes) => bytes,
         Err(msg) => return fail(&msg),
     };
-    let body: serde_json::Value = match serde_json::from_slice(&input) {
+    let body: Value = match serde_json::from_slice(&input) {
         Ok(v) => v,
         Err(e) => return fail(&format!("request body is not valid JSON: {e}")),
     };
-    // A Responses API body (an `input` array, no `messages`) is compacted through its
-    // chat view and written back as Responses items.
-    let responses =
-        body.get("messages").is_none() && body.get("input").is_some_and(|i| i.is_array());
-    let request = if responses {
-        match responses::to_chat(&body) {
-            Some(view) => view,
-            None => return fail("\"input\" is not an array of items"),
-        }
-    } else {
-        body.clone()
+    let dialect = args.api.map_or_else(|| detect(&body), Api::dialect);
+    // The engine's chat view of the body, and the body itself to write the view back
+    // into (for the dialects that are not chat).
+    let (view, source) = match dialect {
+        Dialect::Chat => (body, None),
+        _ => match dialect.view(&input) {
+            Some(read) => read,
+            None => {
+                return fail(&format!(
+                    "not a {} request the proxy can read",
+                    dialect.as_str()
+                ))
+            }
+        },
     };
-    let model = args.model.clone().or_else(|| {
-        request
-            .get("model")
-            .and_then(|m| m.as_str())
-            .map(str::to_string)
-    });
-    let window = args
-        .context_window
-        .unwrap_or_else(|| default_window(model.as_deref().unwrap_or("")));
-    let opts = Options {
+    let model = args
+        .model
+        .clone()
+        .or_else(|| view.get("model").and_then(Value::as_str).map(str::to_owned));
+    let window = args.context_window.map_or_else(
+        || default_window(model.as_deref().unwrap_or("")),
+        |w| Window(w as u64),
+    );
+    let options = Options {
         model,
-        ..Options::with_window(window)
+        ..Options::with_window(window.usize())
     };
-    let compacted = match &args.summarize_via {
-        Some(url) => compact_via(url, args, &request, &opts),
-        None => engine::compact(&request, &opts).map_err(|e| e.to_string()),
-    };
-    let outcome = match compacted {
-        Ok(o) => o,
+    let compaction = match compact(args, view.clone(), options, window) {
+        Ok(compaction) => compaction,
         Err(e) => return fail(&e),
     };
+    let report = &compaction.report;
     // The proxy's rule for the answer's room: a completion cap that would overflow the
     // window beside the prompt is lowered to what fits.
-    let mut rewritten = outcome.rewritten.clone();
-    let mut capped = rewritten.clone().unwrap_or_else(|| request.clone());
-    let lowered = budget::fit_output(
-        &mut capped,
-        window as u64,
-        outcome.report.tokens_after as u64,
-    );
+    let mut rewritten = compaction.view.clone();
+    let mut capped = rewritten.clone().unwrap_or(view);
+    let lowered = budget::fit_output(&mut capped, window.0, report.tokens_after as u64);
     if lowered.is_some() {
         rewritten = Some(capped);
     }
-    if responses {
-        rewritten = rewritten.map(|view| responses::from_chat(&view, &body));
-    }
-    let written = match &rewritten {
+    let written = match rewritten.and_then(|view| dialect.encode(&view, source.as_ref())) {
         None => write_stdout(&input),
-        Some(body) => serde_json::to_vec(body)
-            .map_err(std::io::Error::other)
-            .and_then(|mut bytes| {
-                bytes.push(b'\n');
-                write_stdout(&bytes)
-            }),
+        Some(mut bytes) => {
+            bytes.push(b'\n');
+            write_stdout(&bytes)
+        }
     };
     if let Err(e) = written {
         eprintln!("compaction-proxy compact: cannot write to stdout: {e}");
@@ -142,25 +189,76 @@ pub fn run(args: &CompactArgs) -> ExitCode {
     }
     match lowered {
         Some((before, after)) => eprintln!(
-            "compaction-proxy compact: {}; completion cap lowered {before} -> {after}",
-            outcome.report
+            "compaction-proxy compact: {report}; completion cap lowered {before} -> {after}"
         ),
-        None => eprintln!("compaction-proxy compact: {}", outcome.report),
+        None => eprintln!("compaction-proxy compact: {report}"),
     }
-    ExitCode::from(if outcome.report.fits {
-        FITS
-    } else {
-        DOES_NOT_FIT
+    ExitCode::from(if report.fits { FITS } else { DOES_NOT_FIT })
+}
+
+/// The compactor on `view`, with the summariser `--summarize-via` names (the digest when
+/// it fails, or when there is none).
+fn compact(
+    args: &CompactArgs,
+    view: Value,
+    options: Options,
+    window: Window,
+) -> Result<Compaction, String> {
+    let summarizer = match &args.summarize_via {
+        Some(url) => summariser(url, args)?,
+        None => None,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let (metrics, windows) = (Metrics::default(), ModelWindows::default());
+    let compactor = Compactor {
+        summarizer: summarizer.as_ref(),
+        checkpoints: None,
+        metrics: &metrics,
+        windows: &windows,
+    };
+    // The summariser is asked as an OpenAI-compatible chat API, with no credentials but
+    // its own key.
+    let (parts, ()) = http::Request::post("/v1/chat/completions")
+        .body(())
+        .map_err(|e| e.to_string())?
+        .into_parts();
+    let model = view
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let caller = Caller {
+        parts: &parts,
+        model: &model,
+        dialect: Dialect::Chat,
+        id: 0,
+        partition: Partition::new(&parts.headers, "", &model),
+    };
+    let base = Base {
+        view,
+        source: None,
+        counts: None,
+        tokens: None,
+    };
+    let order = Order {
+        options,
+        window: Some(window),
+        summariser: Some(&caller),
+        keys: None,
+    };
+    let (_, result) = runtime.block_on(compactor.compact(base, order));
+    result.map_err(|e| match e {
+        // The engine's own words name what the body lacks.
+        Declined::Engine(e) => e.to_string(),
+        e => e.to_string(),
     })
 }
 
-/// The engine with an LLM summary from `url` (the deterministic one when it fails).
-fn compact_via(
-    url: &str,
-    args: &CompactArgs,
-    request: &serde_json::Value,
-    opts: &Options,
-) -> Result<Outcome, String> {
+/// The summariser at `url`, with the key in `--api-key-env` when it is set.
+fn summariser(url: &str, args: &CompactArgs) -> Result<Option<Summarizer>, String> {
     let mut config = Config::default();
     config.summarizer.base_url = url.to_owned();
     config.summarizer.model = args.model.clone().unwrap_or_default();
@@ -170,43 +268,7 @@ fn compact_via(
     config
         .validate()
         .map_err(|e| format!("--summarize-via: {e}"))?;
-    let plan = engine::plan(request, opts).map_err(|e| e.to_string())?;
-    if !plan.needs_summary() {
-        return Ok(engine::finish(plan, None, opts));
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the summariser's runtime: {e}"))?;
-    let summary = runtime.block_on(async {
-        let summarizer = Summarizer::new(&config).map_err(|e| e.to_string())?;
-        let Some(summarizer) = summarizer else {
-            return Ok(None);
-        };
-        let (parts, ()) = http::Request::post("/v1/chat/completions")
-            .body(())
-            .map_err(|e| e.to_string())?
-            .into_parts();
-        let model = request["model"].as_str().unwrap_or_default();
-        let (metrics, models) = (Metrics::default(), ModelWindows::default());
-        let shared = Shared {
-            metrics: &metrics,
-            models: &models,
-        };
-        let call = Call {
-            parts: &parts,
-            model,
-            window: opts.context_window as u64,
-            id: 0,
-            dialect: Dialect::Chat,
-        };
-        Ok::<_, String>(
-            summarizer
-                .summarize(shared, &call, &Middle::of_plan(&plan, opts))
-                .await,
-        )
-    })?;
-    Ok(engine::finish(plan, summary, opts))
+    Summarizer::new(&config).map_err(|e| e.to_string())
 }
 
 fn read_input(args: &CompactArgs) -> Result<Vec<u8>, String> {

@@ -2,36 +2,33 @@
 //! lowering a cap that, with the prompt, would overflow the window. A huge `max_tokens` is
 //! an output-cap problem: it must not make the proxy cut the conversation to make room.
 
+use super::policy::AnswerRoom;
 use super::Attempt;
 use crate::classify::Classification;
 use crate::engine::budget;
+use crate::units::{Theirs, Window};
 
 impl Attempt<'_> {
-    /// Completion tokens to leave room for: what the request asked for, else the
-    /// configured reserve, and never more than a quarter of the window.
-    pub(super) fn output_budget(&self, window: u64) -> u64 {
-        let reserve = self.ctx.app.config.compaction.output_reserve_tokens;
-        budget::reserve(self.work.cap, reserve, window)
-    }
-
-    /// The most prompt tokens (the upstream's) a request may carry when the answer's room
-    /// is cut to its minimum to keep the turn in progress whole.
-    pub(super) fn ceiling(&self, usable: f64, window: u64) -> f64 {
-        let least = self.output_budget(window).min(budget::MIN_OUTPUT_ROOM);
-        (usable - least as f64).max(0.0)
+    /// The room the answer asks for: the request's cap as it stands, else the configured
+    /// reserve.
+    pub(super) fn answer_room(&self) -> AnswerRoom {
+        AnswerRoom {
+            cap: self.work.cap,
+            reserve: self.ctx.app.config.compaction.output_reserve_tokens,
+        }
     }
 
     /// Lowers the cap of the request compaction starts from when prompt plus cap would
     /// overflow the window, before the upstream refuses.
-    pub(super) fn fit_output(&mut self, window: u64, prompt: u64) {
+    pub(super) fn fit_output(&mut self, window: Window, prompt: Theirs) {
         // Checked on the cap first: most requests need no parsing for it.
-        if budget::cap_fits(window, prompt, self.work.cap) {
+        if budget::cap_fits(window.0, prompt.0, self.work.cap) {
             return;
         }
         let Some(base) = self.work.base(self.ctx.dialect) else {
             return;
         };
-        if let Some((before, after)) = budget::fit_output(&mut base.view, window, prompt) {
+        if let Some((before, after)) = budget::fit_output(&mut base.view, window.0, prompt.0) {
             self.lowered(before, after);
         }
     }

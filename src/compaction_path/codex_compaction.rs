@@ -21,18 +21,20 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use super::inspect::read_to_end;
-use super::report::{Outcome, XCompaction};
-use super::{read_body, send, Trigger};
+use super::report::{record, Line};
+use super::{read_body, send};
 use crate::app::App;
 use crate::body::{self, ProxyBody, Replay};
-use crate::checkpoint;
+use crate::checkpoint::Partition;
 use crate::classify::{self, Kind};
+use crate::compaction_report::{Outcome, Trigger, XCompaction};
+use crate::compactor::Caller;
 use crate::config::RemoteCompaction;
 use crate::dialect::{codex_items as items, responses, Dialect};
-use crate::engine::{self, summary, Counter, Message, SummarySource};
+use crate::engine::{summary, Counter, Message};
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
-use crate::summarize::{summary_budget, Call, Middle};
+use crate::units::{Ours, Window};
 
 /// How much of a refusal is read to tell an overflow from a missing feature.
 const MAX_REFUSAL: usize = 64 * 1024;
@@ -48,6 +50,13 @@ pub enum Ask {
 }
 
 impl Ask {
+    fn as_str(self) -> &'static str {
+        match self {
+            Ask::Endpoint => "endpoint",
+            Ask::Trigger => "trigger",
+        }
+    }
+
     /// Whether `status` says the upstream does not know this kind of request.
     fn unsupported(self, status: StatusCode) -> bool {
         match self {
@@ -141,11 +150,29 @@ async fn emulate(
         input.pop();
     }
     let history = History::read(model, &input)?;
+    let upstream = app.upstream.base_url();
     let window = app
         .models
-        .window_for(app.upstream.base_url(), model)
-        .map(|w| w.tokens);
-    let (text, source) = history.summarise(app, parts, model, window, id).await;
+        .window_for(upstream, model)
+        .map(|w| Window(w.tokens));
+    let caller = Caller {
+        parts,
+        model,
+        dialect: Dialect::Responses,
+        id,
+        partition: Partition::new(&parts.headers, upstream, model),
+    };
+    let summary = app
+        .compactor()
+        .summarise(
+            &history.turns,
+            history.previous.as_deref(),
+            history.tokens,
+            &caller,
+            window,
+        )
+        .await;
+    let (text, source) = (summary.text, summary.source);
     let counter = Counter::for_model(model);
     let tokens = counter.text(&text) as u64;
 
@@ -179,29 +206,18 @@ async fn emulate(
         messages_before: input.len(),
         messages_after: after,
         summary: source,
-        tokens_before: history.tokens,
+        tokens_before: history.tokens.0,
         tokens_after: tokens,
         output: None,
     };
-    let metrics = &app.metrics;
-    metrics.compaction(Trigger::Client);
-    metrics.compaction_of_api(Dialect::Responses);
-    metrics.summary(source);
-    metrics.tokens_saved(history.tokens.saturating_sub(tokens));
-    tracing::info!(
+    let line = Line {
         id,
-        outcome = ?x.outcome,
-        api = Dialect::Responses.as_str(),
-        trigger = x.trigger.as_str(),
-        attempts,
-        messages_before = x.messages_before,
-        messages_after = x.messages_after,
-        tokens_before = x.tokens_before,
-        tokens_after = x.tokens_after,
-        summary = source.as_str(),
-        ask = ?ask,
-        "compaction"
-    );
+        dialect: Dialect::Responses,
+        passes: "",
+        window,
+        ask: ask.as_str(),
+    };
+    record(&app.metrics, &x, true, &line);
     let mut response = Response::new(body::full(answer));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -216,7 +232,7 @@ struct History {
     turns: Vec<Message>,
     previous: Option<String>,
     /// Our count of the turns and the earlier summary.
-    tokens: u64,
+    tokens: Ours,
 }
 
 impl History {
@@ -241,61 +257,7 @@ impl History {
         Some(History {
             turns,
             previous,
-            tokens: tokens as u64,
+            tokens: Ours(tokens as u64),
         })
-    }
-
-    /// The summary: the LLM's when the summariser answers, else the deterministic digest.
-    async fn summarise(
-        &self,
-        app: &App,
-        parts: &Parts,
-        model: &str,
-        window: Option<u64>,
-        id: u64,
-    ) -> (String, SummarySource) {
-        let context_window = window.map_or(engine::DEFAULT_CONTEXT_WINDOW, |w| {
-            usize::try_from(w).unwrap_or(usize::MAX)
-        });
-        let middle = Middle {
-            turns: &self.turns,
-            previous: self.previous.as_deref(),
-            after: &self.turns,
-            budget_cap: usize::MAX,
-            context_window,
-        };
-        if let Some(summarizer) = &app.summarizer {
-            let call = Call {
-                parts,
-                model,
-                window: window.unwrap_or(u64::MAX),
-                id,
-                dialect: Dialect::Responses,
-            };
-            let work = || summarizer.summarize(app.shared(), &call, &middle);
-            let summary = match &app.checkpoints {
-                // Concurrent requests of one conversation wait for one call.
-                Some(cache) => {
-                    let partition =
-                        checkpoint::Partition::new(&parts.headers, app.upstream.base_url(), model);
-                    let key =
-                        checkpoint::hash::middle_key(partition, middle.previous, middle.turns);
-                    cache.summarise(key, work).await
-                }
-                None => work().await,
-            };
-            if let Some(summary) = summary {
-                return (summary.text, summary.source);
-            }
-        }
-        // Only an earlier summary: it stands as it is.
-        if self.turns.is_empty() {
-            if let Some(previous) = &self.previous {
-                return (previous.clone(), SummarySource::Cache);
-            }
-        }
-        let budget = summary_budget(self.tokens as usize, context_window);
-        let digest = engine::digest::digest(self.previous.as_deref(), &self.turns, budget * 4);
-        (digest, SummarySource::Fallback)
     }
 }

@@ -9,10 +9,15 @@
 //! - `inspect.rs`: read just enough of an answer to know whether compaction could fix it;
 //! - `recover.rs`: after such a refusal, learn from it and decide what to send next (the
 //!   retry policy);
-//! - `rewrite.rs`: run the engine and the summariser towards a goal, and derive the
-//!   checkpoint the result makes;
+//! - `policy.rs`: the pure decisions over typed state: what a request needs before its
+//!   first call, and the goal of a retry;
+//! - `rewrite.rs`: drive the [`Compactor`](crate::compactor::Compactor) towards a goal and
+//!   send what it made;
+//! - `prepare.rs`: the compaction the threshold will need, made in the background;
 //! - `report.rs`: what was done, told once, in the `x-compaction` header, the metrics and
-//!   the log line.
+//!   the log line;
+//! - `codex_compaction.rs`: Codex's own compaction requests, answered for upstreams that
+//!   lack them.
 //!
 //! `work.rs` holds the request as it is being rewritten; [`Done`] what has been done to it.
 
@@ -27,24 +32,26 @@ use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
-use crate::checkpoint::{Applied, Checkpoint, Key, Partition};
+use crate::checkpoint::{Key, Partition};
+use crate::compaction_report::{Outcome, Trigger, XCompaction};
+use crate::compactor::{Caller, NewCheckpoint, Resumed};
 use crate::dialect::{self, Dialect, Head};
 use crate::engine;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
+use crate::units::{Factor, Window};
 
 mod cap;
 pub mod codex_compaction;
 pub mod inspect;
+mod policy;
 mod preflight;
 mod prepare;
 mod recover;
-pub mod report;
+mod report;
 mod rewrite;
 mod usage;
 mod work;
-
-pub use report::Trigger;
 
 use inspect::Verdict;
 use work::Work;
@@ -147,22 +154,33 @@ impl Ctx<'_> {
         self.app.upstream.base_url()
     }
 
-    /// The model's window in the upstream's tokens, when known or learned.
-    fn window(&self) -> Option<u64> {
+    /// The model's window, when known or learned.
+    fn window(&self) -> Option<Window> {
         self.app
             .models
             .window_for(self.upstream(), &self.head.model)
-            .map(|w| w.tokens)
+            .map(|w| Window(w.tokens))
     }
 
     /// Upstream tokens per token of ours, as learned for this model.
-    fn factor(&self) -> f64 {
-        self.app.models.factor(self.upstream(), &self.head.model)
+    fn factor(&self) -> Factor {
+        Factor(self.app.models.factor(self.upstream(), &self.head.model))
     }
 
     /// The conversation's partition in the summary cache.
     fn partition(&self) -> Partition {
         Partition::new(&self.parts.headers, self.upstream(), &self.head.model)
+    }
+
+    /// The request as the summariser's caller, in `partition`.
+    fn caller(&self, partition: Partition) -> Caller<'_> {
+        Caller {
+            parts: self.parts,
+            model: &self.head.model,
+            dialect: self.dialect,
+            id: self.id,
+            partition,
+        }
     }
 }
 
@@ -182,7 +200,7 @@ struct Done {
     /// When the first change was made: before the first call, or after a refusal.
     trigger: Option<Trigger>,
     /// The checkpoint put in place of the client's prefix before the first call.
-    resumed: Option<Hit>,
+    resumed: Option<Resumed>,
     /// The completion cap as the client asked for it and as lowered to fit the window.
     output: Option<(u64, u64)>,
     engine: Engine,
@@ -229,40 +247,14 @@ enum Engine {
     Rewrote {
         rewrites: u32,
         report: engine::Report,
-        pending: Option<Box<Pending>>,
+        pending: Option<Box<NewCheckpoint>>,
     },
 }
 
-/// A stored checkpoint put in place of the client's prefix.
-struct Hit {
-    key: Key,
-    checkpoint: Arc<Checkpoint>,
-    applied: Applied,
-    /// The client's request, for the header and the metrics.
-    messages_before: usize,
-    tokens_before: u64,
-}
-
-/// A prepared checkpoint in place (it is the resumed [`Hit`]), with the stored checkpoint
+/// A prepared checkpoint in place (it is the [`Resumed`] one), with the stored checkpoint
 /// it supersedes.
 struct Promote {
     replaces: Option<Key>,
-}
-
-/// The checkpoint a rewrite makes, with the one it supersedes.
-struct Pending {
-    key: Key,
-    checkpoint: Checkpoint,
-    replaces: Option<Key>,
-}
-
-/// What a compaction aims at: prompt tokens by our count, the most it may keep when the
-/// answer's room is cut to its minimum, and the window (the upstream's tokens).
-#[derive(Clone, Copy, Debug)]
-struct Goal {
-    target: u64,
-    ceiling: u64,
-    window: u64,
 }
 
 impl Attempt<'_> {
@@ -292,10 +284,7 @@ impl Attempt<'_> {
         let changed = matches!(self.done.engine, Engine::Rewrote { .. })
             || self.done.resumed.is_some()
             || self.done.output.is_some();
-        if let Some(x) = self
-            .x_compaction(report::Outcome::Applied)
-            .filter(|_| changed)
-        {
+        if let Some(x) = self.x_compaction(Outcome::Applied).filter(|_| changed) {
             self.record(&x);
             response.headers_mut().insert("x-compaction", x.to_header());
         }
@@ -309,7 +298,7 @@ impl Attempt<'_> {
         // The count first: it is at hand, where the window is a lookup.
         let ours = match self.done.report() {
             Some(report) => Some(report.tokens_after as u64),
-            None => self.work.parsed().and_then(|base| base.tokens),
+            None => self.work.parsed().and_then(|base| base.tokens).map(|t| t.0),
         };
         let Some(ours) = ours.filter(|_| self.ctx.window().is_some()) else {
             return response;
@@ -328,8 +317,8 @@ impl Attempt<'_> {
         if !self.done.tried() {
             return response;
         }
-        let x = self.x_compaction(report::Outcome::Failed);
-        let x = x.unwrap_or_else(|| report::XCompaction::failed(self.done.calls, self.done.output));
+        let x = self.x_compaction(Outcome::Failed);
+        let x = x.unwrap_or_else(|| XCompaction::failed(self.done.calls, self.done.output));
         self.record(&x);
         response.headers_mut().insert("x-compaction", x.to_header());
         response

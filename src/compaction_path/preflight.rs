@@ -9,10 +9,12 @@ use std::sync::{Arc, LazyLock};
 
 use memchr::memmem::Finder;
 
-use super::work::messages_of;
-use super::{Attempt, Goal, Hit, Trigger};
+use super::policy::{self, Decision, Marks};
+use super::{Attempt, Trigger};
 use crate::checkpoint::{Applied, Checkpoint, Key};
+use crate::compactor::{messages_of, Resumed};
 use crate::engine::{self, budget};
+use crate::units::{Ours, Window};
 
 /// Upper bound on the tokens an image part can cost, for the cheap "surely fits" test.
 const MAX_IMAGE_TOKENS: u64 = 1_600;
@@ -20,17 +22,6 @@ const MAX_IMAGE_TOKENS: u64 = 1_600;
 const LARGE_BODY: usize = 256 * 1024;
 /// Built once: building a searcher costs more than running it on a small body.
 static IMAGE_URL: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("image_url"));
-
-/// What a request needs before it is sent.
-enum Decision {
-    /// Nothing: it goes as it is (resumed, or with a lowered cap).
-    Send,
-    /// Nothing yet, but it is past the prepare mark: the compaction the threshold will
-    /// call for is made in the background.
-    Prepare(Goal),
-    /// Compaction, now.
-    Compact(Goal),
-}
 
 impl Attempt<'_> {
     pub(super) async fn preflight(&mut self) {
@@ -61,68 +52,43 @@ impl Attempt<'_> {
     }
 
     /// Decides what the request, resumed from its checkpoint if it has one, needs before it
-    /// is sent. Costs a byte-length comparison for the many requests that are obviously
-    /// small, and one token count for the rest.
+    /// is sent (see [`policy::decide`]). Costs a byte-length comparison for the many
+    /// requests that are obviously small, and one token count for the rest.
     fn decide(&mut self) -> Decision {
         let Some(window) = self.ctx.window() else {
             return Decision::Send;
         };
         let factor = self.ctx.factor();
-        let settings = &self.ctx.app.config.compaction;
-        let limit = self.limit(window);
-        let prepare_at = (window as f64 * settings.prepare_at) as u64;
-        let budget = self.output_budget(window);
+        let marks = Marks::of(&self.ctx.app.config.compaction);
+        let room = self.answer_room();
         // A token is at least one byte of JSON, so the body's length bounds the prompt
         // from above, except for image parts whose cost is fixed and may exceed their
         // URL's length.
         let original = self.work.original();
         let images = IMAGE_URL.find_iter(original).count() as u64;
-        let bound = ((original.len() as u64 + images * MAX_IMAGE_TOKENS) as f64 * factor) as u64;
+        let bound = Ours(original.len() as u64 + images * MAX_IMAGE_TOKENS).theirs(factor);
         if self.done.resumed.is_none()
-            && bound + budget <= limit.min(prepare_at)
-            && budget::cap_fits(window, bound, self.work.cap)
+            && policy::surely_fits(bound, room, window, marks)
+            && budget::cap_fits(window.0, bound.0, self.work.cap)
         {
             return Decision::Send;
         }
         let Some(tokens) = self.work.tokens(self.ctx.dialect) else {
             return Decision::Send;
         };
-        let prompt = (tokens as f64 * factor) as u64;
-        let usable = window as f64 - budget::margin(window) as f64;
-        let low_water = (window as f64 * settings.low_water) as u64;
-        let goal = Goal {
-            target: ((low_water.saturating_sub(budget)) as f64 / factor) as u64,
-            ceiling: (self.ceiling(usable, window) / factor) as u64,
-            window,
-        };
-        if prompt + budget > limit {
-            return Decision::Compact(goal);
+        let prompt = tokens.theirs(factor);
+        let decision = policy::decide(prompt, room, window, factor, marks);
+        if !matches!(decision, Decision::Compact(_)) {
+            self.fit_output(window, prompt);
         }
-        self.fit_output(window, prompt);
-        if prompt + budget <= prepare_at {
-            return Decision::Send;
-        }
-        // Prepared now, put in place at the threshold: the turns in between will be added
-        // to it, so it aims that much lower, for the event to end at the low-water mark
-        // (never below half of it).
-        let growth = limit - (prompt + budget);
-        let aim = low_water.saturating_sub(growth).max(low_water / 2);
-        Decision::Prepare(Goal {
-            target: ((aim.saturating_sub(budget)) as f64 / factor) as u64,
-            ..goal
-        })
-    }
-
-    /// The most prompt plus completion budget (the upstream's tokens) a request may carry
-    /// before it is compacted: the threshold's share of the window.
-    fn limit(&self, window: u64) -> u64 {
-        (window as f64 * self.ctx.app.config.compaction.threshold) as u64
+        decision
     }
 
     /// Whether a request at `tokens` (ours) would be compacted before it is sent.
-    pub(super) fn over_threshold(&self, tokens: u64, window: u64) -> bool {
-        let prompt = (tokens as f64 * self.ctx.factor()) as u64;
-        prompt + self.output_budget(window) > self.limit(window)
+    pub(super) fn over_threshold(&self, tokens: Ours, window: Window) -> bool {
+        let prompt = tokens.theirs(self.ctx.factor());
+        let marks = Marks::of(&self.ctx.app.config.compaction);
+        prompt + self.answer_room().budget(window) > marks.limit(window)
     }
 
     /// Puts the conversation's checkpoint, when the cache holds one for a prefix of its
@@ -205,14 +171,14 @@ impl Attempt<'_> {
         let later_tokens = later.iter().sum::<usize>();
         let mut counts = checkpoint.counts.clone();
         counts.extend(later);
-        base.tokens = Some((counts.iter().sum::<usize>() + overhead) as u64);
+        base.tokens = Some(Ours((counts.iter().sum::<usize>() + overhead) as u64));
         base.counts = Some(counts);
         if !checkpoint.worth_summarising() {
             self.done.digest_only = true;
         }
-        self.done.resumed = Some(Hit {
+        self.done.resumed = Some(Resumed {
             key,
-            tokens_before: (checkpoint.prefix_tokens + later_tokens + overhead) as u64,
+            tokens_before: Ours((checkpoint.prefix_tokens + later_tokens + overhead) as u64),
             applied: Applied {
                 form_len,
                 prefix_len: len,

@@ -1,22 +1,22 @@
 //! Compaction as a prepared event. Past the prepare mark, the request is sent as it is and
 //! the compaction the threshold will call for is made in the background, on a copy of the
-//! request, by the same engine and summariser ([`crate::checkpoint::prepared`] keeps the
-//! result aside). The turn that crosses the threshold puts the prepared checkpoint in place
+//! conversation as the request has it, by the same [`Compactor`](crate::compactor)
+//! ([`crate::checkpoint::prepared`] keeps the result aside). The turn that crosses the threshold puts the prepared checkpoint in place
 //! of the client's prefix, as a resumed conversation would be, and goes without waiting
 //! for a summary; the upstream taking it makes it the conversation's checkpoint.
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::request::Parts;
 use http::Request;
 
-use super::work::{messages_of, Work};
-use super::{Attempt, Ctx, Done, Engine, Goal, Hit, Promote};
+use super::policy::Goal;
+use super::{Attempt, Promote};
 use crate::app::App;
 use crate::checkpoint::prepared::Fate;
 use crate::checkpoint::{Checkpoint, Key, Partition};
-use crate::dialect::{Dialect, Head};
+use crate::compactor::{messages_of, Base, Caller, Keys, Order, Resumed};
+use crate::dialect::Dialect;
 
 impl Attempt<'_> {
     /// Starts the background compaction of this request towards `goal`, unless the
@@ -41,27 +41,37 @@ impl Attempt<'_> {
             return;
         };
         let conversation = conversation(partition, self.done.resumed.as_ref(), hashes);
+        let hashes = hashes.to_vec();
         let key = Key { partition, prefix };
+        // The conversation as this request has it (resumed, counted): a copy, since the
+        // request goes on with its own.
+        let Some(base) = self.work.parsed().map(|base| Base {
+            view: base.view.clone(),
+            source: None,
+            counts: base.counts.clone(),
+            tokens: base.tokens,
+        }) else {
+            return;
+        };
         let Some(ticket) = prepared.start(key) else {
             return;
         };
-        let job = Job {
+        let job = Preparation {
             conversation,
             app: Arc::clone(app),
             parts: copy(self.ctx.parts),
-            original: self.work.original().clone(),
-            head: self.ctx.head.clone(),
+            model: self.ctx.head.model.clone(),
             dialect,
             id: self.ctx.id,
+            partition,
+            hashes,
+            resumed: self.done.resumed.clone(),
+            digest_only: self.done.digest_only,
         };
         let task = tokio::spawn(async move {
-            let checkpoint = job.run(goal).await;
-            if let Some(prepared) = job
-                .app
-                .checkpoints
-                .as_ref()
-                .and_then(|c| c.prepared.as_ref())
-            {
+            let app = Arc::clone(&job.app);
+            let checkpoint = job.run(base, goal).await;
+            if let Some(prepared) = app.checkpoints.as_ref().and_then(|c| c.prepared.as_ref()) {
                 prepared.finish(ticket, checkpoint);
             }
         });
@@ -141,7 +151,7 @@ impl Attempt<'_> {
         let fits = self
             .work
             .tokens(dialect)
-            .is_some_and(|tokens| !self.over_threshold(tokens, goal.window));
+            .is_some_and(|tokens| goal.window.is_some_and(|w| !self.over_threshold(tokens, w)));
         // The event has had its summariser call: what more it needs, the digest gives.
         self.done.digest_only |= !fits;
         fits
@@ -164,7 +174,7 @@ impl Attempt<'_> {
 /// compactions and on every replica: the checkpoint it is resumed from, or, before its
 /// first compaction, its first messages. Two conversations that start alike share the
 /// name; what one prepares is taken by the other only if it replaces the same messages.
-fn conversation(partition: Partition, resumed: Option<&Hit>, hashes: &[u128]) -> u128 {
+fn conversation(partition: Partition, resumed: Option<&Resumed>, hashes: &[u128]) -> u128 {
     let anchor = match resumed {
         Some(hit) => hit.key.prefix,
         None => hashes[hashes.len().saturating_sub(1).min(FIRST_MESSAGES)],
@@ -181,59 +191,61 @@ fn conversation(partition: Partition, resumed: Option<&Hit>, hashes: &[u128]) ->
 const FIRST_MESSAGES: usize = 3;
 
 /// What a preparation needs, owned: it outlives the request that started it.
-struct Job {
+struct Preparation {
     /// The conversation, as [`conversation`] names it.
     conversation: u128,
     app: Arc<App>,
+    /// The client's request head, whose credentials pay for the summary.
     parts: Parts,
-    original: Bytes,
-    head: Head,
+    model: String,
     dialect: Dialect,
     id: u64,
+    partition: Partition,
+    /// The hash of every prefix of the client's messages.
+    hashes: Vec<u128>,
+    /// The checkpoint the conversation was resumed from.
+    resumed: Option<Resumed>,
+    /// The conversation is past asking the summariser.
+    digest_only: bool,
 }
 
-impl Job {
-    /// The checkpoint the compaction of the request towards `goal` makes, exactly as the
+impl Preparation {
+    /// The checkpoint the compaction of `base` towards `goal` makes, exactly as the
     /// request's own compaction would have made it; with a shared store, the one another
     /// replica prepared for this conversation, if it replaces the same messages.
-    async fn run(&self, goal: Goal) -> Option<Checkpoint> {
+    async fn run(self, base: Base, goal: Goal) -> Option<Checkpoint> {
         let cache = self.app.checkpoints.as_ref()?;
         let (prefix, checkpoint) = cache
-            .prepare_once(self.conversation, || self.compact(goal))
+            .prepare_once(self.conversation, || self.compact(base, goal))
             .await?;
-        let mut attempt = self.attempt();
-        let partition = attempt.ctx.partition();
-        let hashes = attempt.work.hashes(self.dialect, partition)?;
-        (hashes.get(checkpoint.prefix_len) == Some(&prefix)).then_some(checkpoint)
-    }
-
-    fn attempt(&self) -> Attempt<'_> {
-        Attempt {
-            ctx: Ctx {
-                app: &self.app,
-                parts: &self.parts,
-                id: self.id,
-                dialect: self.dialect,
-                head: self.head.clone(),
-            },
-            work: Work::new(self.original.clone(), &self.head),
-            done: Done::default(),
-        }
+        (self.hashes.get(checkpoint.prefix_len) == Some(&prefix)).then_some(checkpoint)
     }
 
     /// The compaction itself, with the prefix hash its checkpoint replaces.
-    async fn compact(&self, goal: Goal) -> Option<(u128, Checkpoint)> {
-        let mut attempt = self.attempt();
-        attempt.resume().await;
-        if !attempt.rewrite(goal).await {
-            return None;
-        }
-        let Engine::Rewrote {
-            pending, report, ..
-        } = attempt.done.engine
-        else {
-            return None;
+    async fn compact(&self, base: Base, goal: Goal) -> Option<(u128, Checkpoint)> {
+        let caller = Caller {
+            parts: &self.parts,
+            model: &self.model,
+            dialect: self.dialect,
+            id: self.id,
+            partition: self.partition,
         };
+        let order = Order {
+            options: goal.engine_options(),
+            window: goal.window,
+            summariser: (!self.digest_only).then_some(&caller),
+            keys: Some(Keys {
+                partition: self.partition,
+                hashes: &self.hashes,
+                resumed: self.resumed.as_ref(),
+                summariser_failed: false,
+            }),
+        };
+        let (_, result) = self.app.compactor().compact(base, order).await;
+        let compaction = result
+            .inspect_err(|e| tracing::debug!(id = self.id, reason = %e, "nothing prepared"))
+            .ok()?;
+        let report = &compaction.report;
         tracing::info!(
             id = self.id,
             tokens_before = report.tokens_before,
@@ -241,7 +253,7 @@ impl Job {
             summary = report.summary.as_str(),
             "prepared the next compaction"
         );
-        pending.map(|p| (p.key.prefix, p.checkpoint))
+        compaction.checkpoint.map(|c| (c.key.prefix, c.checkpoint))
     }
 }
 

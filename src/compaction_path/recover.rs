@@ -2,17 +2,15 @@
 //! and of the upstream's token count, and prepare the next attempt (a lower completion
 //! cap, a tighter compaction), or say there is nothing more to try.
 
-use super::{Attempt, Engine, Goal, Trigger};
+use super::policy::{self, Refused};
+use super::{Attempt, Engine, Trigger};
 use crate::classify::{Classification, Kind};
+use crate::units::{Ours, Window};
 use crate::windows::Count;
 
-/// Share of the window left free on a retry, for the difference between our token
-/// count and the upstream's that calibration has not yet learned.
-const RETRY_MARGIN: f64 = 0.05;
-/// Without any window to aim at, each retry aims at this share of the last prompt.
-const BLIND_SHRINK: f64 = 0.6;
-/// Each further retry tightens the target by this factor.
-const ESCALATION: f64 = 0.8;
+/// Share of what was refused taken as the window's bound when the refusal names no
+/// numbers, for the difference between our count and the upstream's.
+const BOUND_MARGIN: f64 = 0.05;
 
 impl Attempt<'_> {
     /// Learns what the refusal says and prepares the next attempt. `false` when there
@@ -69,62 +67,40 @@ impl Attempt<'_> {
             // could set the window far too small when the completion was the excess). A
             // 413 says nothing about tokens: its bytes may be images that cost few.
             let asked = self.work.cap.unwrap_or(0) as f64;
-            let bound = ((sent as f64 * self.ctx.factor() + asked) * (1.0 - RETRY_MARGIN)) as u64;
+            let prompt = sent.0 as f64 * self.ctx.factor().0;
+            let bound = ((prompt + asked) * (1.0 - BOUND_MARGIN)) as u64;
             models.learn_at_most(upstream, model, bound);
         }
         if let (Some(theirs), Some(ours)) = (comparable, sent) {
-            models.calibrate(upstream, model, Count::Refusal, ours, theirs);
+            models.calibrate(upstream, model, Count::Refusal, ours.0, theirs);
         }
     }
 
     /// Our token count of what the last attempt sent.
-    fn count_sent(&mut self) -> Option<u64> {
+    fn count_sent(&mut self) -> Option<Ours> {
         match self.done.report() {
-            Some(report) => Some(report.tokens_after as u64),
+            Some(report) => Some(Ours(report.tokens_after as u64)),
             None => self.work.tokens(self.ctx.dialect),
         }
     }
 
-    /// Compacts to a tighter target than the last attempt's. A body too large is about
-    /// bytes, not the window: it shrinks from what was sent, whatever the window.
+    /// Compacts to a tighter target than the last attempt's (see [`policy::retry_goal`]).
     async fn shrink(&mut self, class: &Classification) -> bool {
-        let window = class.numbers.context_window.or_else(|| self.ctx.window());
-        let factor = self.ctx.factor();
-        let tightening = ESCALATION.powi(self.rewrites() as i32);
-        let blind = match self.count_sent() {
-            Some(sent) => (sent as f64 * BLIND_SHRINK * tightening) as u64,
-            None if window.is_none() => return false,
-            None => u64::MAX,
+        let refused = Refused {
+            kind: class.kind,
+            window: class
+                .numbers
+                .context_window
+                .map(Window)
+                .or_else(|| self.ctx.window()),
+            sent: self.count_sent(),
+            rewrites: self.rewrites(),
         };
-        let goal = match window {
-            Some(window) => {
-                let budget = self.output_budget(window) as f64;
-                let usable = window as f64 * (1.0 - RETRY_MARGIN);
-                // Down to the low-water mark, as before the first call: the next turns
-                // are then sent as resumed instead of overflowing one by one.
-                let low_water = window as f64 * self.ctx.app.config.compaction.low_water;
-                let fill = usable.min(low_water);
-                let target = ((fill - budget).max(0.0) / factor * tightening) as u64;
-                let ceiling = (self.ceiling(usable, window) / factor * tightening) as u64;
-                match class.kind {
-                    Kind::BodyTooLarge => Goal {
-                        target: target.min(blind),
-                        ceiling: ceiling.min(blind),
-                        window,
-                    },
-                    _ => Goal {
-                        target,
-                        ceiling,
-                        window,
-                    },
-                }
-            }
-            None => Goal {
-                target: blind,
-                ceiling: blind,
-                window: u64::MAX,
-            },
-        };
-        self.rewrite(goal).await
+        let low_water = self.ctx.app.config.compaction.low_water;
+        let goal = policy::retry_goal(refused, self.answer_room(), self.ctx.factor(), low_water);
+        match goal {
+            Some(goal) => self.rewrite(goal).await,
+            None => false,
+        }
     }
 }

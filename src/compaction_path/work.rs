@@ -6,8 +6,10 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::checkpoint::{self, Partition};
+use crate::compactor::{messages_of, Base};
 use crate::dialect::{Dialect, Head};
 use crate::engine;
+use crate::units::Ours;
 
 pub(super) struct Work {
     /// The client's bytes, sent as they are until a rewrite is needed.
@@ -24,19 +26,6 @@ pub(super) struct Work {
     /// the client's messages, once computed.
     pub partition: Option<Partition>,
     pub hashes: Option<Vec<u128>>,
-}
-
-/// The request compaction starts from: the client's (resumed from its checkpoint, with a
-/// lowered completion cap when one was needed), in the engine's chat view.
-pub(super) struct Base {
-    pub view: Value,
-    /// The client's own request, which a view is written back into, for dialects that
-    /// are not the view itself.
-    pub source: Option<Value>,
-    /// Per-message token counts of `view`, so the engine does not count them again, and
-    /// their total with the request's overhead.
-    pub counts: Option<Vec<usize>>,
-    pub tokens: Option<u64>,
 }
 
 impl Work {
@@ -103,12 +92,12 @@ impl Work {
     }
 
     /// Our token count of the base, counted on first use.
-    pub fn tokens(&mut self, dialect: Dialect) -> Option<u64> {
+    pub fn tokens(&mut self, dialect: Dialect) -> Option<Ours> {
         let base = self.base(dialect)?;
         if base.tokens.is_none() {
             let counts = engine::count_messages(&base.view);
             let overhead = engine::Counter::for_request(&base.view).request_overhead(&base.view);
-            base.tokens = Some((counts.iter().sum::<usize>() + overhead) as u64);
+            base.tokens = Some(Ours((counts.iter().sum::<usize>() + overhead) as u64));
             base.counts = Some(counts);
         }
         base.tokens
@@ -128,8 +117,4 @@ impl Work {
         let source = self.base.as_ref().and_then(|b| b.source.as_ref());
         dialect.encode(view, source).map(Bytes::from)
     }
-}
-
-pub(super) fn messages_of(request: &Value) -> Option<&Vec<Value>> {
-    request.get("messages").and_then(Value::as_array)
 }

@@ -25,9 +25,10 @@ use crate::body;
 use crate::classify::{self, Kind};
 use crate::config::Config;
 use crate::dialect::{messages, responses, Dialect};
-use crate::engine::{self, Counter, Message, Options, Plan, Summary, SummarySource};
+use crate::engine::{Counter, Message, Options, Plan, Summary, SummarySource};
 use crate::error::{BoxError, ProxyError};
 use crate::metrics::Metrics;
+use crate::units::{Window, DEFAULT_WINDOW};
 use crate::upstream::{Upstream, UpstreamInitError};
 use crate::windows::{Count, ModelWindows};
 
@@ -59,8 +60,8 @@ pub struct Call<'a> {
     /// Its method, path and headers (whose credentials pay for the summary by default).
     pub parts: &'a Parts,
     pub model: &'a str,
-    /// Its context window in tokens; `u64::MAX` when unknown.
-    pub window: u64,
+    /// Its context window, when known.
+    pub window: Option<Window>,
     /// The request id, for log lines.
     pub id: u64,
     /// The API the client speaks, which its summariser calls speak too.
@@ -161,7 +162,7 @@ impl Summarizer {
     /// chain failed or is cooling down (the engine then uses its own digest).
     pub async fn summarize(
         &self,
-        shared: Shared<'_>,
+        ledger: Ledger<'_>,
         call: &Call<'_>,
         middle: &Middle<'_>,
     ) -> Option<Summary> {
@@ -173,7 +174,7 @@ impl Summarizer {
             if self.cooling_down(model) {
                 continue;
             }
-            match self.checkpoint(shared, call, model, middle).await {
+            match self.checkpoint(ledger, call, model, middle).await {
                 Ok(text) => {
                     return Some(Summary {
                         text,
@@ -242,20 +243,22 @@ impl Summarizer {
     /// answer ends the chain: it is never carried into the next chunk.
     async fn checkpoint(
         &self,
-        shared: Shared<'_>,
+        ledger: Ledger<'_>,
         call: &Call<'_>,
         model: &str,
         middle: &Middle<'_>,
     ) -> Result<String, Failure> {
-        let window = self.window.unwrap_or_else(|| request_window(call.window));
+        let window = self
+            .window
+            .unwrap_or_else(|| call.window.unwrap_or(DEFAULT_WINDOW).usize());
         let counter = Counter::for_model(model);
-        let room = Room::new(window, shared.models.factor(self.base_url(), model));
+        let room = Room::new(window, ledger.windows.factor(self.base_url(), model));
         let content = middle.turns.iter().map(|m| m.tokens).sum::<usize>()
             + middle.previous.map_or(0, |p| counter.text(p));
         let budget =
             summary_budget(content, window.min(middle.context_window)).min(middle.budget_cap);
         let Some((prompt, limit)) = room.plan(budget, &counter) else {
-            shared.metrics.summarizer_skipped();
+            ledger.metrics.summarizer_skipped();
             return Err(Failure::NoRoom(window));
         };
         let focus = focus(call.parts.extensions.get::<ClientFocus>(), middle.after);
@@ -270,7 +273,7 @@ impl Summarizer {
                 .date(Some(&date))
                 .input_limit(limit);
             let Some((request, body, tokens)) = fit(request, &room, &counter) else {
-                shared.metrics.summarizer_skipped();
+                ledger.metrics.summarizer_skipped();
                 return Err(Failure::NoRoom(window));
             };
             let instructions = request.instructions();
@@ -289,13 +292,13 @@ impl Summarizer {
                 tokens,
                 expect: &expect,
             };
-            let result = self.send(shared, call, &body, &sent).await;
+            let result = self.send(ledger, call, &body, &sent).await;
             match &result {
-                Ok(_) => shared.metrics.summarizer_call(true),
+                Ok(_) => ledger.metrics.summarizer_call(true),
                 Err(Failure::Rejected(problem)) => {
-                    shared.metrics.summarizer_rejected(problem.reason());
+                    ledger.metrics.summarizer_rejected(problem.reason());
                 }
-                Err(_) => shared.metrics.summarizer_call(false),
+                Err(_) => ledger.metrics.summarizer_call(false),
             }
             summary = Some(result?);
         }
@@ -311,7 +314,7 @@ impl Summarizer {
     /// its answer or its refusal, is learned for the next call.
     async fn send(
         &self,
-        shared: Shared<'_>,
+        ledger: Ledger<'_>,
         call: &Call<'_>,
         body: &Value,
         sent: &Sent<'_>,
@@ -324,7 +327,8 @@ impl Summarizer {
             .await?;
         let status = response.status();
         if !status.is_success() {
-            self.learn_from_refusal(shared.models, sent, response).await;
+            self.learn_from_refusal(ledger.windows, sent, response)
+                .await;
             return Err(Failure::Status(status));
         }
         let mut stream = AnswerStream::new();
@@ -344,8 +348,8 @@ impl Summarizer {
         }
         if let Some(theirs) = answer.prompt_tokens {
             let ours = sent.tokens as u64;
-            shared
-                .models
+            ledger
+                .windows
                 .calibrate(self.base_url(), sent.model, Count::Usage, ours, theirs);
         }
         Ok(check_answer(&answer, sent.expect)?)
@@ -398,12 +402,12 @@ impl Summarizer {
     }
 }
 
-/// What a summariser call needs besides the request: the metrics it counts in, and the
+/// Where a summariser call's counts and lessons go: the metrics it counts in, and the
 /// windows and calibration it reads and teaches.
 #[derive(Clone, Copy)]
-pub struct Shared<'a> {
+pub struct Ledger<'a> {
     pub metrics: &'a Metrics,
-    pub models: &'a ModelWindows,
+    pub windows: &'a ModelWindows,
 }
 
 /// One call as sent: the model, its prompt by our count, and what its answer must be.
@@ -453,14 +457,6 @@ fn summary_headers(client: &HeaderMap) -> HeaderMap {
         HeaderValue::from_static("text/event-stream"),
     );
     headers
-}
-
-/// The request's window as the summariser's, with the engine's default when unknown.
-fn request_window(window: u64) -> usize {
-    match window {
-        u64::MAX => engine::DEFAULT_CONTEXT_WINDOW,
-        w => usize::try_from(w).unwrap_or(usize::MAX),
-    }
 }
 
 /// Today's UTC date as `YYYY-MM-DD`, for dating completed actions in the checkpoint.

@@ -34,7 +34,7 @@ mod serialize;
 mod stream;
 
 pub use answer::{check_answer, min_tokens, AnswerProblem, Expect, REASONS};
-pub use call::{Call, Middle, Shared, Summarizer};
+pub use call::{Call, Ledger, Middle, Summarizer};
 pub use chunk::{chunk_turns, Room};
 pub use request::SummaryRequest;
 pub use stream::AnswerStream;
