@@ -227,3 +227,64 @@ fn a_responses_body_is_compacted_as_items() {
     assert!(body.to_string().contains("pruned by compaction"), "{body}");
     assert_eq!(items.last().unwrap()["content"], "finish");
 }
+
+/// A 30-turn Claude-style body (tool_use, tool_result, a top-level system) is read as
+/// Anthropic's Messages API, compacted, and written back as a valid Messages body.
+#[test]
+fn a_messages_body_is_compacted_as_messages() {
+    let mut messages = vec![serde_json::json!({"role": "user", "content": "Fix the build."})];
+    for n in 0..30 {
+        let id = format!("toolu_{n:02}");
+        messages.push(serde_json::json!({"role": "assistant", "content": [
+            {"type": "text", "text": format!("Step {n}: running make.")},
+            {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": "make"}}
+        ]}));
+        messages.push(serde_json::json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": "build line\n".repeat(200)}
+        ]}));
+    }
+    messages.push(serde_json::json!({"role": "assistant", "content": "Done with the steps."}));
+    messages.push(serde_json::json!({"role": "user", "content": "finish"}));
+    let request = serde_json::json!({
+        "model": "claude-sonnet-4-5", "max_tokens": 1024,
+        "system": [{"type": "text", "text": "You are a coding agent."}],
+        "messages": messages,
+    });
+    for api in [&[][..], &["--api", "messages"][..]] {
+        let mut args = vec!["--context-window", "2000"];
+        args.extend_from_slice(api);
+        let o = run(&args, request.to_string().as_bytes());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        // The chat view counts the system prompt as a message.
+        assert!(stderr(&o).contains("compacted: 64 -> "), "{}", stderr(&o));
+        let body: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        compaction_proxy::dialect::messages::validate(&body).unwrap();
+        assert_eq!(body["system"][0]["text"], "You are a coding agent.");
+        let out = body["messages"].as_array().unwrap();
+        assert!(out.len() < 63, "{} messages", out.len());
+        assert_eq!(out[0]["role"], "user");
+        assert_eq!(out.last().unwrap()["content"], "finish");
+        // Roles alternate, and every tool_use is answered in the next message.
+        for pair in out.windows(2) {
+            assert_ne!(pair[0]["role"], pair[1]["role"], "{body}");
+            let uses = blocks(&pair[0], "tool_use", "id");
+            let results = blocks(&pair[1], "tool_result", "tool_use_id");
+            assert_eq!(uses, results, "{body}");
+        }
+        assert!(out.iter().all(|m| m["role"] == "user" || m["role"] == "assistant"));
+    }
+}
+
+/// The ids of `message`'s content blocks of `kind`, read from `field`.
+fn blocks(message: &serde_json::Value, kind: &str, field: &str) -> Vec<String> {
+    message["content"]
+        .as_array()
+        .map(|parts| {
+            parts
+                .iter()
+                .filter(|p| p["type"] == kind)
+                .map(|p| p[field].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}

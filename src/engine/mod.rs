@@ -41,6 +41,8 @@ mod validate;
 
 use serde_json::{Map, Value};
 
+use crate::units::DEFAULT_WINDOW;
+
 pub use message::{Message, Role};
 pub use roles::OPENING;
 pub use summary::{Summary, SummarySource, END_MARKER, MARKER};
@@ -80,8 +82,6 @@ const SUMMARY_MIN: usize = 64;
 /// for a request, an error and a decision or two.
 const DIGEST_FLOOR: usize = 300;
 
-/// The window assumed when nothing says otherwise.
-pub const DEFAULT_CONTEXT_WINDOW: usize = 128_000;
 
 /// Limits and knobs. Defaults suit real models; tests use small windows.
 #[derive(Clone, Debug, PartialEq)]
@@ -123,7 +123,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options {
-            context_window: DEFAULT_CONTEXT_WINDOW,
+            context_window: DEFAULT_WINDOW.0 as usize,
             model: None,
             target_tokens: None,
             ceiling_tokens: None,
