@@ -9,6 +9,7 @@ use crate::auth::Auth;
 use crate::checkpoint::Checkpoints;
 use crate::compactor::Compactor;
 use crate::config::{Config, ConfigError};
+use crate::growth::Growth;
 use crate::limits::Buffers;
 use crate::metrics::Metrics;
 use crate::summarize::Summarizer;
@@ -39,6 +40,8 @@ pub struct App {
     /// The upstream answered a remote compaction request as one it does not know: the
     /// proxy answers them (see [`crate::compaction_path::codex_compaction`]).
     pub remote_compaction_missing: AtomicBool,
+    /// How fast each conversation grows, turn by turn.
+    pub growth: Growth,
     /// The memory chat bodies read whole may take, all together.
     pub buffers: Arc<Buffers>,
     next_id: AtomicU64,
@@ -71,6 +74,7 @@ impl App {
             auth,
             metrics: Metrics::default(),
             remote_compaction_missing: AtomicBool::new(false),
+            growth: Growth::default(),
             next_id: AtomicU64::new(1),
         })
     }

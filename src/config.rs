@@ -342,6 +342,10 @@ pub struct CompactionConfig {
     /// prepared in the background, so that the turn that crosses the threshold does not
     /// wait for the summariser. At or above `threshold`, nothing is prepared.
     pub prepare_at: f64,
+    /// An event that must rewrite the request (and so break the upstream's prompt cache
+    /// for what follows the change) takes it at least this share of the window below
+    /// where it was, so that each break is worth many turns.
+    pub clear_at_least: f64,
     /// Preparations running at once; 0 turns preparation off.
     pub prepare_concurrency: usize,
     /// Upstream calls allowed for one chat request, the first included.
@@ -378,6 +382,7 @@ impl Default for CompactionConfig {
             threshold: 0.9,
             low_water: 0.6,
             prepare_at: 0.75,
+            clear_at_least: 0.2,
             prepare_concurrency: 2,
             max_attempts: 3,
             output_reserve_tokens: 4096,
@@ -504,6 +509,12 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "compaction.low_water must be above 0 and at most compaction.threshold (got {})",
                 compaction.low_water
+            )));
+        }
+        if !(0.0..compaction.threshold).contains(&compaction.clear_at_least) {
+            return Err(ConfigError::Invalid(format!(
+                "compaction.clear_at_least must be at least 0 and below compaction.threshold (got {})",
+                compaction.clear_at_least
             )));
         }
         if !(compaction.prepare_at > 0.0 && compaction.prepare_at <= 1.0) {

@@ -24,6 +24,7 @@ pub mod config;
 pub mod dialect;
 pub mod engine;
 pub(crate) mod error;
+pub(crate) mod growth;
 pub(crate) mod limits;
 pub mod logging;
 pub(crate) mod metrics;

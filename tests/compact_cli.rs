@@ -271,7 +271,9 @@ fn a_messages_body_is_compacted_as_messages() {
             let results = blocks(&pair[1], "tool_result", "tool_use_id");
             assert_eq!(uses, results, "{body}");
         }
-        assert!(out.iter().all(|m| m["role"] == "user" || m["role"] == "assistant"));
+        assert!(out
+            .iter()
+            .all(|m| m["role"] == "user" || m["role"] == "assistant"));
     }
 }
 

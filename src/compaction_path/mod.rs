@@ -38,6 +38,7 @@ use crate::compactor::{Caller, NewCheckpoint, Resumed};
 use crate::dialect::{self, Dialect, Head};
 use crate::engine;
 use crate::error::ProxyError;
+use crate::growth::Growth;
 use crate::limits::ClientBody;
 use crate::units::{Factor, Window};
 
@@ -105,7 +106,8 @@ async fn run(
     dialect: Dialect,
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let work = Work::new(original, &head);
+    let mut work = Work::new(original, &head);
+    let growth = observe_growth(app, parts, &head, &mut work);
     let mut attempt = Attempt {
         ctx: Ctx {
             app,
@@ -113,6 +115,7 @@ async fn run(
             id,
             dialect,
             head,
+            growth,
         },
         work,
         done: Done::default(),
@@ -136,6 +139,24 @@ async fn run(
     }
 }
 
+/// Bodies below this size are not followed for growth: far from any window, their
+/// growth decides nothing, and following them would cost every small request a hash.
+const FOLLOWED: usize = 16 * 1024;
+
+/// Records this turn of the request's conversation and gives its expected growth a turn
+/// (see [`Growth`]); the partition it computes serves the summary cache too.
+fn observe_growth(app: &App, parts: &Parts, head: &Head, work: &mut Work) -> Option<u64> {
+    let original = work.original();
+    if original.len() < FOLLOWED {
+        return None;
+    }
+    let partition = Partition::new(&parts.headers, app.upstream.base_url(), &head.model);
+    let conversation = Growth::conversation(partition.scope, original);
+    let growth = app.growth.observe(conversation, original.len() as u64);
+    work.partition = Some(partition);
+    growth
+}
+
 /// What stays fixed across a request's attempts.
 struct Ctx<'a> {
     /// Shared, for the work that outlives the request (a compaction prepared ahead).
@@ -147,6 +168,9 @@ struct Ctx<'a> {
     dialect: Dialect,
     /// The client's steering fields, as it sent them.
     head: Head,
+    /// How much the conversation is expected to grow on its next turn, in bytes, when
+    /// its size is worth following.
+    growth: Option<u64>,
 }
 
 impl Ctx<'_> {

@@ -14,6 +14,15 @@ const RETRY_MARGIN: f64 = 0.05;
 const BLIND_SHRINK: f64 = 0.6;
 /// Each further retry tightens the target by this factor.
 const ESCALATION: f64 = 0.8;
+/// Turns of growth an event leaves room for before the threshold is crossed again, so
+/// that one break of the upstream's prompt cache buys several turns.
+const TURNS_OF_ROOM: u64 = 4;
+/// Turns ahead of the threshold a preparation starts: the summariser gets the agent's
+/// time of two turns, not the few seconds of one.
+const LOOKAHEAD: u64 = 2;
+/// However fast a conversation grows, an event does not aim below this share of the
+/// window: what it keeps (the task, the summary, the turn in progress) needs room too.
+const LEAST_FILL: f64 = 0.25;
 
 /// What a compaction aims at: prompt tokens by our count, the most it may keep when the
 /// answer's room is cut to its minimum, and the model's window when known.
@@ -45,6 +54,7 @@ pub(super) struct Marks {
     pub threshold: f64,
     pub low_water: f64,
     pub prepare_at: f64,
+    pub clear_at_least: f64,
 }
 
 impl Marks {
@@ -53,7 +63,21 @@ impl Marks {
             threshold: config.threshold,
             low_water: config.low_water,
             prepare_at: config.prepare_at,
+            clear_at_least: config.clear_at_least,
         }
+    }
+
+    /// What an event brings prompt plus completion budget down to from `now`: the
+    /// low-water mark, lower for a conversation that grows by `growth` a turn, so that
+    /// the event leaves room for [`TURNS_OF_ROOM`] turns, and at least `clear_at_least`
+    /// of the window below `now`; never below [`LEAST_FILL`].
+    pub fn fill(self, now: Theirs, growth: Theirs, window: Window) -> Theirs {
+        let room = Theirs(growth.0.saturating_mul(TURNS_OF_ROOM));
+        let fill = window
+            .share(self.low_water)
+            .min(self.limit(window).saturating_sub(room))
+            .min(now.saturating_sub(window.share(self.clear_at_least)));
+        fill.max(window.share(LEAST_FILL.min(self.low_water)))
     }
 
     /// The most prompt plus completion budget a request may carry before it is
@@ -96,43 +120,57 @@ pub(super) enum Decision {
     Compact(Goal),
 }
 
-/// Whether a request whose prompt is at most `bound` surely needs nothing before it is
-/// sent: below the threshold and the prepare mark both. Costs no token count.
-pub(super) fn surely_fits(bound: Theirs, room: AnswerRoom, window: Window, marks: Marks) -> bool {
-    bound + room.budget(window) <= marks.limit(window).min(window.share(marks.prepare_at))
+/// Whether a request whose prompt is at most `bound`, growing by at most `growth` a turn,
+/// surely needs nothing before it is sent: below the threshold and the prepare mark both,
+/// and not about to cross the threshold. Costs no token count.
+pub(super) fn surely_fits(
+    bound: Theirs,
+    growth: Theirs,
+    room: AnswerRoom,
+    window: Window,
+    marks: Marks,
+) -> bool {
+    let now = bound + room.budget(window);
+    let ahead = now + Theirs(growth.0.saturating_mul(LOOKAHEAD));
+    now <= marks.limit(window).min(window.share(marks.prepare_at)) && ahead <= marks.limit(window)
 }
 
-/// What a request with `prompt` (the upstream's tokens) needs before it is sent: past the
-/// threshold, a compaction down to the low-water mark, so that the next turns are sent as
-/// resumed, growing only at their end, until they cross the threshold again; past the
-/// prepare mark, that compaction made ahead.
+/// What a request with `prompt` (the upstream's tokens), growing by about `growth` a
+/// turn, needs before it is sent: past the threshold, a compaction down to the event's
+/// fill ([`Marks::fill`]), so that the next turns are sent as resumed, growing only at
+/// their end, until they cross the threshold again; past the prepare mark, or when the
+/// next [`LOOKAHEAD`] turns may cross the threshold, that compaction made ahead.
 pub(super) fn decide(
     prompt: Theirs,
+    growth: Theirs,
     room: AnswerRoom,
     window: Window,
     factor: Factor,
     marks: Marks,
 ) -> Decision {
     let budget = room.budget(window);
+    let now = prompt + budget;
     let limit = marks.limit(window);
     let usable = window.0 as f64 - budget::margin(window.0) as f64;
-    let low_water = window.share(marks.low_water);
+    let fill = marks.fill(now, growth, window);
     let goal = Goal {
-        target: low_water.saturating_sub(budget).ours(factor),
+        target: fill.saturating_sub(budget).ours(factor),
         ceiling: Ours((room.ceiling(usable, window) / factor.0) as u64),
         window: Some(window),
     };
-    if prompt + budget > limit {
+    if now > limit {
         return Decision::Compact(goal);
     }
-    if prompt + budget <= window.share(marks.prepare_at) {
+    let ahead = now + Theirs(growth.0.saturating_mul(LOOKAHEAD));
+    let preparing = marks.prepare_at < marks.threshold;
+    if !preparing || (now <= window.share(marks.prepare_at) && ahead <= limit) {
         return Decision::Send;
     }
     // Prepared now, put in place at the threshold: the turns in between will be added
-    // to it, so it aims that much lower, for the event to end at the low-water mark
-    // (never below half of it).
-    let growth = limit.saturating_sub(prompt + budget);
-    let aim = Theirs(low_water.saturating_sub(growth).0.max(low_water.0 / 2));
+    // to it, so it aims that much lower, for the event to end at its fill (never below
+    // half of it).
+    let until = limit.saturating_sub(now);
+    let aim = Theirs(fill.saturating_sub(until).0.max(fill.0 / 2));
     Decision::Prepare(Goal {
         target: aim.saturating_sub(budget).ours(factor),
         ..goal
@@ -147,20 +185,22 @@ pub(super) struct Refused {
     pub window: Option<Window>,
     /// Our count of what was sent, when it was counted.
     pub sent: Option<Ours>,
+    /// How much the conversation grows a turn (the upstream's tokens).
+    pub growth: Theirs,
     /// Compactions already made for this request.
     pub rewrites: u32,
 }
 
 /// The goal of the compaction after a refusal: tighter than the last attempt's by
-/// [`ESCALATION`] for each rewrite made, down to the low-water mark as before the first
-/// call (the next turns then go as resumed instead of overflowing one by one). A body too
+/// [`ESCALATION`] for each rewrite made, down to the event's fill as before the first call
+/// (the next turns then go as resumed instead of overflowing one by one). A body too
 /// large is about bytes, not the window: it shrinks from what was sent, whatever the
 /// window. `None` when there is nothing to aim at.
 pub(super) fn retry_goal(
     refused: Refused,
     room: AnswerRoom,
     factor: Factor,
-    low_water: f64,
+    marks: Marks,
 ) -> Option<Goal> {
     let tightening = ESCALATION.powi(refused.rewrites as i32);
     let blind = refused
@@ -174,9 +214,14 @@ pub(super) fn retry_goal(
             window: None,
         });
     };
-    let budget = room.budget(window).0 as f64;
+    let budget = room.budget(window);
+    let sent = refused
+        .sent
+        .map_or(window.tokens(), |sent| sent.theirs(factor));
+    let fill = marks.fill(sent + budget, refused.growth, window).0 as f64;
+    let budget = budget.0 as f64;
     let usable = window.0 as f64 * (1.0 - RETRY_MARGIN);
-    let fill = usable.min(window.0 as f64 * low_water);
+    let fill = usable.min(fill);
     let target = Ours(((fill - budget).max(0.0) / factor.0 * tightening) as u64);
     let ceiling = Ours((room.ceiling(usable, window) / factor.0 * tightening) as u64);
     let goal = Goal {
@@ -202,7 +247,9 @@ mod tests {
         threshold: 0.9,
         low_water: 0.6,
         prepare_at: 0.75,
+        clear_at_least: 0.2,
     };
+    const STILL: Theirs = Theirs(0);
     const ROOM: AnswerRoom = AnswerRoom {
         cap: Some(1000),
         reserve: 4096,
@@ -211,7 +258,7 @@ mod tests {
 
     #[test]
     fn a_request_past_the_threshold_is_compacted_to_the_low_water_mark() {
-        let decision = decide(Theirs(95_000), ROOM, WINDOW, Factor(1.0), MARKS);
+        let decision = decide(Theirs(95_000), STILL, ROOM, WINDOW, Factor(1.0), MARKS);
         let Decision::Compact(goal) = decision else {
             panic!("{decision:?}")
         };
@@ -221,14 +268,14 @@ mod tests {
 
     #[test]
     fn between_the_prepare_mark_and_the_threshold_the_event_is_prepared_lower() {
-        let decision = decide(Theirs(80_000), ROOM, WINDOW, Factor(1.0), MARKS);
+        let decision = decide(Theirs(80_000), STILL, ROOM, WINDOW, Factor(1.0), MARKS);
         let Decision::Prepare(goal) = decision else {
             panic!("{decision:?}")
         };
         // 9,000 tokens of growth to the threshold come on top of it.
         assert_eq!(goal.target, Ours(60_000 - 9_000 - 1_000));
         assert_eq!(
-            decide(Theirs(50_000), ROOM, WINDOW, Factor(1.0), MARKS),
+            decide(Theirs(50_000), STILL, ROOM, WINDOW, Factor(1.0), MARKS),
             Decision::Send
         );
     }
@@ -239,16 +286,17 @@ mod tests {
             kind: Kind::ContextOverflow,
             window: None,
             sent: Some(Ours(10_000)),
+            growth: STILL,
             rewrites: 1,
         };
-        let goal = retry_goal(refused, ROOM, Factor(1.0), 0.6).unwrap();
+        let goal = retry_goal(refused, ROOM, Factor(1.0), MARKS).unwrap();
         assert_eq!(goal.target, Ours(4_800));
         assert_eq!(goal.window, None);
         let uncounted = Refused {
             sent: None,
             ..refused
         };
-        assert_eq!(retry_goal(uncounted, ROOM, Factor(1.0), 0.6), None);
+        assert_eq!(retry_goal(uncounted, ROOM, Factor(1.0), MARKS), None);
     }
 
     #[test]
@@ -257,10 +305,97 @@ mod tests {
             kind: Kind::BodyTooLarge,
             window: Some(WINDOW),
             sent: Some(Ours(20_000)),
+            growth: STILL,
             rewrites: 0,
         };
-        let goal = retry_goal(refused, ROOM, Factor(1.0), 0.6).unwrap();
+        let goal = retry_goal(refused, ROOM, Factor(1.0), MARKS).unwrap();
         assert_eq!(goal.target, Ours(12_000));
         assert_eq!(goal.ceiling, Ours(12_000));
+    }
+}
+
+#[cfg(test)]
+mod growth {
+    use super::*;
+
+    const MARKS: Marks = Marks {
+        threshold: 0.9,
+        low_water: 0.6,
+        prepare_at: 0.75,
+        clear_at_least: 0.2,
+    };
+    const ROOM: AnswerRoom = AnswerRoom {
+        cap: Some(1000),
+        reserve: 4096,
+    };
+    const WINDOW: Window = Window(30_000);
+
+    #[test]
+    fn a_fast_growing_conversation_is_prepared_two_turns_before_the_threshold() {
+        // 15,000 of 30,000, growing 6,000 a turn: below the prepare mark, but two turns
+        // from now it is past the threshold.
+        let decision = decide(
+            Theirs(15_000),
+            Theirs(6_000),
+            ROOM,
+            WINDOW,
+            Factor(1.0),
+            MARKS,
+        );
+        assert!(matches!(decision, Decision::Prepare(_)), "{decision:?}");
+        let slow = decide(
+            Theirs(15_000),
+            Theirs(500),
+            ROOM,
+            WINDOW,
+            Factor(1.0),
+            MARKS,
+        );
+        assert_eq!(slow, Decision::Send);
+    }
+
+    #[test]
+    fn an_event_leaves_room_for_several_turns_of_growth() {
+        let Decision::Compact(goal) = decide(
+            Theirs(27_000),
+            Theirs(3_000),
+            ROOM,
+            WINDOW,
+            Factor(1.0),
+            MARKS,
+        ) else {
+            panic!("not compacted")
+        };
+        // 27,000 at the threshold less four turns of 3,000, less the answer's 1,000.
+        assert_eq!(goal.target, Ours(27_000 - 12_000 - 1_000));
+        // However fast it grows, the event keeps a quarter of the window.
+        let Decision::Compact(goal) = decide(
+            Theirs(27_000),
+            Theirs(9_000),
+            ROOM,
+            WINDOW,
+            Factor(1.0),
+            MARKS,
+        ) else {
+            panic!("not compacted")
+        };
+        assert_eq!(goal.target, Ours(7_500 - 1_000));
+    }
+
+    #[test]
+    fn nothing_is_prepared_when_preparation_is_configured_off() {
+        let marks = Marks {
+            prepare_at: 0.9,
+            ..MARKS
+        };
+        let decision = decide(
+            Theirs(20_000),
+            Theirs(5_000),
+            ROOM,
+            WINDOW,
+            Factor(1.0),
+            marks,
+        );
+        assert_eq!(decision, Decision::Send);
     }
 }

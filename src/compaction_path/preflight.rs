@@ -14,7 +14,7 @@ use super::{Attempt, Trigger};
 use crate::checkpoint::{Applied, Checkpoint, Key};
 use crate::compactor::{messages_of, Resumed};
 use crate::engine::{self, budget};
-use crate::units::{Ours, Window};
+use crate::units::{Ours, Theirs, Window};
 
 /// Upper bound on the tokens an image part can cost, for the cheap "surely fits" test.
 const MAX_IMAGE_TOKENS: u64 = 1_600;
@@ -67,8 +67,10 @@ impl Attempt<'_> {
         let original = self.work.original();
         let images = IMAGE_URL.find_iter(original).count() as u64;
         let bound = Ours(original.len() as u64 + images * MAX_IMAGE_TOKENS).theirs(factor);
+        // Growth in bytes bounds growth in tokens the same way.
+        let bound_growth = Ours(self.ctx.growth.unwrap_or(0)).theirs(factor);
         if self.done.resumed.is_none()
-            && policy::surely_fits(bound, room, window, marks)
+            && policy::surely_fits(bound, bound_growth, room, window, marks)
             && budget::cap_fits(window.0, bound.0, self.work.cap)
         {
             return Decision::Send;
@@ -77,11 +79,27 @@ impl Attempt<'_> {
             return Decision::Send;
         };
         let prompt = tokens.theirs(factor);
-        let decision = policy::decide(prompt, room, window, factor, marks);
+        let decision = policy::decide(prompt, self.growth(), room, window, factor, marks);
         if !matches!(decision, Decision::Compact(_)) {
             self.fit_output(window, prompt);
         }
         decision
+    }
+
+    /// How much the conversation grows a turn, in the upstream's tokens: its growth in
+    /// bytes, at the request's own ratio of tokens to bytes (the client's whole request,
+    /// resumed or not).
+    pub(super) fn growth(&self) -> Theirs {
+        let Some(bytes) = self.ctx.growth else {
+            return Theirs(0);
+        };
+        let client = match &self.done.resumed {
+            Some(hit) => Some(hit.tokens_before),
+            None => self.work.parsed().and_then(|base| base.tokens),
+        };
+        let len = self.work.original().len().max(1) as f64;
+        let per_byte = client.map_or(1.0, |tokens| tokens.0 as f64 / len);
+        Ours((bytes as f64 * per_byte) as u64).theirs(self.ctx.factor())
     }
 
     /// Whether a request at `tokens` (ours) would be compacted before it is sent.

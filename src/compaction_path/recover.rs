@@ -2,7 +2,7 @@
 //! and of the upstream's token count, and prepare the next attempt (a lower completion
 //! cap, a tighter compaction), or say there is nothing more to try.
 
-use super::policy::{self, Refused};
+use super::policy::{self, Marks, Refused};
 use super::{Attempt, Engine, Trigger};
 use crate::classify::{Classification, Kind};
 use crate::units::{Ours, Window};
@@ -94,10 +94,11 @@ impl Attempt<'_> {
                 .map(Window)
                 .or_else(|| self.ctx.window()),
             sent: self.count_sent(),
+            growth: self.growth(),
             rewrites: self.rewrites(),
         };
-        let low_water = self.ctx.app.config.compaction.low_water;
-        let goal = policy::retry_goal(refused, self.answer_room(), self.ctx.factor(), low_water);
+        let marks = Marks::of(&self.ctx.app.config.compaction);
+        let goal = policy::retry_goal(refused, self.answer_room(), self.ctx.factor(), marks);
         match goal {
             Some(goal) => self.rewrite(goal).await,
             None => false,

@@ -82,7 +82,6 @@ const SUMMARY_MIN: usize = 64;
 /// for a request, an error and a decision or two.
 const DIGEST_FLOOR: usize = 300;
 
-
 /// Limits and knobs. Defaults suit real models; tests use small windows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
