@@ -245,6 +245,7 @@ fn compact(
     };
     let order = Order {
         options,
+        relaxed: None,
         window: Some(window),
         summariser: Some(&caller),
         keys: None,

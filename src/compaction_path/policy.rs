@@ -17,9 +17,11 @@ const ESCALATION: f64 = 0.8;
 /// Turns of growth an event leaves room for before the threshold is crossed again, so
 /// that one break of the upstream's prompt cache buys several turns.
 const TURNS_OF_ROOM: u64 = 4;
-/// Turns ahead of the threshold a preparation starts: the summariser gets the agent's
-/// time of two turns, not the few seconds of one.
-const LOOKAHEAD: u64 = 2;
+/// Turns ahead of the threshold a preparation starts: when the next turn may cross it.
+/// Earlier would leave the turns between the preparation and the event appended raw to
+/// its result (measured: two turns ahead, in a session adding a sixth of the window a
+/// turn, doubled the summariser calls).
+const LOOKAHEAD: u64 = 1;
 /// However fast a conversation grows, an event does not aim below this share of the
 /// window: what it keeps (the task, the summary, the turn in progress) needs room too.
 const LEAST_FILL: f64 = 0.25;
@@ -31,6 +33,9 @@ pub(super) struct Goal {
     pub target: Ours,
     pub ceiling: Ours,
     pub window: Option<Window>,
+    /// A higher target an event may stop at when pruning alone reaches it: a summary is
+    /// paid for only when it must be, and then it goes deep (`target`).
+    pub relaxed: Option<Ours>,
 }
 
 impl Goal {
@@ -44,6 +49,16 @@ impl Goal {
             ceiling_tokens: Some(self.ceiling.max(self.target).usize()),
             ..engine::Options::default()
         }
+    }
+
+    /// The engine's limits for the relaxed target, if there is one above the target.
+    pub fn relaxed_options(self) -> Option<engine::Options> {
+        let relaxed = self.relaxed.filter(|&r| r > self.target)?;
+        Some(engine::Options {
+            target_tokens: Some(relaxed.usize()),
+            ceiling_tokens: Some(self.ceiling.max(relaxed).usize()),
+            ..self.engine_options()
+        })
     }
 }
 
@@ -153,10 +168,12 @@ pub(super) fn decide(
     let limit = marks.limit(window);
     let usable = window.0 as f64 - budget::margin(window.0) as f64;
     let fill = marks.fill(now, growth, window);
+    let low_water = window.share(marks.low_water);
     let goal = Goal {
         target: fill.saturating_sub(budget).ours(factor),
         ceiling: Ours((room.ceiling(usable, window) / factor.0) as u64),
         window: Some(window),
+        relaxed: Some(low_water.saturating_sub(budget).ours(factor)),
     };
     if now > limit {
         return Decision::Compact(goal);
@@ -170,9 +187,10 @@ pub(super) fn decide(
     // to it, so it aims that much lower, for the event to end at its fill (never below
     // half of it).
     let until = limit.saturating_sub(now);
-    let aim = Theirs(fill.saturating_sub(until).0.max(fill.0 / 2));
+    let aim = |fill: Theirs| Theirs(fill.saturating_sub(until).0.max(fill.0 / 2));
     Decision::Prepare(Goal {
-        target: aim.saturating_sub(budget).ours(factor),
+        target: aim(fill).saturating_sub(budget).ours(factor),
+        relaxed: Some(aim(low_water).saturating_sub(budget).ours(factor)),
         ..goal
     })
 }
@@ -212,6 +230,7 @@ pub(super) fn retry_goal(
             target: blind,
             ceiling: blind,
             window: None,
+            relaxed: None,
         });
     };
     let budget = room.budget(window);
@@ -228,6 +247,7 @@ pub(super) fn retry_goal(
         target,
         ceiling,
         window: Some(window),
+        relaxed: None,
     };
     Some(match (refused.kind, blind) {
         (Kind::BodyTooLarge, Some(blind)) => Goal {
@@ -331,12 +351,12 @@ mod growth {
     const WINDOW: Window = Window(30_000);
 
     #[test]
-    fn a_fast_growing_conversation_is_prepared_two_turns_before_the_threshold() {
-        // 15,000 of 30,000, growing 6,000 a turn: below the prepare mark, but two turns
-        // from now it is past the threshold.
+    fn a_fast_growing_conversation_is_prepared_the_turn_before_the_threshold() {
+        // 15,000 of 30,000, growing 12,000 a turn: below the prepare mark, but the next
+        // turn is past the threshold.
         let decision = decide(
             Theirs(15_000),
-            Theirs(6_000),
+            Theirs(12_000),
             ROOM,
             WINDOW,
             Factor(1.0),
@@ -390,7 +410,7 @@ mod growth {
         };
         let decision = decide(
             Theirs(20_000),
-            Theirs(5_000),
+            Theirs(9_000),
             ROOM,
             WINDOW,
             Factor(1.0),

@@ -41,7 +41,18 @@ impl Attempt<'_> {
             }
             // A compaction prepared ahead is put in place; only if there is none, or it
             // no longer fits, does this turn compact (and wait for the summariser).
-            Decision::Compact(goal) => !self.use_prepared(goal).await && self.rewrite(goal).await,
+            Decision::Compact(goal) => {
+                if self.use_prepared(goal).await {
+                    // What it left may be crossed again within two turns: the next event
+                    // is prepared from it now.
+                    if let Decision::Prepare(goal) = self.decide() {
+                        self.prepare(goal);
+                    }
+                    false
+                } else {
+                    self.rewrite(goal).await
+                }
+            }
         };
         if !rewritten && (self.done.resumed.is_some() || self.done.output.is_some()) {
             self.send_base();

@@ -232,6 +232,7 @@ impl Preparation {
         };
         let order = Order {
             options: goal.engine_options(),
+            relaxed: goal.relaxed_options(),
             window: goal.window,
             summariser: (!self.digest_only).then_some(&caller),
             keys: Some(Keys {

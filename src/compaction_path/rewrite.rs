@@ -89,6 +89,7 @@ impl Attempt<'_> {
         });
         let order = Order {
             options: goal.engine_options(),
+            relaxed: goal.relaxed_options(),
             window: goal.window,
             summariser: (!self.done.digest_only).then_some(&caller),
             keys,

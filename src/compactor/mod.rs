@@ -82,6 +82,9 @@ pub struct Resumed {
 pub struct Order<'a> {
     /// The engine's limits: its target and ceiling in our tokens.
     pub options: Options,
+    /// Limits with a higher target, taken instead when pruning alone reaches it: a summary
+    /// is made only when it must be, and then to `options`' deeper target.
+    pub relaxed: Option<Options>,
     /// The model's window, which the summary's share is read from.
     pub window: Option<Window>,
     /// Who may be asked for an LLM summary; `None`: the digest only.
@@ -136,10 +139,23 @@ impl Compactor<'_> {
         order: Order<'_>,
     ) -> (Option<Base>, Result<Compaction, Declined>) {
         let started = Instant::now();
-        let options = order.options;
+        let (options, relaxed) = (order.options, order.relaxed);
         let planned = tokio::task::spawn_blocking(move || {
-            let plan = engine::plan_with_counts(&base.view, base.counts.as_deref(), &options);
-            (base, options, plan)
+            let counts = base.counts.as_deref();
+            let plan = engine::plan_with_counts(&base.view, counts, &options);
+            let pruned = match (&plan, relaxed) {
+                (Ok(plan), Some(relaxed)) if plan.needs_summary() => {
+                    engine::plan_with_counts(&base.view, counts, &relaxed)
+                        .ok()
+                        .filter(|pruned| !pruned.needs_summary())
+                        .map(|pruned| (pruned, relaxed))
+                }
+                _ => None,
+            };
+            match pruned {
+                Some((pruned, relaxed)) => (base, relaxed, Ok(pruned)),
+                None => (base, options, plan),
+            }
         })
         .await;
         let (base, options, plan) = match planned {

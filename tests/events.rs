@@ -1,0 +1,156 @@
+//! Compaction events in a bursty tool session, over real sockets: each turn adds 13-21%
+//! of the window (a test run's long output and a reply in prose), so a request may jump
+//! from below the prepare mark past the threshold in one turn. The compaction such a turn
+//! needs was prepared when the conversation's growth said the next turn may cross, so no
+//! turn waits for the summariser; and events stay fewer than the turns, most of them paid
+//! for by pruning alone. Both with the window configured and learned from the upstream's
+//! first refusal.
+
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{post_chat, Mock, Proxy};
+
+/// The upstream's window, in the mock's tokens (three characters each).
+const WINDOW: u64 = 20_000;
+const TURNS: usize = 26;
+/// A slow summariser: a turn that waited for it would take this long more.
+const SUMMARY_DELAY_MS: u64 = 500;
+/// The agent's time between turns: less than the summariser's, so a preparation started
+/// only one turn ahead would still be running when the threshold is crossed.
+const THINK_MS: u64 = 350;
+
+/// Turn `n`: the ask, a test run and its output of 2,000 to 4,000 tokens (a different
+/// size each turn, as a real session's are), and the agent's short reply.
+fn turn(n: usize) -> Vec<Value> {
+    let id = format!("call_{n}");
+    let lines = 120 + (n * 37) % 80;
+    let output: String = (0..lines)
+        .map(|i| format!("test module_{n}::case_{i} ... ok (took {i} ms, seed {n}{i})\n"))
+        .collect();
+    vec![
+        json!({"role": "user", "content": format!("Turn {n}: run the tests of module {n} and fix what fails.")}),
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "run_command",
+                "arguments": json!({"command": format!("cargo test module_{n}")}).to_string()}}]}),
+        json!({"role": "tool", "tool_call_id": id, "content": output}),
+    ]
+}
+
+/// What a session through the proxy showed: each turn's `x-compaction` and answer time,
+/// and the summariser calls the upstream saw.
+struct Session {
+    turns: Vec<(String, Duration)>,
+    summaries: usize,
+    /// Turns whose request did not extend the one sent the turn before: events.
+    events: usize,
+}
+
+async fn session(config: &str) -> Session {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), config);
+    let window = WINDOW.to_string();
+    let delay = SUMMARY_DELAY_MS.to_string();
+    let headers = [
+        ("authorization", "Bearer k"),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary", "ok"),
+        ("x-mock-summary-delay-ms", delay.as_str()),
+    ];
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let mut turns = Vec::new();
+    let mut events = 0;
+    let mut before: Option<String> = None;
+    for n in 0..TURNS {
+        history.extend(turn(n));
+        let request = json!({"model": "mock-agent-model", "messages": history});
+        let started = Instant::now();
+        let (status, x) = post_chat(&proxy, &headers, &request).await;
+        assert_eq!(status, 200, "turn {n}: {x}");
+        turns.push((x, started.elapsed()));
+        // An event: the messages sent do not extend the last ones sent, byte for byte.
+        let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
+        let messages = sent["messages"].to_string();
+        if let Some(before) = &before {
+            if !messages.starts_with(before.trim_end_matches(']')) {
+                events += 1;
+            }
+        }
+        before = Some(messages);
+        // The agent's account of the fix, in prose: what only a summary can shorten.
+        let reply = format!("Module {n}: the fix and why it holds. ").repeat(40);
+        history.push(json!({"role": "assistant", "content": reply}));
+        tokio::time::sleep(Duration::from_millis(THINK_MS)).await;
+    }
+    Session {
+        turns,
+        summaries: mock.summaries().len(),
+        events,
+    }
+}
+
+/// Every turn that brought a new summary after the first `skip` turns took less than the
+/// summariser's delay: the summary was made ahead of it.
+fn no_turn_waited(session: &Session, skip: usize) {
+    let waited: Vec<_> = session.turns[skip..]
+        .iter()
+        .filter(|(x, took)| {
+            x.contains("summary=llm") && took.as_millis() >= SUMMARY_DELAY_MS.into()
+        })
+        .collect();
+    assert!(waited.is_empty(), "{waited:#?}\n{:#?}", session.turns);
+}
+
+/// An event buys more than one turn: from the first compaction on, the request is rewritten
+/// on at most two turns of three, and each event costs at most one summariser call
+/// (prepared or not), most of them none (pruning alone brought the request down).
+fn events_buy_room(session: &Session) {
+    let first = session
+        .turns
+        .iter()
+        .position(|(x, _)| !x.is_empty())
+        .expect("no compaction at all");
+    let after = TURNS - first;
+    assert!(
+        session.events * 3 <= after * 2,
+        "{} events in the {after} turns from the first compaction: {:#?}",
+        session.events,
+        session.turns
+    );
+    assert!(
+        session.summaries * 2 <= session.events,
+        "{} summaries for {} events",
+        session.summaries,
+        session.events
+    );
+}
+
+#[tokio::test]
+async fn with_the_window_configured_no_turn_waits_and_events_are_few() {
+    let config = format!(
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
+    );
+    let session = session(&config).await;
+    no_turn_waited(&session, 0);
+    events_buy_room(&session);
+}
+
+#[tokio::test]
+async fn with_the_window_learned_from_a_refusal_no_later_turn_waits() {
+    let session = session("[summarizer]\ncontext_window = 128000\n").await;
+    // The first overflow is a refusal, learned from: that turn compacts while it waits.
+    let learned = session
+        .turns
+        .iter()
+        .position(|(x, _)| x.contains("trigger=error"))
+        .expect("the window was never learned");
+    no_turn_waited(&session, learned + 1);
+    events_buy_room(&session);
+}
