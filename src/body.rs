@@ -12,7 +12,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use tokio::time::{Instant, Sleep};
 
-use crate::error::BoxError;
+use crate::cause::BoxError;
 
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 

@@ -35,3 +35,4 @@ pub(crate) mod windows;
 
 pub(crate) mod auth;
 pub(crate) mod body;
+pub(crate) mod cause;

@@ -11,6 +11,7 @@ use hyper::body::{Body, Incoming};
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
+use crate::cause::Chain;
 use crate::checkpoint::cache::Health;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
@@ -119,7 +120,7 @@ async fn dispatch(
         Route::Compact(_) | Route::RemoteCompaction | Route::Passthrough | Route::Connect => {
             app.metrics.request();
             forward(app, route, request, id).await.unwrap_or_else(|e| {
-                tracing::warn!(id, error = %e, "proxy error");
+                tracing::warn!(id, error = %Chain(&e), "proxy error");
                 e.into_response()
             })
         }

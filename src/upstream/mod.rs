@@ -15,14 +15,15 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use crate::auth;
 use crate::body::{IdleTimeout, ProxyBody, Replay};
 use crate::config::Config;
-use crate::error::{error_chain, ProxyError};
+use crate::error::ProxyError;
 
-mod path;
+// Public for the proxy's error, which keeps a refused path as its cause.
+pub mod path;
 mod pool;
 // Public for the framing tests in `tests/`, which compare it with hyper's client.
 pub mod http1;
 
-pub use path::{normalise as normalise_path, PathError};
+pub use path::normalise as normalise_path;
 
 use http1::RequestFraming;
 use pool::{Pool, SendError};
@@ -185,7 +186,7 @@ impl Upstream {
         };
         let response = response.map_err(|e| match e {
             SendError::Client(e) => ProxyError::client_body(e),
-            SendError::Upstream(e) => ProxyError::UpstreamUnreachable(error_chain(&*e)),
+            SendError::Upstream(e) => ProxyError::UpstreamUnreachable(e),
         })?;
         let (mut parts, mut body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
@@ -193,7 +194,7 @@ impl Upstream {
         // hyper drops the connection before it has flushed the head. When the failure is
         // in what came with the head, the client gets a 502 like any failed answer.
         let first = match body.frame().now_or_never() {
-            Some(Some(Err(e))) => return Err(ProxyError::UpstreamUnreachable(error_chain(&*e))),
+            Some(Some(Err(e))) => return Err(ProxyError::UpstreamUnreachable(e)),
             // The pool's bodies carry data frames only.
             Some(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
             Some(None) | None => Bytes::new(),

@@ -38,7 +38,7 @@ use tower_service::Service;
 
 use super::http1::{self, BodyDecoder, Decoded, RequestFraming, ResponseHead};
 use crate::body::{ProxyBody, Replay};
-use crate::error::BoxError;
+use crate::cause::{BoxError, Chain};
 
 /// Idle connections kept at most; more are closed when they fall idle. Well above the
 /// concurrency one proxy sees from its clients, so a busy proxy does not re-dial.
@@ -67,13 +67,19 @@ pub struct Pool {
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// The client's request body failed (cut off, malformed) before the upstream answered.
-    #[error("{0}")]
-    Client(BoxError),
+    #[error("the client's request body failed")]
+    Client(#[source] BoxError),
     /// The upstream could not be reached, closed the connection, or sent something other
     /// than an HTTP/1.1 answer.
-    #[error("{0}")]
-    Upstream(BoxError),
+    #[error("the upstream failed before answering")]
+    Upstream(#[source] BoxError),
 }
+
+/// The upstream closed the connection without a byte of an answer (and writing the
+/// request did not fail, or that error would be the cause).
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream closed the connection before answering")]
+struct ClosedBeforeAnswer;
 
 struct Idle {
     conn: Box<Conn>,
@@ -151,7 +157,7 @@ impl Pool {
         let Some(body) = replay else {
             return Err(failed);
         };
-        tracing::debug!(error = %failed, "reused upstream connection failed before answering; retrying on a new one");
+        tracing::debug!(error = %Chain(&failed), "reused upstream connection failed before answering; retrying on a new one");
         let conn = self.connect().await?;
         let mut exchange = Exchange::new(conn, Writer::new(again, body, chunked, false));
         let head = poll_fn(|cx| exchange.poll_head(cx, method)).await?;
@@ -292,10 +298,10 @@ impl Exchange {
             }
             // Without an answer, a failed write is the error to report.
             let error: BoxError = match ready!(self.conn.poll_fill(cx)) {
-                Ok(0) => self.write_error.take().map_or_else(
-                    || "the upstream closed the connection before answering".into(),
-                    Into::into,
-                ),
+                Ok(0) => self
+                    .write_error
+                    .take()
+                    .map_or_else(|| ClosedBeforeAnswer.into(), Into::into),
                 Ok(_) => {
                     self.answered = true;
                     continue;
