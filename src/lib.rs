@@ -30,6 +30,7 @@ pub(crate) mod redact;
 pub(crate) mod router;
 pub mod server;
 pub(crate) mod summarize;
+pub(crate) mod upgrade;
 pub mod upstream;
 pub(crate) mod windows;
 

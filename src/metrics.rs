@@ -30,6 +30,8 @@ const BUCKETS: [f64; 12] = [
 pub struct Metrics {
     requests: AtomicU64,
     upstream_attempts: AtomicU64,
+    /// Connections the upstream switched to another protocol (101), relayed since.
+    upgrades: AtomicU64,
     compactions: [AtomicU64; Trigger::ALL.len()],
     /// Requests whose completion cap was lowered to fit the window, by trigger.
     output_lowered: [AtomicU64; Trigger::ALL.len()],
@@ -53,6 +55,10 @@ impl Metrics {
 
     pub fn upstream_attempt(&self) {
         self.upstream_attempts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn upgrade(&self) {
+        self.upgrades.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn compaction(&self, trigger: Trigger) {
@@ -116,6 +122,12 @@ impl Metrics {
             "compaction_proxy_upstream_attempts_total",
             "Requests sent to the upstream, retries included.",
             self.upstream_attempts.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "compaction_proxy_upgrades_total",
+            "Connections the upstream switched to another protocol (WebSocket), relayed byte for byte.",
+            self.upgrades.load(Ordering::Relaxed),
         );
         labelled(
             &mut out,

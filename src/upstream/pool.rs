@@ -27,13 +27,13 @@ use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{Method, Response, Uri};
+use http::{Method, Response, StatusCode, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWrite;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tower_service::Service;
 
 use super::http1::{self, BodyDecoder, Decoded, RequestFraming, ResponseHead};
@@ -73,6 +73,60 @@ pub enum SendError {
     /// than an HTTP/1.1 answer.
     #[error("the upstream failed before answering")]
     Upstream(#[source] BoxError),
+}
+
+/// The upstream switched protocols before it had the whole request.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream switched protocols before the request body was sent")]
+struct SwitchedEarly;
+
+/// What the upstream answered a request to switch protocols.
+pub enum Answer {
+    /// 101: its head, and the connection, which now carries the new protocol.
+    Switched(ResponseHead, Tunnel),
+    /// Any other answer, with its body to read as usual.
+    Other(Response<PooledBody>),
+}
+
+/// A connection the upstream switched to another protocol (a WebSocket's), taken out of
+/// the pool for good: bytes both ways, the first read being those that came behind the
+/// 101's head.
+pub struct Tunnel {
+    conn: Box<Conn>,
+}
+
+impl AsyncRead for Tunnel {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let conn = &mut *self.conn;
+        if conn.buf.is_empty() {
+            return Pin::new(&mut conn.io).poll_read(cx, out);
+        }
+        let n = conn.buf.len().min(out.remaining());
+        out.put_slice(&conn.buf.split_to(n));
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Tunnel {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.conn.io).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.conn.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.conn.io).poll_shutdown(cx)
+    }
 }
 
 /// The upstream closed the connection without a byte of an answer (and writing the
@@ -131,23 +185,64 @@ impl Pool {
     pub async fn send(
         self: &Arc<Self>,
         method: &Method,
-        mut head: Vec<u8>,
+        head: Vec<u8>,
         framing: RequestFraming,
         body: ProxyBody,
     ) -> Result<Response<PooledBody>, SendError> {
+        let (exchange, head) = self.exchange(method, head, framing, body, false).await?;
+        Ok(self.response(exchange, head))
+    }
+
+    /// Sends a request that asks to switch protocols (its head carries `Upgrade` and
+    /// `Connection: upgrade`). On a 101 the connection leaves the pool for good, as the
+    /// [`Tunnel`] the new protocol runs over; any other answer is an ordinary response.
+    pub async fn upgrade(
+        self: &Arc<Self>,
+        method: &Method,
+        head: Vec<u8>,
+        framing: RequestFraming,
+        body: ProxyBody,
+    ) -> Result<Answer, SendError> {
+        let (exchange, head) = self.exchange(method, head, framing, body, true).await?;
+        if head.status != StatusCode::SWITCHING_PROTOCOLS {
+            return Ok(Answer::Other(self.response(exchange, head)));
+        }
+        // The rest of the request body would go out as the new protocol's bytes.
+        if exchange.sending {
+            return Err(SendError::Upstream(SwitchedEarly.into()));
+        }
+        Ok(Answer::Switched(
+            head,
+            Tunnel {
+                conn: exchange.conn,
+            },
+        ))
+    }
+
+    /// Writes the request on an idle connection, else on a new one, and reads the
+    /// response head.
+    async fn exchange(
+        self: &Arc<Self>,
+        method: &Method,
+        mut head: Vec<u8>,
+        framing: RequestFraming,
+        body: ProxyBody,
+        upgrade: bool,
+    ) -> Result<(Exchange, ResponseHead), SendError> {
         http1::end_head(&mut head, framing);
         let chunked = framing == RequestFraming::Chunked;
         let Some(conn) = self.checkout().await else {
             let conn = self.connect().await?;
-            let mut exchange = Exchange::new(conn, Writer::new(head, body, chunked, false));
+            let writer = Writer::new(head, body, chunked, false);
+            let mut exchange = Exchange::new(conn, writer, upgrade);
             let head = poll_fn(|cx| exchange.poll_head(cx, method)).await?;
-            return Ok(self.response(exchange, head));
+            return Ok((exchange, head));
         };
         // Kept only for a reused connection, the one kind that is retried.
         let again = head.clone();
-        let mut exchange = Exchange::new(conn, Writer::new(head, body, chunked, true));
+        let mut exchange = Exchange::new(conn, Writer::new(head, body, chunked, true), upgrade);
         let failed = match poll_fn(|cx| exchange.poll_head(cx, method)).await {
-            Ok(head) => return Ok(self.response(exchange, head)),
+            Ok(head) => return Ok((exchange, head)),
             Err(e) => e,
         };
         let replay = match (&failed, exchange.answered) {
@@ -159,9 +254,10 @@ impl Pool {
         };
         tracing::debug!(error = %Chain(&failed), "reused upstream connection failed before answering; retrying on a new one");
         let conn = self.connect().await?;
-        let mut exchange = Exchange::new(conn, Writer::new(again, body, chunked, false));
+        let writer = Writer::new(again, body, chunked, false);
+        let mut exchange = Exchange::new(conn, writer, upgrade);
         let head = poll_fn(|cx| exchange.poll_head(cx, method)).await?;
-        Ok(self.response(exchange, head))
+        Ok((exchange, head))
     }
 
     /// The response whose head has arrived, its body still to read from the exchange.
@@ -255,10 +351,12 @@ struct Exchange {
     /// Whether any byte has come back: past that, the request was heard and is not sent
     /// again.
     answered: bool,
+    /// Whether the request asked to switch protocols, which makes a 101 its answer.
+    upgrade: bool,
 }
 
 impl Exchange {
-    fn new(conn: Box<Conn>, writer: Writer) -> Self {
+    fn new(conn: Box<Conn>, writer: Writer, upgrade: bool) -> Self {
         Self {
             conn,
             writer,
@@ -266,6 +364,7 @@ impl Exchange {
             keep_alive: true,
             write_error: None,
             answered: false,
+            upgrade,
         }
     }
 
@@ -292,7 +391,10 @@ impl Exchange {
                     }
                 }
             }
-            let parsed = http1::parse_head(&mut self.conn.buf, method);
+            let parsed = match self.upgrade {
+                true => http1::parse_upgrade_head(&mut self.conn.buf, method),
+                false => http1::parse_head(&mut self.conn.buf, method),
+            };
             if let Some(head) = parsed.map_err(|e| SendError::Upstream(e.into()))? {
                 return Poll::Ready(Ok(head));
             }
