@@ -109,7 +109,9 @@ impl Metrics {
     }
 
     /// The Prometheus text; `cache` is the summary cache, when on.
-    pub fn render(&self, cache: Option<&Checkpoints>) -> String {
+    /// The counters as Prometheus text; `stale_retries` is the upstream client's count
+    /// (it lives in the client, which counts where it retries).
+    pub fn render(&self, cache: Option<&Checkpoints>, stale_retries: u64) -> String {
         let mut out = String::with_capacity(2048);
         counter(
             &mut out,
@@ -122,6 +124,12 @@ impl Metrics {
             "compaction_proxy_upstream_attempts_total",
             "Requests sent to the upstream, retries included.",
             self.upstream_attempts.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "compaction_proxy_upstream_stale_retries_total",
+            "Requests sent again on a new upstream connection after a reused one closed before answering.",
+            stale_retries,
         );
         counter(
             &mut out,
@@ -358,7 +366,7 @@ mod tests {
         metrics.summarizer_call(false);
         metrics.summarizer_rejected("echo");
         metrics.summarizer_skipped();
-        let text = metrics.render(None);
+        let text = metrics.render(None, 0);
         assert!(text.contains("compaction_proxy_summarizer_rejected_total{reason=\"echo\"} 1\n"));
         assert!(text.contains("compaction_proxy_summarizer_rejected_total{reason=\"short\"} 0\n"));
         assert!(text.contains("compaction_proxy_summarizer_skipped_total 1\n"));
@@ -381,7 +389,7 @@ mod tests {
         let metrics = Metrics::default();
         metrics.compaction_time(Duration::from_micros(300));
         metrics.compaction_time(Duration::from_millis(20));
-        let text = metrics.render(None);
+        let text = metrics.render(None, 0);
         assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.0001\"} 0\n"));
         assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.0005\"} 1\n"));
         assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.025\"} 2\n"));

@@ -123,7 +123,8 @@ async fn dispatch(
         Route::Metrics => text(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            app.metrics.render(app.checkpoints.as_ref()),
+            app.metrics
+                .render(app.checkpoints.as_ref(), app.upstream.stale_retries()),
         ),
         Route::Compact(_)
         | Route::RemoteCompaction

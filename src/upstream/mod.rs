@@ -243,6 +243,12 @@ impl Upstream {
         Ok(Response::from_parts(parts, body))
     }
 
+    /// Requests sent again on a new connection because the reused one was closed under
+    /// them before any answer.
+    pub fn stale_retries(&self) -> u64 {
+        self.pool.stale_retries()
+    }
+
     /// How long a switched connection may stay silent both ways: the idle timeout of any
     /// other exchange with this upstream.
     pub fn idle_timeout(&self) -> Duration {

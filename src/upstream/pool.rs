@@ -22,6 +22,7 @@
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -61,6 +62,9 @@ pub struct Pool {
     /// have closed it already (uvicorn and Node close after 5 s), and a request sent on
     /// a connection as it closes fails.
     idle_timeout: Duration,
+    /// Requests sent again on a new connection after a reused one failed before
+    /// answering: how often the upstream closes idle connections under the proxy.
+    stale_retries: AtomicU64,
 }
 
 /// Why an exchange failed before the response head.
@@ -175,6 +179,7 @@ impl Pool {
             origin,
             idle: Mutex::new(Vec::new()),
             idle_timeout,
+            stale_retries: AtomicU64::new(0),
         })
     }
 
@@ -253,6 +258,7 @@ impl Pool {
             return Err(failed);
         };
         tracing::debug!(error = %Chain(&failed), "reused upstream connection failed before answering; retrying on a new one");
+        self.stale_retries.fetch_add(1, Ordering::Relaxed);
         let conn = self.connect().await?;
         let writer = Writer::new(again, body, chunked, false);
         let mut exchange = Exchange::new(conn, writer, upgrade);
@@ -326,6 +332,10 @@ impl Pool {
         if idle.len() < MAX_IDLE {
             idle.push(Idle { conn, since: now });
         }
+    }
+
+    pub fn stale_retries(&self) -> u64 {
+        self.stale_retries.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Idle>> {
