@@ -987,6 +987,49 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_switched_connection_leaves_the_pool_as_a_tunnel_bytes_it_sent_first() {
+        // The upstream switches and sends its first bytes in the same packet as the 101,
+        // then echoes.
+        let origin = scripted(|mut stream| async move {
+            let mut head = Vec::new();
+            read_until(&mut stream, &mut head, b"\r\n\r\n").await;
+            let switch = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\nearly";
+            stream.write_all(switch).await.unwrap();
+            let mut buf = [0; 64];
+            while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                stream.write_all(&buf[..n]).await.unwrap();
+            }
+        })
+        .await;
+        let pool = pool(origin.clone());
+        let mut head = Vec::new();
+        http1::request_line(&mut head, &Method::GET, &["/ws"]);
+        http1::header(&mut head, "upgrade", b"x");
+        http1::header(&mut head, "connection", b"upgrade");
+        let answer = pool
+            .upgrade(
+                &Method::GET,
+                head,
+                RequestFraming::AsIs,
+                crate::body::empty(),
+            )
+            .await
+            .unwrap();
+        let Answer::Switched(head, mut tunnel) = answer else {
+            panic!("not switched");
+        };
+        assert_eq!(head.status, StatusCode::SWITCHING_PROTOCOLS);
+        let mut early = [0; 5];
+        tunnel.read_exact(&mut early).await.unwrap();
+        assert_eq!(&early, b"early");
+        tunnel.write_all(b"echo me").await.unwrap();
+        let mut echoed = [0; 7];
+        tunnel.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"echo me");
+        assert_eq!(pool.idle_count(), 0);
+    }
+
+    #[tokio::test]
     async fn a_connection_cut_mid_body_is_an_error() {
         let origin = answering(|_| b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nonly5").await;
         let pool = pool(origin.clone());
