@@ -1,5 +1,6 @@
 //! Sending a request to the upstream: where it goes (the path-join rule), which headers
-//! travel, the connection pool, and the timeouts suited to LLM traffic.
+//! travel, the connection pool, and the timeouts suited to LLM traffic; and a request to
+//! switch protocols, whose connection, once switched, is handed to the caller.
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Keep-alive connections to one upstream, and HTTP/1.1 exchanges on them.
 //!
-//! The proxy speaks HTTP/1.1 to the upstream itself (the bytes are in [`super::wire`])
+//! The proxy speaks HTTP/1.1 to the upstream itself (the bytes are in [`super::http1`])
 //! rather than through hyper's client, whose connection runs as a task of its own and
 //! talks to each request through channels. Here the request's own task writes the
 //! request, reads the response head, and then, from inside the response body the server
