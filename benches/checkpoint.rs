@@ -13,12 +13,12 @@
 // Benchmark setup: a failed step should stop the run where it failed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::System;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use tokio::runtime::Runtime;
 
+use cap::Cap;
 use compaction_proxy::checkpoint::{self, Checkpoint, Checkpoints, Key, Partition};
 use compaction_proxy::config::{CacheBackend, CacheConfig};
 use compaction_proxy::engine::{self, Counter, Options};
@@ -28,27 +28,15 @@ use serde_json::{json, Value};
 
 mod common;
 
-/// Counts the bytes live on the heap, to weigh a checkpoint.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's own layout.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+/// Counts the bytes live on the heap, to weigh a checkpoint. A crate's allocator, not our
+/// own: the crate forbids unsafe code, which a `GlobalAlloc` needs.
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: Cap<System> = Cap::new(System, usize::MAX);
+
+/// Bytes live on the heap now.
+fn live() -> isize {
+    ALLOCATOR.allocated() as isize
+}
 
 fn messages(request: &Value) -> &Vec<Value> {
     request["messages"].as_array().unwrap()
@@ -126,9 +114,9 @@ fn find(c: &mut Criterion) {
     // A first compaction initialises what lives for the whole process (tokenizer tables,
     // searchers); weigh a second one.
     drop(checkpoint_of(&request));
-    let live = LIVE.load(Ordering::Relaxed);
+    let before = live();
     let stored = Arc::new(checkpoint_of(&request));
-    let held = LIVE.load(Ordering::Relaxed) - live;
+    let held = live() - before;
     println!(
         "one conversation's checkpoint: {} messages replacing {}, {:.1} KiB on the heap \
          (the store counts {:.1} KiB)",
@@ -161,9 +149,9 @@ fn find(c: &mut Criterion) {
     let mut g = c.benchmark_group("checkpoint_1M");
     g.sample_size(20);
     for backend in backends {
-        let before = LIVE.load(Ordering::Relaxed);
+        let before = live();
         let cache = filled(&runtime, backend, ours, &hashes, &stored);
-        let memory = LIVE.load(Ordering::Relaxed) - before;
+        let memory = live() - before;
         println!(
             "{backend:?}: 1,001 conversations stored, {:.0} bytes of this process's memory each \
              besides the checkpoint itself, which the memory store and Redis's fallback copy \

@@ -12,7 +12,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use tokio::time::{Instant, Sleep};
 
-use crate::error::BoxError;
+use crate::cause::BoxError;
 
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
@@ -26,17 +26,21 @@ pub fn empty() -> ProxyBody {
     Empty::new().map_err(|e| match e {}).boxed_unsync()
 }
 
-/// Fails the body when no frame arrives for `idle`. The clock restarts on every frame,
-/// so a stream that keeps producing runs for as long as it likes.
+/// Fails the body when its reader waits `idle` for a frame. The clock restarts on every
+/// frame, so a stream that keeps producing runs for as long as it likes; and it runs
+/// only while the reader waits, from the first poll that finds nothing: the time a
+/// client takes to read what came (its socket full, the body not polled) is not the
+/// upstream's silence.
 ///
-/// A frame only notes the time: moving the timer in tokio's wheel on every frame cost
-/// more than the rest of this body's work. When the timer fires early because frames
-/// came since it was set, it is moved to `idle` after the last of them.
+/// Starting to wait only notes the time: moving the timer in tokio's wheel on every
+/// frame cost more than the rest of this body's work. When the timer fires early because
+/// the wait began after it was set, it is moved to `idle` after that.
 pub struct IdleTimeout<B> {
     inner: B,
     idle: Duration,
     sleep: Pin<Box<Sleep>>,
-    last_frame: Instant,
+    /// When the reader began waiting for the next frame; `None` while it is not.
+    waiting_since: Option<Instant>,
 }
 
 impl<B> IdleTimeout<B> {
@@ -48,13 +52,12 @@ impl<B> IdleTimeout<B> {
     /// Reuses a timer the caller already has (the one that guarded the wait for the
     /// response head), so a request costs one timer, not two.
     pub fn with_timer(inner: B, idle: Duration, mut sleep: Pin<Box<Sleep>>) -> Self {
-        let now = Instant::now();
-        sleep.as_mut().reset(now + idle);
+        sleep.as_mut().reset(Instant::now() + idle);
         Self {
             inner,
             idle,
             sleep,
-            last_frame: now,
+            waiting_since: None,
         }
     }
 }
@@ -78,12 +81,13 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
-            this.last_frame = Instant::now();
+            this.waiting_since = None;
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
+        let waiting_since = *this.waiting_since.get_or_insert_with(Instant::now);
         loop {
             ready!(this.sleep.as_mut().poll(cx));
-            let deadline = this.last_frame + this.idle;
+            let deadline = waiting_since + this.idle;
             if deadline <= this.sleep.deadline() {
                 return Poll::Ready(Some(Err(Box::new(StreamIdle(this.idle)))));
             }
@@ -186,6 +190,25 @@ mod tests {
         let err = body.frame().await.unwrap().unwrap_err();
         assert!(err.to_string().contains("5 s"), "{err}");
         assert_eq!(started.elapsed(), Duration::from_secs(9 + 5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_the_client_takes_to_read_is_not_the_upstreams() {
+        // Each frame comes 4 s after it is asked for; the reader asks 10 s after the
+        // last (its client reading slowly): never 5 s of the upstream's silence.
+        let frames = stream::unfold(0, |sent| async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            (sent < 3).then(|| {
+                let frame = Frame::data(Bytes::from_static(b"x"));
+                (Ok::<_, BoxError>(frame), sent + 1)
+            })
+        });
+        let mut body = IdleTimeout::new(StreamBody::new(Box::pin(frames)), Duration::from_secs(5));
+        for _ in 0..3 {
+            assert!(body.frame().await.unwrap().is_ok());
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+        assert!(body.frame().await.is_none());
     }
 
     #[tokio::test]

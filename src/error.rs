@@ -1,20 +1,24 @@
 //! The proxy's own errors, rendered once as OpenAI-style JSON. Errors the upstream
 //! returns are never turned into these: they pass through as the upstream sent them.
+//!
+//! A variant keeps what caused it as its `source()`, of the cause's own type, and says
+//! only what happened at this level; the message a client reads is the whole chain,
+//! written out here and nowhere earlier.
 
 use std::time::Duration;
 
 use http::{header, HeaderValue, Response, StatusCode};
 
 use crate::body::{self, ProxyBody};
+use crate::cause::{BoxError, Chain};
 use crate::limits::{BodyError, Overloaded};
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::upstream::path::PathError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     /// The upstream could not be connected to, or dropped the connection before answering.
-    #[error("the upstream could not be reached: {0}")]
-    UpstreamUnreachable(String),
+    #[error("the upstream could not be reached")]
+    UpstreamUnreachable(#[source] BoxError),
     /// The upstream sent no answer within the idle timeout.
     #[error("the upstream sent nothing for {} s", .0.as_secs_f64())]
     UpstreamTimeout(Duration),
@@ -22,20 +26,20 @@ pub enum ProxyError {
     #[error("the request body is larger than this proxy's limit of {limit} bytes")]
     BodyTooLarge { limit: u64 },
     /// The client's body could not be read (connection cut, bad framing).
-    #[error("the request body could not be read: {0}")]
-    ClientBody(String),
+    #[error("the request body could not be read")]
+    ClientBody(#[source] BoxError),
     /// The client's body went silent for `server.body_read_timeout_ms`.
     #[error("the client sent no request body for {} s", .0.as_secs_f64())]
     ClientTimeout(Duration),
     /// A chat body would take the bodies held in memory past `limits.max_buffered_bytes`.
-    #[error("{0}")]
+    #[error(transparent)]
     Overloaded(#[from] Overloaded),
     /// A client key was required and the request had none, or an unknown one.
     #[error("invalid or missing API key for this proxy")]
     Unauthorized,
     /// A path with dot segments that cannot be resolved inside its root.
-    #[error("invalid request path: {0}")]
-    InvalidPath(#[from] crate::upstream::PathError),
+    #[error("invalid request path")]
+    InvalidPath(#[from] PathError),
     /// `CONNECT`: a forward proxy's tunnel, which a reverse proxy does not open.
     #[error("CONNECT is not supported: this proxy forwards requests to its upstream and opens no tunnels")]
     Connect,
@@ -77,8 +81,8 @@ impl ProxyError {
         match error.downcast::<BodyError<hyper::Error>>().map(|e| *e) {
             Ok(BodyError::Timeout(idle)) => Self::ClientTimeout(idle),
             Ok(BodyError::Overloaded(overloaded)) => Self::Overloaded(overloaded),
-            Ok(BodyError::Read(e)) => Self::ClientBody(error_chain(&e)),
-            Err(e) => Self::ClientBody(error_chain(&*e)),
+            Ok(BodyError::Read(e)) => Self::ClientBody(Box::new(e)),
+            Err(e) => Self::ClientBody(e),
         }
     }
 
@@ -86,7 +90,7 @@ impl ProxyError {
         let (kind, code) = self.kind();
         let payload = serde_json::json!({
             "error": {
-                "message": format!("compaction-proxy: {self}"),
+                "message": format!("compaction-proxy: {}", Chain(&self)),
                 "type": kind,
                 "param": null,
                 "code": code,
@@ -110,19 +114,6 @@ impl ProxyError {
     }
 }
 
-/// An error and its causes in one line: top-level errors often say little ("client
-/// error (Connect)"), their causes say what happened.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +131,20 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("10 bytes"));
+    }
+
+    #[tokio::test]
+    async fn the_cause_is_kept_and_told_to_the_client_once() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let error = ProxyError::UpstreamUnreachable(Box::new(refused));
+        let cause = std::error::Error::source(&error).unwrap();
+        assert!(cause.downcast_ref::<std::io::Error>().is_some());
+        let bytes = error.into_response().into_body().collect().await.unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&bytes.to_bytes()).unwrap();
+        assert_eq!(
+            value["error"]["message"],
+            "compaction-proxy: the upstream could not be reached: refused"
+        );
     }
 
     #[test]

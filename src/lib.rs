@@ -2,7 +2,7 @@
 //! conversations too long for their model. The layers, top to bottom:
 //!
 //! - the edge: `server` (listen) -> `router` (route, `auth`, log; `limits` bounds the
-//!   client's body) -> `passthrough` or `compaction_path`;
+//!   client's body) -> `passthrough`, `upgrade` (WebSocket relays) or `compaction_path`;
 //! - `compaction_path`: the one request loop (decide, send, recover) for every API
 //!   `dialect`, and Codex's compaction requests;
 //! - `compactor`: compaction as one service (the engine, the LLM `summarize`r with its
@@ -10,9 +10,14 @@
 //!   background preparation, Codex's compaction requests and the `command`s;
 //! - `engine`: the pure rewrite of a conversation;
 //! - below them all: `upstream` (the HTTP client), `classify` (what a refusal means),
-//!   `checkpoint` (the stores), `windows` (context windows), `redact`, `metrics`, `body`.
+//!   `checkpoint` (the stores), `windows` (context windows), `growth` (how fast each
+//!   conversation grows), `redact`, `metrics`, `compaction_report` (what the header and
+//!   the metrics say of a compaction), `body`, `cause` (errors with their causes), `units`.
 
 pub mod app;
+pub(crate) mod auth;
+pub(crate) mod body;
+pub(crate) mod cause;
 pub mod checkpoint;
 pub mod classify;
 pub mod cli;
@@ -34,8 +39,6 @@ pub(crate) mod router;
 pub mod server;
 pub(crate) mod summarize;
 pub(crate) mod units;
+pub(crate) mod upgrade;
 pub mod upstream;
 pub(crate) mod windows;
-
-pub(crate) mod auth;
-pub(crate) mod body;

@@ -30,6 +30,8 @@ const BUCKETS: [f64; 12] = [
 pub struct Metrics {
     requests: AtomicU64,
     upstream_attempts: AtomicU64,
+    /// Connections the upstream switched to another protocol (101), relayed since.
+    upgrades: AtomicU64,
     compactions: [AtomicU64; Trigger::ALL.len()],
     /// Requests whose completion cap was lowered to fit the window, by trigger.
     output_lowered: [AtomicU64; Trigger::ALL.len()],
@@ -53,6 +55,10 @@ impl Metrics {
 
     pub fn upstream_attempt(&self) {
         self.upstream_attempts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn upgrade(&self) {
+        self.upgrades.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn compaction(&self, trigger: Trigger) {
@@ -103,7 +109,9 @@ impl Metrics {
     }
 
     /// The Prometheus text; `cache` is the summary cache, when on.
-    pub fn render(&self, cache: Option<&Checkpoints>) -> String {
+    /// The counters as Prometheus text; `stale_retries` is the upstream client's count
+    /// (it lives in the client, which counts where it retries).
+    pub fn render(&self, cache: Option<&Checkpoints>, stale_retries: u64) -> String {
         let mut out = String::with_capacity(2048);
         counter(
             &mut out,
@@ -116,6 +124,18 @@ impl Metrics {
             "compaction_proxy_upstream_attempts_total",
             "Requests sent to the upstream, retries included.",
             self.upstream_attempts.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "compaction_proxy_upstream_stale_retries_total",
+            "Requests sent again on a new upstream connection after a reused one closed before answering.",
+            stale_retries,
+        );
+        counter(
+            &mut out,
+            "compaction_proxy_upgrades_total",
+            "Connections the upstream switched to another protocol (WebSocket), relayed byte for byte.",
+            self.upgrades.load(Ordering::Relaxed),
         );
         labelled(
             &mut out,
@@ -346,7 +366,7 @@ mod tests {
         metrics.summarizer_call(false);
         metrics.summarizer_rejected("echo");
         metrics.summarizer_skipped();
-        let text = metrics.render(None);
+        let text = metrics.render(None, 0);
         assert!(text.contains("compaction_proxy_summarizer_rejected_total{reason=\"echo\"} 1\n"));
         assert!(text.contains("compaction_proxy_summarizer_rejected_total{reason=\"short\"} 0\n"));
         assert!(text.contains("compaction_proxy_summarizer_skipped_total 1\n"));
@@ -369,7 +389,7 @@ mod tests {
         let metrics = Metrics::default();
         metrics.compaction_time(Duration::from_micros(300));
         metrics.compaction_time(Duration::from_millis(20));
-        let text = metrics.render(None);
+        let text = metrics.render(None, 0);
         assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.0001\"} 0\n"));
         assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.0005\"} 1\n"));
         assert!(text.contains("compaction_proxy_compaction_seconds_bucket{le=\"0.025\"} 2\n"));

@@ -8,15 +8,17 @@ use std::time::Instant;
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::{Body, Incoming};
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
+use crate::cause::Chain;
 use crate::checkpoint::cache::Health;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
 use crate::summarize::ClientFocus;
-use crate::{compaction_path, passthrough, upstream};
+use crate::{compaction_path, passthrough, upgrade, upstream};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -28,6 +30,8 @@ enum Route {
     /// lack it.
     RemoteCompaction,
     Passthrough,
+    /// A request to switch protocols (a WebSocket's handshake), relayed once switched.
+    Upgrade,
     /// `CONNECT`, refused: there is no upstream request it could become.
     Connect,
 }
@@ -38,17 +42,21 @@ impl Route {
         match (request.method(), path) {
             (&Method::GET, "/healthz") => Self::Health,
             (&Method::GET, "/metrics") => Self::Metrics,
-            (&Method::POST, p) if p.ends_with("/responses/compact") => Self::RemoteCompaction,
             (&Method::CONNECT, _) => Self::Connect,
+            _ if upgrade::asked(request) => Self::Upgrade,
+            (&Method::POST, p) if p.ends_with("/responses/compact") => Self::RemoteCompaction,
             (&Method::POST, p) => Dialect::of_path(p).map_or(Self::Passthrough, Self::Compact),
             _ => Self::Passthrough,
         }
     }
 }
 
+/// Answers one request; `slot` is its connection's place under `server.max_connections`,
+/// which a switched connection keeps for as long as it is relayed.
 pub async fn handle(
     app: Arc<App>,
     mut request: Request<Incoming>,
+    slot: Arc<OwnedSemaphorePermit>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let started = Instant::now();
     let id = app.next_request_id();
@@ -73,7 +81,7 @@ pub async fn handle(
             };
             // The id is a field of each line rather than a span: entering a span on every
             // poll of every request costs more than the log lines themselves.
-            dispatch(&app, route, request, id).await
+            dispatch(&app, route, request, id, slot).await
         }
     };
     tracing::info!(
@@ -108,20 +116,28 @@ async fn dispatch(
     route: Route,
     request: Request<Incoming>,
     id: u64,
+    slot: Arc<OwnedSemaphorePermit>,
 ) -> Response<ProxyBody> {
     match route {
         Route::Health => text(StatusCode::OK, "text/plain; charset=utf-8", health(app)),
         Route::Metrics => text(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            app.metrics.render(app.checkpoints.as_ref()),
+            app.metrics
+                .render(app.checkpoints.as_ref(), app.upstream.stale_retries()),
         ),
-        Route::Compact(_) | Route::RemoteCompaction | Route::Passthrough | Route::Connect => {
+        Route::Compact(_)
+        | Route::RemoteCompaction
+        | Route::Passthrough
+        | Route::Upgrade
+        | Route::Connect => {
             app.metrics.request();
-            forward(app, route, request, id).await.unwrap_or_else(|e| {
-                tracing::warn!(id, error = %e, "proxy error");
-                e.into_response()
-            })
+            forward(app, route, request, id, slot)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(id, error = %Chain(&e), "proxy error");
+                    e.into_response()
+                })
         }
     }
 }
@@ -160,6 +176,7 @@ async fn forward(
     route: Route,
     request: Request<Incoming>,
     id: u64,
+    slot: Arc<OwnedSemaphorePermit>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     app.auth.check(request.headers())?;
     let timeout = app.config.body_read_timeout();
@@ -182,6 +199,10 @@ async fn forward(
             }
         }
         Route::Connect => Err(ProxyError::Connect),
+        Route::Upgrade => {
+            let request = request.map(|body| ClientBody::new(body, timeout, None));
+            upgrade::forward(app, request, slot).await
+        }
         Route::Health | Route::Metrics | Route::Passthrough => {
             let request = request.map(|body| ClientBody::new(body, timeout, None));
             passthrough::forward(app, request).await
@@ -248,5 +269,15 @@ mod tests {
         }
         assert_eq!(route(Method::POST, "/healthz"), Route::Passthrough);
         assert_eq!(route(Method::CONNECT, "/v1/models"), Route::Connect);
+        // A WebSocket's handshake on any path, the compaction path's included.
+        for path in ["/v1/responses", "/v1/chat/completions", "/ws"] {
+            let request = Request::builder()
+                .uri(path)
+                .header("connection", "Upgrade")
+                .header("upgrade", "websocket")
+                .body(())
+                .unwrap();
+            assert_eq!(Route::of(&request), Route::Upgrade, "{path}");
+        }
     }
 }

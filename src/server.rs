@@ -1,20 +1,24 @@
 //! Listening: accept connections (at most `server.max_connections` at once), serve
 //! HTTP/1.1 on each, and on SIGINT/SIGTERM stop accepting and let in-flight requests
-//! finish (bounded by the grace period).
+//! finish (bounded by the grace period). A connection the upstream switched to another
+//! protocol (see `upgrade`) keeps its place under the cap while it is relayed, and is
+//! not waited for at shutdown: it has no request to finish.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper::service::service_fn;
+use hyper::service::{service_fn, HttpService};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::app::App;
+use crate::body::ProxyBody;
+use crate::cause::BoxError;
 use crate::router;
 
 /// Binds, prints the start-up line and serves until a shutdown signal.
@@ -58,7 +62,10 @@ pub async fn serve(
         // head: it is the keep-alive idle timeout, and it also drops a client that opens
         // a connection and never finishes its headers.
         .header_read_timeout(app.config.keep_alive_timeout());
-    let graceful = GracefulShutdown::new();
+    // Each connection holds a receiver until it ends; a send asks them to finish, and
+    // the sender sees the last one go. (hyper-util's `GracefulShutdown` does the same, but
+    // does not take a connection that can be upgraded.)
+    let (drain, draining) = watch::channel(());
     let slots = Arc::new(Semaphore::new(app.config.server.max_connections));
     let mut full = false;
     tokio::pin!(shutdown);
@@ -70,13 +77,12 @@ pub async fn serve(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let conn = builder.serve_connection(TokioIo::new(stream_nodelay(stream, peer)), service(&app));
-                    let conn = graceful.watch(conn);
-                    tokio::spawn(async move {
-                        // The slot is free again when the connection ends.
-                        let _slot = slot;
-                        conn.await
-                    });
+                    // The slot is free again when the connection ends, or its relay if it
+                    // is switched to another protocol.
+                    let slot = Arc::new(slot);
+                    let io = TokioIo::new(stream_nodelay(stream, peer));
+                    let conn = builder.serve_connection(io, service(&app, &slot)).with_upgrades();
+                    tokio::spawn(until_drained(conn, draining.clone()));
                 }
                 // Out of file descriptors and the like: pause instead of spinning.
                 Err(e) => {
@@ -89,8 +95,11 @@ pub async fn serve(
     }
     drop(listener);
     tracing::info!("shutting down: draining in-flight requests");
+    drop(draining);
+    // Every receiver is gone already when no connection is open.
+    let _ = drain.send(());
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = drain.closed() => tracing::info!("all connections closed"),
         () = tokio::time::sleep(grace) => tracing::warn!("grace period over; exiting with requests in flight"),
     }
 }
@@ -110,8 +119,28 @@ async fn connection_slot(slots: &Arc<Semaphore>, full: &mut bool) -> Option<Owne
     Arc::clone(slots).acquire_owned().await.ok()
 }
 
+/// Serves `conn` to its end; once `draining` changes, lets its request in flight finish
+/// and then closes it.
+async fn until_drained<S>(
+    conn: http1::UpgradeableConnection<TokioIo<TcpStream>, S>,
+    mut draining: watch::Receiver<()>,
+) where
+    S: HttpService<Incoming, ResBody = ProxyBody>,
+    S::Error: Into<BoxError>,
+{
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = draining.changed() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
 fn service(
     app: &Arc<App>,
+    slot: &Arc<OwnedSemaphorePermit>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = hyper::Response<crate::body::ProxyBody>,
@@ -119,7 +148,8 @@ fn service(
     Future = impl Future + Send,
 > + Clone {
     let app = Arc::clone(app);
-    service_fn(move |request| router::handle(Arc::clone(&app), request))
+    let slot = Arc::clone(slot);
+    service_fn(move |request| router::handle(Arc::clone(&app), request, Arc::clone(&slot)))
 }
 
 /// Small SSE events must leave as soon as they are written, not wait for Nagle.

@@ -106,6 +106,11 @@ async fn a_reused_connection_the_upstream_closes_unanswered_is_retried_on_a_new_
         assert_eq!(pair[0], pair[1]);
     }
     assert_eq!(upstream.connections(), requests.len());
+    let metrics = support::metrics(&proxy).await;
+    assert!(
+        metrics.contains("compaction_proxy_upstream_stale_retries_total 4\n"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -124,7 +124,7 @@ async fn hold_stream_head(
                 }
                 false
             }
-            Some(Err(e)) => return Err(ProxyError::UpstreamUnreachable(e.to_string())),
+            Some(Err(e)) => return Err(ProxyError::UpstreamUnreachable(e)),
         };
         match classify::inspect_stream_head(&buf, eof) {
             StreamHead::NeedMore if !eof => continue,
@@ -158,7 +158,7 @@ pub(super) async fn read_to_end(
                     .extend_from_slice(&data),
                 Err(_) => {}
             },
-            Some(Err(e)) => return Err(ProxyError::UpstreamUnreachable(e.to_string())),
+            Some(Err(e)) => return Err(ProxyError::UpstreamUnreachable(e)),
         }
     };
     Ok((joined.map_or(read, BytesMut::freeze), complete))
@@ -179,7 +179,7 @@ mod tests {
     fn frames(parts: &[&'static [u8]]) -> ProxyBody {
         let frames = parts
             .iter()
-            .map(|p| Ok::<_, crate::error::BoxError>(Frame::data(Bytes::from_static(p))))
+            .map(|p| Ok::<_, crate::cause::BoxError>(Frame::data(Bytes::from_static(p))))
             .collect::<Vec<_>>();
         StreamBody::new(stream::iter(frames)).boxed_unsync()
     }

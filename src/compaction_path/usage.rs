@@ -21,7 +21,7 @@ use memchr::memmem::Finder;
 
 use crate::app::App;
 use crate::body::ProxyBody;
-use crate::error::BoxError;
+use crate::cause::BoxError;
 use crate::windows::Count;
 
 /// The keys of the prompt's count, in the parts [`Seen`] keeps: the count, then the two

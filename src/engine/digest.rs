@@ -31,7 +31,7 @@ use super::calls::{describe, result_info, CallInfo};
 use super::errors::error_line;
 use super::media::{PLACEHOLDER_END, PLACEHOLDER_START};
 use super::message::{call_id, clip, keep_ends, one_line, Message, Role};
-use super::prune::{DUPLICATE_PREFIX, PRUNED_PREFIX};
+use super::placeholders::{DUPLICATE_PREFIX, PRUNED_PREFIX};
 use super::roles::OPENING;
 use super::sanitize::STUB;
 use super::scan;

@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 use aho_corasick::{AhoCorasick, MatchKind};
 
 use super::message::one_line;
-use super::prune::{PRUNED_ERROR, PRUNED_PREFIX};
+use super::placeholders::{PRUNED_ERROR, PRUNED_PREFIX};
 
 /// Longest error line kept.
 const MAX_LINE: usize = 300;

@@ -29,6 +29,7 @@ mod escalate;
 mod media;
 mod merge;
 pub mod message;
+mod placeholders;
 mod pretoken;
 mod prune;
 mod regions;

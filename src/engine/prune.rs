@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::calls::{index_calls, result_info, CallInfo};
 use super::errors::error_line;
 use super::message::{clip, Message, Role};
+use super::placeholders::{DUPLICATE_PREFIX, PRUNED_ERROR, PRUNED_PREFIX};
 use super::summary::has_marker;
 use super::tokens::Counter;
 use super::Options;
@@ -238,13 +239,6 @@ fn later_copies(messages: &[Message], min_chars: usize) -> HashMap<usize, usize>
     }
     copies
 }
-
-/// How a pruned tool output starts, and how it introduces the error it carries. The
-/// wording stays as it is: clients send these lines back in later requests.
-pub const PRUNED_PREFIX: &str = "[output of ";
-pub const PRUNED_ERROR: &str = "; first error: ";
-/// How an output replaced by a pointer to its later copy starts.
-pub const DUPLICATE_PREFIX: &str = "[duplicate output of ";
 
 /// One line that keeps what a later turn may need from an output: which call, how big,
 /// and the line that says what failed, if anything did.

@@ -15,7 +15,6 @@ use std::hash::{BuildHasherDefault, Hasher};
 use bpe_openai::Tokenizer;
 use serde_json::{Map, Value};
 
-use super::message::part_type;
 use super::pretoken::{split_ascii, Pattern};
 
 /// Every message costs this much beyond its fields.
@@ -224,7 +223,7 @@ impl Counter {
     }
 
     fn part<'a>(&self, part: &'a Value, t: &mut TextCount<'_, 'a>) -> usize {
-        match part_type(part) {
+        match part.get("type").and_then(Value::as_str).unwrap_or("") {
             "text" | "input_text" | "output_text" => {
                 part.get("text").map_or(0, |v| self.json_text(v, t))
             }

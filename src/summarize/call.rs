@@ -22,11 +22,12 @@ use super::{
     ClientFocus, Expect, Room, SummaryRequest,
 };
 use crate::body;
+use crate::cause::{BoxError, Chain};
 use crate::classify::{self, Kind};
 use crate::config::Config;
 use crate::dialect::{messages, responses, Dialect};
 use crate::engine::{Counter, Message, Options, Plan, Summary, SummarySource};
-use crate::error::{BoxError, ProxyError};
+use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::units::{Window, DEFAULT_WINDOW};
 use crate::upstream::{Upstream, UpstreamInitError};
@@ -193,7 +194,7 @@ impl Summarizer {
                         _ => tracing::warn!(
                             id = call.id,
                             model,
-                            error = %failure,
+                            error = %Chain(&failure),
                             "summariser failed; falling back"
                         ),
                     }

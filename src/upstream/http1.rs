@@ -3,8 +3,9 @@
 //! `pool` feeds these functions what it reads and writes what they make.
 //!
 //! Answers are framed as hyper's client frames them (`tests/wire.rs` holds
-//! the two side by side), except that a transfer coding other than `chunked` and an
-//! upgrade (101) are refused rather than relayed.
+//! the two side by side), except that a transfer coding other than `chunked` is refused
+//! rather than relayed. A switch of protocols (101) is the answer only to a request that
+//! asked for one; to any other it is an error, as in hyper.
 
 use std::mem::MaybeUninit;
 
@@ -31,7 +32,7 @@ pub enum WireError {
     Header(String),
     #[error("the upstream sent an invalid Content-Length")]
     ContentLength,
-    #[error("the upstream switched protocols, which the proxy does not relay")]
+    #[error("the upstream switched protocols on a request that asked for no upgrade")]
     Upgrade,
     #[error("the upstream used a transfer coding the proxy does not relay: {0}")]
     TransferCoding(String),
@@ -124,6 +125,24 @@ pub enum Framing {
 /// Parses a response head from the front of `buf` and removes it. `Ok(None)` when more
 /// bytes are needed. Interim 1xx responses are skipped.
 pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<ResponseHead>, WireError> {
+    parse(buf, method, false)
+}
+
+/// As [`parse_head`], for a request that asked to switch protocols (`Upgrade`): a 101 is
+/// then its answer, with no body, after which the connection carries the new protocol
+/// (what follows the head in `buf` is its first bytes).
+pub fn parse_upgrade_head(
+    buf: &mut BytesMut,
+    method: &Method,
+) -> Result<Option<ResponseHead>, WireError> {
+    parse(buf, method, true)
+}
+
+fn parse(
+    buf: &mut BytesMut,
+    method: &Method,
+    upgrade_asked: bool,
+) -> Result<Option<ResponseHead>, WireError> {
     loop {
         // Left uninitialised: zeroing room for every header the parser might meet costs
         // more than parsing a typical head.
@@ -146,10 +165,11 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Response
         let code = response.code.unwrap_or_default();
         let status =
             StatusCode::from_u16(code).map_err(|_| WireError::Head(httparse::Error::Status))?;
-        if status == StatusCode::SWITCHING_PROTOCOLS {
+        let switched = status == StatusCode::SWITCHING_PROTOCOLS;
+        if switched && !upgrade_asked {
             return Err(WireError::Upgrade);
         }
-        if status.is_informational() {
+        if status.is_informational() && !switched {
             buf.advance(len);
             continue;
         }
@@ -174,14 +194,18 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Response
                 .map_err(|_| WireError::Header(name.to_string()))?;
             headers.append(name, value);
         }
-        let framing = framing(method, status, version, &headers)?;
+        let framing = match switched {
+            true => Framing::Empty,
+            false => framing(method, status, version, &headers)?,
+        };
         // RFC 9112 section 6.3: beside Transfer-Encoding, Content-Length is wrong and an
         // intermediary must remove it. hyper frames the client's response by the
         // Content-Length it is given, so relaying it would cut the decoded body short.
         if headers.contains_key(header::TRANSFER_ENCODING) {
             headers.remove(header::CONTENT_LENGTH);
         }
-        let keep_alive = framing != Framing::UntilClose && keeps_alive(version, &headers);
+        let keep_alive =
+            !switched && framing != Framing::UntilClose && keeps_alive(version, &headers);
         return Ok(Some(ResponseHead {
             status,
             version,
@@ -613,6 +637,27 @@ mod tests {
             "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n"
         ));
         assert!(!alive("HTTP/1.1 200 OK\r\n\r\n"));
+    }
+
+    #[test]
+    fn a_switch_is_the_answer_only_to_a_request_that_asked_for_one() {
+        let raw: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 101 Switching Protocols\r\n\
+                           upgrade: websocket\r\nconnection: Upgrade\r\n\r\n\x81\x02hi";
+        let mut buf = BytesMut::from(raw);
+        let head = parse_upgrade_head(&mut buf, &Method::GET).unwrap().unwrap();
+        assert_eq!(head.status, StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(head.headers["upgrade"], "websocket");
+        assert!(!head.keep_alive);
+        assert_eq!(
+            &buf[..],
+            b"\x81\x02hi",
+            "the new protocol's bytes stay unread"
+        );
+        // Refused: the ordinary answer, framed as any other.
+        let raw: &[u8] = b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 2\r\n\r\nno";
+        let mut buf = BytesMut::from(raw);
+        let head = parse_upgrade_head(&mut buf, &Method::GET).unwrap().unwrap();
+        assert_eq!(head.framing, Framing::Length(2));
     }
 
     #[test]

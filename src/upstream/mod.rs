@@ -1,6 +1,8 @@
 //! Sending a request to the upstream: where it goes (the path-join rule), which headers
-//! travel, the connection pool, and the timeouts suited to LLM traffic.
+//! travel, the connection pool, and the timeouts suited to LLM traffic; and a request to
+//! switch protocols, whose connection, once switched, is handed to the caller.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,21 +13,24 @@ use http::uri::{Authority, Scheme};
 use http::{Method, Response, Uri};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::time::Sleep;
 
 use crate::auth;
 use crate::body::{IdleTimeout, ProxyBody, Replay};
 use crate::config::Config;
-use crate::error::{error_chain, ProxyError};
+use crate::error::ProxyError;
 
-mod path;
+// Public for the proxy's error, which keeps a refused path as its cause.
+pub mod path;
 mod pool;
 // Public for the framing tests in `tests/`, which compare it with hyper's client.
 pub mod http1;
 
-pub use path::{normalise as normalise_path, PathError};
+pub use path::normalise as normalise_path;
 
 use http1::RequestFraming;
-use pool::{Pool, SendError};
+pub use pool::Tunnel;
+use pool::{Answer, Pool, PooledBody, SendError};
 
 /// Hop-by-hop headers (RFC 9110 section 7.6.1) plus `expect`: they describe one
 /// connection, not the message, so they never cross the proxy. `host` is set anew for
@@ -177,23 +182,59 @@ impl Upstream {
         body: ProxyBody,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let length = http_body::Body::size_hint(&body).exact();
-        let (head, framing) = self.head(&method, uri, headers, length);
+        let (head, framing) = self.head(&method, uri, headers, length, false);
         let mut timer = Box::pin(tokio::time::sleep(self.idle));
         let response = tokio::select! {
             response = self.pool.send(&method, head, framing, body) => response,
             () = timer.as_mut() => return Err(ProxyError::UpstreamTimeout(self.idle)),
         };
-        let response = response.map_err(|e| match e {
-            SendError::Client(e) => ProxyError::client_body(e),
-            SendError::Upstream(e) => ProxyError::UpstreamUnreachable(error_chain(&*e)),
-        })?;
+        self.streaming(response.map_err(sent)?, timer)
+    }
+
+    /// Sends a request that asks to switch protocols (a WebSocket's handshake) with its
+    /// `Upgrade` header and `Connection: upgrade`. A 101 comes back with the connection it
+    /// switched, for the caller to relay; any other answer is the client's, as `send`
+    /// returns it.
+    pub async fn upgrade(
+        &self,
+        method: Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: ProxyBody,
+    ) -> Result<Upgrade, ProxyError> {
+        let length = http_body::Body::size_hint(&body).exact();
+        let (head, framing) = self.head(&method, uri, headers, length, true);
+        let mut timer = Box::pin(tokio::time::sleep(self.idle));
+        let answer = tokio::select! {
+            answer = self.pool.upgrade(&method, head, framing, body) => answer,
+            () = timer.as_mut() => return Err(ProxyError::UpstreamTimeout(self.idle)),
+        };
+        match answer.map_err(sent)? {
+            Answer::Other(response) => self.streaming(response, timer).map(Upgrade::Refused),
+            Answer::Switched(head, tunnel) => {
+                let mut response = Response::new(());
+                *response.status_mut() = head.status;
+                *response.headers_mut() = head.headers;
+                strip_hop_by_hop_but_upgrade(response.headers_mut());
+                Ok(Upgrade::Switched(response, tunnel))
+            }
+        }
+    }
+
+    /// An answer for the client: its connection's headers dropped, its body streaming
+    /// under the idle timeout, with `timer` (which guarded the wait for its head) reused.
+    fn streaming(
+        &self,
+        response: Response<PooledBody>,
+        timer: Pin<Box<Sleep>>,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
         let (mut parts, mut body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         // A body that fails at its very start would reach the client as an empty reply:
         // hyper drops the connection before it has flushed the head. When the failure is
         // in what came with the head, the client gets a 502 like any failed answer.
         let first = match body.frame().now_or_never() {
-            Some(Some(Err(e))) => return Err(ProxyError::UpstreamUnreachable(error_chain(&*e))),
+            Some(Some(Err(e))) => return Err(ProxyError::UpstreamUnreachable(e)),
             // The pool's bodies carry data frames only.
             Some(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
             Some(None) | None => Bytes::new(),
@@ -203,6 +244,18 @@ impl Upstream {
         Ok(Response::from_parts(parts, body))
     }
 
+    /// Requests sent again on a new connection because the reused one was closed under
+    /// them before any answer.
+    pub fn stale_retries(&self) -> u64 {
+        self.pool.stale_retries()
+    }
+
+    /// How long a switched connection may stay silent both ways: the idle timeout of any
+    /// other exchange with this upstream.
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle
+    }
+
     /// The request head for the upstream, written straight from the client's: the joined
     /// path (origin-form: the connection knows scheme and host), the client's headers in
     /// their order less those that describe its connection to us, then `Host`. A body
@@ -210,13 +263,17 @@ impl Upstream {
     /// and the client's would lie), in the place of the client's if it sent one; so does
     /// an injected key, in the place of the client's first credential header. With a key
     /// injected, every credential header of the client's is dropped: in sidecar mode they
-    /// carry this proxy's client keys, which the upstream must never see.
+    /// carry this proxy's client keys, which the upstream must never see. With `upgrade`,
+    /// the client's `Upgrade` header goes too, and `Connection: upgrade` after `Host`: the
+    /// one hop-by-hop request the proxy passes on, as the handshake is the upstream's to
+    /// answer.
     fn head(
         &self,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         length: Option<u64>,
+        upgrade: bool,
     ) -> (Vec<u8>, RequestFraming) {
         let mut head = Vec::with_capacity(256 + 64 * headers.len());
         let (path, query) = target(&self.prefix, uri);
@@ -232,7 +289,8 @@ impl Upstream {
         let mut key_written = false;
         let named = connection_named(headers);
         for (name, value) in headers {
-            if name == header::HOST || is_hop_by_hop(name, &named) {
+            let passed = upgrade && name == header::UPGRADE;
+            if name == header::HOST || (is_hop_by_hop(name, &named) && !passed) {
                 continue;
             }
             if name == header::CONTENT_LENGTH {
@@ -255,6 +313,9 @@ impl Upstream {
             http1::header(&mut head, name.as_str(), value.as_bytes());
         }
         http1::header(&mut head, header::HOST.as_str(), self.host.as_bytes());
+        if upgrade {
+            http1::header(&mut head, header::CONNECTION.as_str(), b"upgrade");
+        }
         if let (Some(len), false) = (content_length, length_written) {
             http1::content_length(&mut head, len);
         }
@@ -307,6 +368,35 @@ fn target<'a>(base: &str, uri: &'a Uri) -> (&'a str, Option<&'a str>) {
         _ => path,
     };
     (path, uri.query())
+}
+
+/// What the upstream answered a request to switch protocols.
+pub enum Upgrade {
+    /// 101: the head for the client (its `Upgrade` and `Connection` kept, as the client's
+    /// handshake needs them), and the upstream connection, which now carries the new
+    /// protocol.
+    Switched(Response<()>, Tunnel),
+    /// Any other answer: the client's as it is.
+    Refused(Response<ProxyBody>),
+}
+
+/// The proxy's failure to get an answer, by whose fault.
+fn sent(error: SendError) -> ProxyError {
+    match error {
+        SendError::Client(e) => ProxyError::client_body(e),
+        SendError::Upstream(e) => ProxyError::UpstreamUnreachable(e),
+    }
+}
+
+/// Removes the hop-by-hop headers of a 101 but `Upgrade`, and says `Connection: upgrade`
+/// whatever else the upstream's `Connection` named.
+fn strip_hop_by_hop_but_upgrade(headers: &mut HeaderMap) {
+    let upgrade = headers.remove(header::UPGRADE);
+    strip_hop_by_hop(headers);
+    if let Some(upgrade) = upgrade {
+        headers.insert(header::UPGRADE, upgrade);
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
 }
 
 /// Removes hop-by-hop headers, including any named in `Connection`.
@@ -379,7 +469,7 @@ mod tests {
     /// The head `upstream` writes for `headers`, as text.
     fn head_of(upstream: &Upstream, headers: &HeaderMap, length: Option<u64>) -> String {
         let uri = "/v1/chat/completions?x=1".parse().unwrap();
-        let (mut head, framing) = upstream.head(&Method::POST, &uri, headers, length);
+        let (mut head, framing) = upstream.head(&Method::POST, &uri, headers, length, false);
         http1::end_head(&mut head, framing);
         String::from_utf8(head).unwrap()
     }
@@ -415,6 +505,27 @@ mod tests {
             head_of(&upstream(None), &headers, None),
             "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\nauthorization: Bearer k\r\nx-session-id: s1\r\n\
              host: up:8000\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn an_upgrade_keeps_its_upgrade_header_and_says_connection_upgrade() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
+        headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert("sec-websocket-key", HeaderValue::from_static("k=="));
+        headers.insert("sec-websocket-version", HeaderValue::from_static("13"));
+        let uri = "/v1/responses".parse().unwrap();
+        let (mut head, framing) = upstream(None).head(&Method::GET, &uri, &headers, Some(0), true);
+        http1::end_head(&mut head, framing);
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "GET /api/v1/responses HTTP/1.1\r\nupgrade: websocket\r\nsec-websocket-key: k==\r\n\
+             sec-websocket-version: 13\r\nhost: up:8000\r\nconnection: upgrade\r\n\r\n"
         );
     }
 
@@ -475,15 +586,20 @@ mod tests {
         headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
         let uri: Uri = "/v1/messages?beta=true".parse().unwrap();
         let (head, _) =
-            upstream(Some("Bearer injected")).head(&Method::POST, &uri, &headers, Some(2));
+            upstream(Some("Bearer injected")).head(&Method::POST, &uri, &headers, Some(2), false);
         assert_eq!(
             String::from_utf8(head).unwrap(),
             "POST /api/v1/messages?beta=true HTTP/1.1\r\nx-api-key: injected\r\n\
              anthropic-version: 2023-06-01\r\nhost: up:8000\r\ncontent-length: 2\r\n"
         );
         let uri: Uri = "/v1/messages/count_tokens".parse().unwrap();
-        let (head, _) =
-            upstream(Some("Bearer injected")).head(&Method::POST, &uri, &HeaderMap::new(), Some(2));
+        let (head, _) = upstream(Some("Bearer injected")).head(
+            &Method::POST,
+            &uri,
+            &HeaderMap::new(),
+            Some(2),
+            false,
+        );
         assert!(String::from_utf8(head)
             .unwrap()
             .contains("\r\nx-api-key: injected\r\n"));

@@ -1,6 +1,6 @@
 //! Keep-alive connections to one upstream, and HTTP/1.1 exchanges on them.
 //!
-//! The proxy speaks HTTP/1.1 to the upstream itself (the bytes are in [`super::wire`])
+//! The proxy speaks HTTP/1.1 to the upstream itself (the bytes are in [`super::http1`])
 //! rather than through hyper's client, whose connection runs as a task of its own and
 //! talks to each request through channels. Here the request's own task writes the
 //! request, reads the response head, and then, from inside the response body the server
@@ -22,23 +22,24 @@
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{Method, Response, Uri};
+use http::{Method, Response, StatusCode, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWrite;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tower_service::Service;
 
 use super::http1::{self, BodyDecoder, Decoded, RequestFraming, ResponseHead};
 use crate::body::{ProxyBody, Replay};
-use crate::error::BoxError;
+use crate::cause::{BoxError, Chain};
 
 /// Idle connections kept at most; more are closed when they fall idle. Well above the
 /// concurrency one proxy sees from its clients, so a busy proxy does not re-dial.
@@ -61,19 +62,82 @@ pub struct Pool {
     /// have closed it already (uvicorn and Node close after 5 s), and a request sent on
     /// a connection as it closes fails.
     idle_timeout: Duration,
+    /// Requests sent again on a new connection after a reused one failed before
+    /// answering: how often the upstream closes idle connections under the proxy.
+    stale_retries: AtomicU64,
 }
 
 /// Why an exchange failed before the response head.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// The client's request body failed (cut off, malformed) before the upstream answered.
-    #[error("{0}")]
-    Client(BoxError),
+    #[error("the client's request body failed")]
+    Client(#[source] BoxError),
     /// The upstream could not be reached, closed the connection, or sent something other
     /// than an HTTP/1.1 answer.
-    #[error("{0}")]
-    Upstream(BoxError),
+    #[error("the upstream failed before answering")]
+    Upstream(#[source] BoxError),
 }
+
+/// The upstream switched protocols before it had the whole request.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream switched protocols before the request body was sent")]
+struct SwitchedEarly;
+
+/// What the upstream answered a request to switch protocols.
+pub enum Answer {
+    /// 101: its head, and the connection, which now carries the new protocol.
+    Switched(ResponseHead, Tunnel),
+    /// Any other answer, with its body to read as usual.
+    Other(Response<PooledBody>),
+}
+
+/// A connection the upstream switched to another protocol (a WebSocket's), taken out of
+/// the pool for good: bytes both ways, the first read being those that came behind the
+/// 101's head.
+pub struct Tunnel {
+    conn: Box<Conn>,
+}
+
+impl AsyncRead for Tunnel {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let conn = &mut *self.conn;
+        if conn.buf.is_empty() {
+            return Pin::new(&mut conn.io).poll_read(cx, out);
+        }
+        let n = conn.buf.len().min(out.remaining());
+        out.put_slice(&conn.buf.split_to(n));
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Tunnel {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.conn.io).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.conn.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.conn.io).poll_shutdown(cx)
+    }
+}
+
+/// The upstream closed the connection without a byte of an answer (and writing the
+/// request did not fail, or that error would be the cause).
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream closed the connection before answering")]
+struct ClosedBeforeAnswer;
 
 struct Idle {
     conn: Box<Conn>,
@@ -115,6 +179,7 @@ impl Pool {
             origin,
             idle: Mutex::new(Vec::new()),
             idle_timeout,
+            stale_retries: AtomicU64::new(0),
         })
     }
 
@@ -125,23 +190,64 @@ impl Pool {
     pub async fn send(
         self: &Arc<Self>,
         method: &Method,
-        mut head: Vec<u8>,
+        head: Vec<u8>,
         framing: RequestFraming,
         body: ProxyBody,
     ) -> Result<Response<PooledBody>, SendError> {
+        let (exchange, head) = self.exchange(method, head, framing, body, false).await?;
+        Ok(self.response(exchange, head))
+    }
+
+    /// Sends a request that asks to switch protocols (its head carries `Upgrade` and
+    /// `Connection: upgrade`). On a 101 the connection leaves the pool for good, as the
+    /// [`Tunnel`] the new protocol runs over; any other answer is an ordinary response.
+    pub async fn upgrade(
+        self: &Arc<Self>,
+        method: &Method,
+        head: Vec<u8>,
+        framing: RequestFraming,
+        body: ProxyBody,
+    ) -> Result<Answer, SendError> {
+        let (exchange, head) = self.exchange(method, head, framing, body, true).await?;
+        if head.status != StatusCode::SWITCHING_PROTOCOLS {
+            return Ok(Answer::Other(self.response(exchange, head)));
+        }
+        // The rest of the request body would go out as the new protocol's bytes.
+        if exchange.sending {
+            return Err(SendError::Upstream(SwitchedEarly.into()));
+        }
+        Ok(Answer::Switched(
+            head,
+            Tunnel {
+                conn: exchange.conn,
+            },
+        ))
+    }
+
+    /// Writes the request on an idle connection, else on a new one, and reads the
+    /// response head.
+    async fn exchange(
+        self: &Arc<Self>,
+        method: &Method,
+        mut head: Vec<u8>,
+        framing: RequestFraming,
+        body: ProxyBody,
+        upgrade: bool,
+    ) -> Result<(Exchange, ResponseHead), SendError> {
         http1::end_head(&mut head, framing);
         let chunked = framing == RequestFraming::Chunked;
         let Some(conn) = self.checkout().await else {
             let conn = self.connect().await?;
-            let mut exchange = Exchange::new(conn, Writer::new(head, body, chunked, false));
+            let writer = Writer::new(head, body, chunked, false);
+            let mut exchange = Exchange::new(conn, writer, upgrade);
             let head = poll_fn(|cx| exchange.poll_head(cx, method)).await?;
-            return Ok(self.response(exchange, head));
+            return Ok((exchange, head));
         };
         // Kept only for a reused connection, the one kind that is retried.
         let again = head.clone();
-        let mut exchange = Exchange::new(conn, Writer::new(head, body, chunked, true));
+        let mut exchange = Exchange::new(conn, Writer::new(head, body, chunked, true), upgrade);
         let failed = match poll_fn(|cx| exchange.poll_head(cx, method)).await {
-            Ok(head) => return Ok(self.response(exchange, head)),
+            Ok(head) => return Ok((exchange, head)),
             Err(e) => e,
         };
         let replay = match (&failed, exchange.answered) {
@@ -151,11 +257,13 @@ impl Pool {
         let Some(body) = replay else {
             return Err(failed);
         };
-        tracing::debug!(error = %failed, "reused upstream connection failed before answering; retrying on a new one");
+        tracing::debug!(error = %Chain(&failed), "reused upstream connection failed before answering; retrying on a new one");
+        self.stale_retries.fetch_add(1, Ordering::Relaxed);
         let conn = self.connect().await?;
-        let mut exchange = Exchange::new(conn, Writer::new(again, body, chunked, false));
+        let writer = Writer::new(again, body, chunked, false);
+        let mut exchange = Exchange::new(conn, writer, upgrade);
         let head = poll_fn(|cx| exchange.poll_head(cx, method)).await?;
-        Ok(self.response(exchange, head))
+        Ok((exchange, head))
     }
 
     /// The response whose head has arrived, its body still to read from the exchange.
@@ -226,6 +334,10 @@ impl Pool {
         }
     }
 
+    pub fn stale_retries(&self) -> u64 {
+        self.stale_retries.load(Ordering::Relaxed)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Vec<Idle>> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -249,10 +361,12 @@ struct Exchange {
     /// Whether any byte has come back: past that, the request was heard and is not sent
     /// again.
     answered: bool,
+    /// Whether the request asked to switch protocols, which makes a 101 its answer.
+    upgrade: bool,
 }
 
 impl Exchange {
-    fn new(conn: Box<Conn>, writer: Writer) -> Self {
+    fn new(conn: Box<Conn>, writer: Writer, upgrade: bool) -> Self {
         Self {
             conn,
             writer,
@@ -260,6 +374,7 @@ impl Exchange {
             keep_alive: true,
             write_error: None,
             answered: false,
+            upgrade,
         }
     }
 
@@ -286,16 +401,19 @@ impl Exchange {
                     }
                 }
             }
-            let parsed = http1::parse_head(&mut self.conn.buf, method);
+            let parsed = match self.upgrade {
+                true => http1::parse_upgrade_head(&mut self.conn.buf, method),
+                false => http1::parse_head(&mut self.conn.buf, method),
+            };
             if let Some(head) = parsed.map_err(|e| SendError::Upstream(e.into()))? {
                 return Poll::Ready(Ok(head));
             }
             // Without an answer, a failed write is the error to report.
             let error: BoxError = match ready!(self.conn.poll_fill(cx)) {
-                Ok(0) => self.write_error.take().map_or_else(
-                    || "the upstream closed the connection before answering".into(),
-                    Into::into,
-                ),
+                Ok(0) => self
+                    .write_error
+                    .take()
+                    .map_or_else(|| ClosedBeforeAnswer.into(), Into::into),
                 Ok(_) => {
                     self.answered = true;
                     continue;
@@ -865,6 +983,49 @@ mod tests {
         *request.uri_mut() = "/close".parse().unwrap();
         let body = send(&pool, request).await.unwrap().into_body();
         assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
+        assert_eq!(pool.idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_switched_connection_leaves_the_pool_as_a_tunnel_bytes_it_sent_first() {
+        // The upstream switches and sends its first bytes in the same packet as the 101,
+        // then echoes.
+        let origin = scripted(|mut stream| async move {
+            let mut head = Vec::new();
+            read_until(&mut stream, &mut head, b"\r\n\r\n").await;
+            let switch = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\nearly";
+            stream.write_all(switch).await.unwrap();
+            let mut buf = [0; 64];
+            while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                stream.write_all(&buf[..n]).await.unwrap();
+            }
+        })
+        .await;
+        let pool = pool(origin.clone());
+        let mut head = Vec::new();
+        http1::request_line(&mut head, &Method::GET, &["/ws"]);
+        http1::header(&mut head, "upgrade", b"x");
+        http1::header(&mut head, "connection", b"upgrade");
+        let answer = pool
+            .upgrade(
+                &Method::GET,
+                head,
+                RequestFraming::AsIs,
+                crate::body::empty(),
+            )
+            .await
+            .unwrap();
+        let Answer::Switched(head, mut tunnel) = answer else {
+            panic!("not switched");
+        };
+        assert_eq!(head.status, StatusCode::SWITCHING_PROTOCOLS);
+        let mut early = [0; 5];
+        tunnel.read_exact(&mut early).await.unwrap();
+        assert_eq!(&early, b"early");
+        tunnel.write_all(b"echo me").await.unwrap();
+        let mut echoed = [0; 7];
+        tunnel.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"echo me");
         assert_eq!(pool.idle_count(), 0);
     }
 

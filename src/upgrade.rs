@@ -1,0 +1,256 @@
+//! Protocol upgrades (a WebSocket's handshake, on any route): the request goes to the
+//! upstream with its `Upgrade` header; a 101 goes back to the client, and from then on
+//! the two connections are relayed byte for byte both ways, unread, until both sides
+//! have closed or neither has sent a byte for the upstream idle timeout. Any other
+//! answer (a refusal) is the client's as the upstream sent it.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{header, Request, Response, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use crate::app::App;
+use crate::body::{self, ProxyBody};
+use crate::error::ProxyError;
+use crate::limits::ClientBody;
+use crate::upstream::Upgrade;
+
+/// Whether `request` asks to switch protocols: HTTP/1.1 (the only version with
+/// upgrades), an `Upgrade` header, and `upgrade` among the `Connection` options.
+pub fn asked<B>(request: &Request<B>) -> bool {
+    let headers = request.headers();
+    request.version() == Version::HTTP_11
+        && headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+            .any(|option| option.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+}
+
+/// Sends the handshake upstream and answers the client with what came back. On a 101,
+/// the relay runs on a task of its own, holding the client connection's `slot` of
+/// `server.max_connections` until it ends: a switched connection counts as any other.
+pub async fn forward(
+    app: &App,
+    mut request: Request<ClientBody<Incoming>>,
+    slot: Arc<OwnedSemaphorePermit>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let client = hyper::upgrade::on(&mut request);
+    let (parts, body) = request.into_parts();
+    let body = body.map_err(Into::into).boxed_unsync();
+    app.metrics.upstream_attempt();
+    let answer = app
+        .upstream
+        .upgrade(parts.method, &parts.uri, &parts.headers, body)
+        .await?;
+    let (head, tunnel) = match answer {
+        Upgrade::Refused(response) => return Ok(response),
+        Upgrade::Switched(head, tunnel) => (head, tunnel),
+    };
+    app.metrics.upgrade();
+    let idle = app.upstream.idle_timeout();
+    tokio::spawn(async move {
+        let _slot = slot;
+        // Resolves once hyper has written the 101 and handed over the client's connection.
+        let client = match client.await {
+            Ok(client) => TokioIo::new(client),
+            Err(e) => {
+                tracing::debug!(error = %e, "the client's connection was not handed over after 101");
+                return;
+            }
+        };
+        match relay(client, tunnel, idle).await {
+            Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
+            Err(e) => tracing::debug!(error = %e, "upgraded connection ended"),
+        }
+    });
+    Ok(head.map(|()| body::empty()))
+}
+
+/// Why a relay ended other than by both sides closing.
+#[derive(Debug, thiserror::Error)]
+enum RelayError {
+    #[error("no byte either way for {} s", .0.as_secs_f64())]
+    Idle(Duration),
+    #[error("a connection failed")]
+    Io(#[source] io::Error),
+}
+
+/// Copies bytes both ways until both sides have closed (each close is passed on as a
+/// shutdown of the other side's writing) or neither sends anything for `idle`. Returns
+/// the bytes sent upstream and down.
+async fn relay<C, U>(client: C, upstream: U, idle: Duration) -> Result<(u64, u64), RelayError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let activity = Activity::new();
+    let mut client = Watched {
+        io: client,
+        activity: &activity,
+    };
+    let mut upstream = Watched {
+        io: upstream,
+        activity: &activity,
+    };
+    tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+            copied.map_err(RelayError::Io)
+        }
+        () = activity.silent_for(idle) => Err(RelayError::Idle(idle)),
+    }
+}
+
+/// When either side last sent a byte, as milliseconds since the relay began. A read only
+/// stores the time; the one timer moves only when it fires early, as in the body's
+/// idle timeout, so busy relays do not touch tokio's timer wheel per read.
+struct Activity {
+    began: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            began: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.began.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Completes once nothing has been read for `idle`.
+    async fn silent_for(&self, idle: Duration) {
+        loop {
+            let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+            let deadline = self.began + last + idle;
+            if deadline <= Instant::now() {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// One side of a relay, noting each read that brought bytes.
+struct Watched<'a, T> {
+    io: T,
+    activity: &'a Activity,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<'_, T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        read
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<'_, T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn request(version: Version, connection: &str, upgrade: Option<&str>) -> Request<()> {
+        let mut builder = Request::builder()
+            .version(version)
+            .header(header::CONNECTION, connection);
+        if let Some(upgrade) = upgrade {
+            builder = builder.header(header::UPGRADE, upgrade);
+        }
+        builder.body(()).unwrap()
+    }
+
+    #[test]
+    fn an_upgrade_is_asked_with_both_headers_on_http_1_1() {
+        assert!(asked(&request(
+            Version::HTTP_11,
+            "keep-alive, Upgrade",
+            Some("websocket")
+        )));
+        assert!(!asked(&request(
+            Version::HTTP_11,
+            "keep-alive",
+            Some("websocket")
+        )));
+        assert!(!asked(&request(Version::HTTP_11, "upgrade", None)));
+        assert!(!asked(&request(
+            Version::HTTP_10,
+            "upgrade",
+            Some("websocket")
+        )));
+    }
+
+    #[tokio::test]
+    async fn bytes_pass_both_ways_and_each_close_is_passed_on() {
+        let (client, mut client_end) = tokio::io::duplex(64);
+        let (upstream, mut upstream_end) = tokio::io::duplex(64);
+        let relay = tokio::spawn(relay(client, upstream, Duration::from_secs(5)));
+        client_end.write_all(b"ping").await.unwrap();
+        let mut buf = [0; 4];
+        upstream_end.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+        upstream_end.write_all(b"pong").await.unwrap();
+        upstream_end.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        client_end.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"pong");
+        client_end.shutdown().await.unwrap();
+        assert_eq!(relay.await.unwrap().unwrap(), (4, 4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_relay_silent_both_ways_ends_after_the_idle_timeout() {
+        let (client, mut client_end) = tokio::io::duplex(64);
+        let (upstream, _upstream_end) = tokio::io::duplex(64);
+        let began = Instant::now();
+        let relay = tokio::spawn(relay(client, upstream, Duration::from_secs(5)));
+        // Traffic one way keeps it open past the timeout.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            client_end.write_all(b"x").await.unwrap();
+        }
+        let ended = relay.await.unwrap();
+        assert!(matches!(ended, Err(RelayError::Idle(_))), "{ended:?}");
+        assert_eq!(began.elapsed(), Duration::from_secs(9 + 5));
+    }
+}
