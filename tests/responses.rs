@@ -201,3 +201,38 @@ async fn an_overflow_without_numbers_lowers_the_completion_cap_and_succeeds() {
         assert_eq!(got["input"], body["input"], "the conversation is untouched");
     }
 }
+
+/// Pi's shape on the Responses API (issue 28): the window is unknown, every request asks
+/// for 16,384 output tokens, the window is 7,583 and the refusal names no numbers. The
+/// answer's room, most of what was refused, goes down before the conversation does, and
+/// every turn of a growing session is answered within the attempt budget, its
+/// conversation sent whole while it fits.
+#[tokio::test]
+async fn a_cap_refused_without_numbers_goes_down_until_the_answer_fits() {
+    const WINDOW: u64 = 7_583;
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, None);
+    let mut input = vec![
+        json!({"role": "user", "content": "Review these notes: ".to_string() + &"notes about the build ".repeat(480)}),
+    ];
+    for n in 0..4 {
+        let mut body = request(&input, false);
+        body["max_output_tokens"] = json!(16_384);
+        let (status, x, text) = send(&proxy, "responses", WINDOW, &body).await;
+        assert_eq!(status, 200, "turn {n}: {x}\n{text}");
+        assert!(x.contains("output=16384->"), "turn {n}: {x}");
+        if n == 0 {
+            assert!(x.contains("attempts=3"), "turn {n}: {x}");
+            assert_eq!(
+                sent(&mock)["input"],
+                body["input"],
+                "the conversation is whole"
+            );
+        }
+        input.push(
+            json!({"type": "message", "role": "assistant", "id": format!("msg_{n}"),
+            "content": [{"type": "output_text", "text": "Noted.", "annotations": []}]}),
+        );
+        input.push(json!({"role": "user", "content": format!("And point {n}?")}));
+    }
+}

@@ -82,7 +82,7 @@ impl Attempt<'_> {
     }
 
     /// Sends the last request again with completion cap `cap` in place of `asked`.
-    fn set_output_cap(&mut self, field: &str, asked: u64, cap: u64) -> bool {
+    pub(super) fn set_output_cap(&mut self, field: &str, asked: u64, cap: u64) -> bool {
         let dialect = self.ctx.dialect;
         let Some(bytes) = dialect.with_output_cap(&self.work.body, field, cap) else {
             return false;

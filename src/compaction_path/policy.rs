@@ -195,6 +195,17 @@ pub(super) fn decide(
     })
 }
 
+/// The completion cap of the next attempt after a refusal that named no numbers, when
+/// the answer's room was the larger part of what was refused: a quarter of it (never
+/// below the room an answer needs), within what the windows learned so far still allow.
+/// The cap goes down before the conversation does: cutting the turn in progress loses
+/// what the model needs, lowering a cap the window cannot hold anyway loses nothing.
+pub(super) fn blind_cap(asked: u64, prompt: Theirs, window: Option<Window>) -> u64 {
+    let step = (asked / 4).max(budget::MIN_OUTPUT_ROOM);
+    let allowed = window.map_or(step, |w| budget::output_room(w.0, prompt.0));
+    step.min(allowed).max(budget::MIN_OUTPUT_ROOM)
+}
+
 /// What the last attempt was, for a retry's goal.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Refused {
@@ -331,6 +342,36 @@ mod tests {
         let goal = retry_goal(refused, ROOM, Factor(1.0), MARKS).unwrap();
         assert_eq!(goal.target, Ours(12_000));
         assert_eq!(goal.ceiling, Ours(12_000));
+    }
+}
+
+#[cfg(test)]
+mod blind {
+    use super::*;
+
+    /// Pi on the Responses API, window unknown: a prompt of 3,798 with a cap of 16,384
+    /// against a window of 7,583, refused without numbers. The cap goes down a quarter,
+    /// then to the floor, inside the attempt budget, and every step is below what the
+    /// refusals before it ruled out (each teaching the window is below 95% of what it
+    /// refused).
+    #[test]
+    fn a_cap_refused_blind_reaches_a_fitting_answer_room_in_two_steps() {
+        let prompt = Theirs(3_798);
+        let window = 7_583;
+        let bound = |cap: u64| Window(((prompt.0 + cap) as f64 * 0.95) as u64);
+        let first = blind_cap(16_384, prompt, Some(bound(16_384)));
+        assert_eq!(first, 4_096);
+        assert!(prompt.0 + first > window);
+        let second = blind_cap(first, prompt, Some(bound(first)));
+        assert_eq!(second, budget::MIN_OUTPUT_ROOM);
+        assert!(prompt.0 + second <= window);
+    }
+
+    #[test]
+    fn the_cap_never_goes_below_the_room_an_answer_needs() {
+        assert_eq!(blind_cap(1_500, Theirs(100), None), budget::MIN_OUTPUT_ROOM);
+        assert_eq!(blind_cap(40_000, Theirs(100), None), 10_000);
+        assert_eq!(blind_cap(40_000, Theirs(100), Some(Window(5_000))), 4_834);
     }
 }
 

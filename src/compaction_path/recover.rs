@@ -5,6 +5,7 @@
 use super::policy::{self, Marks, Refused};
 use super::{Attempt, Engine, Trigger};
 use crate::classify::{Classification, Kind};
+use crate::engine::budget;
 use crate::units::{Ours, Window};
 use crate::windows::Count;
 
@@ -19,6 +20,9 @@ impl Attempt<'_> {
         self.learn(class);
         let changed = match class.kind {
             Kind::OutputCap => self.lower_output_cap(class) || self.shrink(class).await,
+            // No numbers, and the answer's room was most of what was refused: it goes
+            // down first.
+            Kind::ContextOverflow if blind(class) && self.lower_blind_cap() => true,
             Kind::ContextOverflow => {
                 let (rewrites, cap) = (self.rewrites(), self.work.cap);
                 let shrunk = self.shrink(class).await;
@@ -34,6 +38,23 @@ impl Attempt<'_> {
             self.done.triggered(Trigger::Error);
         }
         changed
+    }
+
+    /// After a refusal without numbers, a lower completion cap (see
+    /// [`policy::blind_cap`]) when the cap asked for is larger than the prompt sent and
+    /// above the least room an answer needs. `false` when that is not the case.
+    fn lower_blind_cap(&mut self) -> bool {
+        let (Some(field), Some(asked)) = (self.work.cap_field, self.work.cap) else {
+            return false;
+        };
+        let Some(prompt) = self.count_sent().map(|sent| sent.theirs(self.ctx.factor())) else {
+            return false;
+        };
+        if asked <= prompt.0 || asked <= budget::MIN_OUTPUT_ROOM {
+            return false;
+        }
+        let cap = policy::blind_cap(asked, prompt, self.ctx.window());
+        cap < asked && self.set_output_cap(field, asked, cap)
     }
 
     fn rewrites(&self) -> u32 {
@@ -104,4 +125,9 @@ impl Attempt<'_> {
             None => false,
         }
     }
+}
+
+/// Whether a refusal says nothing of the window nor of the prompt's size.
+fn blind(class: &Classification) -> bool {
+    class.numbers.context_window.is_none() && class.numbers.prompt_tokens.is_none()
 }
