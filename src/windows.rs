@@ -15,7 +15,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError, RwLock};
 
-use crate::checkpoint::store::ModelRecord;
+pub use crate::model_record::Count;
+use crate::model_record::ModelRecord;
 
 /// Entries kept per run-time map before an arbitrary old one is dropped.
 const MAX_ENTRIES: usize = 4096;
@@ -60,15 +61,6 @@ pub struct ModelWindows {
     unsaved: Mutex<HashMap<Key, ModelRecord>>,
     /// Woken when a window is learned: windows are written at once, factors in batches.
     pub window_learned: tokio::sync::Notify,
-}
-
-/// Where a count of the upstream's came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Count {
-    /// A refusal's numbers: the count the upstream enforces its window with.
-    Refusal,
-    /// The `usage` of an accepted answer.
-    Usage,
 }
 
 /// The factor learned from each kind of count. Servers whose `usage` and whose refusals

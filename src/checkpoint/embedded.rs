@@ -22,7 +22,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::codec::{self, now_secs};
 use super::hash::{Partition, Tenant};
 use super::memory::{Held, Lru};
-use super::store::{Backend, Key, ModelRecord, Stats, Store, StoreError, StoreFuture};
+use super::store::{Backend, Key, Stats, Store, StoreError, StoreFuture};
+use crate::model_record::ModelRecord;
 use super::Checkpoint;
 
 const BACKEND: &str = "embedded";

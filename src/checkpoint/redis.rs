@@ -33,7 +33,8 @@ use tokio_rustls::rustls::pki_types::CertificateDer;
 use super::codec;
 use super::hash::{Partition, Tenant};
 use super::redis_protocol::{self, Client, Command, Connection, Reply};
-use super::store::{Backend, Key, ModelRecord, Peek, Stats, Store, StoreError, StoreFuture};
+use super::store::{Backend, Key, Peek, Stats, Store, StoreError, StoreFuture};
+use crate::model_record::ModelRecord;
 use super::Checkpoint;
 
 const BACKEND: &str = "redis";

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::hash::{Partition, Tenant};
 use super::Checkpoint;
+use crate::model_record::ModelRecord;
 
 /// A checkpoint's address: the hash of the client's message prefix it replaces, within a
 /// partition.
@@ -78,29 +79,6 @@ pub enum Peek {
     Running,
     /// No one holds it and no result is left: the caller may claim it.
     Free,
-}
-
-/// A model's window and calibration as learned from one upstream.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ModelRecord {
-    pub upstream: String,
-    pub model: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refusal: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<f64>,
-}
-
-impl ModelRecord {
-    /// The field a factor of `count` is kept in.
-    pub fn factor(&mut self, count: crate::windows::Count) -> &mut Option<f64> {
-        match count {
-            crate::windows::Count::Refusal => &mut self.refusal,
-            crate::windows::Count::Usage => &mut self.usage,
-        }
-    }
 }
 
 /// What a store holds, for `compaction-proxy cache stats`.
