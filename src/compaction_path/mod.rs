@@ -27,7 +27,7 @@ use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
-use crate::checkpoint::{Applied, Checkpoint, Key, Partition};
+use crate::checkpoint::{Applied, Checkpoint, Key, Partition, Seal};
 use crate::dialect::{self, Dialect, Head};
 use crate::engine;
 use crate::error::ProxyError;
@@ -164,6 +164,12 @@ impl Ctx<'_> {
     fn partition(&self) -> Partition {
         Partition::new(&self.parts.headers, self.upstream(), &self.head.model)
     }
+
+    /// The key the conversation's checkpoints are sealed with, from the same credential
+    /// as its partition; derived for this request and dropped with it.
+    fn seal(&self) -> Seal {
+        Seal::of(&self.parts.headers)
+    }
 }
 
 /// One request across its attempts: who asked, what is being sent, what was done.
@@ -277,12 +283,18 @@ impl Attempt<'_> {
                 (Engine::Rewrote { pending, .. }, _, _) => {
                     if let Some(pending) = pending.take().map(|p| *p) {
                         let checkpoint = Arc::new(pending.checkpoint);
-                        cache.put(pending.key, checkpoint, pending.replaces).await;
+                        let seal = self.ctx.seal();
+                        cache
+                            .put(&seal, pending.key, checkpoint, pending.replaces)
+                            .await;
                     }
                 }
                 (_, Some(promote), Some(hit)) => {
                     let checkpoint = Arc::clone(&hit.checkpoint);
-                    cache.put(hit.key, checkpoint, promote.replaces).await;
+                    let seal = self.ctx.seal();
+                    cache
+                        .put(&seal, hit.key, checkpoint, promote.replaces)
+                        .await;
                 }
                 _ => {}
             }

@@ -15,7 +15,7 @@ use super::work::{messages_of, Work};
 use super::{Attempt, Ctx, Done, Engine, Goal, Hit, Promote};
 use crate::app::App;
 use crate::checkpoint::prepared::Fate;
-use crate::checkpoint::{Checkpoint, Key, Partition};
+use crate::checkpoint::{Checkpoint, Key, Partition, Seal};
 use crate::dialect::{Dialect, Head};
 
 impl Attempt<'_> {
@@ -103,7 +103,9 @@ impl Attempt<'_> {
                     return false;
                 };
                 let conversation = conversation(partition, self.done.resumed.as_ref(), &hashes);
-                let Some((prefix, checkpoint)) = cache.prepared_elsewhere(conversation).await
+                let Some((prefix, checkpoint)) = cache
+                    .prepared_elsewhere(&self.ctx.seal(), conversation)
+                    .await
                 else {
                     return false;
                 };
@@ -199,7 +201,9 @@ impl Job {
     async fn run(&self, goal: Goal) -> Option<Checkpoint> {
         let cache = self.app.checkpoints.as_ref()?;
         let (prefix, checkpoint) = cache
-            .prepare_once(self.conversation, || self.compact(goal))
+            .prepare_once(&Seal::of(&self.parts.headers), self.conversation, || {
+                self.compact(goal)
+            })
             .await?;
         let mut attempt = self.attempt();
         let partition = attempt.ctx.partition();
