@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use tokio::runtime::Runtime;
 
-use compaction_proxy::checkpoint::seal::AtRest;
+use compaction_proxy::checkpoint::seal::{AtRest, Sealer};
 use compaction_proxy::checkpoint::{self, Checkpoint, Checkpoints, Key, Partition, Seal};
 use compaction_proxy::config::{CacheBackend, CacheConfig};
 use compaction_proxy::engine::{self, Counter, Options};
@@ -80,7 +80,7 @@ fn checkpoint_of(request: &Value) -> Checkpoint {
 }
 
 fn seal(tenant: usize) -> Seal {
-    Seal::from_credential(format!("Bearer sk-tenant-{tenant}").as_bytes())
+    Sealer::new(None).seal_credential(format!("Bearer sk-tenant-{tenant}").as_bytes())
 }
 
 /// The cache with `backend`, sealing or not, holding `stored` for `ours` and a thousand
@@ -105,7 +105,7 @@ fn filled(
         seal,
         ..CacheConfig::default()
     };
-    let cache = Checkpoints::open(&config, 0).unwrap().unwrap();
+    let cache = Checkpoints::open(&config, 0, None).unwrap().unwrap();
     runtime.block_on(async {
         let key = Key {
             partition: ours,

@@ -13,7 +13,7 @@ use super::memory::MemoryStore;
 use super::outage::Guard;
 pub use super::outage::{Counters, Health};
 use super::prepared::Prepared;
-use super::seal::{AtRest, Seal};
+use super::seal::{AtRest, Seal, Sealer};
 use super::store::{render, Backend, StoreError};
 use super::window_store::WindowStore;
 use super::{codec, embedded, redis, redis_protocol, Checkpoint};
@@ -68,6 +68,7 @@ pub struct Checkpoints {
     guard: Guard,
     /// Whether what is written is sealed (`cache.seal`).
     sealing: bool,
+    sealer: Sealer,
     /// This process, when it holds a summariser call others wait on.
     holder: u128,
     flights: Flights<Option<Summary>>,
@@ -96,10 +97,13 @@ pub enum OpenError {
 }
 
 impl Checkpoints {
-    /// The cache `config` describes; `None` when it is disabled.
+    /// The cache `config` describes; `None` when it is disabled. `injected_key_env`: the
+    /// variable holding the key the proxy sends upstream in sidecar mode, which every seal
+    /// is derived with too.
     pub fn open(
         config: &CacheConfig,
         prepare_concurrency: usize,
+        injected_key_env: Option<&str>,
     ) -> Result<Option<Checkpoints>, OpenError> {
         if !config.enabled {
             return Ok(None);
@@ -157,6 +161,8 @@ impl Checkpoints {
         let mut checkpoints =
             Checkpoints::with_stores(stores, fallback, config, prepare_concurrency);
         checkpoints.exposed = exposed;
+        let injected = injected_key_env.and_then(|name| std::env::var(name).ok());
+        checkpoints.sealer = Sealer::new(injected.as_deref().map(str::as_bytes));
         Ok(Some(checkpoints))
     }
 
@@ -171,6 +177,7 @@ impl Checkpoints {
             stores,
             fallback,
             sealing: config.seal,
+            sealer: Sealer::new(None),
             holder: flight::holder_id(),
             flights: Flights::default(),
             prepared: (prepare_concurrency > 0)
@@ -182,6 +189,12 @@ impl Checkpoints {
 
     pub fn backend(&self) -> Backend {
         self.stores.checkpoints.backend()
+    }
+
+    /// The key a request's checkpoints are sealed with, from its credential: derived for
+    /// the request, kept by nothing else.
+    pub fn seal(&self, headers: &http::HeaderMap) -> Seal {
+        self.sealer.seal(headers)
     }
 
     fn at_rest<'a>(&self, seal: &'a Seal) -> AtRest<'a> {
@@ -546,7 +559,7 @@ mod tests {
             &config,
             0,
         );
-        let seal = Seal::from_credential(b"sk-1");
+        let seal = Sealer::new(None).seal_credential(b"sk-1");
         let p = Partition::for_tests(1);
         let key = Key {
             partition: p,

@@ -35,7 +35,7 @@ impl Held for Arc<Checkpoint> {
 pub struct Lru<V> {
     max_bytes: usize,
     ttl: Duration,
-    entries: HashMap<Key, Slot<V>>,
+    entries: HashMap<Key, Resident<V>>,
     /// Use order: tick of last use -> key. With a time to live measured from the last use,
     /// the least recently used entry is also the first to expire.
     order: BTreeMap<u64, Key>,
@@ -45,7 +45,7 @@ pub struct Lru<V> {
     partitions: HashMap<Partition, usize>,
 }
 
-struct Slot<V> {
+struct Resident<V> {
     value: V,
     tick: u64,
     used: Instant,
@@ -155,7 +155,7 @@ impl<V: Held> Lru<V> {
         self.order.insert(tick, key);
         *self.partitions.entry(key.partition).or_default() += 1;
         let used = now.checked_sub(age).unwrap_or(now);
-        self.entries.insert(key, Slot { value, tick, used });
+        self.entries.insert(key, Resident { value, tick, used });
         dropped
     }
 

@@ -220,10 +220,10 @@ pub(crate) mod fixtures {
 
     use serde_json::json;
 
-    use super::seal::{AtRest, Seal};
+    use super::seal::{AtRest, Seal, Sealer};
     use super::{Checkpoint, Key, Partition};
 
-    static SEAL: LazyLock<Seal> = LazyLock::new(|| Seal::from_credential(b"sk-tests"));
+    static SEAL: LazyLock<Seal> = LazyLock::new(|| Sealer::new(None).seal_credential(b"sk-tests"));
 
     /// How the stores' tests keep checkpoints: sealed, as by default.
     pub fn rest() -> AtRest<'static> {

@@ -10,7 +10,10 @@
 //! so that a sealed checkpoint moved to another conversation or tenant does not open. The
 //! key comes from HKDF-SHA256 over the credential with a salt and a label of our own: the
 //! tenant's id is a plain SHA-256 of the same credential, so neither tells anything of the
-//! other.
+//! other. In sidecar mode, where the proxy injects its own upstream key, that key is part
+//! of the salt: a client that sends no credential of its own still gets a seal that no
+//! copy of the store opens without the proxy's key (which a new key therefore turns every
+//! checkpoint of into a miss).
 //!
 //! A value without the seal's header is read as it is: a store written before sealing (or
 //! with `cache.seal = false`) stays readable until it expires.
@@ -34,29 +37,43 @@ const LABEL: &[u8] = b"compaction-proxy checkpoint seal key v1";
 const MAGIC: &[u8; 4] = b"\0cs1";
 const HEADER: usize = MAGIC.len() + NONCE_LEN;
 
+/// What every seal of this process is derived with: our salt, with the injected upstream
+/// key in sidecar mode.
+pub struct Sealer {
+    salt: hkdf::Salt,
+}
+
+impl Sealer {
+    pub fn new(injected_key: Option<&[u8]>) -> Sealer {
+        let salt = [SALT, injected_key.unwrap_or_default()].concat();
+        Sealer {
+            salt: hkdf::Salt::new(hkdf::HKDF_SHA256, &salt),
+        }
+    }
+
+    /// The seal of the credential a request carries: the one its tenant is named by.
+    pub fn seal(&self, headers: &HeaderMap) -> Seal {
+        self.seal_credential(credential(headers))
+    }
+
+    /// The seal of a credential (`Bearer KEY` and `KEY` are the same, as for the tenant).
+    pub fn seal_credential(&self, credential: &[u8]) -> Seal {
+        let key = self
+            .salt
+            .extract(token(credential))
+            .expand(&[LABEL], &AES_256_GCM)
+            .ok()
+            .map(|okm| LessSafeKey::new(UnboundKey::from(okm)));
+        Seal { key }
+    }
+}
+
 /// The key a tenant's values are sealed with, derived from the credential of one request
 /// and dropped with it.
 pub struct Seal {
     /// `None` only if HKDF refused the key's length, which it never does for 32 bytes:
     /// then nothing is sealed with it (nothing is written) and nothing opens.
     key: Option<LessSafeKey>,
-}
-
-impl Seal {
-    /// The seal of the credential a request carries: the one its tenant is named by.
-    pub fn of(headers: &HeaderMap) -> Seal {
-        Seal::from_credential(credential(headers))
-    }
-
-    /// The seal of a credential (`Bearer KEY` and `KEY` are the same, as for the tenant).
-    pub fn from_credential(credential: &[u8]) -> Seal {
-        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, SALT).extract(token(credential));
-        let key = prk
-            .expand(&[LABEL], &AES_256_GCM)
-            .ok()
-            .map(|okm| LessSafeKey::new(UnboundKey::from(okm)));
-        Seal { key }
-    }
 }
 
 /// What a value is bound to: the place it was sealed for.
@@ -178,5 +195,67 @@ impl<'a> AtRest<'a> {
         bytes[MAGIC.len()..HEADER].copy_from_slice(&nonce);
         bytes.extend_from_slice(tag.as_ref());
         bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::fixtures::{checkpoint, key};
+
+    fn opens(writer: &Seal, reader: &Seal, at: Key, read_at: Key) -> bool {
+        let bytes = AtRest::new(writer, true).checkpoint(at, &checkpoint(2, "secret text"));
+        AtRest::new(reader, true)
+            .open_checkpoint(read_at, bytes)
+            .is_ok()
+    }
+
+    #[test]
+    fn a_sealed_checkpoint_opens_only_with_its_tenant_s_key_at_its_place() {
+        let sealer = Sealer::new(None);
+        let (a, b) = (
+            sealer.seal_credential(b"Bearer sk-a"),
+            sealer.seal_credential(b"sk-b"),
+        );
+        let bytes = AtRest::new(&a, true).checkpoint(key(1, 20), &checkpoint(2, "secret text"));
+        assert!(bytes.starts_with(MAGIC));
+        assert!(!bytes.windows(6).any(|w| w == b"secret"));
+        // `Bearer KEY` and `KEY` are the same credential.
+        assert!(opens(
+            &a,
+            &sealer.seal_credential(b"sk-a"),
+            key(1, 20),
+            key(1, 20)
+        ));
+        assert!(!opens(&a, &b, key(1, 20), key(1, 20)));
+        // Moved to another prefix or partition, it does not open.
+        assert!(!opens(&a, &a, key(1, 20), key(1, 21)));
+        assert!(!opens(&a, &a, key(1, 20), key(2, 20)));
+        // The proxy's injected key is part of every seal.
+        let sidecar = Sealer::new(Some(b"sk-upstream")).seal_credential(b"sk-a");
+        assert!(!opens(&a, &sidecar, key(1, 20), key(1, 20)));
+    }
+
+    #[test]
+    fn an_altered_value_does_not_open_and_a_clear_one_is_read_as_it_is() {
+        let seal = Sealer::new(None).seal_credential(b"sk-a");
+        let sealed = AtRest::new(&seal, true);
+        let mut bytes = sealed.checkpoint(key(1, 20), &checkpoint(2, "text"));
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 1;
+        assert!(matches!(
+            sealed.open_checkpoint(key(1, 20), bytes),
+            Err(CodecError::Unsealed)
+        ));
+        // Written with `cache.seal = false`, or before sealing: read whatever the switch.
+        let clear = AtRest::new(&seal, false).checkpoint(key(1, 20), &checkpoint(2, "text"));
+        assert!(clear.starts_with(b"{"));
+        let (back, _) = sealed.open_checkpoint(key(1, 20), clear).unwrap();
+        assert_eq!(back.messages, checkpoint(2, "text").messages);
+        // A shared result, bound to its kind and flight.
+        let place = Place::Flight("summary", 7);
+        let bytes = sealed.seal(&place, b"summary text");
+        assert_eq!(sealed.open(&place, bytes.clone()).unwrap(), b"summary text");
+        assert!(sealed.open(&Place::Flight("prepared", 7), bytes).is_err());
     }
 }

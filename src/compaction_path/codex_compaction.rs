@@ -280,7 +280,7 @@ impl History {
                         checkpoint::Partition::new(&parts.headers, app.upstream.base_url(), model);
                     let key =
                         checkpoint::hash::middle_key(partition, middle.previous, middle.turns);
-                    let seal = checkpoint::Seal::of(&parts.headers);
+                    let seal = cache.seal(&parts.headers);
                     cache.summarise(&seal, key, work).await
                 }
                 None => work().await,

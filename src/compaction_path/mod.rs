@@ -27,7 +27,7 @@ use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
-use crate::checkpoint::{Applied, Checkpoint, Key, Partition, Seal};
+use crate::checkpoint::{Applied, Checkpoint, Checkpoints, Key, Partition, Seal};
 use crate::dialect::{self, Dialect, Head};
 use crate::engine;
 use crate::error::ProxyError;
@@ -167,8 +167,8 @@ impl Ctx<'_> {
 
     /// The key the conversation's checkpoints are sealed with, from the same credential
     /// as its partition; derived for this request and dropped with it.
-    fn seal(&self) -> Seal {
-        Seal::of(&self.parts.headers)
+    fn seal(&self, cache: &Checkpoints) -> Seal {
+        cache.seal(&self.parts.headers)
     }
 }
 
@@ -283,7 +283,7 @@ impl Attempt<'_> {
                 (Engine::Rewrote { pending, .. }, _, _) => {
                     if let Some(pending) = pending.take().map(|p| *p) {
                         let checkpoint = Arc::new(pending.checkpoint);
-                        let seal = self.ctx.seal();
+                        let seal = self.ctx.seal(cache);
                         cache
                             .put(&seal, pending.key, checkpoint, pending.replaces)
                             .await;
@@ -291,7 +291,7 @@ impl Attempt<'_> {
                 }
                 (_, Some(promote), Some(hit)) => {
                     let checkpoint = Arc::clone(&hit.checkpoint);
-                    let seal = self.ctx.seal();
+                    let seal = self.ctx.seal(cache);
                     cache
                         .put(&seal, hit.key, checkpoint, promote.replaces)
                         .await;

@@ -156,7 +156,9 @@ impl Attempt<'_> {
         let Some(hashes) = self.work.hashes.as_deref() else {
             return;
         };
-        let Some((len, checkpoint)) = cache.longest(&self.ctx.seal(), partition, hashes).await
+        let Some((len, checkpoint)) = cache
+            .longest(&self.ctx.seal(cache), partition, hashes)
+            .await
         else {
             return;
         };

@@ -15,7 +15,7 @@ use super::work::{messages_of, Work};
 use super::{Attempt, Ctx, Done, Engine, Goal, Hit, Promote};
 use crate::app::App;
 use crate::checkpoint::prepared::Fate;
-use crate::checkpoint::{Checkpoint, Key, Partition, Seal};
+use crate::checkpoint::{Checkpoint, Key, Partition};
 use crate::dialect::{Dialect, Head};
 
 impl Attempt<'_> {
@@ -104,7 +104,7 @@ impl Attempt<'_> {
                 };
                 let conversation = conversation(partition, self.done.resumed.as_ref(), &hashes);
                 let Some((prefix, checkpoint)) = cache
-                    .prepared_elsewhere(&self.ctx.seal(), conversation)
+                    .prepared_elsewhere(&self.ctx.seal(cache), conversation)
                     .await
                 else {
                     return false;
@@ -201,7 +201,7 @@ impl Job {
     async fn run(&self, goal: Goal) -> Option<Checkpoint> {
         let cache = self.app.checkpoints.as_ref()?;
         let (prefix, checkpoint) = cache
-            .prepare_once(&Seal::of(&self.parts.headers), self.conversation, || {
+            .prepare_once(&cache.seal(&self.parts.headers), self.conversation, || {
                 self.compact(goal)
             })
             .await?;

@@ -235,7 +235,7 @@ impl Attempt<'_> {
                 let partition = self.work.partition.unwrap_or_else(|| self.ctx.partition());
                 let key =
                     checkpoint::hash::middle_key(partition, plan.previous_summary(), plan.turns());
-                cache.summarise(&self.ctx.seal(), key, work).await
+                cache.summarise(&self.ctx.seal(cache), key, work).await
             }
             None => work().await,
         }
