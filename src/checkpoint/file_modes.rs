@@ -67,3 +67,34 @@ pub fn tighten(path: &Path) -> Result<(), Exposure> {
         source,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn what_others_could_read_is_made_its_owner_s_alone() {
+        let dir = std::env::temp_dir().join(format!("file-modes-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let folder = dir.join("a").join("state");
+        assert!(create_folder(&folder).unwrap());
+        assert!(!create_folder(&folder).unwrap());
+        assert_eq!(mode(&folder), 0o700);
+        let file = folder.join("cache.sqlite3");
+        create_file(&file).unwrap();
+        assert_eq!(mode(&file), 0o600);
+
+        fs::set_permissions(&folder, Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&file, Permissions::from_mode(0o644)).unwrap();
+        tighten(&folder).unwrap();
+        tighten(&file).unwrap();
+        assert_eq!((mode(&folder), mode(&file)), (0o700, 0o600));
+        // A file that is not there is nothing to tighten.
+        tighten(&folder.join("cache.sqlite3-wal")).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
