@@ -128,7 +128,7 @@ impl Checkpoints {
                             path: path.display().to_string(),
                             source,
                         })?;
-                exposed = exposure.map(|e| e.to_string());
+                exposed = exposure.map(|e| render(&e));
                 let store = Arc::new(store);
                 let embedded = Stores {
                     checkpoints: Arc::clone(&store) as Arc<dyn CheckpointStore>,
