@@ -4,7 +4,10 @@
 //! embedded SQLite file (on this disk), and Redis on loopback when `BENCH_REDIS_URL` names
 //! one (`bench/store.sh` starts a redis-server and sets it). Also: what a request of a
 //! tenant without checkpoints pays (a look in memory, no store round trip), and the memory
-//! one stored conversation takes in each (counted by the allocator).
+//! one stored conversation takes in each (counted by the allocator). The embedded store and
+//! Redis are measured with `cache.seal` off and on, in one run: what sealing adds to the
+//! lookup and the store of this checkpoint, and to its bytes alone (`to_bytes`,
+//! `from_bytes`).
 //!
 //! cargo bench --bench checkpoint -- --warm-up-time 1 --measurement-time 3
 //!
@@ -19,7 +22,8 @@ use std::sync::Arc;
 use tokio::runtime::Runtime;
 
 use cap::Cap;
-use compaction_proxy::checkpoint::{self, Checkpoint, Checkpoints, Key, Partition};
+use compaction_proxy::checkpoint::seal::{AtRest, Sealer};
+use compaction_proxy::checkpoint::{self, Checkpoint, Checkpoints, Key, Partition, Seal};
 use compaction_proxy::config::{CacheBackend, CacheConfig};
 use compaction_proxy::engine::{self, Counter, Options};
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -63,11 +67,16 @@ fn checkpoint_of(request: &Value) -> Checkpoint {
     Checkpoint::new(replaced, 900_000, form, counts, role, 0)
 }
 
-/// The cache with `backend`, holding `stored` for `ours` and a thousand other tenants'
-/// conversations.
+fn seal(tenant: usize) -> Seal {
+    Sealer::new(None).seal_credential(format!("Bearer sk-tenant-{tenant}").as_bytes())
+}
+
+/// The cache with `backend`, sealing or not, holding `stored` for `ours` and a thousand
+/// other tenants' conversations.
 fn filled(
     runtime: &Runtime,
     backend: CacheBackend,
+    seal: bool,
     ours: Partition,
     hashes: &[u128],
     stored: &Arc<Checkpoint>,
@@ -81,21 +90,26 @@ fn filled(
         redis_namespace: format!("bench-{}", std::process::id()),
         max_bytes: 1 << 30,
         timeout_ms: 5_000,
+        seal,
         ..CacheConfig::default()
     };
-    let cache = Checkpoints::open(&config, 0).unwrap().unwrap();
+    let cache = Checkpoints::open(&config, 0, None).unwrap().unwrap();
     runtime.block_on(async {
         let key = Key {
             partition: ours,
             prefix: hashes[stored.prefix_len],
         };
-        cache.put(key, Arc::clone(stored), None).await;
+        cache
+            .put(&self::seal(0), key, Arc::clone(stored), None)
+            .await;
         for tenant in 1..=1000 {
             let key = Key {
                 partition: partition(tenant),
                 prefix: tenant as u128,
             };
-            cache.put(key, Arc::clone(stored), None).await;
+            cache
+                .put(&self::seal(tenant), key, Arc::clone(stored), None)
+                .await;
         }
     });
     cache
@@ -148,30 +162,67 @@ fn find(c: &mut Criterion) {
     let stranger = partition(5000);
     let mut g = c.benchmark_group("checkpoint_1M");
     g.sample_size(20);
+    let ours_seal = seal(0);
     for backend in backends {
-        let before = live();
-        let cache = filled(&runtime, backend, ours, &hashes, &stored);
-        let memory = live() - before;
-        println!(
-            "{backend:?}: 1,001 conversations stored, {:.0} bytes of this process's memory each \
-             besides the checkpoint itself, which the memory store and Redis's fallback copy \
-             hold too (shared in this bench)",
-            memory as f64 / 1001.0
-        );
-        g.bench_function(format!("find/{backend:?}"), |b| {
-            b.iter(|| {
-                let hashes = checkpoint::prefix_hashes(ours, messages(black_box(&request)));
-                let (len, found) = runtime.block_on(cache.longest(ours, &hashes)).unwrap();
-                assert_eq!(len, found.prefix_len);
-            })
-        });
-        // A tenant without checkpoints: answered from memory, before any parsing.
-        g.bench_function(format!("no_checkpoints/{backend:?}"), |b| {
-            b.iter(|| assert!(!cache.may_hold(black_box(stranger))))
-        });
-        if backend != CacheBackend::Memory {
-            runtime.block_on(cache.clear(None)).unwrap();
+        // The memory store keeps checkpoints as values, never as bytes: nothing to seal.
+        let sealing: &[bool] = match backend {
+            CacheBackend::Memory => &[true],
+            _ => &[false, true],
+        };
+        for &sealed in sealing {
+            let mode = if sealed { "sealed" } else { "clear" };
+            let before = live();
+            let cache = filled(&runtime, backend, sealed, ours, &hashes, &stored);
+            let memory = live() - before;
+            println!(
+                "{backend:?} ({mode}): 1,001 conversations stored, {:.0} bytes of this process's \
+                 memory each besides the checkpoint itself, which the memory store and Redis's \
+                 fallback copy hold too (shared in this bench)",
+                memory as f64 / 1001.0
+            );
+            g.bench_function(format!("find/{backend:?}/{mode}"), |b| {
+                b.iter(|| {
+                    let hashes = checkpoint::prefix_hashes(ours, messages(black_box(&request)));
+                    let found = cache.longest(&ours_seal, ours, &hashes);
+                    let (len, found) = runtime.block_on(found).unwrap();
+                    assert_eq!(len, found.prefix_len);
+                })
+            });
+            let key = Key {
+                partition: ours,
+                prefix: hashes[stored.prefix_len],
+            };
+            g.bench_function(format!("store/{backend:?}/{mode}"), |b| {
+                b.iter(|| {
+                    let put = cache.put(&ours_seal, key, Arc::clone(&stored), None);
+                    runtime.block_on(put);
+                })
+            });
+            // A tenant without checkpoints: answered from memory, before any parsing.
+            g.bench_function(format!("no_checkpoints/{backend:?}/{mode}"), |b| {
+                b.iter(|| assert!(!cache.may_hold(black_box(stranger))))
+            });
+            if backend != CacheBackend::Memory {
+                runtime.block_on(cache.clear(None)).unwrap();
+            }
         }
+    }
+    // The seal alone, without the store's I/O: the checkpoint to bytes and back, clear and
+    // sealed.
+    for sealed in [false, true] {
+        let mode = if sealed { "sealed" } else { "clear" };
+        let rest = AtRest::new(&ours_seal, sealed);
+        let key = Key {
+            partition: ours,
+            prefix: hashes[stored.prefix_len],
+        };
+        let bytes = rest.checkpoint(key, &stored);
+        g.bench_function(format!("to_bytes/{mode}"), |b| {
+            b.iter(|| rest.checkpoint(key, black_box(&stored)))
+        });
+        g.bench_function(format!("from_bytes/{mode}"), |b| {
+            b.iter(|| rest.open_checkpoint(key, black_box(bytes.clone())).unwrap())
+        });
     }
     // For scale: the parse every compacted request needs anyway.
     g.bench_function("parse_body", |b| {

@@ -63,7 +63,11 @@ impl App {
         let auth = Auth::from_config(&config.auth)?;
         let models = ModelWindows::new(config.models.clone());
         let summarizer = Summarizer::new(&config)?;
-        let checkpoints = Checkpoints::open(&config.cache, config.compaction.prepare_concurrency)?;
+        let checkpoints = Checkpoints::open(
+            &config.cache,
+            config.compaction.prepare_concurrency,
+            config.upstream.api_key_env.as_deref(),
+        )?;
         Ok(Self {
             buffers: Buffers::new(config.limits.max_buffered_bytes),
             checkpoints,

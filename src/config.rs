@@ -185,6 +185,10 @@ pub struct CacheConfig {
     pub ttl_ms: u64,
     /// A store operation taking longer fails, and the request goes on from memory.
     pub timeout_ms: u64,
+    /// Checkpoints (and the results replicas share) are encrypted, in the file and in
+    /// Redis, with a key derived from the tenant's credential; `false` writes them in the
+    /// clear, for operators who need to read their store. Either way, both are read.
+    pub seal: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,6 +211,7 @@ impl Default for CacheConfig {
             max_bytes: 256 * 1024 * 1024,
             ttl_ms: 6 * 60 * 60 * 1000,
             timeout_ms: 250,
+            seal: true,
         }
     }
 }

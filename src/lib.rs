@@ -33,6 +33,7 @@ pub(crate) mod growth;
 pub(crate) mod limits;
 pub mod logging;
 pub(crate) mod metrics;
+pub(crate) mod model_record;
 pub(crate) mod passthrough;
 pub(crate) mod redact;
 pub(crate) mod router;

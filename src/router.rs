@@ -103,12 +103,16 @@ fn health(app: &App) -> String {
         return "ok\ncache: off\n".into();
     };
     let backend = cache.backend().as_str();
-    match cache.health() {
+    let mut text = match cache.health() {
         Health::Up => format!("ok\ncache: {backend} up\n"),
         Health::Degraded { for_secs, reason } => format!(
             "ok\ncache: {backend} degraded for {for_secs} s, serving from memory: {reason}\n"
         ),
+    };
+    if let Some(exposure) = cache.exposed() {
+        text.push_str(&format!("cache files: {exposure}\n"));
     }
+    text
 }
 
 async fn dispatch(

@@ -15,7 +15,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError, RwLock};
 
-use crate::checkpoint::store::ModelRecord;
+pub use crate::model_record::Count;
+use crate::model_record::ModelRecord;
 
 /// Entries kept per run-time map before an arbitrary old one is dropped.
 const MAX_ENTRIES: usize = 4096;
@@ -47,28 +48,19 @@ pub struct Window {
     pub source: WindowSource,
 }
 
-type Key = (String, String);
+type ModelKey = (String, String);
 
 /// Context windows and token-count calibration, shared by all requests.
 #[derive(Debug, Default)]
 pub struct ModelWindows {
     rules: Vec<ModelRule>,
-    learned: RwLock<HashMap<Key, u64>>,
-    factors: RwLock<HashMap<Key, Factors>>,
+    learned: RwLock<HashMap<ModelKey, u64>>,
+    factors: RwLock<HashMap<ModelKey, Factors>>,
     /// What was learned since the store was last written: only the fields that changed,
     /// so that replicas sharing a store do not overwrite each other's other fields.
-    unsaved: Mutex<HashMap<Key, ModelRecord>>,
+    unsaved: Mutex<HashMap<ModelKey, ModelRecord>>,
     /// Woken when a window is learned: windows are written at once, factors in batches.
     pub window_learned: tokio::sync::Notify,
-}
-
-/// Where a count of the upstream's came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Count {
-    /// A refusal's numbers: the count the upstream enforces its window with.
-    Refusal,
-    /// The `usage` of an accepted answer.
-    Usage,
 }
 
 /// The factor learned from each kind of count. Servers whose `usage` and whose refusals
@@ -170,7 +162,7 @@ impl ModelWindows {
         self.unsaved(k, |r| *r.factor(count) = Some(factor));
     }
 
-    fn unsaved(&self, k: Key, change: impl FnOnce(&mut ModelRecord)) {
+    fn unsaved(&self, k: ModelKey, change: impl FnOnce(&mut ModelRecord)) {
         let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
         if unsaved.len() >= MAX_ENTRIES && !unsaved.contains_key(&k) {
             return;
@@ -246,7 +238,7 @@ impl ModelWindows {
     }
 }
 
-fn key(upstream: &str, model: &str) -> Key {
+fn key(upstream: &str, model: &str) -> ModelKey {
     (
         upstream.trim_end_matches('/').to_string(),
         model.to_string(),
@@ -261,7 +253,7 @@ fn clamp_factor(f: f64) -> f64 {
     }
 }
 
-fn insert_bounded<V>(map: &mut HashMap<Key, V>, k: Key, v: V) {
+fn insert_bounded<V>(map: &mut HashMap<ModelKey, V>, k: ModelKey, v: V) {
     if map.len() >= MAX_ENTRIES && !map.contains_key(&k) {
         if let Some(victim) = map.keys().next().cloned() {
             map.remove(&victim);

@@ -3,7 +3,8 @@
 //! once; a Redis that dies costs no turn (its outage is logged once and counted) and is
 //! used again once it is back; a window one replica learned is known to the other; a
 //! Redis behind TLS, with a certificate of the operator's own CA, is reached through
-//! `rediss://` and `cache.redis_ca_file`.
+//! `rediss://` and `cache.redis_ca_file`; what they share through Redis is sealed, so a
+//! dump of it holds none of the conversation's text.
 //!
 //! Each test starts its own `redis-server` (from `COMPACTION_PROXY_REDIS_SERVER`, else
 //! PATH; `scripts/setup-redis.sh` installs it) on a free loopback port, and is skipped
@@ -476,4 +477,34 @@ fn a_ca_file_that_cannot_be_read_stops_the_proxy_with_a_clear_message() {
     let stderr = support::refused_config(&config_path);
     assert!(stderr.contains("cache.redis_ca_file"), "{stderr}");
     assert!(stderr.contains("no-such-ca.pem"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_redis_dump_holds_none_of_the_conversations_text() {
+    let Some(redis) = Redis::start() else { return };
+    let mock = Mock::start().await;
+    let replicas = replicas(&mock, &redis, "sealed", Some(WINDOW));
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let headers = alternate(&replicas, &mock, &mut history, 0..60).await;
+    assert!(
+        headers.iter().any(|x| x.contains("summary=cache")),
+        "{headers:#?}"
+    );
+    assert!(redis.count("*:cp:*") >= 1, "checkpoints were stored");
+    // Uncompressed, so that text in the clear would show as it is.
+    redis
+        .command(&["CONFIG", "SET", "rdbcompression", "no"])
+        .unwrap();
+    assert_eq!(redis.command(&["SAVE"]).unwrap(), "+OK\r\n");
+    let dump = std::fs::read(redis.dir.join("dump.rdb")).unwrap();
+    assert!(dump.len() > 1000, "the dump holds the checkpoints");
+    for text in [
+        "You are a coding agent",
+        "please fix src/module_",
+        "had an off-by-one",
+        "assertion failed",
+    ] {
+        let found = dump.windows(text.len()).any(|w| w == text.as_bytes());
+        assert!(!found, "{text:?} is in the clear in the dump");
+    }
 }

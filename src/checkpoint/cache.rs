@@ -1,173 +1,214 @@
-//! The cache as the proxy uses it: the configured store, and this process's memory while a
+//! The cache as the proxy uses it: the configured stores, and this process's memory while a
 //! shared store is out of reach. A store's failure never fails a request: the lookup or
-//! write goes to memory instead, the outage is logged once when it starts and once when it
-//! ends, counted by backend, and shown at `/healthz`; the store is tried again a second
-//! later, so a Redis that comes back is used again without a restart.
+//! write goes to memory instead ([`super::outage`] says what else it costs).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::flight::{self, Flights};
-use super::hash::{Partition, Tenant};
+use super::checkpoint_store::{CheckpointStore, Tally};
+use super::flight::{self, Across, Flights, Sharing};
+use super::hash::{Key, Partition, Tenant};
+use super::lease_store::LeaseStore;
 use super::memory::MemoryStore;
+use super::outage::Guard;
+pub use super::outage::{Counters, Health};
 use super::prepared::Prepared;
-use super::store::{Backend, Key, ModelRecord, Stats, Store, StoreError};
+use super::seal::{AtRest, Seal, Sealer};
+use super::store::{render, Backend, StoreError};
+use super::window_store::WindowStore;
 use super::{codec, embedded, redis, redis_protocol, Checkpoint};
 use crate::config::{CacheBackend, CacheConfig};
 use crate::engine::Summary;
+use crate::model_record::ModelRecord;
 use crate::windows::ModelWindows;
 
-/// How long an unreachable store is left alone before it is tried again.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// How often calibration learned is written.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
 /// How often a shared store is read for what other replicas learned of the models.
 const PULL_EVERY: Duration = Duration::from_secs(2);
 /// A summary made for replicas waiting on it: they take it within the minute.
-const SUMMARY: flight::Kind<Option<Summary>> = flight::Kind {
+const SUMMARY: Sharing<Option<Summary>> = Sharing {
+    label: "summary",
     encode: |summary| codec::encode_summary(summary.as_ref()),
     decode: codec::decode_summary,
     keep: Duration::from_secs(60),
 };
 /// A prepared compaction: the replicas of its conversation take it at their first turn
 /// past the prepare mark, or at the event, which may come many turns later.
-const PREPARED: flight::Kind<Option<(u128, Checkpoint)>> = flight::Kind {
+const PREPARED: Sharing<Option<(u128, Checkpoint)>> = Sharing {
+    label: "prepared",
     encode: codec::encode_prepared,
     decode: codec::decode_prepared,
     keep: Duration::from_secs(30 * 60),
 };
 
-/// Lookups and errors of one backend, for the metrics.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-    pub errors: AtomicU64,
+/// The stores of one backend, by job: each backend does the jobs it can.
+pub struct Stores {
+    pub checkpoints: Arc<dyn CheckpointStore>,
+    /// Where learned windows are kept across restarts and replicas; `None`: nowhere.
+    pub windows: Option<Arc<dyn WindowStore>>,
+    /// Where processes sharing the store settle who makes a call; `None`: not shared.
+    pub leases: Option<Arc<dyn LeaseStore>>,
 }
 
-/// A store that failed, since when, and why.
-#[derive(Debug)]
-struct Outage {
-    since: Instant,
-    retry_at: Instant,
-    reason: String,
-}
-
-/// The state of the configured store, for `/healthz`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Health {
-    Up,
-    /// Out of reach since this long ago: requests are served from memory.
-    Degraded {
-        for_secs: u64,
-        reason: String,
-    },
+/// What `compaction-proxy cache stats` prints.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Stats {
+    pub checkpoints: u64,
+    pub bytes: u64,
+    pub tenants: u64,
+    pub models: u64,
 }
 
 pub struct Checkpoints {
-    store: Box<dyn Store>,
+    stores: Stores,
     /// Memory, for a store shared with other processes: holds this process's checkpoints
     /// too, so that an outage of the store costs its conversations nothing.
     fallback: Option<MemoryStore>,
-    outage: Mutex<Option<Outage>>,
-    timeout: Duration,
+    guard: Guard,
+    /// Whether what is written is sealed (`cache.seal`).
+    sealing: bool,
+    sealer: Sealer,
     /// This process, when it holds a summariser call others wait on.
     holder: u128,
     flights: Flights<Option<Summary>>,
     pub prepared: Option<Prepared>,
-    counters: [Counters; 2],
+    /// Lookups of the memory fallback.
+    fallback_counters: Counters,
+    /// Whether the state folder or file was left readable by others (see
+    /// [`embedded::Exposure`]), for `/healthz`.
+    exposed: Option<String>,
 }
 
-/// Why the cache could not be set up, for the message at start.
+/// Why the cache could not be set up, for the message at start (which renders it whole).
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    #[error("cache.path {path}: {reason}")]
-    Embedded { path: String, reason: String },
-    #[error("cache.redis_url: {0}")]
-    Redis(String),
-    #[error("cache.redis_ca_file {path}: {reason}")]
-    RedisCa { path: String, reason: String },
+    #[error("cache.path {path}: {}", render(source))]
+    Embedded { path: String, source: StoreError },
+    #[error("cache.redis_url: {}", render(source))]
+    Redis {
+        source: redis_protocol::ProtocolError,
+    },
+    #[error("cache.redis_ca_file {path}: {}", render(source))]
+    RedisCa {
+        path: String,
+        source: redis_protocol::ProtocolError,
+    },
 }
 
 impl Checkpoints {
-    /// The cache `config` describes; `None` when it is disabled.
+    /// The cache `config` describes; `None` when it is disabled. `injected_key_env`: the
+    /// variable holding the key the proxy sends upstream in sidecar mode, which every seal
+    /// is derived with too.
     pub fn open(
         config: &CacheConfig,
         prepare_concurrency: usize,
+        injected_key_env: Option<&str>,
     ) -> Result<Option<Checkpoints>, OpenError> {
         if !config.enabled {
             return Ok(None);
         }
         let ttl = config.ttl();
         let max_bytes = usize::try_from(config.max_bytes).unwrap_or(usize::MAX);
-        let (store, fallback): (Box<dyn Store>, _) = match config.backend {
-            CacheBackend::Memory => (Box::new(MemoryStore::new(max_bytes, ttl)), None),
+        let mut exposed = None;
+        let (stores, fallback) = match config.backend {
+            CacheBackend::Memory => {
+                let memory = Stores {
+                    checkpoints: Arc::new(MemoryStore::new(max_bytes, ttl)),
+                    windows: None,
+                    leases: None,
+                };
+                (memory, None)
+            }
             CacheBackend::Embedded => {
                 let path = config.embedded_path();
-                let store =
-                    embedded::EmbeddedStore::open(&path, max_bytes, ttl).map_err(|reason| {
-                        OpenError::Embedded {
+                let (store, exposure) =
+                    embedded::EmbeddedStore::open(&path, max_bytes, ttl, config.path.is_empty())
+                        .map_err(|source| OpenError::Embedded {
                             path: path.display().to_string(),
-                            reason,
-                        }
-                    })?;
-                (Box::new(store), None)
+                            source,
+                        })?;
+                exposed = exposure.map(|e| render(&e));
+                let store = Arc::new(store);
+                let embedded = Stores {
+                    checkpoints: Arc::clone(&store) as Arc<dyn CheckpointStore>,
+                    windows: Some(store),
+                    leases: None,
+                };
+                (embedded, None)
             }
             CacheBackend::Redis => {
                 let roots = match config.redis_ca_file.as_str() {
                     "" => Vec::new(),
                     path => redis_protocol::read_roots(std::path::Path::new(path)).map_err(
-                        |reason| OpenError::RedisCa {
+                        |source| OpenError::RedisCa {
                             path: path.to_owned(),
-                            reason,
+                            source,
                         },
                     )?,
                 };
                 let store = redis::open(&config.redis_url, &config.redis_namespace, ttl, roots)
-                    .map_err(OpenError::Redis)?;
-                (store, Some(MemoryStore::new(max_bytes, ttl)))
+                    .map_err(|source| OpenError::Redis { source })?;
+                let store = Arc::new(store);
+                let shared = Stores {
+                    checkpoints: Arc::clone(&store) as Arc<dyn CheckpointStore>,
+                    windows: Some(Arc::clone(&store) as Arc<dyn WindowStore>),
+                    leases: Some(store),
+                };
+                (shared, Some(MemoryStore::new(max_bytes, ttl)))
             }
         };
-        Ok(Some(Checkpoints::with_store(
-            store,
-            fallback,
-            config,
-            prepare_concurrency,
-        )))
+        let mut checkpoints =
+            Checkpoints::with_stores(stores, fallback, config, prepare_concurrency);
+        checkpoints.exposed = exposed;
+        let injected = injected_key_env.and_then(|name| std::env::var(name).ok());
+        checkpoints.sealer = Sealer::new(injected.as_deref().map(str::as_bytes));
+        Ok(Some(checkpoints))
     }
 
-    pub fn with_store(
-        store: Box<dyn Store>,
+    pub fn with_stores(
+        stores: Stores,
         fallback: Option<MemoryStore>,
         config: &CacheConfig,
         prepare_concurrency: usize,
     ) -> Checkpoints {
         Checkpoints {
-            store,
+            guard: Guard::new(stores.checkpoints.backend(), config.timeout()),
+            stores,
             fallback,
-            outage: Mutex::new(None),
-            timeout: config.timeout(),
+            sealing: config.seal,
+            sealer: Sealer::new(None),
             holder: flight::holder_id(),
             flights: Flights::default(),
             prepared: (prepare_concurrency > 0)
                 .then(|| Prepared::new(prepare_concurrency, config.ttl())),
-            counters: Default::default(),
+            fallback_counters: Counters::default(),
+            exposed: None,
         }
     }
 
     pub fn backend(&self) -> Backend {
-        self.store.backend()
+        self.stores.checkpoints.backend()
+    }
+
+    /// The key a request's checkpoints are sealed with, from its credential: derived for
+    /// the request, kept by nothing else.
+    pub fn seal(&self, headers: &http::HeaderMap) -> Seal {
+        self.sealer.seal(headers)
+    }
+
+    fn at_rest<'a>(&self, seal: &'a Seal) -> AtRest<'a> {
+        AtRest::new(seal, self.sealing)
     }
 
     /// Whether any tenant may have checkpoints, from memory alone.
     pub fn any(&self) -> bool {
-        self.store.any() || self.fallback.as_ref().is_some_and(Store::any)
+        self.stores.checkpoints.any() || self.fallback.as_ref().is_some_and(MemoryStore::any)
     }
 
     /// Whether `partition` may have checkpoints, from memory alone.
     pub fn may_hold(&self, partition: Partition) -> bool {
-        self.store.may_hold(partition)
+        self.stores.checkpoints.may_hold(partition)
             || self
                 .fallback
                 .as_ref()
@@ -179,82 +220,103 @@ impl Checkpoints {
     pub fn held(&self) -> (usize, usize) {
         match &self.fallback {
             Some(fallback) => fallback.held(),
-            None => self.store.held(),
+            None => self.stores.checkpoints.held(),
         }
     }
 
     /// The checkpoint of the longest stored prefix of a conversation, from the store, or
-    /// from memory while the store is out of reach.
+    /// from memory while the store is out of reach; opened with the request's `seal`.
     pub async fn longest(
         &self,
+        seal: &Seal,
         partition: Partition,
         prefixes: &[u128],
     ) -> Option<(usize, Arc<Checkpoint>)> {
-        if self.reachable() {
-            match self.bounded(self.store.longest(partition, prefixes)).await {
+        if self.guard.reachable() {
+            let store = &self.stores.checkpoints;
+            let lookup = store.longest(partition, prefixes, self.at_rest(seal));
+            match self.guard.bounded(lookup).await {
                 Ok(found) => {
-                    self.count(self.store.backend(), found.is_some());
+                    self.count(&self.guard.counters, found.is_some());
                     if found.is_some() || self.fallback.is_none() {
                         return found;
                     }
                 }
-                Err(error) => self.failed(&error),
+                Err(error) => self.guard.failed(&error),
             }
         }
         let fallback = self.fallback.as_ref()?;
         let found = fallback.get(partition, prefixes);
-        self.count(Backend::Memory, found.is_some());
+        self.count(&self.fallback_counters, found.is_some());
         found
     }
 
-    /// Keeps a checkpoint; in memory too when the store is shared, and in memory alone
-    /// while the store is out of reach.
-    pub async fn put(&self, key: Key, checkpoint: Arc<Checkpoint>, replaces: Option<Key>) {
+    /// Keeps a checkpoint, sealed with the request's `seal`; in memory too when the store
+    /// is shared, and in memory alone while the store is out of reach.
+    pub async fn put(
+        &self,
+        seal: &Seal,
+        key: Key,
+        checkpoint: Arc<Checkpoint>,
+        replaces: Option<Key>,
+    ) {
         if let Some(fallback) = &self.fallback {
             fallback.insert(key, Arc::clone(&checkpoint), replaces);
         }
-        if self.reachable() {
-            if let Err(error) = self
-                .bounded(self.store.put(key, checkpoint, replaces))
-                .await
-            {
-                self.failed(&error);
+        if self.guard.reachable() {
+            let store = &self.stores.checkpoints;
+            let put = store.put(key, checkpoint, replaces, self.at_rest(seal));
+            if let Err(error) = self.guard.bounded(put).await {
+                self.guard.failed(&error);
             }
         }
     }
 
     /// The models learned so far, by this process or, for a shared store, by others.
     pub async fn models(&self) -> Vec<ModelRecord> {
-        if !self.reachable() {
+        let Some(windows) = self
+            .stores
+            .windows
+            .as_ref()
+            .filter(|_| self.guard.reachable())
+        else {
             return Vec::new();
-        }
-        self.bounded(self.store.models())
+        };
+        self.guard
+            .bounded(windows.models())
             .await
-            .inspect_err(|e| self.failed(e))
+            .inspect_err(|e| self.guard.failed(e))
             .unwrap_or_default()
     }
 
     pub async fn put_model(&self, record: ModelRecord) {
-        if self.reachable() {
-            if let Err(error) = self.bounded(self.store.put_model(record)).await {
-                self.failed(&error);
-            }
+        let Some(windows) = self
+            .stores
+            .windows
+            .as_ref()
+            .filter(|_| self.guard.reachable())
+        else {
+            return;
+        };
+        if let Err(error) = self.guard.bounded(windows.put_model(record)).await {
+            self.guard.failed(&error);
         }
     }
 
     /// The summary for `key`: one call for the concurrent requests of this process, and,
-    /// with a shared store, of every process sharing it.
-    pub async fn summarise<F, Fut>(&self, key: u128, work: F) -> Option<Summary>
+    /// with a shared store, of every process sharing it, which the request's `seal`
+    /// opens.
+    pub async fn summarise<F, Fut>(&self, seal: &Seal, key: u128, work: F) -> Option<Summary>
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Option<Summary>>,
     {
         self.flights
             .run(key, || async {
-                if !self.shared() {
-                    return work().await;
+                match self.across(seal) {
+                    Some(via) => flight::across(via, key, &SUMMARY, work).await,
+                    None => work().await,
                 }
-                flight::across(self, key, &SUMMARY, work).await
             })
             .await
     }
@@ -263,41 +325,46 @@ impl Checkpoints {
     /// shared store, taken from the replica that prepared it first, so that a conversation
     /// whose turns go to several replicas pays for one preparation. The result is the hash
     /// of the prefix its checkpoint replaces, and the checkpoint.
-    pub async fn prepare_once<F, Fut>(&self, key: u128, work: F) -> Option<(u128, Checkpoint)>
+    pub async fn prepare_once<F, Fut>(
+        &self,
+        seal: &Seal,
+        key: u128,
+        work: F,
+    ) -> Option<(u128, Checkpoint)>
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Option<(u128, Checkpoint)>>,
     {
-        if !self.shared() {
-            return work().await;
+        match self.across(seal) {
+            Some(via) => flight::across(via, key, &PREPARED, work).await,
+            None => work().await,
         }
-        flight::across(self, key, &PREPARED, work).await
     }
 
     /// The compaction another replica prepared for the conversation `key` names, waited
     /// for while it runs: for an event on a replica that prepared nothing itself.
-    pub async fn prepared_elsewhere(&self, key: u128) -> Option<(u128, Checkpoint)> {
-        if !self.shared() {
-            return None;
-        }
-        flight::made_elsewhere(self, key, &PREPARED).await.flatten()
+    pub async fn prepared_elsewhere(&self, seal: &Seal, key: u128) -> Option<(u128, Checkpoint)> {
+        let via = self.across(seal)?;
+        flight::made_elsewhere(via, key, &PREPARED).await.flatten()
     }
 
-    /// Whether the store is shared with other processes and reachable now.
-    fn shared(&self) -> bool {
-        self.fallback.is_some() && self.reachable()
-    }
-
-    pub(super) fn shared_store(&self) -> (&dyn Store, u128, Duration) {
-        (self.store.as_ref(), self.holder, self.timeout)
+    /// The store shared with other processes, when there is one and it is reachable now.
+    fn across<'a>(&'a self, seal: &'a Seal) -> Option<Across<'a>> {
+        let leases = self.stores.leases.as_deref()?;
+        self.guard.reachable().then(|| Across {
+            guard: &self.guard,
+            leases,
+            holder: self.holder,
+            rest: self.at_rest(seal),
+        })
     }
 
     /// Starts the store's upkeep, and keeps the learned windows and calibration in the store
-    /// for as long as the proxy runs: read at start, written as they are learned (windows at once, factors at most
-    /// once a second), and, with a shared store, read again every few seconds for what
-    /// other replicas learned.
+    /// for as long as the proxy runs: read at start, written as they are learned (windows at
+    /// once, factors at most once a second), and, with a shared store, read again every few
+    /// seconds for what other replicas learned.
     pub async fn keep_models(&self, models: &ModelWindows) {
-        if let Some(upkeep) = self.store.upkeep() {
+        if let Some(upkeep) = self.stores.checkpoints.upkeep() {
             tokio::spawn(upkeep);
         }
         models.absorb(self.models().await);
@@ -322,15 +389,41 @@ impl Checkpoints {
         }
     }
 
+    /// What the stores hold, counted without opening a checkpoint.
     pub async fn stats(&self) -> Result<Stats, StoreError> {
-        self.store.stats().await
+        let tally = self.stores.checkpoints.tally().await?;
+        let models = match &self.stores.windows {
+            Some(windows) => windows.models().await?.len() as u64,
+            None => 0,
+        };
+        let Tally {
+            checkpoints,
+            bytes,
+            tenants,
+        } = tally;
+        Ok(Stats {
+            checkpoints,
+            bytes,
+            tenants,
+            models,
+        })
     }
 
+    /// Drops every checkpoint (with the learned models and any shared call's lease and
+    /// result), or `tenant`'s checkpoints only. Returns the number of checkpoints dropped.
     pub async fn clear(&self, tenant: Option<Tenant>) -> Result<u64, StoreError> {
         if let Some(fallback) = &self.fallback {
             fallback.remove_tenant(tenant);
         }
-        self.store.clear(tenant).await
+        if tenant.is_none() {
+            if let Some(leases) = &self.stores.leases {
+                leases.clear_leases().await?;
+            }
+            if let Some(windows) = &self.stores.windows {
+                windows.clear_models().await?;
+            }
+        }
+        self.stores.checkpoints.clear(tenant).await
     }
 
     /// Lookups that hit and missed, and errors, by backend: the configured one and, when
@@ -339,100 +432,40 @@ impl Checkpoints {
         let fallback = self
             .fallback
             .as_ref()
-            .map(|_| (Backend::Memory, &self.counters[1]));
-        std::iter::once((self.store.backend(), &self.counters[0])).chain(fallback)
+            .map(|_| (Backend::Memory, &self.fallback_counters));
+        std::iter::once((self.backend(), &self.guard.counters)).chain(fallback)
     }
 
     pub fn health(&self) -> Health {
-        match &*self.outage.lock().unwrap_or_else(PoisonError::into_inner) {
-            None => Health::Up,
-            Some(outage) => Health::Degraded {
-                for_secs: outage.since.elapsed().as_secs(),
-                reason: outage.reason.clone(),
-            },
-        }
+        self.guard.health()
     }
 
-    fn count(&self, backend: Backend, hit: bool) {
-        let counters = &self.counters[usize::from(backend != self.store.backend())];
+    /// What is wrong with the store's files' modes, when the proxy could not make them
+    /// its user's alone: for `/healthz`.
+    pub fn exposed(&self) -> Option<&str> {
+        self.exposed.as_deref()
+    }
+
+    fn count(&self, counters: &Counters, hit: bool) {
         let counter = if hit {
             &counters.hits
         } else {
             &counters.misses
         };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Runs a store operation within the store's time limit.
-    pub(super) async fn bounded<T>(
-        &self,
-        operation: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let result = match tokio::time::timeout(self.timeout, operation).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout {
-                backend: self.store.backend().as_str(),
-                after: self.timeout,
-            }),
-        };
-        if result.is_ok() {
-            self.recovered();
-        }
-        result
-    }
-
-    /// Whether the store may be asked: up, or down for long enough to be tried again.
-    fn reachable(&self) -> bool {
-        let outage = self.outage.lock().unwrap_or_else(PoisonError::into_inner);
-        outage.as_ref().is_none_or(|o| Instant::now() >= o.retry_at)
-    }
-
-    /// Counts and logs a store error; an outage is logged when it starts, not on every
-    /// request it costs. An unreadable value is an error of that value, not an outage.
-    pub(super) fn failed(&self, error: &StoreError) {
-        self.counters[0].errors.fetch_add(1, Ordering::Relaxed);
-        if matches!(error, StoreError::Corrupt { .. }) {
-            tracing::warn!(error = %error, "a stored checkpoint was unreadable and is ignored");
-            return;
-        }
-        let now = Instant::now();
-        let mut outage = self.outage.lock().unwrap_or_else(PoisonError::into_inner);
-        match outage.as_mut() {
-            Some(o) => o.retry_at = now + RETRY_AFTER,
-            None => {
-                tracing::warn!(
-                    backend = self.store.backend().as_str(),
-                    error = %error,
-                    "the checkpoint store is out of reach: serving from memory until it is back"
-                );
-                *outage = Some(Outage {
-                    since: now,
-                    retry_at: now + RETRY_AFTER,
-                    reason: error.to_string(),
-                });
-            }
-        }
-    }
-
-    fn recovered(&self) {
-        let mut outage = self.outage.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(o) = outage.take() {
-            tracing::info!(
-                backend = self.store.backend().as_str(),
-                after_secs = o.since.elapsed().as_secs(),
-                "the checkpoint store is back"
-            );
-        }
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     use serde_json::json;
 
     use super::*;
+    use crate::checkpoint::hash::Tenant;
+    use crate::checkpoint::outage::RETRY_AFTER;
+    use crate::checkpoint::redis_protocol::ProtocolError;
     use crate::checkpoint::store::StoreFuture;
 
     /// A shared store that can be switched off, in front of a memory store.
@@ -444,16 +477,17 @@ mod tests {
     impl Flaky {
         fn check(&self) -> Result<(), StoreError> {
             if self.down.load(Ordering::SeqCst) {
-                return Err(StoreError::Unavailable {
-                    backend: "redis",
-                    reason: "connection refused".into(),
+                let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+                return Err(StoreError::Redis {
+                    address: "127.0.0.1:6379".into(),
+                    source: ProtocolError::Io(refused),
                 });
             }
             Ok(())
         }
     }
 
-    impl Store for Flaky {
+    impl CheckpointStore for Flaky {
         fn backend(&self) -> Backend {
             Backend::Redis
         }
@@ -467,16 +501,18 @@ mod tests {
             &'a self,
             partition: Partition,
             prefixes: &'a [u128],
+            _rest: AtRest<'a>,
         ) -> StoreFuture<'a, Option<(usize, Arc<Checkpoint>)>> {
             let result = self.check().map(|()| self.inner.get(partition, prefixes));
             Box::pin(async move { result })
         }
-        fn put(
-            &self,
+        fn put<'a>(
+            &'a self,
             key: Key,
             checkpoint: Arc<Checkpoint>,
             replaces: Option<Key>,
-        ) -> StoreFuture<'_, ()> {
+            _rest: AtRest<'a>,
+        ) -> StoreFuture<'a, ()> {
             let result = self
                 .check()
                 .map(|()| self.inner.insert(key, checkpoint, replaces));
@@ -485,8 +521,8 @@ mod tests {
         fn held(&self) -> (usize, usize) {
             (0, 0)
         }
-        fn stats(&self) -> StoreFuture<'_, Stats> {
-            Box::pin(async { Ok(Stats::default()) })
+        fn tally(&self) -> StoreFuture<'_, Tally> {
+            Box::pin(async { Ok(Tally::default()) })
         }
         fn clear(&self, _tenant: Option<Tenant>) -> StoreFuture<'_, u64> {
             Box::pin(async { Ok(0) })
@@ -512,29 +548,37 @@ mod tests {
             inner: MemoryStore::new(1 << 20, Duration::from_secs(60)),
         };
         let config = CacheConfig::default();
-        let cache = Checkpoints::with_store(
-            Box::new(store),
+        let stores = Stores {
+            checkpoints: Arc::new(store),
+            windows: None,
+            leases: None,
+        };
+        let cache = Checkpoints::with_stores(
+            stores,
             Some(MemoryStore::new(1 << 20, Duration::from_secs(60))),
             &config,
             0,
         );
+        let seal = Sealer::new(None).seal_credential(b"sk-1");
         let p = Partition::for_tests(1);
         let key = Key {
             partition: p,
             prefix: 7,
         };
-        cache.put(key, checkpoint(), None).await;
+        cache.put(&seal, key, checkpoint(), None).await;
         assert_eq!(cache.health(), Health::Up);
 
         down.store(true, Ordering::SeqCst);
         // Served from this process's copy while the store fails.
-        assert!(cache.longest(p, &[0, 7]).await.is_some());
+        assert!(cache.longest(&seal, p, &[0, 7]).await.is_some());
         let Health::Degraded { reason, .. } = cache.health() else {
             panic!("the outage shows")
         };
-        assert!(reason.contains("connection refused"), "{reason}");
+        // The error and its cause, rendered once.
+        assert!(reason.contains("127.0.0.1:6379"), "{reason}");
+        assert!(reason.contains("refused"), "{reason}");
         // Within the second after a failure, the store is not asked again.
-        assert!(cache.longest(p, &[0, 7]).await.is_some());
+        assert!(cache.longest(&seal, p, &[0, 7]).await.is_some());
         let counters: Vec<_> = cache.counters().collect();
         assert_eq!(counters[0].1.errors.load(Ordering::SeqCst), 1);
         assert_eq!(counters[1].0, Backend::Memory);
@@ -542,12 +586,8 @@ mod tests {
 
         down.store(false, Ordering::SeqCst);
         tokio::time::sleep(RETRY_AFTER + Duration::from_millis(50)).await;
-        assert!(cache.longest(p, &[0, 7]).await.is_some());
+        assert!(cache.longest(&seal, p, &[0, 7]).await.is_some());
         assert_eq!(cache.health(), Health::Up);
-        assert_eq!(counters_of(&cache, 0).hits.load(Ordering::SeqCst), 1);
-    }
-
-    fn counters_of(cache: &Checkpoints, i: usize) -> &Counters {
-        &cache.counters[i]
+        assert_eq!(cache.guard.counters.hits.load(Ordering::SeqCst), 1);
     }
 }

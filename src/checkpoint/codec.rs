@@ -33,8 +33,35 @@ struct Stored<M, C, S> {
     failed: bool,
 }
 
+/// Why bytes are not a checkpoint or a shared result this build can use.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    #[error("not the JSON layout of a stored value")]
+    Json(#[source] serde_json::Error),
+    #[error("layout version {found} (this build reads {VERSION})")]
+    Version { found: u8 },
+    #[error("an inconsistent checkpoint")]
+    Inconsistent,
+    #[error("an unknown summary source {0:?}")]
+    Source(String),
+    #[error("a truncated prepared checkpoint")]
+    Truncated,
+    #[error("a checkpoint of {found} messages indexed at {at}")]
+    Misplaced { found: usize, at: usize },
+    /// Sealed under another key or for another place, or altered since: the AEAD refused it.
+    #[error("a sealed value that does not open with this request's key and place")]
+    Unsealed,
+}
+
 /// A checkpoint as bytes, stamped with the time of writing.
 pub fn encode(checkpoint: &Checkpoint) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    encode_into(checkpoint, &mut bytes);
+    bytes
+}
+
+/// [`encode`], appended to `out`: a sealed value writes it after its header, in place.
+pub fn encode_into(checkpoint: &Checkpoint, out: &mut Vec<u8>) {
     let stored = Stored {
         v: VERSION,
         at: now_secs(),
@@ -47,25 +74,24 @@ pub fn encode(checkpoint: &Checkpoint) -> Vec<u8> {
         summary: checkpoint.summary.as_str(),
         failed: checkpoint.summariser_failed,
     };
-    serde_json::to_vec(&stored).unwrap_or_default()
+    // Writing to memory fails only for a map with non-string keys, which a checkpoint
+    // parsed from JSON cannot hold.
+    let _ = serde_json::to_writer(out, &stored);
 }
 
 /// The checkpoint `bytes` hold and how long ago they were written; `Err` names what is
 /// wrong with them.
-pub fn decode(bytes: &[u8]) -> Result<(Checkpoint, Duration), String> {
+pub fn decode(bytes: &[u8]) -> Result<(Checkpoint, Duration), CodecError> {
     let stored: Stored<Vec<Value>, Vec<usize>, String> =
-        serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        serde_json::from_slice(bytes).map_err(CodecError::Json)?;
     if stored.v != VERSION {
-        return Err(format!(
-            "layout version {} (this build reads {VERSION})",
-            stored.v
-        ));
+        return Err(CodecError::Version { found: stored.v });
     }
     if stored.messages.len() != stored.counts.len() || stored.len == 0 {
-        return Err("inconsistent checkpoint".into());
+        return Err(CodecError::Inconsistent);
     }
-    let summary = SummarySource::parse(&stored.summary)
-        .ok_or_else(|| format!("unknown summary source {:?}", stored.summary))?;
+    let summary =
+        SummarySource::parse(&stored.summary).ok_or(CodecError::Source(stored.summary))?;
     let checkpoint = Checkpoint::new(
         stored.len,
         stored.tokens,
@@ -80,26 +106,25 @@ pub fn decode(bytes: &[u8]) -> Result<(Checkpoint, Duration), String> {
 }
 
 #[derive(Serialize, Deserialize)]
-struct SharedSummary {
+struct SummaryLayout {
     text: String,
     source: String,
 }
 
 /// A summariser call's result, for the replicas waiting on it.
 pub fn encode_summary(summary: Option<&Summary>) -> Vec<u8> {
-    let shared = summary.map(|s| SharedSummary {
+    let shared = summary.map(|s| SummaryLayout {
         text: s.text.clone(),
         source: s.source.as_str().to_string(),
     });
     serde_json::to_vec(&shared).unwrap_or_default()
 }
 
-pub fn decode_summary(bytes: &[u8]) -> Result<Option<Summary>, String> {
-    let shared: Option<SharedSummary> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+pub fn decode_summary(bytes: &[u8]) -> Result<Option<Summary>, CodecError> {
+    let shared: Option<SummaryLayout> = serde_json::from_slice(bytes).map_err(CodecError::Json)?;
     shared
         .map(|s| {
-            let source = SummarySource::parse(&s.source)
-                .ok_or_else(|| format!("unknown summary source {:?}", s.source))?;
+            let source = SummarySource::parse(&s.source).ok_or(CodecError::Source(s.source))?;
             Ok(Summary {
                 text: s.text,
                 source,
@@ -121,13 +146,11 @@ pub fn encode_prepared(prepared: &Option<(u128, Checkpoint)>) -> Vec<u8> {
     }
 }
 
-pub fn decode_prepared(bytes: &[u8]) -> Result<Option<(u128, Checkpoint)>, String> {
+pub fn decode_prepared(bytes: &[u8]) -> Result<Option<(u128, Checkpoint)>, CodecError> {
     if bytes.is_empty() {
         return Ok(None);
     }
-    let (prefix, rest) = bytes
-        .split_at_checked(16)
-        .ok_or("a truncated prepared checkpoint")?;
+    let (prefix, rest) = bytes.split_at_checked(16).ok_or(CodecError::Truncated)?;
     let mut id = [0u8; 16];
     id.copy_from_slice(prefix);
     let (checkpoint, _) = decode(rest)?;
@@ -185,7 +208,10 @@ mod tests {
         assert!(decode(b"not json").is_err());
         let other =
             br#"{"v":99,"at":0,"len":1,"tokens":1,"messages":[],"counts":[],"summary":"llm"}"#;
-        assert!(decode(other).unwrap_err().contains("version 99"));
+        assert!(decode(other)
+            .unwrap_err()
+            .to_string()
+            .contains("version 99"));
     }
 
     #[test]

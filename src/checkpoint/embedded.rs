@@ -19,11 +19,16 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::codec::{self, now_secs};
-use super::hash::{Partition, Tenant};
+use super::checkpoint_store::{CheckpointStore, Tally};
+use super::codec::{now_secs, CodecError};
+use super::file_modes::{self, Exposure};
+use super::hash::{Key, Partition, Tenant};
 use super::memory::{Held, Lru};
-use super::store::{Backend, Key, ModelRecord, Stats, Store, StoreError, StoreFuture};
+use super::seal::AtRest;
+use super::store::{render, Backend, StoreError, StoreFuture};
+use super::window_store::WindowStore;
 use super::Checkpoint;
+use crate::model_record::ModelRecord;
 
 const BACKEND: &str = "embedded";
 
@@ -92,10 +97,10 @@ fn from_id(bytes: &[u8]) -> u128 {
     u128::from_be_bytes(id)
 }
 
-fn unavailable(error: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable {
+fn corrupt(source: CodecError) -> StoreError {
+    StoreError::Corrupt {
         backend: BACKEND,
-        reason: error.to_string(),
+        source,
     }
 }
 
@@ -111,14 +116,29 @@ fn connect(path: &Path) -> rusqlite::Result<Connection> {
 }
 
 impl EmbeddedStore {
-    /// Opens the file at `path`, creating it and its folder on first use, and reads back
-    /// which checkpoints it holds. `Err` says why it cannot be used, for the message at
-    /// start.
-    pub fn open(path: &Path, max_bytes: usize, ttl: Duration) -> Result<EmbeddedStore, String> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("cannot create its folder {}: {e}", dir.display()))?;
-        }
+    /// Opens the file at `path`, creating it and its folder on first use, its user's
+    /// alone, and reads back which checkpoints it holds. `own_folder`: the folder is the
+    /// proxy's (the default place), and is made private too if it is not; a folder the
+    /// operator chose is left as it is. Returns, besides the store, what could not be made
+    /// private. `Err` says why it cannot be used, for the message at start.
+    pub fn open(
+        path: &Path,
+        max_bytes: usize,
+        ttl: Duration,
+        own_folder: bool,
+    ) -> Result<(EmbeddedStore, Option<Exposure>), StoreError> {
+        let folder = path.parent().filter(|d| !d.as_os_str().is_empty());
+        let created = match folder {
+            Some(dir) => file_modes::create_folder(dir).map_err(|source| StoreError::Folder {
+                path: dir.to_owned(),
+                source,
+            })?,
+            None => false,
+        };
+        file_modes::create_file(path).map_err(|source| StoreError::Folder {
+            path: path.to_owned(),
+            source,
+        })?;
         let open = || -> rusqlite::Result<File> {
             let writer = connect(path)?;
             writer.execute_batch(SCHEMA)?;
@@ -127,13 +147,14 @@ impl EmbeddedStore {
                 writer: Mutex::new(writer),
             })
         };
-        let file = open().map_err(|e| format!("cannot be opened as a cache: {e}"))?;
+        let file = open().map_err(StoreError::File)?;
         let store = EmbeddedStore {
             file: Arc::new(file),
             index: Mutex::new(Lru::new(max_bytes, ttl)),
         };
-        store.load().map_err(|e| e.to_string())?;
-        Ok(store)
+        store.load()?;
+        let folder = folder.filter(|_| own_folder || created);
+        Ok((store, make_private(folder, path)))
     }
 
     /// Rebuilds the index in memory from the file, oldest first so that use order
@@ -143,7 +164,7 @@ impl EmbeddedStore {
             let connection = lock(&self.file.reader);
             let mut statement = connection
                 .prepare("SELECT tenant, scope, prefix, prefix_len, size, at FROM checkpoints ORDER BY at")
-                .map_err(unavailable)?;
+                .map_err(StoreError::File)?;
             let rows = statement
                 .query_map([], |row| {
                     let key = Key {
@@ -159,8 +180,9 @@ impl EmbeddedStore {
                     };
                     Ok((key, meta, unsigned(row.get(5)?)))
                 })
-                .map_err(unavailable)?;
-            rows.collect::<Result<Vec<_>, _>>().map_err(unavailable)?
+                .map_err(StoreError::File)?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(StoreError::File)?
         };
         let now = now_secs();
         let mut dropped = Vec::new();
@@ -186,7 +208,7 @@ impl EmbeddedStore {
         let file = Arc::clone(&self.file);
         tokio::task::spawn_blocking(move || work(&file))
             .await
-            .map_err(unavailable)?
+            .map_err(StoreError::Worker)?
     }
 
     /// Drops expired checkpoints from the file, in the background: nothing waits on it.
@@ -203,18 +225,39 @@ impl EmbeddedStore {
     }
 }
 
+/// Makes the folder (when it is the proxy's) and the database with its WAL and shared
+/// memory their user's alone; what cannot be is logged, and the first returned.
+fn make_private(folder: Option<&Path>, path: &Path) -> Option<Exposure> {
+    let mut files = vec![path.to_owned()];
+    for suffix in ["-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        files.push(name.into());
+    }
+    let paths = folder.map(Path::to_owned).into_iter().chain(files);
+    let mut exposures = paths.filter_map(|p| file_modes::tighten(&p).err());
+    let first = exposures.next()?;
+    for exposure in std::iter::once(&first).chain(exposures.by_ref().collect::<Vec<_>>().iter()) {
+        tracing::warn!(
+            error = %render(exposure),
+            "the checkpoint store's files are readable by other users"
+        );
+    }
+    Some(first)
+}
+
 /// Deletes `keys`' rows in one transaction.
 fn remove_rows(connection: &mut Connection, keys: &[Key]) -> Result<(), StoreError> {
     if keys.is_empty() {
         return Ok(());
     }
-    let transaction = connection.transaction().map_err(unavailable)?;
+    let transaction = connection.transaction().map_err(StoreError::File)?;
     {
         let mut delete = transaction
             .prepare_cached(
                 "DELETE FROM checkpoints WHERE tenant = ?1 AND scope = ?2 AND prefix = ?3",
             )
-            .map_err(unavailable)?;
+            .map_err(StoreError::File)?;
         for key in keys {
             delete
                 .execute(params![
@@ -222,13 +265,13 @@ fn remove_rows(connection: &mut Connection, keys: &[Key]) -> Result<(), StoreErr
                     id(key.partition.scope),
                     id(key.prefix)
                 ])
-                .map_err(unavailable)?;
+                .map_err(StoreError::File)?;
         }
     }
-    transaction.commit().map_err(unavailable)
+    transaction.commit().map_err(StoreError::File)
 }
 
-impl Store for EmbeddedStore {
+impl CheckpointStore for EmbeddedStore {
     fn backend(&self) -> Backend {
         Backend::Embedded
     }
@@ -245,6 +288,7 @@ impl Store for EmbeddedStore {
         &'a self,
         partition: Partition,
         prefixes: &'a [u128],
+        rest: AtRest<'a>,
     ) -> StoreFuture<'a, Option<(usize, Arc<Checkpoint>)>> {
         Box::pin(async move {
             let (found, expired) = {
@@ -272,7 +316,7 @@ impl Store for EmbeddedStore {
                             )
                             .optional()
                         })
-                        .map_err(unavailable)
+                        .map_err(StoreError::File)
                 })
                 .await?;
             let Some(bytes) = bytes else {
@@ -280,22 +324,20 @@ impl Store for EmbeddedStore {
                 self.lock().remove(&key);
                 return Ok(None);
             };
-            let (checkpoint, _) = codec::decode(&bytes).map_err(|reason| StoreError::Corrupt {
-                backend: BACKEND,
-                reason,
-            })?;
+            let (checkpoint, _) = rest.open_checkpoint(key, bytes).map_err(corrupt)?;
             Ok(Some((len, Arc::new(checkpoint))))
         })
     }
 
-    fn put(
-        &self,
+    fn put<'a>(
+        &'a self,
         key: Key,
         checkpoint: Arc<Checkpoint>,
         replaces: Option<Key>,
-    ) -> StoreFuture<'_, ()> {
+        rest: AtRest<'a>,
+    ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let bytes = codec::encode(&checkpoint);
+            let bytes = rest.checkpoint(key, &checkpoint);
             let meta = Meta {
                 prefix_len: checkpoint.prefix_len,
                 size: bytes.len(),
@@ -322,7 +364,7 @@ impl Store for EmbeddedStore {
                                 bytes
                             ])
                         })
-                        .map_err(unavailable)?;
+                        .map_err(StoreError::File)?;
                 }
                 Ok(())
             })
@@ -334,6 +376,51 @@ impl Store for EmbeddedStore {
         self.lock().held()
     }
 
+    fn tally(&self) -> StoreFuture<'_, Tally> {
+        // Read from the file, not the index: the `cache` command runs in its own process.
+        Box::pin(self.on_file(|file| {
+            lock(&file.reader)
+                .query_row(
+                    "SELECT count(*), coalesce(sum(size), 0), count(DISTINCT tenant) FROM checkpoints",
+                    [],
+                    |row| {
+                        Ok(Tally {
+                            checkpoints: unsigned(row.get(0)?),
+                            bytes: unsigned(row.get(1)?),
+                            tenants: unsigned(row.get(2)?),
+                        })
+                    },
+                )
+                .map_err(StoreError::File)
+        }))
+    }
+
+    fn clear(&self, tenant: Option<Tenant>) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            {
+                let mut index = self.lock();
+                for key in index.keys(tenant) {
+                    index.remove(&key);
+                }
+            }
+            self.on_file(move |file| {
+                let connection = lock(&file.writer);
+                let dropped = match tenant {
+                    Some(t) => connection.execute(
+                        "DELETE FROM checkpoints WHERE tenant = ?1",
+                        params![id(t.0)],
+                    ),
+                    None => connection.execute("DELETE FROM checkpoints", []),
+                }
+                .map_err(StoreError::File)?;
+                Ok(dropped as u64)
+            })
+            .await
+        })
+    }
+}
+
+impl WindowStore for EmbeddedStore {
     fn models(&self) -> StoreFuture<'_, Vec<ModelRecord>> {
         Box::pin(self.on_file(|file| read_models(&lock(&file.reader))))
     }
@@ -359,57 +446,17 @@ impl Store for EmbeddedStore {
                     ])
                 })
                 .map(drop)
-                .map_err(unavailable)
+                .map_err(StoreError::File)
         }))
     }
 
-    fn stats(&self) -> StoreFuture<'_, Stats> {
-        // Read from the file, not the index: the `cache` command runs in its own process.
+    fn clear_models(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.on_file(|file| {
-            let connection = lock(&file.reader);
-            let (checkpoints, bytes, tenants) = connection
-                .query_row(
-                    "SELECT count(*), coalesce(sum(size), 0), count(DISTINCT tenant) FROM checkpoints",
-                    [],
-                    |row| Ok((unsigned(row.get(0)?), unsigned(row.get(1)?), unsigned(row.get(2)?))),
-                )
-                .map_err(unavailable)?;
-            let models = connection
-                .query_row("SELECT count(*) FROM models", [], |row| row.get(0).map(unsigned))
-                .map_err(unavailable)?;
-            Ok(Stats {
-                checkpoints,
-                bytes,
-                tenants,
-                models,
-            })
+            lock(&file.writer)
+                .execute("DELETE FROM models", [])
+                .map(drop)
+                .map_err(StoreError::File)
         }))
-    }
-
-    fn clear(&self, tenant: Option<Tenant>) -> StoreFuture<'_, u64> {
-        Box::pin(async move {
-            {
-                let mut index = self.lock();
-                for key in index.keys(tenant) {
-                    index.remove(&key);
-                }
-            }
-            self.on_file(move |file| {
-                let connection = lock(&file.writer);
-                let dropped = match tenant {
-                    Some(t) => connection.execute(
-                        "DELETE FROM checkpoints WHERE tenant = ?1",
-                        params![id(t.0)],
-                    ),
-                    None => connection
-                        .execute("DELETE FROM checkpoints", [])
-                        .and_then(|n| connection.execute("DELETE FROM models", []).map(|_| n)),
-                }
-                .map_err(unavailable)?;
-                Ok(dropped as u64)
-            })
-            .await
-        })
     }
 }
 
@@ -425,7 +472,7 @@ fn unsigned<T: TryFrom<i64> + Default>(n: i64) -> T {
 fn read_models(connection: &Connection) -> Result<Vec<ModelRecord>, StoreError> {
     let mut statement = connection
         .prepare_cached("SELECT upstream, model, window, refusal, usage FROM models")
-        .map_err(unavailable)?;
+        .map_err(StoreError::File)?;
     let rows = statement
         .query_map([], |row| {
             Ok(ModelRecord {
@@ -436,8 +483,9 @@ fn read_models(connection: &Connection) -> Result<Vec<ModelRecord>, StoreError> 
                 usage: row.get(4)?,
             })
         })
-        .map_err(unavailable)?;
-    rows.collect::<Result<Vec<_>, _>>().map_err(unavailable)
+        .map_err(StoreError::File)?;
+    rows.collect::<Result<Vec<_>, _>>()
+        .map_err(StoreError::File)
 }
 
 #[cfg(test)]
@@ -445,6 +493,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::checkpoint::fixtures::rest;
 
     fn checkpoint(prefix_len: usize, text: &str) -> Arc<Checkpoint> {
         Arc::new(Checkpoint::new(
@@ -475,7 +524,7 @@ mod tests {
     }
 
     fn open(path: &Path, ttl: Duration) -> EmbeddedStore {
-        EmbeddedStore::open(path, 1 << 20, ttl).unwrap()
+        EmbeddedStore::open(path, 1 << 20, ttl, true).unwrap().0
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -483,15 +532,15 @@ mod tests {
         let path = file();
         let store = open(&path, Duration::from_secs(60));
         store
-            .put(key(1, 20), checkpoint(2, "two"), None)
+            .put(key(1, 20), checkpoint(2, "two"), None, rest())
             .await
             .unwrap();
         store
-            .put(key(1, 40), checkpoint(4, "four"), Some(key(1, 20)))
+            .put(key(1, 40), checkpoint(4, "four"), Some(key(1, 20)), rest())
             .await
             .unwrap();
         store
-            .put(key(2, 40), checkpoint(4, "other tenant"), None)
+            .put(key(2, 40), checkpoint(4, "other tenant"), None, rest())
             .await
             .unwrap();
         drop(store);
@@ -505,7 +554,7 @@ mod tests {
         let p = Partition::for_tests(1);
         assert!(store.may_hold(p) && !store.may_hold(Partition::for_tests(3)));
         let (len, found) = store
-            .longest(p, &[0, 10, 20, 30, 40, 50])
+            .longest(p, &[0, 10, 20, 30, 40, 50], rest())
             .await
             .unwrap()
             .unwrap();
@@ -514,7 +563,11 @@ mod tests {
             (4, Some("four"))
         );
         assert_eq!(found.next_role.as_deref(), Some("assistant"));
-        assert!(store.longest(p, &[0, 10, 20]).await.unwrap().is_none());
+        assert!(store
+            .longest(p, &[0, 10, 20], rest())
+            .await
+            .unwrap()
+            .is_none());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -522,7 +575,7 @@ mod tests {
         let path = file();
         let store = open(&path, Duration::from_secs(60));
         store
-            .put(key(1, 20), checkpoint(2, "old"), None)
+            .put(key(1, 20), checkpoint(2, "old"), None, rest())
             .await
             .unwrap();
         drop(store);
@@ -530,7 +583,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(1100));
         let store = open(&path, Duration::from_millis(500));
         assert_eq!(store.held(), (0, 0));
-        assert_eq!(store.stats().await.unwrap().checkpoints, 0);
+        assert_eq!(store.tally().await.unwrap().checkpoints, 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -538,16 +591,16 @@ mod tests {
         let path = file();
         let store = open(&path, Duration::from_secs(60));
         store
-            .put(key(1, 20), checkpoint(2, "a"), None)
+            .put(key(1, 20), checkpoint(2, "a"), None, rest())
             .await
             .unwrap();
         store
-            .put(key(2, 20), checkpoint(2, "b"), None)
+            .put(key(2, 20), checkpoint(2, "b"), None, rest())
             .await
             .unwrap();
         assert_eq!(store.clear(Some(Tenant(1))).await.unwrap(), 1);
         assert!(!store.may_hold(Partition::for_tests(1)));
-        let stats = store.stats().await.unwrap();
+        let stats = store.tally().await.unwrap();
         assert_eq!((stats.checkpoints, stats.tenants), (1, 1));
     }
 

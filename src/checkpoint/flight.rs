@@ -13,8 +13,11 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::cache::Checkpoints;
-use super::store::Peek;
+use super::codec::CodecError;
+use super::lease_store::{LeaseStore, Peek};
+use super::outage::Guard;
+use super::seal::{AtRest, Place};
+use super::store::render;
 
 /// How long a claim lasts unless renewed: the longest a dead holder keeps others waiting.
 const LEASE: Duration = Duration::from_secs(10);
@@ -37,41 +40,83 @@ pub fn holder_id() -> u128 {
 }
 
 /// How a flight's result is kept in a shared store.
-pub(super) struct Kind<T> {
+pub(super) struct Sharing<T> {
+    /// Names the kind of result in what its seal binds it to.
+    pub label: &'static str,
     pub encode: fn(&T) -> Vec<u8>,
-    pub decode: fn(&[u8]) -> Result<T, String>,
+    pub decode: fn(&[u8]) -> Result<T, CodecError>,
     /// How long the result is left for the processes that come for it after the call.
     pub keep: Duration,
 }
 
+impl<T> Sharing<T> {
+    /// The result a store's bytes hold for `flight`: `None` when they do not open with this
+    /// request's seal or this build cannot read them.
+    fn read(&self, rest: AtRest<'_>, flight: u128, bytes: Vec<u8>) -> Option<T> {
+        let opened = rest
+            .open(&Place::Flight(self.label, flight), bytes)
+            .and_then(|clear| (self.decode)(&clear));
+        match opened {
+            Ok(result) => Some(result),
+            Err(error) => {
+                tracing::warn!(
+                    error = %render(&error),
+                    kind = self.label,
+                    "a result shared by another replica was unreadable and is ignored"
+                );
+                None
+            }
+        }
+    }
+}
+
+/// The shared store a flight across processes goes through: its leases, within the
+/// cache's time limit, as `holder`.
+pub(super) struct Across<'a> {
+    pub guard: &'a Guard,
+    pub leases: &'a dyn LeaseStore,
+    pub holder: u128,
+    pub rest: AtRest<'a>,
+}
+
 /// The result of `work` for `key`, made here or by the process that claimed it first, or
 /// left by one that made it already. A store that fails along the way, or a result this
-/// build cannot read, leaves this process to do the work itself: a request is never kept
-/// waiting on a store that is gone.
-pub(super) async fn across<T, F, Fut>(cache: &Checkpoints, key: u128, kind: &Kind<T>, work: F) -> T
+/// build (or this request's seal) cannot read, leaves this process to do the work itself:
+/// a request is never kept waiting on a store that is gone.
+pub(super) async fn across<T, F, Fut>(
+    via: Across<'_>,
+    key: u128,
+    sharing: &Sharing<T>,
+    work: F,
+) -> T
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = T>,
 {
-    let (store, holder, _) = cache.shared_store();
+    let Across {
+        guard,
+        leases,
+        holder,
+        rest,
+    } = via;
     loop {
-        match cache.bounded(store.peek(key)).await {
-            Ok(Peek::Done(bytes)) => match (kind.decode)(&bytes) {
-                Ok(result) => return result,
-                Err(_) => return work().await,
+        match guard.bounded(leases.peek(key)).await {
+            Ok(Peek::Done(bytes)) => match sharing.read(rest, key, bytes) {
+                Some(result) => return result,
+                None => return work().await,
             },
             Ok(Peek::Running) => tokio::time::sleep(POLL).await,
-            Ok(Peek::Free) => match cache.bounded(store.claim(key, holder, LEASE)).await {
+            Ok(Peek::Free) => match guard.bounded(leases.claim(key, holder, LEASE)).await {
                 Ok(true) => break,
                 // Claimed by another process since the look: wait for it.
                 Ok(false) => {}
                 Err(error) => {
-                    cache.failed(&error);
+                    guard.failed(&error);
                     return work().await;
                 }
             },
             Err(error) => {
-                cache.failed(&error);
+                guard.failed(&error);
                 return work().await;
             }
         }
@@ -82,36 +127,42 @@ where
         tokio::select! {
             result = &mut work => break result,
             () = tokio::time::sleep(RENEW_EVERY), if renewing => {
-                match cache.bounded(store.claim(key, holder, LEASE)).await {
+                match guard.bounded(leases.claim(key, holder, LEASE)).await {
                     Ok(true) => {}
                     // Another process took the call over: this one still finishes its own.
                     Ok(false) => renewing = false,
-                    Err(error) => cache.failed(&error),
+                    Err(error) => guard.failed(&error),
                 }
             }
         }
     };
-    let settled = (kind.encode)(&result);
-    if let Err(error) = cache
-        .bounded(store.settle(key, holder, settled, kind.keep))
+    let settled = rest.seal(
+        &Place::Flight(sharing.label, key),
+        &(sharing.encode)(&result),
+    );
+    if let Err(error) = guard
+        .bounded(leases.settle(key, holder, settled, sharing.keep))
         .await
     {
-        cache.failed(&error);
+        guard.failed(&error);
     }
     result
 }
 
 /// The result another process made or is making for `key`, waiting for it while it runs;
 /// `None` when no process has it, or the store cannot tell.
-pub(super) async fn made_elsewhere<T>(cache: &Checkpoints, key: u128, kind: &Kind<T>) -> Option<T> {
-    let (store, _, _) = cache.shared_store();
+pub(super) async fn made_elsewhere<T>(
+    via: Across<'_>,
+    key: u128,
+    sharing: &Sharing<T>,
+) -> Option<T> {
     loop {
-        match cache.bounded(store.peek(key)).await {
-            Ok(Peek::Done(bytes)) => return (kind.decode)(&bytes).ok(),
+        match via.guard.bounded(via.leases.peek(key)).await {
+            Ok(Peek::Done(bytes)) => return sharing.read(via.rest, key, bytes),
             Ok(Peek::Running) => tokio::time::sleep(POLL).await,
             Ok(Peek::Free) => return None,
             Err(error) => {
-                cache.failed(&error);
+                via.guard.failed(&error);
                 return None;
             }
         }

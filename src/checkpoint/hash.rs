@@ -18,25 +18,35 @@ pub struct Tenant(pub u128);
 impl Tenant {
     /// The tenant of a request, by the first credential header it carries.
     pub fn of(headers: &HeaderMap) -> Tenant {
-        let credential = CREDENTIAL_HEADERS
-            .iter()
-            .find_map(|name| headers.get(name))
-            .map_or(&b""[..], |value| value.as_bytes());
-        Tenant::from_credential(credential)
+        Tenant::from_credential(credential(headers))
     }
 
     /// The tenant of a credential: an API key, or a header's value (`Bearer KEY` is the
     /// same tenant as `KEY`, so that an operator can name it by the key alone).
     pub fn from_credential(credential: &[u8]) -> Tenant {
-        let token = match credential.get(..7) {
-            Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => &credential[7..],
-            _ => credential,
-        };
-        let digest = ring::digest::digest(&ring::digest::SHA256, token.trim_ascii());
+        let digest = ring::digest::digest(&ring::digest::SHA256, token(credential));
         let mut first = [0u8; 16];
         first.copy_from_slice(&digest.as_ref()[..16]);
         Tenant(u128::from_be_bytes(first))
     }
+}
+
+/// The credential a request carries: the value of the first credential header it has,
+/// empty without one.
+pub(super) fn credential(headers: &HeaderMap) -> &[u8] {
+    CREDENTIAL_HEADERS
+        .iter()
+        .find_map(|name| headers.get(name))
+        .map_or(&b""[..], |value| value.as_bytes())
+}
+
+/// The key in a credential: without the `Bearer` scheme and the spaces around it.
+pub(super) fn token(credential: &[u8]) -> &[u8] {
+    let token = match credential.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => &credential[7..],
+        _ => credential,
+    };
+    token.trim_ascii()
 }
 
 /// One tenant's conversations with one model on one upstream. Checkpoints never cross
@@ -69,6 +79,14 @@ impl Partition {
             scope: n,
         }
     }
+}
+
+/// A checkpoint's address: the hash of the client's message prefix it replaces, within a
+/// partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub partition: Partition,
+    pub prefix: u128,
 }
 
 /// `hashes[i]` identifies the first `i` messages of `partition`'s conversation

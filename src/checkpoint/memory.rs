@@ -7,8 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::hash::{Partition, Tenant};
-use super::store::{Backend, Key, Stats, Store, StoreFuture};
+use super::checkpoint_store::{CheckpointStore, Tally};
+use super::hash::{Key, Partition, Tenant};
+use super::seal::AtRest;
+use super::store::{Backend, StoreFuture};
 use super::Checkpoint;
 
 /// What an [`Lru`] holds for each key.
@@ -33,7 +35,7 @@ impl Held for Arc<Checkpoint> {
 pub struct Lru<V> {
     max_bytes: usize,
     ttl: Duration,
-    entries: HashMap<Key, Entry<V>>,
+    entries: HashMap<Key, Resident<V>>,
     /// Use order: tick of last use -> key. With a time to live measured from the last use,
     /// the least recently used entry is also the first to expire.
     order: BTreeMap<u64, Key>,
@@ -43,7 +45,7 @@ pub struct Lru<V> {
     partitions: HashMap<Partition, usize>,
 }
 
-struct Entry<V> {
+struct Resident<V> {
     value: V,
     tick: u64,
     used: Instant,
@@ -153,7 +155,7 @@ impl<V: Held> Lru<V> {
         self.order.insert(tick, key);
         *self.partitions.entry(key.partition).or_default() += 1;
         let used = now.checked_sub(age).unwrap_or(now);
-        self.entries.insert(key, Entry { value, tick, used });
+        self.entries.insert(key, Resident { value, tick, used });
         dropped
     }
 
@@ -221,7 +223,8 @@ impl MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
+/// Checkpoints in memory are never bytes: the seal is for what leaves the process.
+impl CheckpointStore for MemoryStore {
     fn backend(&self) -> Backend {
         Backend::Memory
     }
@@ -238,17 +241,19 @@ impl Store for MemoryStore {
         &'a self,
         partition: Partition,
         prefixes: &'a [u128],
+        _rest: AtRest<'a>,
     ) -> StoreFuture<'a, Option<(usize, Arc<Checkpoint>)>> {
         let found = self.get(partition, prefixes);
         Box::pin(async move { Ok(found) })
     }
 
-    fn put(
-        &self,
+    fn put<'a>(
+        &'a self,
         key: Key,
         checkpoint: Arc<Checkpoint>,
         replaces: Option<Key>,
-    ) -> StoreFuture<'_, ()> {
+        _rest: AtRest<'a>,
+    ) -> StoreFuture<'a, ()> {
         self.insert(key, checkpoint, replaces);
         Box::pin(async { Ok(()) })
     }
@@ -257,14 +262,13 @@ impl Store for MemoryStore {
         self.lock().held()
     }
 
-    fn stats(&self) -> StoreFuture<'_, Stats> {
+    fn tally(&self) -> StoreFuture<'_, Tally> {
         let lru = self.lock();
         let (checkpoints, bytes) = lru.held();
-        let stats = Stats {
+        let stats = Tally {
             checkpoints: checkpoints as u64,
             bytes: bytes as u64,
             tenants: lru.tenants() as u64,
-            models: 0,
         };
         Box::pin(async move { Ok(stats) })
     }

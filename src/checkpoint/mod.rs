@@ -6,23 +6,33 @@
 //! upstream's prompt cache warm. Only when the client's new turns outgrow the window again
 //! does a new compaction (iterating on the stored summary) extend the checkpoint.
 //!
-//! Pure parts live here ([`derive`], [`Checkpoint`]); [`hash`] finds prefixes, [`store`]
-//! is the seam of the places checkpoints are kept ([`memory`], [`embedded`], [`redis`],
-//! over its own client [`redis_protocol`]),
-//! [`codec`] turns them into bytes, [`cache`] is what the proxy uses (a store, and memory
-//! while the store is out of reach), [`flight`] lets concurrent requests, of one process or
-//! of several, share one summariser call.
+//! Pure parts live here ([`derive`], [`Checkpoint`]); [`hash`] finds prefixes and names
+//! tenants. The stores fill three seams, one per job: [`checkpoint_store`] (the
+//! checkpoints), [`window_store`] (what was learned of the models) and [`lease_store`]
+//! (which replica makes a shared summariser call), with what they share in [`store`]; the
+//! stores are [`memory`], [`embedded`] (whose files [`file_modes`] keeps private) and
+//! [`redis`] (over its own client [`redis_protocol`]). [`codec`] turns checkpoints into
+//! bytes and [`seal`] encrypts those bytes per tenant; [`cache`] is what the proxy uses (the
+//! stores, and memory while a shared one is out of reach, with [`outage`] saying what a
+//! failure costs); [`flight`] lets concurrent requests, of one process or of several, share
+//! one summariser call; [`prepared`] keeps compactions prepared ahead.
 
 pub mod cache;
+pub mod checkpoint_store;
 pub mod codec;
 pub mod embedded;
+pub mod file_modes;
 pub mod flight;
 pub mod hash;
+pub mod lease_store;
 pub mod memory;
+mod outage;
 pub mod prepared;
 pub mod redis;
 mod redis_protocol;
+pub mod seal;
 pub mod store;
+pub mod window_store;
 
 use std::mem::size_of;
 
@@ -30,11 +40,13 @@ use serde_json::Value;
 
 use crate::engine::{Role, SummarySource};
 pub use cache::Checkpoints;
+pub use checkpoint_store::CheckpointStore;
 pub use flight::Flights;
-pub use hash::{prefix_hashes, Partition, Tenant};
+pub use hash::{prefix_hashes, Key, Partition, Tenant};
 pub use memory::MemoryStore;
 pub use prepared::Prepared;
-pub use store::{Backend, Key, Store, StoreError};
+pub use seal::Seal;
+pub use store::{Backend, StoreError};
 
 /// The compacted form of a conversation's first `prefix_len` messages.
 #[derive(Debug)]
@@ -204,11 +216,19 @@ pub fn derive(
 /// What the stores' tests keep and look up.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use std::sync::Arc;
+    use std::sync::{Arc, LazyLock};
 
     use serde_json::json;
 
+    use super::seal::{AtRest, Seal, Sealer};
     use super::{Checkpoint, Key, Partition};
+
+    static SEAL: LazyLock<Seal> = LazyLock::new(|| Sealer::new(None).seal_credential(b"sk-tests"));
+
+    /// How the stores' tests keep checkpoints: sealed, as by default.
+    pub fn rest() -> AtRest<'static> {
+        AtRest::new(&SEAL, true)
+    }
 
     /// A checkpoint of one summary message replacing `prefix_len` messages.
     pub fn checkpoint(prefix_len: usize, text: &str) -> Arc<Checkpoint> {

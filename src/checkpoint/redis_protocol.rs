@@ -44,36 +44,36 @@ pub enum Reply {
 
 impl Reply {
     /// The reply as an integer, `Err` naming what came instead.
-    pub fn int(&self) -> Result<i64, Error> {
+    pub fn int(&self) -> Result<i64, ProtocolError> {
         match self {
             Reply::Int(n) => Ok(*n),
-            Reply::Error(message) => Err(Error::Server(message.clone())),
-            other => Err(Error::Unexpected(other.kind())),
+            Reply::Error(message) => Err(ProtocolError::Server(message.clone())),
+            other => Err(ProtocolError::Unexpected(other.kind())),
         }
     }
 
     /// The reply as a value, `None` for nil.
-    pub fn bulk(self) -> Result<Option<Vec<u8>>, Error> {
+    pub fn bulk(self) -> Result<Option<Vec<u8>>, ProtocolError> {
         match self {
             Reply::Bulk(value) => Ok(value),
-            Reply::Error(message) => Err(Error::Server(message)),
-            other => Err(Error::Unexpected(other.kind())),
+            Reply::Error(message) => Err(ProtocolError::Server(message)),
+            other => Err(ProtocolError::Unexpected(other.kind())),
         }
     }
 
     /// The reply as an array (nil is empty).
-    pub fn array(self) -> Result<Vec<Reply>, Error> {
+    pub fn array(self) -> Result<Vec<Reply>, ProtocolError> {
         match self {
             Reply::Array(items) => Ok(items.unwrap_or_default()),
-            Reply::Error(message) => Err(Error::Server(message)),
-            other => Err(Error::Unexpected(other.kind())),
+            Reply::Error(message) => Err(ProtocolError::Server(message)),
+            other => Err(ProtocolError::Unexpected(other.kind())),
         }
     }
 
     /// `Err` for an error reply, whatever the command.
-    pub fn ok(self) -> Result<Reply, Error> {
+    pub fn ok(self) -> Result<Reply, ProtocolError> {
         match self {
-            Reply::Error(message) => Err(Error::Server(message)),
+            Reply::Error(message) => Err(ProtocolError::Server(message)),
             other => Ok(other),
         }
     }
@@ -91,8 +91,8 @@ impl Reply {
 
 /// What went wrong talking to Redis. No variant holds the password.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
+pub enum ProtocolError {
+    #[error("the connection failed")]
     Io(#[from] std::io::Error),
     #[error("redis answered: {0}")]
     Server(String),
@@ -102,24 +102,28 @@ pub enum Error {
     Unexpected(&'static str),
     #[error("{0}")]
     Url(String),
+    #[error("not a PEM file of certificates")]
+    Pem(#[source] tokio_rustls::rustls::pki_types::pem::Error),
+    #[error("no certificate in it")]
+    NoCertificate,
 }
 
 /// A command: its name and arguments, each sent as a bulk string.
 #[derive(Debug)]
-pub struct Command(Vec<Vec<u8>>);
+pub struct RedisCommand(Vec<Vec<u8>>);
 
-impl Command {
-    pub fn new(name: &str) -> Command {
-        Command(vec![name.as_bytes().to_vec()])
+impl RedisCommand {
+    pub fn new(name: &str) -> RedisCommand {
+        RedisCommand(vec![name.as_bytes().to_vec()])
     }
 
-    pub fn arg(mut self, arg: impl AsRef<[u8]>) -> Command {
+    pub fn arg(mut self, arg: impl AsRef<[u8]>) -> RedisCommand {
         self.0.push(arg.as_ref().to_vec());
         self
     }
 
     /// An argument moved in rather than copied: a checkpoint's bytes, say.
-    pub fn arg_owned(mut self, arg: Vec<u8>) -> Command {
+    pub fn arg_owned(mut self, arg: Vec<u8>) -> RedisCommand {
         self.0.push(arg);
         self
     }
@@ -137,18 +141,22 @@ impl Command {
 
 /// The first reply in `buf` and the bytes it took, `None` while it is incomplete: the
 /// caller reads more and asks again, so a reply split anywhere is read whole.
-pub fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, Error> {
+pub fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, ProtocolError> {
     parse_at(buf, 0, 0)
 }
 
-fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Reply, usize)>, Error> {
+fn parse_at(
+    buf: &[u8],
+    start: usize,
+    depth: usize,
+) -> Result<Option<(Reply, usize)>, ProtocolError> {
     let Some((kind, line, after)) = line(buf, start)? else {
         return Ok(None);
     };
     let text = || {
         std::str::from_utf8(line)
             .map(str::to_owned)
-            .map_err(|_| Error::Protocol("a status line that is not UTF-8"))
+            .map_err(|_| ProtocolError::Protocol("a status line that is not UTF-8"))
     };
     match kind {
         b'+' => Ok(Some((Reply::Status(text()?), after))),
@@ -163,7 +171,7 @@ fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Reply, usi
                 return Ok(None);
             }
             if &buf[end..end + 2] != b"\r\n" {
-                return Err(Error::Protocol("a string not ended by CRLF"));
+                return Err(ProtocolError::Protocol("a string not ended by CRLF"));
             }
             Ok(Some((Reply::Bulk(Some(buf[after..end].to_vec())), end + 2)))
         }
@@ -172,7 +180,7 @@ fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Reply, usi
                 return Ok(Some((Reply::Array(None), after)));
             };
             if depth >= MAX_DEPTH {
-                return Err(Error::Protocol("arrays nested too deep"));
+                return Err(ProtocolError::Protocol("arrays nested too deep"));
             }
             // Each element takes at least 3 bytes: no preallocation past what has arrived.
             let mut items = Vec::with_capacity(len.min((buf.len() - after) / 3));
@@ -186,7 +194,7 @@ fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Reply, usi
             }
             Ok(Some((Reply::Array(Some(items)), at)))
         }
-        _ => Err(Error::Protocol("an unknown reply type")),
+        _ => Err(ProtocolError::Protocol("an unknown reply type")),
     }
 }
 
@@ -194,39 +202,39 @@ fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Reply, usi
 type Line<'a> = (u8, &'a [u8], usize);
 
 /// The line starting at `start`, `None` while it is incomplete.
-fn line(buf: &[u8], start: usize) -> Result<Option<Line<'_>>, Error> {
+fn line(buf: &[u8], start: usize) -> Result<Option<Line<'_>>, ProtocolError> {
     let Some(rest) = buf.get(start..).filter(|r| !r.is_empty()) else {
         return Ok(None);
     };
     let Some(lf) = memchr::memchr(b'\n', rest) else {
         // A line longer than any number or status Redis sends is a broken stream.
         if rest.len() > 64 * 1024 {
-            return Err(Error::Protocol("a line without its end"));
+            return Err(ProtocolError::Protocol("a line without its end"));
         }
         return Ok(None);
     };
     if lf == 0 || rest[lf - 1] != b'\r' {
-        return Err(Error::Protocol("a line not ended by CRLF"));
+        return Err(ProtocolError::Protocol("a line not ended by CRLF"));
     }
     Ok(Some((rest[0], &rest[1..lf - 1], start + lf + 1)))
 }
 
-fn number(line: &[u8]) -> Result<i64, Error> {
+fn number(line: &[u8]) -> Result<i64, ProtocolError> {
     std::str::from_utf8(line)
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or(Error::Protocol("a malformed number"))
+        .ok_or(ProtocolError::Protocol("a malformed number"))
 }
 
 /// A length, `None` for -1 (nil).
-fn length(line: &[u8], max: usize) -> Result<Option<usize>, Error> {
+fn length(line: &[u8], max: usize) -> Result<Option<usize>, ProtocolError> {
     match number(line)? {
         -1 => Ok(None),
         n => usize::try_from(n)
             .ok()
             .filter(|n| *n <= max)
             .map(Some)
-            .ok_or(Error::Protocol("a length out of bounds")),
+            .ok_or(ProtocolError::Protocol("a length out of bounds")),
     }
 }
 
@@ -258,8 +266,8 @@ impl fmt::Debug for Target {
 
 impl Target {
     /// Parses `url`; an error names the part that is wrong, never the credentials.
-    pub fn parse(url: &str) -> Result<Target, Error> {
-        let bad = |what: &str| Error::Url(format!("not a redis URL: {what}"));
+    pub fn parse(url: &str) -> Result<Target, ProtocolError> {
+        let bad = |what: &str| ProtocolError::Url(format!("not a redis URL: {what}"));
         let (tls, rest) = if let Some(rest) = url.strip_prefix("redis://") {
             (false, rest)
         } else if let Some(rest) = url.strip_prefix("rediss://") {
@@ -323,17 +331,17 @@ impl Target {
     }
 
     /// The commands a new connection sends before any other: log in, pick the database.
-    fn handshake(&self) -> Vec<Command> {
+    fn handshake(&self) -> Vec<RedisCommand> {
         let mut commands = Vec::new();
         if let Some(password) = &self.password {
-            let mut auth = Command::new("AUTH");
+            let mut auth = RedisCommand::new("AUTH");
             if let Some(user) = &self.user {
                 auth = auth.arg(user);
             }
             commands.push(auth.arg(password));
         }
         if self.db != 0 {
-            commands.push(Command::new("SELECT").arg(self.db.to_string()));
+            commands.push(RedisCommand::new("SELECT").arg(self.db.to_string()));
         }
         commands
     }
@@ -382,12 +390,12 @@ fn decode(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+trait Transport: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Transport for T {}
 
 /// One connection, logged in.
 pub struct Connection {
-    io: Box<dyn Io>,
+    io: Box<dyn Transport>,
     buf: Vec<u8>,
 }
 
@@ -397,18 +405,24 @@ impl Connection {
     pub async fn open(
         target: &Target,
         tls: Option<&Arc<rustls::ClientConfig>>,
-    ) -> Result<Connection, Error> {
+    ) -> Result<Connection, ProtocolError> {
         let tcp = TcpStream::connect((target.host.as_str(), target.port)).await?;
         // Pipelines are written whole and read whole: nothing gains from Nagle's delay.
         tcp.set_nodelay(true)?;
-        let io: Box<dyn Io> = match (target.tls, tls) {
+        let io: Box<dyn Transport> = match (target.tls, tls) {
             (true, Some(config)) => {
-                let name = rustls::pki_types::ServerName::try_from(target.host.clone())
-                    .map_err(|_| Error::Url("the host is not a valid TLS server name".into()))?;
+                let name =
+                    rustls::pki_types::ServerName::try_from(target.host.clone()).map_err(|_| {
+                        ProtocolError::Url("the host is not a valid TLS server name".into())
+                    })?;
                 let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
                 Box::new(connector.connect(name, tcp).await?)
             }
-            (true, None) => return Err(Error::Url("rediss:// without a TLS configuration".into())),
+            (true, None) => {
+                return Err(ProtocolError::Url(
+                    "rediss:// without a TLS configuration".into(),
+                ))
+            }
             (false, _) => Box::new(tcp),
         };
         let mut connection = Connection {
@@ -424,7 +438,10 @@ impl Connection {
 
     /// Sends `commands` in one write and reads their replies, in order. An error reply is
     /// among the replies, not an `Err`: only the connection's failures are.
-    pub async fn pipeline(&mut self, commands: &[Command]) -> Result<Vec<Reply>, Error> {
+    pub async fn pipeline(
+        &mut self,
+        commands: &[RedisCommand],
+    ) -> Result<Vec<Reply>, ProtocolError> {
         if commands.is_empty() {
             return Ok(Vec::new());
         }
@@ -436,7 +453,7 @@ impl Connection {
         Ok(replies)
     }
 
-    pub async fn send(&mut self, commands: &[Command]) -> Result<(), Error> {
+    pub async fn send(&mut self, commands: &[RedisCommand]) -> Result<(), ProtocolError> {
         let mut out = Vec::new();
         for command in commands {
             command.encode(&mut out);
@@ -447,7 +464,7 @@ impl Connection {
     }
 
     /// The next reply: one a command asked for, or a message of a subscription.
-    pub async fn read(&mut self) -> Result<Reply, Error> {
+    pub async fn read(&mut self) -> Result<Reply, ProtocolError> {
         loop {
             if let Some((reply, used)) = parse(&self.buf)? {
                 self.buf.drain(..used);
@@ -458,7 +475,7 @@ impl Connection {
             let read = self.io.read(&mut self.buf[filled..]).await;
             self.buf.truncate(filled + *read.as_ref().unwrap_or(&0));
             if read? == 0 {
-                return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into()));
+                return Err(ProtocolError::Io(std::io::ErrorKind::UnexpectedEof.into()));
             }
         }
     }
@@ -479,7 +496,7 @@ impl Client {
         url: &str,
         connect_timeout: Duration,
         roots: Vec<CertificateDer<'static>>,
-    ) -> Result<Client, Error> {
+    ) -> Result<Client, ProtocolError> {
         let target = Target::parse(url)?;
         let tls = target.tls.then(|| tls_config(roots)).transpose()?;
         Ok(Client {
@@ -495,11 +512,11 @@ impl Client {
     }
 
     /// A new connection of its own, for a subscription.
-    pub async fn connect(&self) -> Result<Connection, Error> {
+    pub async fn connect(&self) -> Result<Connection, ProtocolError> {
         let open = Connection::open(&self.target, self.tls.as_ref());
         match tokio::time::timeout(self.connect_timeout, open).await {
             Ok(connection) => connection,
-            Err(_) => Err(Error::Io(std::io::ErrorKind::TimedOut.into())),
+            Err(_) => Err(ProtocolError::Io(std::io::ErrorKind::TimedOut.into())),
         }
     }
 
@@ -509,14 +526,14 @@ impl Client {
     /// idle one likely did, so they are all dropped and the pipeline is sent once more on
     /// a new connection. Sending twice is safe for what the store sends: each command
     /// sets a value, or reads one, or announces a partition again.
-    pub async fn pipeline(&self, commands: &[Command]) -> Result<Vec<Reply>, Error> {
+    pub async fn pipeline(&self, commands: &[RedisCommand]) -> Result<Vec<Reply>, ProtocolError> {
         if let Some(mut connection) = self.take_idle() {
             match connection.pipeline(commands).await {
                 Ok(replies) => {
                     self.give_back(connection);
                     return Ok(replies);
                 }
-                Err(Error::Io(_)) => self.lock().clear(),
+                Err(ProtocolError::Io(_)) => self.lock().clear(),
                 Err(other) => return Err(other),
             }
         }
@@ -527,12 +544,12 @@ impl Client {
     }
 
     /// One command's reply, an error reply as `Err`.
-    pub async fn call(&self, command: Command) -> Result<Reply, Error> {
+    pub async fn call(&self, command: RedisCommand) -> Result<Reply, ProtocolError> {
         let replies = self.pipeline(std::slice::from_ref(&command)).await?;
         replies
             .into_iter()
             .next()
-            .ok_or(Error::Protocol("no reply"))?
+            .ok_or(ProtocolError::Protocol("no reply"))?
             .ok()
     }
 
@@ -554,32 +571,34 @@ impl Client {
 
 /// The certificates of the PEM file at `path`: the certificate authorities an operator
 /// trusts for `rediss://` besides the Mozilla roots.
-pub fn read_roots(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let pem = std::fs::read(path).map_err(|e| e.to_string())?;
+pub fn read_roots(path: &Path) -> Result<Vec<CertificateDer<'static>>, ProtocolError> {
+    let pem = std::fs::read(path)?;
     let roots = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("not a PEM file of certificates: {e}"))?;
+        .map_err(ProtocolError::Pem)?;
     if roots.is_empty() {
-        return Err("no certificate in it".into());
+        return Err(ProtocolError::NoCertificate);
     }
     Ok(roots)
 }
 
 /// TLS as the upstream client has it: ring, and the Mozilla roots, with `extra` roots.
-fn tls_config(extra: Vec<CertificateDer<'static>>) -> Result<Arc<rustls::ClientConfig>, Error> {
+fn tls_config(
+    extra: Vec<CertificateDer<'static>>,
+) -> Result<Arc<rustls::ClientConfig>, ProtocolError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
     let (_, refused) = roots.add_parsable_certificates(extra);
     if refused > 0 {
-        return Err(Error::Url(format!(
+        return Err(ProtocolError::Url(format!(
             "TLS: {refused} of the given CA certificates are not valid trust anchors"
         )));
     }
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Url(format!("TLS: {e}")))?
+        .map_err(|e| ProtocolError::Url(format!("TLS: {e}")))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
@@ -602,7 +621,10 @@ mod tests {
 
         let key_only = dir.join("key.pem");
         std::fs::write(&key_only, ca.key_pair.serialize_pem()).unwrap();
-        assert_eq!(read_roots(&key_only).unwrap_err(), "no certificate in it");
+        assert!(matches!(
+            read_roots(&key_only).unwrap_err(),
+            ProtocolError::NoCertificate
+        ));
         assert!(read_roots(&dir.join("missing.pem")).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -684,7 +706,7 @@ mod tests {
     #[test]
     fn commands_are_arrays_of_bulk_strings() {
         let mut out = Vec::new();
-        Command::new("SET")
+        RedisCommand::new("SET")
             .arg("k")
             .arg_owned(b"a\r\nb".to_vec())
             .encode(&mut out);
@@ -798,8 +820,8 @@ mod tests {
             Vec::new(),
         )
         .unwrap();
-        let error = client.call(Command::new("PING")).await.unwrap_err();
-        assert!(matches!(error, Error::Io(_)), "{error}");
+        let error = client.call(RedisCommand::new("PING")).await.unwrap_err();
+        assert!(matches!(error, ProtocolError::Io(_)), "{error}");
         assert!(!error.to_string().contains("hunter2"));
     }
 }

@@ -1,30 +1,23 @@
-//! The one seam every place checkpoints are kept fills: this process's memory
-//! ([`super::memory`]), a file on this host ([`super::embedded`], the default, which a
-//! restart resumes from), or Redis ([`super::redis`], shared by replicas). Besides the
-//! checkpoints, a store keeps the windows and token-count calibration learned from the
-//! upstream, and, when it is shared, settles which replica makes a summariser call that
-//! several need at once.
+//! What every store shares, whatever its job: which kind of store it is, how its
+//! operations fail, and the future they return. The jobs themselves are three seams, each
+//! filled by the stores that do that job: checkpoints ([`super::checkpoint_store`]), the
+//! windows learned from the upstream ([`super::window_store`]), and the leases that settle
+//! which process makes a summariser call several need at once ([`super::lease_store`]).
 //!
 //! Every method that may leave the process returns a future and an error that keeps its
 //! cause; [`super::Checkpoints`] decides what an error costs (nothing: it falls back to
 //! memory, and says so once per outage).
 
-use std::sync::Arc;
+use std::error::Error;
+use std::fmt::Write;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use super::hash::{Partition, Tenant};
-use super::Checkpoint;
-
-/// A checkpoint's address: the hash of the client's message prefix it replaces, within a
-/// partition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
-    pub partition: Partition,
-    pub prefix: u128,
-}
+use super::codec::CodecError;
+use super::redis_protocol::ProtocolError;
 
 /// Which kind of store: the label of its metrics and of `/healthz`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,14 +38,29 @@ impl Backend {
     }
 }
 
-/// What a store operation failed on, kept until it is logged.
+/// What a store operation failed on, with its cause, kept until it is logged ([`render`]).
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The store could not be reached or answered with an error.
-    #[error("{backend} store unavailable: {reason}")]
-    Unavailable {
-        backend: &'static str,
-        reason: String,
+    /// The embedded store's file could not be read or written.
+    #[error("the embedded store's file failed")]
+    File(#[source] rusqlite::Error),
+    /// The embedded store's folder could not be created, or its modes not set.
+    #[error("the embedded store's folder or file {path}")]
+    Folder {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The blocking task doing the file's work did not finish (the runtime is stopping).
+    #[error("the embedded store's worker stopped")]
+    Worker(#[source] tokio::task::JoinError),
+    /// Redis could not be reached or answered with an error. The address, never the
+    /// credentials.
+    #[error("redis at {address} failed")]
+    Redis {
+        address: String,
+        #[source]
+        source: ProtocolError,
     },
     /// It did not answer in time.
     #[error("{backend} store did not answer within {after:?}")]
@@ -61,136 +69,25 @@ pub enum StoreError {
         after: Duration,
     },
     /// It answered with something this version cannot read (written by another version,
-    /// or damaged): treated as a miss by the caller, never served.
-    #[error("{backend} store holds an unreadable value: {reason}")]
+    /// damaged, or sealed under another key): treated as a miss by the caller, never served.
+    #[error("{backend} store holds an unreadable value")]
     Corrupt {
         backend: &'static str,
-        reason: String,
+        #[source]
+        source: CodecError,
     },
-}
-
-/// What is known of a summariser call that another process may be making.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Peek {
-    /// Its result, as [`Store::settle`] left it.
-    Done(Vec<u8>),
-    /// Someone holds it and has not finished.
-    Running,
-    /// No one holds it and no result is left: the caller may claim it.
-    Free,
-}
-
-/// A model's window and calibration as learned from one upstream.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ModelRecord {
-    pub upstream: String,
-    pub model: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refusal: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<f64>,
-}
-
-impl ModelRecord {
-    /// The field a factor of `count` is kept in.
-    pub fn factor(&mut self, count: crate::windows::Count) -> &mut Option<f64> {
-        match count {
-            crate::windows::Count::Refusal => &mut self.refusal,
-            crate::windows::Count::Usage => &mut self.usage,
-        }
-    }
-}
-
-/// What a store holds, for `compaction-proxy cache stats`.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Stats {
-    pub checkpoints: u64,
-    pub bytes: u64,
-    pub tenants: u64,
-    pub models: u64,
 }
 
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 
-pub trait Store: Send + Sync {
-    fn backend(&self) -> Backend;
-
-    /// The store's own upkeep while the proxy serves (a shared store's subscription to
-    /// what other replicas store, say), run as a background task from the start.
-    fn upkeep(&self) -> Option<BoxFuture<'static, ()>> {
-        None
+/// An error and each of its causes, `error: cause: its cause`: every error of this module
+/// says only what it is, and its causes are rendered once, here, where it is logged or shown.
+pub fn render(error: &dyn Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let _ = write!(text, ": {next}");
+        cause = next.source();
     }
-
-    /// Whether `partition` may have checkpoints, from this process's memory alone: the
-    /// requests of tenants that never needed compaction make no round trip to the store,
-    /// nor parse and hash their messages.
-    fn may_hold(&self, partition: Partition) -> bool;
-
-    /// Whether any tenant may have checkpoints, from memory: when none does, requests
-    /// skip even the credential's hash.
-    fn any(&self) -> bool;
-
-    /// The checkpoint for the longest prefix among `prefixes` (where `prefixes[i]` is the
-    /// hash of the first `i` messages), with that `i`.
-    fn longest<'a>(
-        &'a self,
-        partition: Partition,
-        prefixes: &'a [u128],
-    ) -> StoreFuture<'a, Option<(usize, Arc<Checkpoint>)>>;
-
-    /// Stores `checkpoint`, dropping `replaces` (the shorter checkpoint of the same
-    /// conversation it extends), which no request would match again.
-    fn put(
-        &self,
-        key: Key,
-        checkpoint: Arc<Checkpoint>,
-        replaces: Option<Key>,
-    ) -> StoreFuture<'_, ()>;
-
-    /// Checkpoints held, and their bytes by [`Checkpoint::size`], as this process knows
-    /// them, for the metrics.
-    fn held(&self) -> (usize, usize);
-
-    /// Every model learned so far, to start from.
-    fn models(&self) -> StoreFuture<'_, Vec<ModelRecord>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-
-    /// Keeps what was learned of one model.
-    fn put_model(&self, _record: ModelRecord) -> StoreFuture<'_, ()> {
-        Box::pin(async { Ok(()) })
-    }
-
-    /// Claims the summariser call `flight` for `holder` for `lease`, or extends the claim
-    /// `holder` already has. `false`: another process holds it. A store no other process
-    /// shares always grants it; the process's own callers share one call anyway.
-    fn claim(&self, _flight: u128, _holder: u128, _lease: Duration) -> StoreFuture<'_, bool> {
-        Box::pin(async { Ok(true) })
-    }
-
-    /// Leaves the result of `flight` for `keep`, for the processes waiting on it or coming
-    /// for it later, and releases the claim.
-    fn settle(
-        &self,
-        _flight: u128,
-        _holder: u128,
-        _result: Vec<u8>,
-        _keep: Duration,
-    ) -> StoreFuture<'_, ()> {
-        Box::pin(async { Ok(()) })
-    }
-
-    /// What is known of `flight`.
-    fn peek(&self, _flight: u128) -> StoreFuture<'_, Peek> {
-        Box::pin(async { Ok(Peek::Free) })
-    }
-
-    /// What the store holds in all (it may count what other processes put).
-    fn stats(&self) -> StoreFuture<'_, Stats>;
-
-    /// Drops every checkpoint, or `tenant`'s only; learned models are kept unless all are
-    /// cleared. Returns the number of checkpoints dropped.
-    fn clear(&self, tenant: Option<Tenant>) -> StoreFuture<'_, u64>;
+    text
 }

@@ -63,7 +63,8 @@ pub fn run(args: &CacheArgs) -> ExitCode {
         },
         _ => None,
     };
-    let checkpoints = match Checkpoints::open(&config.cache, 0) {
+    // Counting and clearing open no checkpoint: no seal is needed.
+    let checkpoints = match Checkpoints::open(&config.cache, 0, None) {
         Ok(Some(checkpoints)) => checkpoints,
         Ok(None) => return fail(BAD_INPUT, &"the cache is disabled (cache.enabled = false)"),
         Err(e) => return fail(1, &e),

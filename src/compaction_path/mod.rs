@@ -32,7 +32,7 @@ use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
-use crate::checkpoint::{Key, Partition};
+use crate::checkpoint::{Checkpoints, Key, Partition, Seal};
 use crate::compaction_report::{Outcome, Trigger, XCompaction};
 use crate::compactor::{Caller, NewCheckpoint, Resumed};
 use crate::dialect::{self, Dialect, Head};
@@ -196,6 +196,12 @@ impl Ctx<'_> {
         Partition::new(&self.parts.headers, self.upstream(), &self.head.model)
     }
 
+    /// The key the conversation's checkpoints are sealed with, from the same credential
+    /// as its partition; derived for this request and dropped with it.
+    fn seal(&self, cache: &Checkpoints) -> Seal {
+        cache.seal(&self.parts.headers)
+    }
+
     /// The request as the summariser's caller, in `partition`.
     fn caller(&self, partition: Partition) -> Caller<'_> {
         Caller {
@@ -293,12 +299,18 @@ impl Attempt<'_> {
                 (Engine::Rewrote { pending, .. }, _, _) => {
                     if let Some(pending) = pending.take().map(|p| *p) {
                         let checkpoint = Arc::new(pending.checkpoint);
-                        cache.put(pending.key, checkpoint, pending.replaces).await;
+                        let seal = self.ctx.seal(cache);
+                        cache
+                            .put(&seal, pending.key, checkpoint, pending.replaces)
+                            .await;
                     }
                 }
                 (_, Some(promote), Some(hit)) => {
                     let checkpoint = Arc::clone(&hit.checkpoint);
-                    cache.put(hit.key, checkpoint, promote.replaces).await;
+                    let seal = self.ctx.seal(cache);
+                    cache
+                        .put(&seal, hit.key, checkpoint, promote.replaces)
+                        .await;
                 }
                 _ => {}
             }

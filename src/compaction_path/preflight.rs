@@ -151,7 +151,10 @@ impl Attempt<'_> {
         let Some(hashes) = self.work.hashes.as_deref() else {
             return;
         };
-        let Some((len, checkpoint)) = cache.longest(partition, hashes).await else {
+        let Some((len, checkpoint)) = cache
+            .longest(&self.ctx.seal(cache), partition, hashes)
+            .await
+        else {
             return;
         };
         let continues = self

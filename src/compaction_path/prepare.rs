@@ -113,7 +113,9 @@ impl Attempt<'_> {
                     return false;
                 };
                 let conversation = conversation(partition, self.done.resumed.as_ref(), &hashes);
-                let Some((prefix, checkpoint)) = cache.prepared_elsewhere(conversation).await
+                let Some((prefix, checkpoint)) = cache
+                    .prepared_elsewhere(&self.ctx.seal(cache), conversation)
+                    .await
                 else {
                     return false;
                 };
@@ -216,7 +218,9 @@ impl Preparation {
     async fn run(self, base: Base, goal: Goal) -> Option<Checkpoint> {
         let cache = self.app.checkpoints.as_ref()?;
         let (prefix, checkpoint) = cache
-            .prepare_once(self.conversation, || self.compact(base, goal))
+            .prepare_once(&cache.seal(&self.parts.headers), self.conversation, || {
+                self.compact(base, goal)
+            })
             .await?;
         (self.hashes.get(checkpoint.prefix_len) == Some(&prefix)).then_some(checkpoint)
     }

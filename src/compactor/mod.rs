@@ -273,7 +273,8 @@ impl Compactor<'_> {
         match self.checkpoints {
             Some(cache) => {
                 let key = middle_key(caller.partition, middle.previous, middle.turns);
-                cache.summarise(key, work).await
+                let seal = cache.seal(&caller.parts.headers);
+                cache.summarise(&seal, key, work).await
             }
             None => work().await,
         }
