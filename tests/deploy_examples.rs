@@ -52,12 +52,13 @@ fn checked(name: &str, toml: &str) -> toml::Table {
         .arg(&file)
         .output()
         .unwrap();
+    let _ = std::fs::remove_file(&file);
     assert!(
         out.status.success(),
         "{name}: check refused the configuration: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).unwrap().parse().unwrap()
+    toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap()
 }
 
 fn table<'a>(t: &'a toml::Table, key: &str) -> &'a toml::Table {
@@ -105,7 +106,11 @@ fn compose_runs_two_replicas_sharing_redis() {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert_eq!(command, ["serve", "--config", target], "{name} reads the config");
+        assert_eq!(
+            command,
+            ["serve", "--config", target],
+            "{name} reads the config"
+        );
         let depends: Vec<&str> = service["depends_on"]
             .as_sequence()
             .unwrap()
@@ -148,10 +153,7 @@ fn kubernetes_pod_runs_the_proxy_beside_the_agent() {
         .iter()
         .find(|e| e["name"].as_str() == Some("OPENAI_BASE_URL"))
         .expect("the agent's OPENAI_BASE_URL");
-    assert_eq!(
-        base_url["value"].as_str(),
-        Some("http://127.0.0.1:8080/v1")
-    );
+    assert_eq!(base_url["value"].as_str(), Some("http://127.0.0.1:8080/v1"));
 
     let proxy = container("compaction-proxy");
     assert!(str_at(proxy, &["image"]).starts_with("compaction-proxy:"));
