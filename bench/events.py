@@ -39,7 +39,7 @@ Only the standard library. Usage:
         [--json FILE]
 
 Defaults: --before /work/bin/cp-before-release, --after target/release/compaction-proxy.
-`--quick` is a smoke run (fewer turns, times scaled by 0.2) of a minute or two on debug
+`--quick` is a smoke run (fewer turns, times scaled by 0.1) of a minute or two on debug
 builds. Progress goes to stderr, the markdown table to stdout.
 """
 
@@ -473,17 +473,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default="/work/bin/cp-before-release")
     parser.add_argument("--after", default=os.path.join(ROOT, "target/release/compaction-proxy"))
-    parser.add_argument("--quick", action="store_true", help="smoke run: fewer turns, times x0.2")
+    parser.add_argument("--quick", action="store_true", help="smoke run: fewer turns, times x0.1")
     parser.add_argument("--sessions", default="tight,roomy,chat")
     parser.add_argument("--modes", default="configured,learned")
-    parser.add_argument("--summary-delay", type=float, default=None, help="seconds (3; 0.6 with --quick)")
+    parser.add_argument("--summary-delay", type=float, default=None, help="seconds (3; 0.3 with --quick)")
     parser.add_argument("--seed", type=int, default=27)
     parser.add_argument("--refusal", choices=["openai", "bare"], default="openai",
                         help="openai: names the window (default); bare: does not")
     parser.add_argument("--json", help="write every figure, and each turn's answer time, to this file")
     parser.add_argument("--keep-logs", action="store_true", help="keep each run's proxy log")
     args = parser.parse_args()
-    scale = 0.2 if args.quick else 1.0
+    scale = 0.1 if args.quick else 1.0
     if args.summary_delay is None:
         args.summary_delay = 3.0 * scale
     binaries = [("before", args.before), ("after", args.after)]
