@@ -48,6 +48,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -231,14 +232,19 @@ def start_proxy(binary, upstream_port, window, workdir):
     env = dict(os.environ, XDG_STATE_HOME=os.path.join(workdir, "state"), HOME=workdir)
     log = open(os.path.join(workdir, "proxy.log"), "w")
     proc = subprocess.Popen([binary, "--config", config], stdout=log, stderr=subprocess.STDOUT, env=env)
-    for _ in range(300):
-        if proc.poll() is not None:
-            break
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.1)
+    try:
+        for _ in range(300):
+            if proc.poll() is not None:
+                break
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                return proc, port
+            except OSError:
+                time.sleep(0.1)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
     proc.kill()
     proc.wait()
     with open(os.path.join(workdir, "proxy.log")) as f:
@@ -377,9 +383,11 @@ def chat_turn(rng, n):
 
 
 class Session:
-    def __init__(self, name, label, turns, window, bytes_per_token, make, think):
+    def __init__(self, name, label, turns, window, bytes_per_token, make, think, script):
         self.name, self.label, self.turns, self.window = name, label, turns, window
         self.bytes_per_token, self.make, self.think = bytes_per_token, make, think
+        # Sessions of one script draw the same turns and think times.
+        self.script = script
 
 
 def sessions(quick, scale):
@@ -387,16 +395,16 @@ def sessions(quick, scale):
     chat_think = lambda rng: 1.0 * scale
     return {
         "tight": Session("tight", f"tight: {12 if quick else 40}-turn tool session, 30k window",
-                         12 if quick else 40, 30_000, 3, tool_turn, tool_think),
+                         12 if quick else 40, 30_000, 3, tool_turn, tool_think, "tool"),
         "roomy": Session("roomy", f"roomy: {24 if quick else 40}-turn tool session, 90k window",
-                         24 if quick else 40, 90_000, 3, tool_turn, tool_think),
+                         24 if quick else 40, 90_000, 3, tool_turn, tool_think, "tool"),
         "chat": Session("chat", f"chat: {56 if quick else 100}-turn chat session, 32k window",
-                        56 if quick else 100, 32_000, 4, chat_turn, chat_think),
+                        56 if quick else 100, 32_000, 4, chat_turn, chat_think, "chat"),
     }
 
 
 def drive(port, session, seed):
-    rng = random.Random(f"{seed}/{session.name}")
+    rng = random.Random(f"{seed}/{session.script}")
     messages = [{"role": "system", "content": "You are a coding agent. Use the tools to read, run and write."}]
     times = []
     for n in range(session.turns):
@@ -483,6 +491,8 @@ def main():
     parser.add_argument("--json", help="write every figure, and each turn's answer time, to this file")
     parser.add_argument("--keep-logs", action="store_true", help="keep each run's proxy log")
     args = parser.parse_args()
+    # Killed, the script still stops the proxy it started (the `finally` in measure).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     scale = 0.1 if args.quick else 1.0
     if args.summary_delay is None:
         args.summary_delay = 3.0 * scale
