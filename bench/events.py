@@ -108,6 +108,9 @@ None.
 # The tool sessions' turns are sized against this window whatever the session's window
 # is, so that "roomy" is the very session of "tight" with more room.
 TOOL_BASE_WINDOW = 30_000
+# A turn answered this much later than the median turn waited for something (issue 27's
+# bound for the tight session's slowest turn).
+WAIT_MS = 300
 
 
 # --- the mock upstream ---------------------------------------------------------------------
@@ -490,7 +493,12 @@ def main():
                         help="openai: names the window (default); bare: does not")
     parser.add_argument("--json", help="write every figure, and each turn's answer time, to this file")
     parser.add_argument("--keep-logs", action="store_true", help="keep each run's proxy log")
+    parser.add_argument("--table-from", metavar="FILE", help="print the table of an earlier run's --json file, run nothing")
     args = parser.parse_args()
+    if args.table_from:
+        with open(args.table_from) as f:
+            earlier = json.load(f)
+        return print_table(earlier["args"], earlier["rows"])
     # Killed, the script still stops the proxy it started (the `finally` in measure).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     scale = 0.1 if args.quick else 1.0
@@ -517,18 +525,28 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)
-    print(f"before: `{args.before}`; after: `{args.after}`; summariser {args.summary_delay:g} s; "
-          f"seed {args.seed}; refusal wording: {args.refusal}\n")
+    print_table(vars(args), rows)
+
+
+def waiting_turns(times_ms):
+    """Turns answered more than WAIT_MS after the median turn: the ones that waited."""
+    median = statistics.median(times_ms)
+    return [i + 1 for i, t in enumerate(times_ms) if t - median > WAIT_MS]
+
+
+def print_table(args, rows):
+    print(f"before: `{args['before']}`; after: `{args['after']}`; summariser {args['summary_delay']:g} s; "
+          f"seed {args['seed']}; refusal wording: {args['refusal']}\n")
     print("| session | window | proxy | events | summariser calls | refusals | requests extending the previous "
           "| bytes repeated (mean) | tokens repeated (of sent) | slowest turn over median "
-          "| median turn | tokens sent upstream |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          f"| turns over +{WAIT_MS} ms | median turn | tokens sent upstream |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
     for r in rows:
+        waited = ", ".join(map(str, waiting_turns(r["times_ms"]))) or "none"
         print(f"| {r['session']} | {r['mode']} | {r['proxy']} | {r['events']} | {r['summaries']} | {r['refusals']} "
               f"| {r['extend']:.0%} | {r['bytes_repeated']:.1%} | {r['tokens_repeated']:.1%} "
-              f"| +{r['slowest_added_ms']:.0f} ms (turn {r['slowest_turn']}) | {r['median_ms']:.0f} ms "
+              f"| +{r['slowest_added_ms']:.0f} ms (turn {r['slowest_turn']}) | {waited} | {r['median_ms']:.0f} ms "
               f"| {r['tokens_sent']:,} |")
-
 
 if __name__ == "__main__":
     main()
