@@ -41,7 +41,7 @@ pub enum WindowSource {
 
 /// A model's context window in tokens and where that number came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
+pub struct KnownWindow {
     /// Context window in tokens.
     pub tokens: u64,
     /// Where the number came from.
@@ -100,16 +100,16 @@ impl ModelWindows {
 
     /// The window for `model` behind `upstream` (its base URL): config (capped by a
     /// smaller learned window), then learned, then built-in.
-    pub fn window_for(&self, upstream: &str, model: &str) -> Option<Window> {
+    pub fn window_for(&self, upstream: &str, model: &str) -> Option<KnownWindow> {
         let learned = self.learned_window(upstream, model);
-        let window = |tokens, source| Some(Window { tokens, source });
+        let window = |tokens, source| Some(KnownWindow { tokens, source });
         match (self.config_window(model), learned) {
             (Some(config), Some(learned)) if learned < config => {
                 window(learned, WindowSource::Learned)
             }
             (Some(config), _) => window(config, WindowSource::Config),
             (None, Some(learned)) => window(learned, WindowSource::Learned),
-            (None, None) => builtin_window(model).map(|tokens| Window {
+            (None, None) => builtin_window(model).map(|tokens| KnownWindow {
                 tokens,
                 source: WindowSource::BuiltIn,
             }),

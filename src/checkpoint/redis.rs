@@ -2,7 +2,7 @@
 //! resumes on any other, the windows learned from the upstream are learned once for all,
 //! and a summariser call several replicas need at once is made by one of them.
 //!
-//! Keys, under the namespace `ns` (ids in 32 hex digits):
+//! RedisKeys, under the namespace `ns` (ids in 32 hex digits):
 //! - `ns:cp:TENANT:SCOPE:PREFIX`: a checkpoint, as [`codec`] writes it, with the time to
 //!   live (renewed by each use).
 //! - `ns:ix:TENANT:SCOPE`: the partition's index, a hash of prefix hash -> the number of
@@ -51,7 +51,7 @@ const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// The upkeep's wait before reconnecting to a Redis out of reach, doubling up to the most.
 const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 const BACKOFF_MOST: Duration = Duration::from_secs(5);
-/// Keys asked for per `SCAN` step.
+/// RedisKeys asked for per `SCAN` step.
 const SCAN_COUNT: &str = "1000";
 
 /// Sets the lock to the holder unless another holds it; renews it if the holder does.
@@ -78,7 +78,7 @@ pub fn open(
     Ok(RedisStore {
         shared: Arc::new(Core {
             client,
-            keys: Keys {
+            keys: RedisKeys {
                 ns: namespace.to_owned(),
             },
             ttl,
@@ -94,7 +94,7 @@ pub struct RedisStore {
 
 struct Core {
     client: Client,
-    keys: Keys,
+    keys: RedisKeys,
     ttl: Duration,
     known: Mutex<Known>,
 }
@@ -122,11 +122,11 @@ impl Known {
 }
 
 /// The names of the keys, under the namespace.
-struct Keys {
+struct RedisKeys {
     ns: String,
 }
 
-impl Keys {
+impl RedisKeys {
     fn checkpoint(&self, key: &Key) -> String {
         format!(
             "{}:cp:{}:{}",
@@ -1000,7 +1000,7 @@ mod tests {
         ));
         assert!(matches!(Event::parse(b"-"), Some(Event::Cleared(None))));
         assert!(Event::parse(b"junk").is_none());
-        let keys = Keys { ns: "a*b".into() };
+        let keys = RedisKeys { ns: "a*b".into() };
         assert_eq!(
             keys.pattern("cp", Some(Tenant(1))),
             format!("a\\*b:cp:{}:*", hex(1))
@@ -1061,7 +1061,7 @@ mod tests {
             Vec::new(),
         )
         .unwrap();
-        let keys = Keys { ns: "t1".into() };
+        let keys = RedisKeys { ns: "t1".into() };
         shared
             .call(RedisCommand::new("DEL").arg(keys.checkpoint(&key(1, 40))))
             .await

@@ -199,10 +199,10 @@ fn parse_at(
 }
 
 /// A reply's first line: its type byte, the rest of the line, and where the next begins.
-type Line<'a> = (u8, &'a [u8], usize);
+type ReplyLine<'a> = (u8, &'a [u8], usize);
 
 /// The line starting at `start`, `None` while it is incomplete.
-fn line(buf: &[u8], start: usize) -> Result<Option<Line<'_>>, ProtocolError> {
+fn line(buf: &[u8], start: usize) -> Result<Option<ReplyLine<'_>>, ProtocolError> {
     let Some(rest) = buf.get(start..).filter(|r| !r.is_empty()) else {
         return Ok(None);
     };

@@ -21,7 +21,7 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use super::inspect::read_to_end;
-use super::report::{record, Line};
+use super::report::{record, LogLine};
 use super::{read_body, send};
 use crate::app::App;
 use crate::body::{self, ProxyBody, Replay};
@@ -210,7 +210,7 @@ async fn emulate(
         tokens_after: tokens,
         output: None,
     };
-    let line = Line {
+    let line = LogLine {
         id,
         dialect: Dialect::Responses,
         passes: "",

@@ -11,7 +11,7 @@ use crate::metrics::Metrics;
 use crate::units::Window;
 
 /// What a compaction's log line says beside the header's fields.
-pub(super) struct Line<'a> {
+pub(super) struct LogLine<'a> {
     pub id: u64,
     pub dialect: Dialect,
     /// What each pass of the engine did.
@@ -23,7 +23,7 @@ pub(super) struct Line<'a> {
 
 /// The metrics and the log line of what was done to a request. `changed`: what went
 /// upstream was not the client's own request (a compaction the metrics count).
-pub(super) fn record(metrics: &Metrics, x: &XCompaction, changed: bool, line: &Line<'_>) {
+pub(super) fn record(metrics: &Metrics, x: &XCompaction, changed: bool, line: &LogLine<'_>) {
     if changed {
         metrics.compaction(x.trigger);
         metrics.compaction_of_api(line.dialect);
@@ -111,7 +111,7 @@ impl Attempt<'_> {
             || done.resumed.is_some()
             || done.output.is_some();
         let passes = done.report().map(|r| r.notes.join("; "));
-        let line = Line {
+        let line = LogLine {
             id: self.ctx.id,
             dialect: self.ctx.dialect,
             passes: passes.as_deref().unwrap_or(""),

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::Head;
 
 #[derive(Deserialize)]
-struct Raw<'a> {
+struct RawChat<'a> {
     #[serde(borrow, default)]
     model: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
@@ -26,7 +26,7 @@ struct Raw<'a> {
 /// upstream's to judge, and goes there unchanged. The completion cap is
 /// `max_completion_tokens`, else the older `max_tokens`.
 pub fn head(body: &[u8]) -> Option<Head> {
-    let raw: Raw = serde_json::from_slice(body).ok()?;
+    let raw: RawChat = serde_json::from_slice(body).ok()?;
     let (max_output, max_output_field) = match (raw.max_completion_tokens, raw.max_tokens) {
         (Some(n), _) => (Some(n), Some("max_completion_tokens")),
         (None, Some(n)) => (Some(n), Some("max_tokens")),

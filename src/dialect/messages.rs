@@ -45,7 +45,7 @@ pub const MAX_BREAKPOINTS: usize = 4;
 const MIN_THINKING_BUDGET: u64 = 1024;
 
 #[derive(Deserialize)]
-struct Raw<'a> {
+struct RawMessages<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
     #[serde(default)]
@@ -65,7 +65,7 @@ struct Raw<'a> {
 /// thinking or tool uses do not guarantee a fit: they are kept as sent and do not stop
 /// compaction.
 pub fn head(body: &[u8]) -> Option<Head> {
-    let raw: Raw = serde_json::from_slice(body).ok()?;
+    let raw: RawMessages = serde_json::from_slice(body).ok()?;
     if raw.context_management.as_ref().is_some_and(compacts) || holds_compaction(body) {
         return None;
     }
@@ -269,7 +269,7 @@ fn tool_message(block: &Value, at: [usize; 2]) -> Value {
 /// would be written is not a valid Messages request: the caller then sends what it sent
 /// before, never a request the upstream would refuse for its shape.
 pub fn encode(view: &Value, source: &Value) -> Option<Vec<u8>> {
-    let rewritten = Rewritten::new(view, source)?;
+    let rewritten = MessagesRewrite::new(view, source)?;
     let breakpoints = breakpoints(&source["system"]) + breakpoints(&source["tools"]);
     if let Err(e) = check(&rewritten.messages, breakpoints) {
         tracing::warn!(error = %e, "a compacted Messages request would be invalid; not sent");
@@ -325,15 +325,15 @@ fn fit_thinking(thinking: &Value, cap: u64) -> Option<Value> {
 
 /// A Messages request written back from a view: the client's own fields, in their order,
 /// with `messages` and the completion cap replaced.
-struct Rewritten<'a> {
+struct MessagesRewrite<'a> {
     source: &'a Value,
     messages: Vec<Cow<'a, Value>>,
     cap: Option<u64>,
     thinking: Option<Value>,
 }
 
-impl<'a> Rewritten<'a> {
-    fn new(view: &Value, source: &'a Value) -> Option<Rewritten<'a>> {
+impl<'a> MessagesRewrite<'a> {
+    fn new(view: &Value, source: &'a Value) -> Option<MessagesRewrite<'a>> {
         let messages: &[Value] = source["messages"].as_array()?;
         let mut turns: Vec<Turn<'a>> = Vec::new();
         for message in view["messages"].as_array()? {
@@ -366,7 +366,7 @@ impl<'a> Rewritten<'a> {
             .as_u64()
             .filter(|cap| source.get("max_tokens").and_then(Value::as_u64) != Some(*cap));
         let thinking = cap.and_then(|cap| fit_thinking(&source["thinking"], cap));
-        Some(Rewritten {
+        Some(MessagesRewrite {
             source,
             messages,
             cap,
@@ -375,7 +375,7 @@ impl<'a> Rewritten<'a> {
     }
 }
 
-impl Serialize for Rewritten<'_> {
+impl Serialize for MessagesRewrite<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let fields = self.source.as_object();
         let mut map = serializer.serialize_map(fields.map(Map::len))?;
@@ -493,14 +493,14 @@ fn block_at<'a>(messages: &'a [Value], at: &Value) -> Option<Cow<'a, Value>> {
 
 /// Where a block stands in the client's request, for putting a message's blocks back in
 /// their order; the engine's own text follows the block before it.
-type Order = (Option<(u64, u64)>, u8);
+type BlockOrder = (Option<(u64, u64)>, u8);
 
 fn order_of(at: &Value) -> Option<(u64, u64)> {
     Some((at[0].as_u64()?, at[1].as_u64()?))
 }
 
 /// The blocks of a view message's content parts, with their order.
-fn part_blocks<'a>(message: &Value, messages: &'a [Value]) -> Vec<(Order, Cow<'a, Value>)> {
+fn part_blocks<'a>(message: &Value, messages: &'a [Value]) -> Vec<(BlockOrder, Cow<'a, Value>)> {
     let parts: Vec<Cow<Value>> = match &message["content"] {
         Value::Array(parts) => parts.iter().map(Cow::Borrowed).collect(),
         Value::String(s) => vec![Cow::Owned(json!({"type": "text", "text": s}))],
@@ -541,7 +541,7 @@ fn patched_text<'a>(original: Cow<'a, Value>, text: Option<&str>) -> Cow<'a, Val
     }
 }
 
-fn opaque_blocks<'a>(message: &Value, messages: &'a [Value]) -> Vec<(Order, Cow<'a, Value>)> {
+fn opaque_blocks<'a>(message: &Value, messages: &'a [Value]) -> Vec<(BlockOrder, Cow<'a, Value>)> {
     message[OPAQUE]
         .as_array()
         .into_iter()
@@ -550,7 +550,7 @@ fn opaque_blocks<'a>(message: &Value, messages: &'a [Value]) -> Vec<(Order, Cow<
         .collect()
 }
 
-fn sorted<'a>(mut blocks: Vec<(Order, Cow<'a, Value>)>) -> Vec<(Order, Cow<'a, Value>)> {
+fn sorted<'a>(mut blocks: Vec<(BlockOrder, Cow<'a, Value>)>) -> Vec<(BlockOrder, Cow<'a, Value>)> {
     blocks.sort_by_key(|(order, _)| *order);
     blocks
 }
@@ -575,7 +575,7 @@ fn assistant_blocks<'a>(message: &Value, messages: &'a [Value]) -> Vec<Cow<'a, V
     let mut blocks = sorted(blocks);
     // Thinking opens the message it is in, as the API demands: text the engine put
     // before it (a summary folded into this message) goes after it.
-    let is_new = |order: &Order| order.1 == 1;
+    let is_new = |order: &BlockOrder| order.1 == 1;
     let lead = blocks
         .iter()
         .take_while(|(order, b)| is_thinking(b) || is_new(order))

@@ -35,7 +35,7 @@ const PAIRED_CALLS: &[(&str, &str)] = &[
 ];
 
 #[derive(Deserialize)]
-struct Raw<'a> {
+struct RawResponses<'a> {
     #[serde(borrow, default)]
     model: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
@@ -56,7 +56,7 @@ struct Raw<'a> {
 /// or a conversation held by the upstream (`previous_response_id`, `conversation`), whose
 /// earlier turns the proxy never sees. The completion cap is named as the view names it.
 pub fn head(body: &[u8]) -> Option<Head> {
-    let raw: Raw = serde_json::from_slice(body).ok()?;
+    let raw: RawResponses = serde_json::from_slice(body).ok()?;
     if raw.previous_response_id.is_some() || raw.conversation.is_some() {
         return None;
     }
@@ -130,7 +130,7 @@ pub fn to_chat(request: &Value) -> Option<Value> {
 /// `original` with its `input` written back from the (compacted) chat `view`, and its
 /// completion cap from the view's.
 pub fn from_chat(view: &Value, original: &Value) -> Value {
-    let rewritten = Rewritten::new(view, original);
+    let rewritten = ResponsesRewrite::new(view, original);
     let mut input = Some(rewritten.input);
     let mut out = Map::new();
     for (key, value) in original.as_object().into_iter().flatten() {
@@ -154,19 +154,19 @@ pub fn from_chat(view: &Value, original: &Value) -> Value {
 /// The bytes of [`from_chat`]'s request, written without copying what is kept: the
 /// client's items and fields are serialised from where they are.
 pub fn encode(view: &Value, original: &Value) -> Option<Vec<u8>> {
-    serde_json::to_vec(&Rewritten::new(view, original)).ok()
+    serde_json::to_vec(&ResponsesRewrite::new(view, original)).ok()
 }
 
 /// A Responses request written back from a view: the client's own fields, in their
 /// order, with `input` and the completion cap replaced.
-struct Rewritten<'a> {
+struct ResponsesRewrite<'a> {
     original: &'a Value,
     input: Vec<Cow<'a, Value>>,
     cap: Option<u64>,
 }
 
-impl<'a> Rewritten<'a> {
-    fn new(view: &Value, original: &'a Value) -> Rewritten<'a> {
+impl<'a> ResponsesRewrite<'a> {
+    fn new(view: &Value, original: &'a Value) -> ResponsesRewrite<'a> {
         let items: &[Value] = original["input"].as_array().map_or(&[], Vec::as_slice);
         let mut input = Vec::new();
         for message in view["messages"].as_array().into_iter().flatten() {
@@ -176,7 +176,7 @@ impl<'a> Rewritten<'a> {
             render(message, items, &mut input);
         }
         let cap = view.get("max_completion_tokens").and_then(Value::as_u64);
-        Rewritten {
+        ResponsesRewrite {
             original,
             input,
             cap,
@@ -184,7 +184,7 @@ impl<'a> Rewritten<'a> {
     }
 }
 
-impl Serialize for Rewritten<'_> {
+impl Serialize for ResponsesRewrite<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let fields = self.original.as_object();
         let mut map = serializer.serialize_map(fields.map(Map::len))?;
