@@ -12,7 +12,7 @@
 #   bench/compare.sh           install missing peers (pinned, in bench/peers.sh), run
 #                              everything (~10 minutes), write
 #                              bench/results/compare-YYYY-MM-DD.{md,png} and the
-#                              compare section of README.md
+#                              compare section of docs/performance.md
 #   bench/compare.sh --smoke   ~1 minute: installs nothing (peers not in the cache are
 #                              skipped, no network needed), tiny durations; writes only
 #                              bench/results/raw/compare/ (git-ignored)
@@ -554,6 +554,6 @@ if ((smoke)); then
   "$report_python" bench/compare_report.py --raw "$raw" --out "$raw/compare-smoke"
 else
   day=$(date -u +%F)
-  "$report_python" bench/compare_report.py --raw "$raw" --out "bench/results/compare-$day" --readme README.md
+  "$report_python" bench/compare_report.py --raw "$raw" --out "bench/results/compare-$day" --readme docs/performance.md
 fi
 log "done in $(($(date +%s) - started_at)) s"

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Turns the raw outputs of bench/compare.sh into the results table, the chart and the
-README section.
+docs/performance.md section.
 
     compare_report.py --raw bench/results/raw/compare --out bench/results/compare-DATE \
-        [--readme README.md]
+        [--readme docs/performance.md]
 
 Writes OUT.md, OUT.png (when matplotlib is importable; the script runs in the Hermes
 venv, where it is installed) and, with --readme, replaces the text between
-`<!-- compare:begin -->` and `<!-- compare:end -->` in the README.
+`<!-- compare:begin -->` and `<!-- compare:end -->` in that file.
 
 Every figure is a median over interleaved rounds; ratios are taken between medians.
 """
