@@ -33,6 +33,8 @@ use super::{build, chars_for, note_prunes, Options, Plan};
 const CUT_FLOOR: usize = 48;
 /// Nor is a summary shortened below this.
 const SUMMARY_FLOOR: usize = 64;
+/// Nor below this while the turn in progress still has something to give.
+const DIGEST_KEEP: usize = 300;
 
 /// The messages to send, with the notes on the steps taken.
 pub struct Fitted {
@@ -55,6 +57,9 @@ struct Draft<'p> {
     target: usize,
     notes: Vec<String>,
     summarised: bool,
+    /// Tokens of conversation the summary stands for: the plan's middle and what
+    /// escalation folded into it. The digest's budget follows it.
+    replaced: usize,
 }
 
 struct Best {
@@ -123,10 +128,9 @@ impl Draft<'_> {
             return;
         }
         self.absorb_earlier_summaries();
-        let counter = self.plan.counter;
-        let replaced = turns.iter().map(|m| m.tokens).sum::<usize>()
-            + self.body.as_deref().map_or(0, |b| counter.text(b));
-        let budget = chars_for(opts.digest_budget(self.target, replaced));
+        self.replaced += turns.iter().map(|m| m.tokens).sum::<usize>();
+        let extra = self.plan.digest_extra;
+        let budget = chars_for(opts.digest_budget(self.target, self.replaced, extra));
         self.body = Some(digest(self.body.as_deref(), &turns, budget));
         self.summarised = true;
     }
@@ -226,13 +230,15 @@ fn fold(
     }
     // Each try starts from the same parts: digesting may also take an earlier summary
     // out of a kept message.
-    let (body, kept, summarised) = (d.body.clone(), d.kept.clone(), d.summarised);
+    let (body, kept, summarised, replaced) =
+        (d.body.clone(), d.kept.clone(), d.summarised, d.replaced);
     let (head, tail, notes) = (d.head.clone(), d.tail.clone(), d.notes.clone());
     let counter = d.plan.counter;
     for (k, &moved) in tries.iter().enumerate() {
         d.body = body.clone();
         d.kept = kept.clone();
         d.summarised = summarised;
+        d.replaced = replaced;
         d.head = head.clone();
         d.tail = tail.clone();
         d.notes = notes.clone();
@@ -337,6 +343,8 @@ pub fn build_fitting(plan: &Plan, body: Option<String>, opts: &Options) -> Fitte
         target: plan.target,
         notes: Vec::new(),
         summarised: false,
+        replaced: plan.turns.iter().map(|m| m.tokens).sum::<usize>()
+            + plan.previous_summary().map_or(0, |p| plan.counter.text(p)),
     };
     let (first, notes) = d.build();
     let mut best = Best {
@@ -420,10 +428,15 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
-    // 5. A huge task is cut to a quarter of the target.
+    // 5. A huge task is cut, no further than the excess asks and never below a quarter
+    //    of the target: its opening states the work.
     let task = d.head.iter().rposition(|m| m.role == Role::User);
     if let Some(t) = task {
-        if d.head[t].cut_to(d.target / 4, &counter) {
+        let keep = d.head[t]
+            .tokens
+            .saturating_sub(d.over(best))
+            .max(d.target / 4);
+        if d.head[t].cut_to(keep, &counter) {
             d.notes.push("escalate: task cut".into());
             if d.offer(best) {
                 return true;
@@ -470,18 +483,10 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
-    // 8. A shorter summary.
-    if let Some(body) = d.body.take() {
-        let keep = counter
-            .text(&body)
-            .saturating_sub(d.over(best))
-            .max(SUMMARY_FLOOR);
-        let chars = chars_for(keep);
-        d.body = Some(shorten(&body, chars));
-        d.notes.push("escalate: summary shortened".into());
-        if d.offer(best) {
-            return true;
-        }
+    // 8. A shorter summary, though not below what holds the facts of a long stretch
+    //    (the digest's floor) while the turn still has something to give.
+    if shorten_summary(d, best, DIGEST_KEEP) {
+        return true;
     }
 
     // 9. Last: the latest results and whatever else the turn holds.
@@ -495,7 +500,45 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
             return true;
         }
     }
+
+    // 10. The summary down to its smallest size, but only if that makes the request fit:
+    //     a request that stays over its target anyway keeps its facts.
+    let mut shorter = Draft {
+        head: d.head.clone(),
+        kept: d.kept.clone(),
+        body: d.body.clone(),
+        tail: d.tail.clone(),
+        notes: d.notes.clone(),
+        ..*d
+    };
+    let mut trial = Best {
+        messages: best.messages.clone(),
+        tokens: best.tokens,
+        notes: best.notes.clone(),
+    };
+    if shorten_summary(&mut shorter, &mut trial, SUMMARY_FLOOR) {
+        *best = trial;
+        return true;
+    }
     false
+}
+
+/// Shortens the summary by the excess, down to `floor` tokens; whether the request then
+/// fits.
+fn shorten_summary(d: &mut Draft, best: &mut Best, floor: usize) -> bool {
+    let counter = d.plan.counter;
+    let Some(body) = d.body.take() else {
+        return false;
+    };
+    let tokens = counter.text(&body);
+    let keep = tokens.saturating_sub(d.over(best)).max(floor);
+    if keep >= tokens {
+        d.body = Some(body);
+        return false;
+    }
+    d.body = Some(shorten(&body, chars_for(keep)));
+    d.notes.push("escalate: summary shortened".into());
+    d.offer(best)
 }
 
 #[cfg(test)]

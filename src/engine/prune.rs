@@ -315,6 +315,10 @@ fn shrink_strings(v: &mut Value, max: usize) -> bool {
     let mut changed = false;
     match v {
         Value::String(s) if s.len() > max + 40 => {
+            // Masked first: the cut must not go through a secret.
+            if let std::borrow::Cow::Owned(masked) = crate::redact::redact(s) {
+                *s = masked;
+            }
             let kept = clip(s, max);
             let cut = s.len() - kept.len();
             *s = format!("{kept}...[{cut} chars cut by compaction]");

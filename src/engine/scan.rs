@@ -145,10 +145,165 @@ const FILE_EXTENSIONS: &[&str] = &[
 /// Longest path kept; longer runs are data, not names.
 const MAX_PATH: usize = 200;
 
-/// Whether a user message hands back a command's output rather than saying something.
+/// The lines SWE-agent appends to every observation: its state, then its prompt.
+const SWE_STATE: &[&str] = &[
+    "(Open file:",
+    "(Current directory:",
+    "(Interactive session:",
+];
+const SWE_PROMPT: &str = "bash-$";
+
+/// Whether a user message hands back a command's output rather than saying something: it
+/// starts the way plain-text agents start one, or holds SWE-agent's state lines and
+/// prompt.
 pub fn is_observation(text: &str) -> bool {
     let t = text.trim_start();
-    OBSERVATION_STARTS.iter().any(|s| t.starts_with(s))
+    OBSERVATION_STARTS.iter().any(|s| t.starts_with(s)) || observation_end(text).is_some()
+}
+
+/// Where an observation ends when the agent's own framing says so: after SWE-agent's
+/// prompt line (`bash-$`) or mini-swe-agent's `</output>`. What follows was written by
+/// someone (a user's interjection joined to the observation), not by the command.
+pub fn observation_end(text: &str) -> Option<usize> {
+    let mut at = 0;
+    let mut state = false;
+    let mut end = None;
+    for line in text.split_inclusive('\n') {
+        let t = line.trim();
+        state |= SWE_STATE.iter().any(|s| t.starts_with(s));
+        if (state && t == SWE_PROMPT) || t == "</output>" {
+            end = Some(at + line.len());
+        }
+        at += line.len();
+    }
+    end
+}
+
+/// A user message split into the observation it hands back and what a person added
+/// after it (empty when nothing was).
+pub fn split_observation(text: &str) -> (&str, &str) {
+    match observation_end(text) {
+        Some(end) => (&text[..end], text[end..].trim()),
+        None => (text, ""),
+    }
+}
+
+/// Whether a line of output is a line of a file shown with its numbers (SWE-agent's
+/// `237:    raise ValueError`, `cat -n`, `nl -ba`): code, not a report of a failure.
+pub fn is_numbered_line(line: &str) -> bool {
+    let t = line.trim_start();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0 && matches!(t.as_bytes().get(digits), Some(b':' | b'\t' | b'|'))
+}
+
+/// Words of a line of output that say a file was written: the path on such a line is
+/// a product of the work (a report, a build artefact), not one of a listing.
+const WRITE_WORDS: &[&str] = &[
+    "wrote",
+    "written",
+    "saved",
+    "report",
+    "created",
+    "generated",
+    "output to",
+    "exported",
+    "stored",
+    "artifact",
+    "artefact",
+];
+
+/// Whether a line of output announces a file it wrote.
+pub fn announces_file(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    WRITE_WORDS.iter().any(|w| lower.contains(w))
+}
+
+/// Verbs that, after "let's" or "I'll", narrate the next step of exploring rather than
+/// decide anything: "Let's open the file", "I'll run the tests".
+const NARRATION_VERBS: &[&str] = &[
+    "open",
+    "look",
+    "run",
+    "search",
+    "scroll",
+    "check",
+    "see",
+    "view",
+    "find",
+    "try",
+    "read",
+    "examine",
+    "inspect",
+    "start",
+    "navigate",
+    "go",
+    "take",
+    "begin",
+    "execute",
+    "test",
+    "verify",
+    "print",
+    "list",
+    "edit",
+    "reproduce",
+    "install",
+    "now",
+    "first",
+    "also",
+    "next",
+    "then",
+    "confirm",
+    "submit",
+    "create",
+    "call",
+    "use",
+    "get",
+    "make",
+    "write",
+    "continue",
+    "proceed",
+    "investigate",
+    "explore",
+    "review",
+    "analyze",
+    "analyse",
+    "decompile",
+    "disassemble",
+    "scroll_down",
+    "scroll_up",
+    "goto",
+    "fetch",
+    "query",
+    "paste",
+    "clean",
+    "carefully",
+    "correct",
+    "retry",
+    "add",
+    "modify",
+    "update",
+    "focus",
+    "wait",
+];
+
+/// Whether a sentence with a weak decision phrase only narrates the next step.
+pub fn is_narration(sentence: &str) -> bool {
+    let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
+    for lead in [
+        "let's", "let us", "i'll", "i will", "we'll", "we will", "going to", "we can", "i can",
+    ] {
+        for (at, _) in lower.match_indices(lead) {
+            let after = lower[at + lead.len()..].trim_start();
+            let verb = after
+                .split(|c: char| !c.is_ascii_alphabetic() && c != '_')
+                .next()
+                .unwrap_or("");
+            if NARRATION_VERBS.contains(&verb) {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// Whether a user message sets a rule for later work ("Never modify config/prod.yaml").
@@ -341,15 +496,6 @@ pub fn decision(sentence: &str) -> Option<bool> {
     } else {
         None
     }
-}
-
-/// The contents of the text's fenced blocks.
-pub fn fence_bodies(text: &str) -> Vec<String> {
-    if !text.contains("```") {
-        return Vec::new();
-    }
-    let (_, fences) = split_fences(text);
-    fences.iter().map(|f| f.body.join("\n")).collect()
 }
 
 /// A line split after each `.`, `!` or `?` that a space or the line's end follows.
