@@ -21,6 +21,7 @@
 
 use serde_json::Value;
 
+use super::cut::cut_to;
 use super::digest::{digest, shorten};
 use super::message::{Message, Role};
 use super::prune::Pruner;
@@ -181,7 +182,7 @@ fn level(messages: &mut [Message], candidates: &[usize], over: usize, counter: &
         let level = water_level(&sizes, over, CUT_FLOOR);
         let before: usize = sizes.iter().sum();
         for &i in &candidates {
-            if messages[i].tokens > level && messages[i].cut_to(level, counter) {
+            if messages[i].tokens > level && cut_to(&mut messages[i], level, counter) {
                 cut += 1;
             }
         }
@@ -436,7 +437,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
             .tokens
             .saturating_sub(d.over(best))
             .max(d.target / 4);
-        if d.head[t].cut_to(keep, &counter) {
+        if cut_to(&mut d.head[t], keep, &counter) {
             d.notes.push("escalate: task cut".into());
             if d.offer(best) {
                 return true;

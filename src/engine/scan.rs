@@ -329,6 +329,9 @@ struct Fence<'a> {
     body: Vec<&'a str>,
     /// Nothing but whitespace follows the block.
     last: bool,
+    /// The block was never closed: a reply split across messages (aider's edit blocks),
+    /// whose prose may follow in the same block.
+    open: bool,
 }
 
 /// The text's prose lines (outside fenced blocks) and its fenced blocks.
@@ -355,6 +358,7 @@ fn split_fences(text: &str) -> (Vec<&str>, Vec<Fence<'_>>) {
                         tag: tag.trim().to_ascii_lowercase(),
                         body: Vec::new(),
                         last: false,
+                        open: false,
                     });
                 }
                 None => {
@@ -365,7 +369,8 @@ fn split_fences(text: &str) -> (Vec<&str>, Vec<Fence<'_>>) {
         }
     }
     // An unclosed fence still holds what the agent wrote, and nothing follows it.
-    if let Some(f) = open {
+    if let Some(mut f) = open {
+        f.open = true;
         fences.push(f);
         prose_after = false;
     }
@@ -466,8 +471,15 @@ pub fn shorten_fences(text: &str, max: Option<usize>) -> String {
 /// break; questions are not decisions) of at least four words that holds one of the
 /// phrases above as whole words. Code blocks and indented code are skipped.
 pub fn decisions(text: &str) -> Vec<(String, bool)> {
-    let (prose, _) = split_fences(text);
+    let (prose, fences) = split_fences(text);
     let mut found = Vec::new();
+    // In a block never closed, a line that reads as a whole sentence is prose.
+    let stray = fences
+        .iter()
+        .filter(|f| f.open)
+        .flat_map(|f| f.body.iter().copied())
+        .filter(|l| reads_as_prose(l));
+    let prose: Vec<&str> = prose.into_iter().chain(stray).collect();
     for line in prose {
         if line.starts_with("    ") || line.starts_with('\t') {
             continue;
@@ -483,6 +495,16 @@ pub fn decisions(text: &str) -> Vec<(String, bool)> {
         }
     }
     found
+}
+
+/// A line that starts with a capital letter, ends a sentence, says six words or more and
+/// holds none of the marks of code.
+fn reads_as_prose(line: &str) -> bool {
+    let t = line.trim();
+    t.starts_with(|c: char| c.is_ascii_uppercase())
+        && t.ends_with('.')
+        && t.split_whitespace().count() >= 6
+        && !t.contains(['{', '}', ';', '=', '<', '>'])
 }
 
 /// Whether a sentence holds a decision phrase: `Some(true)` for a strong one,
