@@ -56,18 +56,24 @@ pub fn keep_facts(text: &str, keep: usize) -> String {
     if text.len() <= keep + 64 {
         return text.to_string();
     }
-    let head = (keep * 2 / 3).max(OPENING_CHARS.min(keep));
-    let tail = keep.saturating_sub(head) / 2;
+    let opening = clip(text, OPENING_CHARS.min(keep)).len();
+    let b = clip_end(&text[opening..], keep / 6);
+    let middle_end = text.len() - b.len();
+    let facts = fact_lines(&text[opening..middle_end], keep / 3);
+    let facts_len: usize = facts.iter().map(|(_, l)| l.len() + 1).sum();
+    let head = keep
+        .saturating_sub(b.len() + facts_len)
+        .max(opening)
+        .min(middle_end);
     let a = clip(text, head);
-    let b = clip_end(&text[a.len()..], tail);
-    let middle = &text[a.len()..text.len() - b.len()];
-    let facts = fact_lines(middle, keep.saturating_sub(head + tail).max(keep / 3));
-    let cut = middle.len()
-        - facts
-            .iter()
-            .map(|l| l.len())
-            .sum::<usize>()
-            .min(middle.len());
+    // Facts the beginning now holds are not repeated.
+    let facts: Vec<&String> = facts
+        .iter()
+        .filter(|(at, _)| opening + at >= a.len())
+        .map(|(_, l)| l)
+        .collect();
+    let shown: usize = facts.iter().map(|l| l.len()).sum();
+    let cut = (middle_end - a.len()).saturating_sub(shown);
     let mut out = String::with_capacity(keep + 128);
     out.push_str(a);
     out.push_str(&format!(
@@ -84,33 +90,36 @@ pub fn keep_facts(text: &str, keep: usize) -> String {
     out
 }
 
-/// The lines of `text` that state facts, within `room` characters: a rule the user set,
-/// an error that names what failed, a file an output says it wrote, a decision. Ranked
-/// by how much they say; returned in their order in the text.
-fn fact_lines(text: &str, room: usize) -> Vec<String> {
+/// The lines of `text` that state facts, within `room` characters, with where each
+/// starts: a rule the user set, an error that names what failed, a file an output says it
+/// wrote, a decision. Ranked by how much they say; returned in their order in the text.
+fn fact_lines(text: &str, room: usize) -> Vec<(usize, String)> {
     let mut found: Vec<(u8, usize, String)> = Vec::new();
-    for (i, line) in text.lines().enumerate() {
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let start = at;
+        at += line.len();
         let t = line.trim();
         if t.len() < 8 || scan::is_numbered_line(line) {
             continue;
         }
         let score = fact_score(t);
         if score > 0 {
-            found.push((score, i, one_line(t, FACT_LINE_CHARS)));
+            found.push((score, start, one_line(t, FACT_LINE_CHARS)));
         }
     }
     found.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
     let mut used = 0;
     let mut kept: Vec<(usize, String)> = Vec::new();
-    for (_, i, line) in found {
+    for (_, start, line) in found {
         if used + line.len() + 1 > room {
             continue;
         }
         used += line.len() + 1;
-        kept.push((i, line));
+        kept.push((start, line));
     }
     kept.sort();
-    kept.into_iter().map(|(_, l)| l).collect()
+    kept
 }
 
 /// How much a line says that a model could not get back: 0 nothing.

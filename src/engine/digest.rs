@@ -134,11 +134,12 @@ enum Tier {
     /// Errors that say less (a bare `ERROR` line), announced next steps that are not
     /// mere narration ("I will decompile the function").
     Finding,
+    /// The user's requests. Below the facts: a later request or the tail usually says
+    /// what is wanted now, while an error, a decision or a written file is said once.
+    Ask,
     /// Errors that name what failed, decisions and conclusions, files an output says it
     /// wrote.
     Fact,
-    /// The user's requests.
-    Ask,
     /// User constraints, and the oldest request (it usually states the goal).
     Rule,
 }
@@ -150,8 +151,8 @@ const TIERS: [Tier; 9] = [
     Tier::Seen,
     Tier::Touched,
     Tier::Finding,
-    Tier::Fact,
     Tier::Ask,
+    Tier::Fact,
     Tier::Rule,
 ];
 
@@ -401,6 +402,12 @@ impl Digest {
         // What the user pasted or quoted is read like an output; their own words are kept.
         self.add_errors(text, "user message");
         self.add_paths(text, Tier::Seen);
+        // An agent's own status lines (aider's "Applied edit to ...") are not requests.
+        let own = scan::without_status_lines(text);
+        let text = own.trim();
+        if text.is_empty() {
+            return;
+        }
         let cut = |t: &str| tidy(&keep_ends(t, self.ask_head, self.ask_tail));
         let ask = cut(&scan::shorten_fences(text, Some(FENCE_MAX)));
         let words = cut(&scan::shorten_fences(text, None));

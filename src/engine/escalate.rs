@@ -431,13 +431,18 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
 
     // 5. A huge task is cut, no further than the excess asks and never below a quarter
     //    of the target: its opening states the work.
-    let task = d.head.iter().rposition(|m| m.role == Role::User);
-    if let Some(t) = task {
-        let keep = d.head[t]
-            .tokens
-            .saturating_sub(d.over(best))
-            .max(d.target / 4);
-        if cut_to(&mut d.head[t], keep, &counter) {
+    // The first user message states the work, also when it is inside the turn (an
+    // agent whose only request is the task).
+    let task = d.plan.messages.iter().find(|m| m.role == Role::User);
+    let over = d.over(best);
+    let target = d.target;
+    let at = match d.head.iter().rposition(|m| m.role == Role::User) {
+        Some(t) => Some(&mut d.head[t]),
+        None => task.and_then(|task| d.tail.iter_mut().find(|m| m.body == task.body)),
+    };
+    if let Some(m) = at {
+        let keep = m.tokens.saturating_sub(over).max(target / 4);
+        if cut_to(m, keep, &counter) {
             d.notes.push("escalate: task cut".into());
             if d.offer(best) {
                 return true;
@@ -446,10 +451,16 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     }
 
     // 6. The turn's earlier messages, before its latest calls.
+    // The task may stand in the tail (an agent whose only request is the task, with
+    // interjections after it): step 5 alone cuts it, and never below its opening.
     let cuttable = |d: &Draft, range: std::ops::Range<usize>| -> Vec<usize> {
         let latest_user = d.latest_user();
         range
-            .filter(|&i| Some(i) != latest_user && !d.tail[i].role.is_instruction())
+            .filter(|&i| {
+                Some(i) != latest_user
+                    && !d.tail[i].role.is_instruction()
+                    && task.is_none_or(|t| t.body != d.tail[i].body)
+            })
             .collect()
     };
     let end = d.latest_calls().unwrap_or(0);

@@ -23,7 +23,7 @@ mod assemble;
 mod boundary;
 pub mod budget;
 mod calls;
-mod cut;
+pub mod cut;
 pub mod digest;
 mod errors;
 mod escalate;

@@ -188,6 +188,36 @@ pub fn split_observation(text: &str) -> (&str, &str) {
     }
 }
 
+/// How lines that aider writes into the user's side of its chat begin: what it did and
+/// what it asks, not what the user said.
+const STATUS_STARTS: &[&str] = &[
+    "Applied edit to ",
+    "Commit ",
+    ">>>>>>",
+    "<<<<<<",
+    "=======",
+    "Add the output to the chat?",
+    "Add these files to the chat?",
+    "Allow creation of new file",
+    "Create new file?",
+    "/run ",
+    "/add ",
+    "/drop ",
+    "Git repo:",
+    "Repo-map:",
+    "Use /help",
+];
+
+/// A user message without the status lines an agent wrote into it.
+pub fn without_status_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    let status = |l: &str| STATUS_STARTS.iter().any(|s| l.trim_start().starts_with(s));
+    if !text.lines().any(status) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let kept: Vec<&str> = text.lines().filter(|l| !status(l)).collect();
+    std::borrow::Cow::Owned(kept.join("\n"))
+}
+
 /// Whether a line of output is a line of a file shown with its numbers (SWE-agent's
 /// `237:    raise ValueError`, `cat -n`, `nl -ba`): code, not a report of a failure.
 pub fn is_numbered_line(line: &str) -> bool {
