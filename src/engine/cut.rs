@@ -56,7 +56,7 @@ pub fn keep_facts(text: &str, keep: usize) -> String {
     if text.len() <= keep + 64 {
         return text.to_string();
     }
-    let opening = clip(text, OPENING_CHARS.min(keep)).len();
+    let opening = clip(text, OPENING_CHARS.min(keep - keep / 6)).len();
     let b = clip_end(&text[opening..], keep / 6);
     let middle_end = text.len() - b.len();
     let facts = fact_lines(&text[opening..middle_end], keep / 3);
