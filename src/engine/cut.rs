@@ -24,6 +24,16 @@ const FACT_LINE_CHARS: usize = 400;
 /// Shortens `msg` to about `tokens`, keeping its facts; whether it got smaller. Content
 /// other than a single string falls back to [`Message::cut_to`].
 pub fn cut_to(msg: &mut Message, tokens: usize, counter: &Counter) -> bool {
+    cut_keeping(msg, tokens, 0, counter)
+}
+
+/// [`cut_to`] for the task: its first [`OPENING_CHARS`] stay, at the cost of the target.
+pub fn cut_task(msg: &mut Message, tokens: usize, counter: &Counter) -> bool {
+    cut_keeping(msg, tokens, OPENING_CHARS + 64, counter)
+}
+
+/// [`cut_to`], never keeping fewer than `least` characters.
+fn cut_keeping(msg: &mut Message, tokens: usize, least: usize, counter: &Counter) -> bool {
     let before = msg.tokens;
     if before <= tokens {
         return false;
@@ -38,13 +48,13 @@ pub fn cut_to(msg: &mut Message, tokens: usize, counter: &Counter) -> bool {
     }
     // Text and tokens shrink in about the same proportion; further tries correct for the
     // framing and what the note and the kept lines add.
-    let mut keep = chars.saturating_mul(tokens) / before.max(1);
+    let mut keep = (chars.saturating_mul(tokens) / before.max(1)).max(least);
     for _ in 0..4 {
         msg.set_content(Value::String(keep_facts(&original, keep)), counter);
-        if msg.tokens <= tokens {
+        if msg.tokens <= tokens || keep <= least {
             break;
         }
-        keep = keep.saturating_mul(tokens) / msg.tokens.max(1);
+        keep = (keep.saturating_mul(tokens) / msg.tokens.max(1)).max(least);
     }
     msg.tokens < before
 }

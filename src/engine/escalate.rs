@@ -21,9 +21,9 @@
 
 use serde_json::Value;
 
-use super::cut::cut_to;
+use super::cut::{cut_task, cut_to};
 use super::digest::{digest, shorten};
-use super::message::{Message, Role};
+use super::message::{clip, Message, Role};
 use super::prune::Pruner;
 use super::roles::OPENING;
 use super::summary;
@@ -129,6 +129,11 @@ impl Draft<'_> {
             return;
         }
         self.absorb_earlier_summaries();
+        // What was pruned or cut to fit is digested from what it said.
+        let turns: Vec<Message> = turns
+            .iter()
+            .map(|m| self.plan.original_of(m).clone())
+            .collect();
         self.replaced += turns.iter().map(|m| m.tokens).sum::<usize>();
         let extra = self.plan.digest_extra;
         let budget = chars_for(opts.digest_budget(self.target, self.replaced, extra));
@@ -434,15 +439,31 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     // The first user message states the work, also when it is inside the turn (an
     // agent whose only request is the task).
     let task = d.plan.messages.iter().find(|m| m.role == Role::User);
+    // Known by its opening, which every cut keeps.
+    let opening = task.map(|t| clip(&t.text(), 60).to_string());
+    let is_task = |m: &Message| {
+        m.role == Role::User
+            && opening
+                .as_deref()
+                .is_some_and(|o| !o.is_empty() && m.text().starts_with(o))
+    };
     let over = d.over(best);
     let target = d.target;
     let at = match d.head.iter().rposition(|m| m.role == Role::User) {
         Some(t) => Some(&mut d.head[t]),
-        None => task.and_then(|task| d.tail.iter_mut().find(|m| m.body == task.body)),
+        // The latest user message is never cut, even when it is the task.
+        None => {
+            let latest = d.latest_user();
+            d.tail
+                .iter_mut()
+                .enumerate()
+                .find(|(i, m)| Some(*i) != latest && is_task(m))
+                .map(|(_, m)| m)
+        }
     };
     if let Some(m) = at {
         let keep = m.tokens.saturating_sub(over).max(target / 4);
-        if cut_to(m, keep, &counter) {
+        if cut_task(m, keep, &counter) {
             d.notes.push("escalate: task cut".into());
             if d.offer(best) {
                 return true;
@@ -457,9 +478,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         let latest_user = d.latest_user();
         range
             .filter(|&i| {
-                Some(i) != latest_user
-                    && !d.tail[i].role.is_instruction()
-                    && task.is_none_or(|t| t.body != d.tail[i].body)
+                Some(i) != latest_user && !d.tail[i].role.is_instruction() && !is_task(&d.tail[i])
             })
             .collect()
     };

@@ -315,6 +315,9 @@ pub struct Plan {
     /// Tokens the deterministic digest may take beyond its budget: room a first try left
     /// free under the target.
     digest_extra: usize,
+    /// The messages as merged, before any was pruned or cut: what escalation digests when
+    /// it folds a message it had pruned or cut first.
+    originals: Vec<Message>,
 }
 
 impl Plan {
@@ -359,6 +362,22 @@ impl Plan {
 
     fn fits(&self) -> bool {
         self.total(&self.messages) <= self.target
+    }
+
+    /// The message `m` was before any pass pruned or cut it: the same role, the same tool
+    /// call id or calls, and (cuts keep a text's beginning) the same opening.
+    fn original_of<'p>(&'p self, m: &'p Message) -> &'p Message {
+        let text = m.text();
+        let opening = message::clip(&text, 60);
+        self.originals
+            .iter()
+            .find(|o| {
+                o.role == m.role
+                    && o.tool_call_id() == m.tool_call_id()
+                    && o.tool_calls() == m.tool_calls()
+                    && (m.role.is_result() || o.text().starts_with(opening))
+            })
+            .unwrap_or(m)
     }
 }
 
@@ -499,6 +518,7 @@ pub fn plan_with_counts(
         previous_summary: None,
         notes: Vec::new(),
         digest_extra: 0,
+        originals: Vec::new(),
     };
     if tokens_before <= target {
         return Ok(plan);
@@ -520,6 +540,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     }
     plan.regions = Regions::find(&plan.messages);
     plan.stage = Stage::Fits;
+    plan.originals = plan.messages.clone();
     if plan.fits() {
         return;
     }

@@ -137,7 +137,7 @@ impl<'a> Pruner<'a> {
     fn partly(&self, msg: &Message, need: usize) -> Option<(Message, Kind)> {
         if msg.role.is_result() {
             let mut m = msg.clone();
-            return (m.cut_to(msg.tokens.saturating_sub(need), self.counter)
+            return (super::cut::cut_to(&mut m, msg.tokens.saturating_sub(need), self.counter)
                 && msg.tokens - m.tokens >= need)
                 .then_some((m, Kind::Cut));
         }
