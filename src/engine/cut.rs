@@ -18,6 +18,8 @@ use crate::redact::redact;
 
 /// The beginning of a cut text is at least this long (when the text is).
 const OPENING_CHARS: usize = 300;
+/// A line longer than this is also read sentence by sentence.
+const LONG_LINE: usize = 120;
 /// Longest fact line kept from the cut part.
 const FACT_LINE_CHARS: usize = 400;
 
@@ -117,12 +119,25 @@ fn fact_lines(text: &str, room: usize) -> Vec<(usize, String)> {
         if score > 0 {
             found.push((score, start, one_line(t, FACT_LINE_CHARS)));
         }
+        // A long line's sentences may be kept alone when the line does not fit.
+        if t.len() > LONG_LINE {
+            for sentence in scan::sentences(t) {
+                let score = fact_score(sentence);
+                if score > 0 && sentence.len() < t.len() {
+                    found.push((score, start, one_line(sentence, FACT_LINE_CHARS)));
+                }
+            }
+        }
     }
     found.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
     let mut used = 0;
     let mut kept: Vec<(usize, String)> = Vec::new();
     for (_, start, line) in found {
-        if used + line.len() + 1 > room {
+        // A sentence of a line already kept adds nothing.
+        let said = kept
+            .iter()
+            .any(|(at, l)| *at == start && l.contains(line.as_str()));
+        if said || used + line.len() + 1 > room {
             continue;
         }
         used += line.len() + 1;
@@ -130,6 +145,12 @@ fn fact_lines(text: &str, room: usize) -> Vec<(usize, String)> {
     }
     kept.sort();
     kept
+}
+
+/// The lines of `text` that state facts, within `room` characters, in their order: what
+/// to keep of a text that has room for little else.
+pub fn facts_within(text: &str, room: usize) -> Vec<String> {
+    fact_lines(text, room).into_iter().map(|(_, l)| l).collect()
 }
 
 /// How much a line says that a model could not get back: 0 nothing.
@@ -149,6 +170,14 @@ fn fact_score(line: &str) -> u8 {
     }
     if error >= 2 {
         return 2;
+    }
+    // A count, an id, a limit: four digits or more in a row.
+    let mut run = 0;
+    for b in line.bytes() {
+        run = if b.is_ascii_digit() { run + 1 } else { 0 };
+        if run >= 4 {
+            return 1;
+        }
     }
     0
 }

@@ -408,7 +408,7 @@ impl Digest {
         if text.is_empty() {
             return;
         }
-        let cut = |t: &str| tidy(&keep_ends(t, self.ask_head, self.ask_tail));
+        let cut = |t: &str| tidy(&cut_ask(t, self.ask_head, self.ask_tail));
         let ask = cut(&scan::shorten_fences(text, Some(FENCE_MAX)));
         let words = cut(&scan::shorten_fences(text, None));
         let at = self.push_ask(ask);
@@ -898,10 +898,44 @@ fn tidy(text: &str) -> String {
     lines.join("\n")
 }
 
-/// `text` in about `room` characters: its ends when there is room for a note of the cut,
-/// else its beginning.
+/// A long user message in about `head + tail` characters: its ends, unless lines in
+/// between state facts (a rule it sets, an error, a written file): then its beginning and
+/// those lines, which may take two thirds of the room.
+fn cut_ask(text: &str, head: usize, tail: usize) -> String {
+    let keep = head + tail;
+    if text.len() <= keep + 64 {
+        return text.to_string();
+    }
+    let opening = clip(text, (keep / 3).max(64).min(keep));
+    let facts: Vec<String> = super::cut::facts_within(&text[opening.len()..], keep * 2 / 3);
+    if facts.is_empty() {
+        return keep_ends(text, head, tail);
+    }
+    let facts_len: usize = facts.iter().map(|f| f.len() + 1).sum();
+    let head = clip(text, keep.saturating_sub(facts_len).max(opening.len()));
+    let rest = &text[head.len()..];
+    let facts: Vec<&String> = facts
+        .iter()
+        .filter(|f| rest.contains(f.as_str()) || !head.contains(f.as_str()))
+        .collect();
+    let shown: usize = facts.iter().map(|f| f.len()).sum();
+    let cut = rest.len().saturating_sub(shown);
+    let facts: Vec<&str> = facts.iter().map(|f| f.as_str()).collect();
+    format!(
+        "{head}\n[... {cut} characters omitted by compaction ...]\n{}",
+        facts.join("\n")
+    )
+}
+
+/// `text` in about `room` characters: the lines that state facts when it holds any (a
+/// constraint, an error, a written file, a decision), else its ends when there is room for
+/// a note of the cut, else its beginning.
 fn cut_to(text: &str, room: usize) -> String {
     const NOTE: usize = 64;
+    let facts = super::cut::facts_within(text, room.saturating_sub(8));
+    if !facts.is_empty() {
+        return format!("[...] {}", facts.join("\n"));
+    }
     if room > 2 * NOTE {
         let keep = room - NOTE;
         keep_ends(text, keep * 2 / 3, keep / 3)

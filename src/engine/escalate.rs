@@ -36,6 +36,9 @@ const CUT_FLOOR: usize = 48;
 const SUMMARY_FLOOR: usize = 64;
 /// Nor below this while the turn in progress still has something to give.
 const DIGEST_KEEP: usize = 300;
+/// What a second round of the last cuts takes beyond the excess: the framing a cut and
+/// a join add is not known in advance.
+const ROUND_MARGIN: usize = 16;
 
 /// The messages to send, with the notes on the steps taken.
 pub struct Fitted {
@@ -550,6 +553,32 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     if shorten_summary(&mut shorter, &mut trial, SUMMARY_FLOOR) {
         *best = trial;
         return true;
+    }
+    // 11. Then the task below its opening, with the rest of the turn: still only if that
+    //     makes it fit.
+    let latest = shorter.latest_user();
+    let all: Vec<usize> = (0..shorter.tail.len())
+        .filter(|&i| Some(i) != latest && !shorter.tail[i].role.is_instruction())
+        .collect();
+    // A second round makes up for what joining the summary to a message costs.
+    for round in 0..2 {
+        let over = shorter.over(&trial) + round * ROUND_MARGIN;
+        let mut cut = level(&mut shorter.tail, &all, over, &counter);
+        if let Some(t) = shorter.head.iter().rposition(|m| m.role == Role::User) {
+            let over = shorter.over(&trial) + round * ROUND_MARGIN;
+            let keep = shorter.head[t].tokens.saturating_sub(over).max(CUT_FLOOR);
+            cut += usize::from(cut_to(&mut shorter.head[t], keep, &counter));
+        }
+        if cut == 0 {
+            break;
+        }
+        shorter
+            .notes
+            .push(format!("escalate: {cut} messages cut, the task too"));
+        if shorter.offer(&mut trial) {
+            *best = trial;
+            return true;
+        }
     }
     false
 }

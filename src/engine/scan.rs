@@ -551,7 +551,7 @@ pub fn decision(sentence: &str) -> Option<bool> {
 }
 
 /// A line split after each `.`, `!` or `?` that a space or the line's end follows.
-fn sentences(line: &str) -> impl Iterator<Item = &str> {
+pub fn sentences(line: &str) -> impl Iterator<Item = &str> {
     let b = line.as_bytes();
     let mut start = 0;
     let mut i = 0;
