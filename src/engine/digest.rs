@@ -140,7 +140,7 @@ enum Tier {
     /// Errors that name what failed, decisions and conclusions, files an output says it
     /// wrote.
     Fact,
-    /// User constraints, and the oldest request (it usually states the goal).
+    /// User constraints.
     Rule,
 }
 
@@ -431,7 +431,9 @@ impl Digest {
         } else if pasted && own.split_whitespace().count() < HANDOVER_WORDS {
             Tier::Seen
         } else if first {
-            Tier::Rule
+            // Often the goal, when the task itself was folded in; but the task is kept
+            // apart in most compactions, so it ranks with the facts, not the rules.
+            Tier::Fact
         } else {
             Tier::Ask
         };

@@ -368,13 +368,23 @@ impl Plan {
     /// call id or calls, and (cuts keep a text's beginning) the same opening.
     fn original_of<'p>(&'p self, m: &'p Message) -> &'p Message {
         let text = m.text();
+        // Up to where a cut's note starts, if it starts that early.
         let opening = message::clip(&text, 60);
+        let opening = opening.split("\n[...").next().unwrap_or(opening);
+        // Pruning may shorten a call's arguments: calls are known by their ids.
+        let ids = |m: &Message| -> Vec<Option<String>> {
+            m.tool_calls()
+                .iter()
+                .map(|c| message::call_id(c).map(str::to_owned))
+                .collect()
+        };
+        let calls = ids(m);
         self.originals
             .iter()
             .find(|o| {
                 o.role == m.role
                     && o.tool_call_id() == m.tool_call_id()
-                    && o.tool_calls() == m.tool_calls()
+                    && ids(o) == calls
                     && (m.role.is_result() || o.text().starts_with(opening))
             })
             .unwrap_or(m)
