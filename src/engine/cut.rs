@@ -17,7 +17,7 @@ use super::tokens::Counter;
 use crate::redact::redact;
 
 /// The beginning of a cut text is at least this long (when the text is).
-const OPENING_CHARS: usize = 300;
+pub const OPENING_CHARS: usize = 300;
 /// A line longer than this is also read sentence by sentence.
 const LONG_LINE: usize = 120;
 /// Longest fact line kept from the cut part.
@@ -35,7 +35,7 @@ pub fn cut_task(msg: &mut Message, tokens: usize, counter: &Counter) -> bool {
 }
 
 /// [`cut_to`], never keeping fewer than `least` characters.
-fn cut_keeping(msg: &mut Message, tokens: usize, least: usize, counter: &Counter) -> bool {
+pub fn cut_keeping(msg: &mut Message, tokens: usize, least: usize, counter: &Counter) -> bool {
     let before = msg.tokens;
     if before <= tokens {
         return false;

@@ -131,13 +131,13 @@ enum Tier {
     Seen,
     /// Paths a call or command acted on.
     Touched,
-    /// Errors that say less (a bare `ERROR` line), announced next steps that are not
-    /// mere narration ("I will decompile the function").
+    /// Errors that say less (a bare `ERROR` line).
     Finding,
     /// The user's requests. Below the facts: a later request or the tail usually says
     /// what is wanted now, while an error, a decision or a written file is said once.
     Ask,
-    /// Errors that name what failed, decisions and conclusions, files an output says it
+    /// Errors that name what failed, decisions and conclusions, steps announced that
+    /// are not mere narration ("I'll replace the retry loop"), files an output says it
     /// wrote.
     Fact,
     /// User constraints.
@@ -783,7 +783,9 @@ fn decision_tier(sentence: &str) -> Tier {
     match scan::decision(sentence) {
         Some(true) => Tier::Fact,
         Some(false) if scan::is_narration(sentence) => Tier::Narration,
-        Some(false) => Tier::Finding,
+        // A step announced that is not exploring ("I'll replace the retry loop with
+        // backoff()") decides how the work goes on.
+        Some(false) => Tier::Fact,
         None => Tier::Seen,
     }
 }

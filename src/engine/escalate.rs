@@ -21,7 +21,7 @@
 
 use serde_json::Value;
 
-use super::cut::{cut_task, cut_to};
+use super::cut::{cut_keeping, cut_task, cut_to};
 use super::digest::{digest, shorten};
 use super::message::{clip, Message, Role};
 use super::prune::Pruner;
@@ -39,6 +39,8 @@ const DIGEST_KEEP: usize = 300;
 /// What a second round of the last cuts takes beyond the excess: the framing a cut and
 /// a join add is not known in advance.
 const ROUND_MARGIN: usize = 16;
+/// Characters of the task kept by the last cuts but one: its first sentences.
+const TASK_LEAST: usize = 264;
 
 /// The messages to send, with the notes on the steps taken.
 pub struct Fitted {
@@ -561,16 +563,18 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         .filter(|&i| Some(i) != latest && !shorter.tail[i].role.is_instruction())
         .collect();
     // A second round makes up for what joining the summary to a message costs.
-    for round in 0..2 {
-        let over = shorter.over(&trial) + round * ROUND_MARGIN;
+    // The task keeps its first lines while that is enough; the last round lets them go.
+    let least = [TASK_LEAST, TASK_LEAST, 0];
+    for (round, least) in least.into_iter().enumerate() {
+        let over = shorter.over(&trial) + round.min(1) * ROUND_MARGIN;
         let mut cut = level(&mut shorter.tail, &all, over, &counter);
         if let Some(t) = shorter.head.iter().rposition(|m| m.role == Role::User) {
-            let over = shorter.over(&trial) + round * ROUND_MARGIN;
+            let over = shorter.over(&trial) + round.min(1) * ROUND_MARGIN;
             let keep = shorter.head[t].tokens.saturating_sub(over).max(CUT_FLOOR);
-            cut += usize::from(cut_to(&mut shorter.head[t], keep, &counter));
+            cut += usize::from(cut_keeping(&mut shorter.head[t], keep, least, &counter));
         }
         if cut == 0 {
-            break;
+            continue;
         }
         shorter
             .notes
