@@ -584,6 +584,11 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
             return true;
         }
     }
+    // Nothing fits. The facts are kept only in a form smaller than the request as it came:
+    // one no smaller would be sent unchanged, the summariser's work thrown away.
+    if best.tokens >= d.plan.tokens_before && trial.tokens < best.tokens {
+        *best = trial;
+    }
     false
 }
 
