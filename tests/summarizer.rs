@@ -221,6 +221,24 @@ async fn a_rejected_chunk_is_never_carried_into_the_next() {
 }
 
 #[tokio::test]
+async fn an_update_that_drops_a_section_of_the_checkpoint_is_rejected() {
+    let mock = Mock::start().await;
+    // Chunks: the second call is an update of the first one's checkpoint.
+    let proxy = proxy(&mock, "context_window = 3000");
+    let (status, x) = send(&proxy, "drop-section", &session(40)).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=fallback"), "{x}");
+    let summaries = mock.summaries();
+    assert_eq!(summaries.len(), 2, "the first chunk, then its update");
+    let metrics = metrics(&proxy).await;
+    let line = "compaction_proxy_summarizer_rejected_total{reason=\"dropped-facts\"} 1\n";
+    assert!(metrics.contains(line), "{metrics}");
+    // The checkpoint that lost a section never reaches the upstream.
+    let sent = String::from_utf8_lossy(&mock.last().body).into_owned();
+    assert!(!sent.contains("MOCK-CHECKPOINT"), "{sent}");
+}
+
+#[tokio::test]
 async fn summariser_requests_fit_a_small_window_the_upstream_counts_its_own_way() {
     let mock = Mock::start().await;
     // The mock counts about a third more tokens than the proxy's estimate.

@@ -87,7 +87,7 @@ pub fn tail_start(
         }
         let text = g + 1 == end && matches!(messages[g].role, Role::User | Role::Assistant);
         if text && !messages[g].makes_calls() && left >= MIN_CUT_TOKENS {
-            messages[g].cut_to(left, counter);
+            super::cut::cut_to(&mut messages[g], left, counter);
             start = g;
         }
         break;

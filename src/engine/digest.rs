@@ -28,7 +28,7 @@ use std::sync::LazyLock;
 use aho_corasick::AhoCorasick;
 
 use super::calls::{describe, result_info, CallInfo};
-use super::errors::error_line;
+use super::errors::{error_line, line_score};
 use super::media::{PLACEHOLDER_END, PLACEHOLDER_START};
 use super::message::{call_id, clip, keep_ends, one_line, Message, Role};
 use super::placeholders::{DUPLICATE_PREFIX, PRUNED_PREFIX};
@@ -56,6 +56,7 @@ const ASK_TAIL: usize = 600;
 /// A fenced block pasted into a user message longer than this keeps its ends.
 const FENCE_MAX: usize = 700;
 const DECISION_CHARS: usize = 300;
+const ERROR_CHARS: usize = 300;
 const LABEL_CHARS: usize = 160;
 const WHO_CHARS: usize = 100;
 const PATH_CHARS: usize = 200;
@@ -119,6 +120,8 @@ impl Section {
 /// decided; what only says how the work went (previews, the call log) goes first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Tier {
+    /// Sentences that only narrate the next step ("Let's open the file").
+    Narration,
     /// Previews of the last turns.
     Preview,
     /// Tool calls and commands.
@@ -128,21 +131,28 @@ enum Tier {
     Seen,
     /// Paths a call or command acted on.
     Touched,
-    /// Errors, decisions and conclusions.
+    /// Errors that say less (a bare `ERROR` line).
     Finding,
-    /// The user's requests.
+    /// The user's requests. Below the facts: a later request or the tail usually says
+    /// what is wanted now, while an error, a decision or a written file is said once.
     Ask,
-    /// User constraints, and the oldest request (it usually states the goal).
+    /// Errors that name what failed, decisions and conclusions, steps announced that
+    /// are not mere narration ("I'll replace the retry loop"), files an output says it
+    /// wrote.
+    Fact,
+    /// User constraints.
     Rule,
 }
 
-const TIERS: [Tier; 7] = [
+const TIERS: [Tier; 9] = [
+    Tier::Narration,
     Tier::Preview,
     Tier::Call,
     Tier::Seen,
     Tier::Touched,
     Tier::Finding,
     Tier::Ask,
+    Tier::Fact,
     Tier::Rule,
 ];
 
@@ -282,19 +292,15 @@ impl Digest {
                 self.push_ask(text);
             }
             Section::Decisions => {
-                let tier = match scan::decision(&text) {
-                    Some(false) => Tier::Seen,
-                    _ => Tier::Finding,
-                };
-                self.push(section, tier, &text);
+                self.push(section, decision_tier(&text), &text);
             }
             Section::Errors => {
                 // Its error line follows the `who: ` that names the call; a later
                 // occurrence is the same error if it matches any tail after a `: `.
-                if let Some(at) = self.push(section, Tier::Finding, &text) {
+                if let Some(at) = self.push(section, Tier::Fact, &text) {
                     for (colon, _) in text.match_indices(": ") {
                         self.error_lines
-                            .entry(text[colon + 2..].to_string())
+                            .entry(error_key(&text[colon + 2..]))
                             .or_insert(at);
                     }
                 }
@@ -304,7 +310,8 @@ impl Digest {
                 self.push_call(label.to_string(), count);
             }
             Section::Files => {
-                self.push(section, Tier::Seen, &text);
+                // A path that made it into an earlier digest was worth listing then.
+                self.push(section, Tier::Touched, &text);
             }
             Section::Last => {
                 self.push(section, Tier::Preview, &text);
@@ -383,17 +390,25 @@ impl Digest {
             return;
         }
         if scan::is_observation(text) {
-            self.add_output(text, text, command.unwrap_or("observation"));
+            // An observation may carry what a person added after it (a run of user
+            // messages joined into one): those words are a request like any other.
+            let (observation, added) = scan::split_observation(text);
+            self.add_output(observation, observation, command.unwrap_or("observation"));
+            if !added.is_empty() && !scan::is_observation(added) {
+                self.add_user(added, command);
+            }
             return;
         }
-        // What the user pasted is read like an output; their own words are kept.
-        for block in scan::fence_bodies(text) {
-            if let Some(err) = error_line(&block) {
-                self.push_error("pasted by the user", err);
-            }
-        }
+        // What the user pasted or quoted is read like an output; their own words are kept.
+        self.add_errors(text, "user message");
         self.add_paths(text, Tier::Seen);
-        let cut = |t: &str| tidy(&keep_ends(t, self.ask_head, self.ask_tail));
+        // An agent's own status lines (aider's "Applied edit to ...") are not requests.
+        let own = scan::without_status_lines(text);
+        let text = own.trim();
+        if text.is_empty() {
+            return;
+        }
+        let cut = |t: &str| tidy(&cut_ask(t, self.ask_head, self.ask_tail));
         let ask = cut(&scan::shorten_fences(text, Some(FENCE_MAX)));
         let words = cut(&scan::shorten_fences(text, None));
         let at = self.push_ask(ask);
@@ -416,7 +431,9 @@ impl Digest {
         } else if pasted && own.split_whitespace().count() < HANDOVER_WORDS {
             Tier::Seen
         } else if first {
-            Tier::Rule
+            // Often the goal, when the task itself was folded in; but the task is kept
+            // apart in most compactions, so it ranks with the facts, not the rules.
+            Tier::Fact
         } else {
             Tier::Ask
         };
@@ -424,11 +441,10 @@ impl Digest {
     }
 
     fn add_assistant_text(&mut self, text: &str, command: &mut Option<String>) {
-        for (sentence, strong) in scan::decisions(text) {
-            let tier = if strong { Tier::Finding } else { Tier::Seen };
+        for (sentence, _) in scan::decisions(text) {
             self.push(
                 Section::Decisions,
-                tier,
+                decision_tier(&sentence),
                 &one_line(&sentence, DECISION_CHARS),
             );
         }
@@ -478,34 +494,65 @@ impl Digest {
     /// the paths it names. `raw` still holds a pruned output's placeholder, which names
     /// the error the output had.
     fn add_output(&mut self, raw: &str, text: &str, who: &str) {
-        if let Some(err) = error_line(raw) {
-            self.push_error(who, err);
+        if raw.starts_with(PRUNED_PREFIX) {
+            if let Some(err) = error_line(raw) {
+                self.push_error(who, err, Tier::Fact);
+            }
         }
+        self.add_errors(text, who);
         self.add_paths(text, Tier::Seen);
+    }
+
+    /// The lines of an output that report a failure, the most telling first (see
+    /// [`error_lines`]).
+    fn add_errors(&mut self, text: &str, who: &str) {
+        for (score, line) in error_lines(text) {
+            let tier = if score >= 4 {
+                Tier::Fact
+            } else {
+                Tier::Finding
+            };
+            self.push_error(who, line, tier);
+        }
     }
 
     /// An error, listed once however often it recurs (by whichever call met it first):
     /// an agent meets the same failure again and again until it fixes it.
-    fn push_error(&mut self, who: &str, err: String) {
-        let at = self.error_lines.get(&err).copied();
+    fn push_error(&mut self, who: &str, err: String, tier: Tier) {
+        let key = error_key(&err);
+        let at = self.error_lines.get(&key).copied();
         match at.and_then(|at| self.items.get_mut(at)) {
-            Some(item) => item.alive = true,
+            Some(item) => {
+                item.alive = true;
+                item.tier = item.tier.max(tier);
+            }
             None => {
                 let line = format!("{}: {err}", one_line(who, WHO_CHARS));
-                if let Some(at) = self.push(Section::Errors, Tier::Finding, &line) {
-                    self.error_lines.insert(err, at);
+                if let Some(at) = self.push(Section::Errors, tier, &line) {
+                    self.error_lines.insert(key, at);
                 }
             }
         }
     }
 
-    /// Paths are one short word each ([`scan::paths`]): no flattening needed.
+    /// Paths are one short word each ([`scan::paths`]): no flattening needed. A path on
+    /// a line that says it was written (a report, an artefact) is a product of the work
+    /// and ranks with the findings, wherever it stands in a long listing.
     fn add_paths(&mut self, text: &str, tier: Tier) {
         let mut new = 0;
         scan::paths(text, |p| {
             new += usize::from(self.push(Section::Files, tier, p).is_some());
             new < PATHS_PER_OUTPUT
         });
+        if tier >= Tier::Fact {
+            return;
+        }
+        for line in text.lines().filter(|l| scan::announces_file(l)) {
+            scan::paths(line, |p| {
+                self.push(Section::Files, Tier::Fact, p);
+                true
+            });
+        }
     }
 
     /// Adds an item, masked, and returns where it went; a repeat raises the first one's
@@ -607,7 +654,7 @@ impl Digest {
             standing: per_section.iter().sum(),
         };
         left.drop(&mut self.items, &order, |_, item| {
-            item.tier == Tier::Preview
+            item.tier <= Tier::Preview
         });
         // A message without its paste may read like another: it is then said already.
         let mut asks: HashSet<String> = self
@@ -730,6 +777,76 @@ impl Left {
     }
 }
 
+/// The tier of a decision sentence: a strong phrase, or a weak one that decides something,
+/// is a fact; a weak one that only narrates the next step goes first.
+fn decision_tier(sentence: &str) -> Tier {
+    match scan::decision(sentence) {
+        Some(true) => Tier::Fact,
+        Some(false) if scan::is_narration(sentence) => Tier::Narration,
+        // A step announced that is not exploring ("I'll replace the retry loop with
+        // backoff()") decides how the work goes on.
+        Some(false) => Tier::Fact,
+        None => Tier::Seen,
+    }
+}
+
+/// Error lines taken from one output; more are one failure told several ways.
+const ERRORS_PER_OUTPUT: usize = 3;
+
+/// The lines of `text` that report a failure, with their scores
+/// ([`super::errors::line_score`]), the highest first and among equals the latest (an
+/// output's last lines say how it ended): the best line as the error list always took it
+/// (a Python traceback by its exception), each other line that names what failed, and the
+/// last line that reports a failure at all. Lines of a file shown with their numbers are
+/// code, not reports; a line the best one already holds adds nothing.
+fn error_lines(text: &str) -> Vec<(u8, String)> {
+    let mut found: Vec<(u8, usize, String)> = Vec::new();
+    if let Some(best) = error_line(text) {
+        if !scan::is_numbered_line(&best) {
+            found.push((line_score(&best).max(4), usize::MAX, best));
+        }
+    }
+    let mut last: Option<(u8, usize, String)> = None;
+    for (i, line) in text.lines().enumerate() {
+        if line.len() > 4 * ERROR_CHARS || scan::is_numbered_line(line) {
+            continue;
+        }
+        let score = line_score(line);
+        if score < 2 {
+            continue;
+        }
+        let line = one_line(line, ERROR_CHARS);
+        if found.iter().any(|(_, _, l)| l.contains(line.as_str())) {
+            continue;
+        }
+        if score >= 4 {
+            found.push((score, i, line));
+        } else {
+            last = Some((score, i, line));
+        }
+    }
+    found.extend(last);
+    found.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    found.truncate(ERRORS_PER_OUTPUT);
+    found.into_iter().map(|(s, _, l)| (s, l)).collect()
+}
+
+/// An error line with its numbers blanked: the same failure counted on another run
+/// (`test result: FAILED. 22 passed; 1 failed`) is listed once.
+fn error_key(line: &str) -> String {
+    let mut key = String::with_capacity(line.len());
+    for c in line.chars() {
+        if c.is_ascii_digit() {
+            if !key.ends_with('#') {
+                key.push('#');
+            }
+        } else {
+            key.push(c);
+        }
+    }
+    key
+}
+
 /// `label (x3)` as the label and its count.
 fn parse_count(item: &str) -> (&str, usize) {
     if let Some(open) = item.rfind(" (x") {
@@ -785,10 +902,44 @@ fn tidy(text: &str) -> String {
     lines.join("\n")
 }
 
-/// `text` in about `room` characters: its ends when there is room for a note of the cut,
-/// else its beginning.
+/// A long user message in about `head + tail` characters: its ends, unless lines in
+/// between state facts (a rule it sets, an error, a written file): then its beginning and
+/// those lines, which may take two thirds of the room.
+fn cut_ask(text: &str, head: usize, tail: usize) -> String {
+    let keep = head + tail;
+    if text.len() <= keep + 64 {
+        return text.to_string();
+    }
+    let opening = clip(text, (keep / 3).max(64).min(keep));
+    let facts: Vec<String> = super::cut::facts_within(&text[opening.len()..], keep * 2 / 3);
+    if facts.is_empty() {
+        return keep_ends(text, head, tail);
+    }
+    let facts_len: usize = facts.iter().map(|f| f.len() + 1).sum();
+    let head = clip(text, keep.saturating_sub(facts_len).max(opening.len()));
+    let rest = &text[head.len()..];
+    let facts: Vec<&String> = facts
+        .iter()
+        .filter(|f| rest.contains(f.as_str()) || !head.contains(f.as_str()))
+        .collect();
+    let shown: usize = facts.iter().map(|f| f.len()).sum();
+    let cut = rest.len().saturating_sub(shown);
+    let facts: Vec<&str> = facts.iter().map(|f| f.as_str()).collect();
+    format!(
+        "{head}\n[... {cut} characters omitted by compaction ...]\n{}",
+        facts.join("\n")
+    )
+}
+
+/// `text` in about `room` characters: the lines that state facts when it holds any (a
+/// constraint, an error, a written file, a decision), else its ends when there is room for
+/// a note of the cut, else its beginning.
 fn cut_to(text: &str, room: usize) -> String {
     const NOTE: usize = 64;
+    let facts = super::cut::facts_within(text, room.saturating_sub(8));
+    if !facts.is_empty() {
+        return format!("[...] {}", facts.join("\n"));
+    }
     if room > 2 * NOTE {
         let keep = room - NOTE;
         keep_ends(text, keep * 2 / 3, keep / 3)

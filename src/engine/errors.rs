@@ -103,6 +103,17 @@ fn traceback_end(text: &str, from: usize) -> Option<(&str, usize)> {
     None
 }
 
+/// How much one line says about a failure, 0 nothing to 7 the most, below 2 nothing worth
+/// reporting: the digest lists every such line of an output, not only the best.
+pub fn line_score(line: &str) -> u8 {
+    let t = line.trim_start();
+    if CANDIDATES.as_ref().is_some_and(|c| c.is_match(t)) {
+        score(t)
+    } else {
+        0
+    }
+}
+
 /// How much a line (without its indentation) says about a failure: 0 nothing, 7 the most.
 fn score(t: &str) -> u8 {
     // A heading (`ERRORS:`, `=== FAILURES ===`) or a bare word says nothing on its own.

@@ -21,8 +21,9 @@
 
 use serde_json::Value;
 
+use super::cut::{cut_keeping, cut_task, cut_to};
 use super::digest::{digest, shorten};
-use super::message::{Message, Role};
+use super::message::{clip, Message, Role};
 use super::prune::Pruner;
 use super::roles::OPENING;
 use super::summary;
@@ -33,6 +34,13 @@ use super::{build, chars_for, note_prunes, Options, Plan};
 const CUT_FLOOR: usize = 48;
 /// Nor is a summary shortened below this.
 const SUMMARY_FLOOR: usize = 64;
+/// Nor below this while the turn in progress still has something to give.
+const DIGEST_KEEP: usize = 300;
+/// What a second round of the last cuts takes beyond the excess: the framing a cut and
+/// a join add is not known in advance.
+const ROUND_MARGIN: usize = 16;
+/// Characters of the task kept by the last cuts but one: its first sentences.
+const TASK_LEAST: usize = 264;
 
 /// The messages to send, with the notes on the steps taken.
 pub struct Fitted {
@@ -55,6 +63,9 @@ struct Draft<'p> {
     target: usize,
     notes: Vec<String>,
     summarised: bool,
+    /// Tokens of conversation the summary stands for: the plan's middle and what
+    /// escalation folded into it. The digest's budget follows it.
+    replaced: usize,
 }
 
 struct Best {
@@ -123,10 +134,14 @@ impl Draft<'_> {
             return;
         }
         self.absorb_earlier_summaries();
-        let counter = self.plan.counter;
-        let replaced = turns.iter().map(|m| m.tokens).sum::<usize>()
-            + self.body.as_deref().map_or(0, |b| counter.text(b));
-        let budget = chars_for(opts.digest_budget(self.target, replaced));
+        // What was pruned or cut to fit is digested from what it said.
+        let turns: Vec<Message> = turns
+            .iter()
+            .map(|m| self.plan.original_of(m).clone())
+            .collect();
+        self.replaced += turns.iter().map(|m| m.tokens).sum::<usize>();
+        let extra = self.plan.digest_extra;
+        let budget = chars_for(opts.digest_budget(self.target, self.replaced, extra));
         self.body = Some(digest(self.body.as_deref(), &turns, budget));
         self.summarised = true;
     }
@@ -177,7 +192,7 @@ fn level(messages: &mut [Message], candidates: &[usize], over: usize, counter: &
         let level = water_level(&sizes, over, CUT_FLOOR);
         let before: usize = sizes.iter().sum();
         for &i in &candidates {
-            if messages[i].tokens > level && messages[i].cut_to(level, counter) {
+            if messages[i].tokens > level && cut_to(&mut messages[i], level, counter) {
                 cut += 1;
             }
         }
@@ -226,13 +241,15 @@ fn fold(
     }
     // Each try starts from the same parts: digesting may also take an earlier summary
     // out of a kept message.
-    let (body, kept, summarised) = (d.body.clone(), d.kept.clone(), d.summarised);
+    let (body, kept, summarised, replaced) =
+        (d.body.clone(), d.kept.clone(), d.summarised, d.replaced);
     let (head, tail, notes) = (d.head.clone(), d.tail.clone(), d.notes.clone());
     let counter = d.plan.counter;
     for (k, &moved) in tries.iter().enumerate() {
         d.body = body.clone();
         d.kept = kept.clone();
         d.summarised = summarised;
+        d.replaced = replaced;
         d.head = head.clone();
         d.tail = tail.clone();
         d.notes = notes.clone();
@@ -337,6 +354,8 @@ pub fn build_fitting(plan: &Plan, body: Option<String>, opts: &Options) -> Fitte
         target: plan.target,
         notes: Vec::new(),
         summarised: false,
+        replaced: plan.turns.iter().map(|m| m.tokens).sum::<usize>()
+            + plan.previous_summary().map_or(0, |p| plan.counter.text(p)),
     };
     let (first, notes) = d.build();
     let mut best = Best {
@@ -420,10 +439,36 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
-    // 5. A huge task is cut to a quarter of the target.
-    let task = d.head.iter().rposition(|m| m.role == Role::User);
-    if let Some(t) = task {
-        if d.head[t].cut_to(d.target / 4, &counter) {
+    // 5. A huge task is cut, no further than the excess asks and never below a quarter
+    //    of the target: its opening states the work.
+    // The first user message states the work, also when it is inside the turn (an
+    // agent whose only request is the task).
+    let task = d.plan.messages.iter().find(|m| m.role == Role::User);
+    // Known by its opening, which every cut keeps.
+    let opening = task.map(|t| clip(&t.text(), 60).to_string());
+    let is_task = |m: &Message| {
+        m.role == Role::User
+            && opening
+                .as_deref()
+                .is_some_and(|o| !o.is_empty() && m.text().starts_with(o))
+    };
+    let over = d.over(best);
+    let target = d.target;
+    let at = match d.head.iter().rposition(|m| m.role == Role::User) {
+        Some(t) => Some(&mut d.head[t]),
+        // The latest user message is never cut, even when it is the task.
+        None => {
+            let latest = d.latest_user();
+            d.tail
+                .iter_mut()
+                .enumerate()
+                .find(|(i, m)| Some(*i) != latest && is_task(m))
+                .map(|(_, m)| m)
+        }
+    };
+    if let Some(m) = at {
+        let keep = m.tokens.saturating_sub(over).max(target / 4);
+        if cut_task(m, keep, &counter) {
             d.notes.push("escalate: task cut".into());
             if d.offer(best) {
                 return true;
@@ -432,10 +477,14 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     }
 
     // 6. The turn's earlier messages, before its latest calls.
+    // The task may stand in the tail (an agent whose only request is the task, with
+    // interjections after it): step 5 alone cuts it, and never below its opening.
     let cuttable = |d: &Draft, range: std::ops::Range<usize>| -> Vec<usize> {
         let latest_user = d.latest_user();
         range
-            .filter(|&i| Some(i) != latest_user && !d.tail[i].role.is_instruction())
+            .filter(|&i| {
+                Some(i) != latest_user && !d.tail[i].role.is_instruction() && !is_task(&d.tail[i])
+            })
             .collect()
     };
     let end = d.latest_calls().unwrap_or(0);
@@ -470,18 +519,10 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
-    // 8. A shorter summary.
-    if let Some(body) = d.body.take() {
-        let keep = counter
-            .text(&body)
-            .saturating_sub(d.over(best))
-            .max(SUMMARY_FLOOR);
-        let chars = chars_for(keep);
-        d.body = Some(shorten(&body, chars));
-        d.notes.push("escalate: summary shortened".into());
-        if d.offer(best) {
-            return true;
-        }
+    // 8. A shorter summary, though not below what holds the facts of a long stretch
+    //    (the digest's floor) while the turn still has something to give.
+    if shorten_summary(d, best, DIGEST_KEEP) {
+        return true;
     }
 
     // 9. Last: the latest results and whatever else the turn holds.
@@ -495,7 +536,78 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
             return true;
         }
     }
+
+    // 10. The summary down to its smallest size, but only if that makes the request fit:
+    //     a request that stays over its target anyway keeps its facts.
+    let mut shorter = Draft {
+        head: d.head.clone(),
+        kept: d.kept.clone(),
+        body: d.body.clone(),
+        tail: d.tail.clone(),
+        notes: d.notes.clone(),
+        ..*d
+    };
+    let mut trial = Best {
+        messages: best.messages.clone(),
+        tokens: best.tokens,
+        notes: best.notes.clone(),
+    };
+    if shorten_summary(&mut shorter, &mut trial, SUMMARY_FLOOR) {
+        *best = trial;
+        return true;
+    }
+    // 11. Then the task below its opening, with the rest of the turn: still only if that
+    //     makes it fit.
+    let latest = shorter.latest_user();
+    let all: Vec<usize> = (0..shorter.tail.len())
+        .filter(|&i| Some(i) != latest && !shorter.tail[i].role.is_instruction())
+        .collect();
+    // A second round makes up for what joining the summary to a message costs.
+    // The task keeps its first lines while that is enough; the last round lets them go.
+    let least = [TASK_LEAST, TASK_LEAST, 0];
+    for (round, least) in least.into_iter().enumerate() {
+        let over = shorter.over(&trial) + round.min(1) * ROUND_MARGIN;
+        let mut cut = level(&mut shorter.tail, &all, over, &counter);
+        if let Some(t) = shorter.head.iter().rposition(|m| m.role == Role::User) {
+            let over = shorter.over(&trial) + round.min(1) * ROUND_MARGIN;
+            let keep = shorter.head[t].tokens.saturating_sub(over).max(CUT_FLOOR);
+            cut += usize::from(cut_keeping(&mut shorter.head[t], keep, least, &counter));
+        }
+        if cut == 0 {
+            continue;
+        }
+        shorter
+            .notes
+            .push(format!("escalate: {cut} messages cut, the task too"));
+        if shorter.offer(&mut trial) {
+            *best = trial;
+            return true;
+        }
+    }
+    // Nothing fits. The facts are kept only in a form smaller than the request as it came:
+    // one no smaller would be sent unchanged, the summariser's work thrown away.
+    if best.tokens >= d.plan.tokens_before && trial.tokens < best.tokens {
+        *best = trial;
+    }
     false
+}
+
+/// Shortens the summary by the excess, down to `floor` tokens; whether the request then
+/// fits.
+fn shorten_summary(d: &mut Draft, best: &mut Best, floor: usize) -> bool {
+    let counter = d.plan.counter;
+    let Some(body) = d.body.take() else {
+        return false;
+    };
+    let tokens = counter.text(&body);
+    let keep = tokens.saturating_sub(d.over(best)).max(floor);
+    if keep >= tokens {
+        d.body = Some(body);
+        return false;
+    }
+    d.body = Some(shorten(&body, chars_for(keep)));
+    d.notes.push("escalate: summary shortened".into());
+    d.offer(best)
 }
 
 #[cfg(test)]

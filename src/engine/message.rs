@@ -310,7 +310,14 @@ pub fn clip_end(s: &str, max: usize) -> &str {
 }
 
 /// Keeps the beginning and the end of a long text with a note of how much was cut.
+/// Secrets are masked before the cut: a cut through a key would keep part of it and drop
+/// the prefix the redactor knows it by.
 pub fn keep_ends(s: &str, head: usize, tail: usize) -> String {
+    if s.len() <= head + tail + 64 {
+        return s.to_string();
+    }
+    let masked = crate::redact::redact(s);
+    let s = masked.as_ref();
     if s.len() <= head + tail + 64 {
         return s.to_string();
     }
@@ -321,8 +328,10 @@ pub fn keep_ends(s: &str, head: usize, tail: usize) -> String {
 }
 
 /// A short single-line preview of a text.
+/// Secrets are masked before the text is clipped.
 pub fn one_line(s: &str, max: usize) -> String {
-    let flat: String = clip(s.trim(), max * 4)
+    let masked = crate::redact::redact(s);
+    let flat: String = clip(masked.trim(), max * 4)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();

@@ -23,6 +23,7 @@ mod assemble;
 mod boundary;
 pub mod budget;
 mod calls;
+pub mod cut;
 pub mod digest;
 mod errors;
 mod escalate;
@@ -203,15 +204,20 @@ impl Options {
     }
 
     /// The deterministic digest's budget in tokens when it replaces `replaced` tokens: a
-    /// fifth of them, the LLM summary's share, but at least [`DIGEST_FLOOR`] unless it
-    /// replaces less, and never more than the room the plan keeps for a summary. A few
-    /// messages get a few lines, not a tenth of the window; a single short one still gets
-    /// the summary's smallest size, room for a heading and a line.
-    fn digest_budget(&self, target: usize, replaced: usize) -> usize {
-        (replaced / 5)
+    /// quarter of them, but at least [`DIGEST_FLOOR`] unless it replaces less, and no more
+    /// than the room the plan keeps for a summary unless that is below the floor: the
+    /// constraints, errors, paths and decisions of a long stretch need a few hundred
+    /// tokens however small the window, and escalation finds them elsewhere first (see
+    /// [`escalate`]). A few messages get a few lines; a single short one still gets the
+    /// summary's smallest size, room for a heading and a line. `extra` is room found
+    /// free once the request fits ([`finish`] offers it), up to the summary's cap.
+    fn digest_budget(&self, target: usize, replaced: usize, extra: usize) -> usize {
+        let base = (replaced / 4)
             .max(replaced.min(DIGEST_FLOOR))
             .max(SUMMARY_MIN)
-            .min(self.summary_budget(target))
+            .min(self.summary_budget(target).max(DIGEST_FLOOR));
+        base.saturating_add(extra)
+            .min(self.summary_max_tokens.max(base))
     }
 }
 
@@ -306,6 +312,12 @@ pub struct Plan {
     turns: Vec<Message>,
     previous_summary: Option<String>,
     notes: Vec<String>,
+    /// Tokens the deterministic digest may take beyond its budget: room a first try left
+    /// free under the target.
+    digest_extra: usize,
+    /// The messages as merged, before any was pruned or cut: what escalation digests when
+    /// it folds a message it had pruned or cut first.
+    originals: Vec<Message>,
 }
 
 impl Plan {
@@ -350,6 +362,32 @@ impl Plan {
 
     fn fits(&self) -> bool {
         self.total(&self.messages) <= self.target
+    }
+
+    /// The message `m` was before any pass pruned or cut it: the same role, the same tool
+    /// call id or calls, and (cuts keep a text's beginning) the same opening.
+    fn original_of<'p>(&'p self, m: &'p Message) -> &'p Message {
+        let text = m.text();
+        // Up to where a cut's note starts, if it starts that early.
+        let opening = message::clip(&text, 60);
+        let opening = opening.split("\n[...").next().unwrap_or(opening);
+        // Pruning may shorten a call's arguments: calls are known by their ids.
+        let ids = |m: &Message| -> Vec<Option<String>> {
+            m.tool_calls()
+                .iter()
+                .map(|c| message::call_id(c).map(str::to_owned))
+                .collect()
+        };
+        let calls = ids(m);
+        self.originals
+            .iter()
+            .find(|o| {
+                o.role == m.role
+                    && o.tool_call_id() == m.tool_call_id()
+                    && ids(o) == calls
+                    && (m.role.is_result() || o.text().starts_with(opening))
+            })
+            .unwrap_or(m)
     }
 }
 
@@ -416,7 +454,7 @@ pub fn summarize_deterministic(plan: &Plan, opts: &Options) -> Summary {
         text: digest::digest(
             plan.previous_summary(),
             plan.turns(),
-            chars_for(opts.digest_budget(plan.target, replaced)),
+            chars_for(opts.digest_budget(plan.target, replaced, plan.digest_extra)),
         ),
         source: SummarySource::Fallback,
     }
@@ -489,6 +527,8 @@ pub fn plan_with_counts(
         turns: Vec::new(),
         previous_summary: None,
         notes: Vec::new(),
+        digest_extra: 0,
+        originals: Vec::new(),
     };
     if tokens_before <= target {
         return Ok(plan);
@@ -510,6 +550,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     }
     plan.regions = Regions::find(&plan.messages);
     plan.stage = Stage::Fits;
+    plan.originals = plan.messages.clone();
     if plan.fits() {
         return;
     }
@@ -621,37 +662,64 @@ pub fn finish(plan: Plan, summary: Option<Summary>, opts: &Options) -> Outcome {
             conclude(&plan, messages, SummarySource::None, notes, plan.target)
         }
         Stage::Reduce => {
-            let summary = plan.needs_summary().then(|| match summary {
-                Some(s) if !s.text.trim().is_empty() => s,
-                _ => summarize_deterministic(&plan, opts),
-            });
-            let mut notes = Vec::new();
-            if summary.is_some() {
-                notes.push(format!(
-                    "summarised {} messages{}",
-                    plan.turns.len(),
-                    if plan.previous_summary.is_some() {
-                        ", earlier summary carried"
-                    } else {
-                        ""
-                    }
-                ));
+            // An LLM's summary is written once; the digest can be written again larger
+            // when the first try leaves room under the target.
+            let given = summary
+                .as_ref()
+                .is_some_and(|s| !s.text.trim().is_empty() && s.source != SummarySource::Fallback);
+            let first = reduce(&plan, summary, opts);
+            let tokens = first.report.tokens_after;
+            let slack = plan.target.saturating_sub(tokens);
+            if given || first.rewritten.is_none() || tokens > plan.target || slack < REGROW_MIN {
+                return first;
             }
-            let source = summary.as_ref().map_or(SummarySource::None, |s| s.source);
-            let fitted = escalate::build_fitting(&plan, summary.map(|s| s.text), opts);
-            notes.extend(fitted.notes);
-            let source = if fitted.summarised {
-                // Escalation digested more turns into a summary of its own making.
-                match source {
-                    SummarySource::None => SummarySource::Fallback,
-                    other => other,
-                }
+            let mut roomy = plan.clone();
+            roomy.digest_extra = slack * 2 / 3;
+            let second = reduce(&roomy, None, opts);
+            let fits = second.rewritten.is_some() && second.report.tokens_after <= plan.target;
+            if fits {
+                second
             } else {
-                source
-            };
-            conclude(&plan, fitted.messages, source, notes, fitted.target)
+                first
+            }
         }
     }
+}
+
+/// Less free room than this under the target is not worth a second digest.
+const REGROW_MIN: usize = 40;
+
+/// Passes 5-8 for a plan that needs its middle replaced.
+fn reduce(plan: &Plan, summary: Option<Summary>, opts: &Options) -> Outcome {
+    let summary = plan.needs_summary().then(|| match summary {
+        Some(s) if !s.text.trim().is_empty() => s,
+        _ => summarize_deterministic(plan, opts),
+    });
+    let mut notes = Vec::new();
+    if summary.is_some() {
+        notes.push(format!(
+            "summarised {} messages{}",
+            plan.turns.len(),
+            if plan.previous_summary.is_some() {
+                ", earlier summary carried"
+            } else {
+                ""
+            }
+        ));
+    }
+    let source = summary.as_ref().map_or(SummarySource::None, |s| s.source);
+    let fitted = escalate::build_fitting(plan, summary.map(|s| s.text), opts);
+    notes.extend(fitted.notes);
+    let source = if fitted.summarised {
+        // Escalation digested more turns into a summary of its own making.
+        match source {
+            SummarySource::None => SummarySource::Fallback,
+            other => other,
+        }
+    } else {
+        source
+    };
+    conclude(plan, fitted.messages, source, notes, fitted.target)
 }
 
 /// Builds head + kept instructions + summary + tail and repairs the tool protocol and

@@ -138,7 +138,7 @@ impl<'a> Pruner<'a> {
     fn partly(&self, msg: &Message, need: usize) -> Option<(Message, Kind)> {
         if msg.role.is_result() {
             let mut m = msg.clone();
-            return (m.cut_to(msg.tokens.saturating_sub(need), self.counter)
+            return (super::cut::cut_to(&mut m, msg.tokens.saturating_sub(need), self.counter)
                 && msg.tokens - m.tokens >= need)
                 .then_some((m, Kind::Cut));
         }
@@ -309,6 +309,10 @@ fn shrink_strings(v: &mut Value, max: usize) -> bool {
     let mut changed = false;
     match v {
         Value::String(s) if s.len() > max + 40 => {
+            // Masked first: the cut must not go through a secret.
+            if let std::borrow::Cow::Owned(masked) = crate::redact::redact(s) {
+                *s = masked;
+            }
             let kept = clip(s, max);
             let cut = s.len() - kept.len();
             *s = format!("{kept}...[{cut} chars cut by compaction]");

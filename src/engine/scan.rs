@@ -145,10 +145,207 @@ const FILE_EXTENSIONS: &[&str] = &[
 /// Longest path kept; longer runs are data, not names.
 const MAX_PATH: usize = 200;
 
-/// Whether a user message hands back a command's output rather than saying something.
+/// The lines SWE-agent appends to every observation: its state, then its prompt.
+const SWE_STATE: &[&str] = &[
+    "(Open file:",
+    "(Current directory:",
+    "(Interactive session:",
+];
+const SWE_PROMPT: &str = "bash-$";
+
+/// Whether a user message hands back a command's output rather than saying something: it
+/// starts the way plain-text agents start one, or holds SWE-agent's state lines and
+/// prompt.
 pub fn is_observation(text: &str) -> bool {
     let t = text.trim_start();
-    OBSERVATION_STARTS.iter().any(|s| t.starts_with(s))
+    OBSERVATION_STARTS.iter().any(|s| t.starts_with(s)) || observation_end(text).is_some()
+}
+
+/// Where an observation ends when the agent's own framing says so: after SWE-agent's
+/// prompt line (`bash-$`) or mini-swe-agent's `</output>`. What follows was written by
+/// someone (a user's interjection joined to the observation), not by the command.
+pub fn observation_end(text: &str) -> Option<usize> {
+    let mut at = 0;
+    let mut state = false;
+    let mut end = None;
+    for line in text.split_inclusive('\n') {
+        let t = line.trim();
+        state |= SWE_STATE.iter().any(|s| t.starts_with(s));
+        if (state && t == SWE_PROMPT) || t == "</output>" {
+            end = Some(at + line.len());
+        }
+        at += line.len();
+    }
+    end
+}
+
+/// A user message split into the observation it hands back and what a person added
+/// after it (empty when nothing was).
+pub fn split_observation(text: &str) -> (&str, &str) {
+    match observation_end(text) {
+        Some(end) => (&text[..end], text[end..].trim()),
+        None => (text, ""),
+    }
+}
+
+/// How lines that aider writes into the user's side of its chat begin: what it did and
+/// what it asks, not what the user said.
+const STATUS_STARTS: &[&str] = &[
+    "Applied edit to ",
+    "Commit ",
+    ">>>>>>",
+    "<<<<<<",
+    "=======",
+    "Add the output to the chat?",
+    "Add these files to the chat?",
+    "Allow creation of new file",
+    "Create new file?",
+    "/run ",
+    "/add ",
+    "/drop ",
+    "Git repo:",
+    "Repo-map:",
+    "Use /help",
+];
+
+/// A user message without the status lines an agent wrote into it.
+pub fn without_status_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    let status = |l: &str| STATUS_STARTS.iter().any(|s| l.trim_start().starts_with(s));
+    if !text.lines().any(status) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let kept: Vec<&str> = text.lines().filter(|l| !status(l)).collect();
+    std::borrow::Cow::Owned(kept.join("\n"))
+}
+
+/// Whether a line of output is a line of a file shown with its numbers (SWE-agent's
+/// `237:    raise ValueError`, `cat -n`, `nl -ba`): code, not a report of a failure.
+pub fn is_numbered_line(line: &str) -> bool {
+    let t = line.trim_start();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0 && matches!(t.as_bytes().get(digits), Some(b':' | b'\t' | b'|'))
+}
+
+/// Words of a line of output that say a file was written: the path on such a line is
+/// a product of the work (a report, a build artefact), not one of a listing.
+const WRITE_WORDS: &[&str] = &[
+    "wrote",
+    "written",
+    "saved",
+    "report",
+    "created",
+    "generated",
+    "output to",
+    "exported",
+    "stored",
+    "artifact",
+    "artefact",
+];
+
+/// Whether a line of output announces a file it wrote.
+pub fn announces_file(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    WRITE_WORDS.iter().any(|w| lower.contains(w))
+}
+
+/// Verbs that, after "let's" or "I'll", narrate the next step of exploring rather than
+/// decide anything: "Let's open the file", "I'll run the tests".
+const NARRATION_VERBS: &[&str] = &[
+    "open",
+    "look",
+    "run",
+    "search",
+    "scroll",
+    "check",
+    "see",
+    "view",
+    "find",
+    "try",
+    "read",
+    "examine",
+    "inspect",
+    "start",
+    "navigate",
+    "go",
+    "take",
+    "begin",
+    "execute",
+    "test",
+    "verify",
+    "print",
+    "list",
+    "edit",
+    "reproduce",
+    "install",
+    "now",
+    "first",
+    "also",
+    "next",
+    "then",
+    "confirm",
+    "submit",
+    "create",
+    "call",
+    "use",
+    "get",
+    "make",
+    "write",
+    "continue",
+    "proceed",
+    "investigate",
+    "explore",
+    "review",
+    "analyze",
+    "analyse",
+    "decompile",
+    "disassemble",
+    "scroll_down",
+    "scroll_up",
+    "goto",
+    "fetch",
+    "query",
+    "paste",
+    "help",
+    "need",
+    "be",
+    "have",
+    "do",
+    "think",
+    "assist",
+    "provide",
+    "give",
+    "search_file",
+    "search_dir",
+    "find_file",
+    "clean",
+    "carefully",
+    "correct",
+    "retry",
+    "add",
+    "modify",
+    "update",
+    "focus",
+    "wait",
+];
+
+/// Whether a sentence with a weak decision phrase only narrates the next step.
+pub fn is_narration(sentence: &str) -> bool {
+    let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
+    for lead in [
+        "let's", "let us", "i'll", "i will", "we'll", "we will", "going to", "we can", "i can",
+    ] {
+        for (at, _) in lower.match_indices(lead) {
+            let after = lower[at + lead.len()..].trim_start();
+            let verb = after
+                .split(|c: char| !c.is_ascii_alphabetic() && c != '_')
+                .next()
+                .unwrap_or("");
+            if NARRATION_VERBS.contains(&verb) {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// Whether a user message sets a rule for later work ("Never modify config/prod.yaml").
@@ -174,6 +371,9 @@ struct Fence<'a> {
     body: Vec<&'a str>,
     /// Nothing but whitespace follows the block.
     last: bool,
+    /// The block was never closed: a reply split across messages (aider's edit blocks),
+    /// whose prose may follow in the same block.
+    open: bool,
 }
 
 /// The text's prose lines (outside fenced blocks) and its fenced blocks.
@@ -200,6 +400,7 @@ fn split_fences(text: &str) -> (Vec<&str>, Vec<Fence<'_>>) {
                         tag: tag.trim().to_ascii_lowercase(),
                         body: Vec::new(),
                         last: false,
+                        open: false,
                     });
                 }
                 None => {
@@ -210,7 +411,8 @@ fn split_fences(text: &str) -> (Vec<&str>, Vec<Fence<'_>>) {
         }
     }
     // An unclosed fence still holds what the agent wrote, and nothing follows it.
-    if let Some(f) = open {
+    if let Some(mut f) = open {
+        f.open = true;
         fences.push(f);
         prose_after = false;
     }
@@ -311,8 +513,15 @@ pub fn shorten_fences(text: &str, max: Option<usize>) -> String {
 /// break; questions are not decisions) of at least four words that holds one of the
 /// phrases above as whole words. Code blocks and indented code are skipped.
 pub fn decisions(text: &str) -> Vec<(String, bool)> {
-    let (prose, _) = split_fences(text);
+    let (prose, fences) = split_fences(text);
     let mut found = Vec::new();
+    // In a block never closed, a line that reads as a whole sentence is prose.
+    let stray = fences
+        .iter()
+        .filter(|f| f.open)
+        .flat_map(|f| f.body.iter().copied())
+        .filter(|l| reads_as_prose(l));
+    let prose: Vec<&str> = prose.into_iter().chain(stray).collect();
     for line in prose {
         if line.starts_with("    ") || line.starts_with('\t') {
             continue;
@@ -330,6 +539,16 @@ pub fn decisions(text: &str) -> Vec<(String, bool)> {
     found
 }
 
+/// A line that starts with a capital letter, ends a sentence, says six words or more and
+/// holds none of the marks of code.
+fn reads_as_prose(line: &str) -> bool {
+    let t = line.trim();
+    t.starts_with(|c: char| c.is_ascii_uppercase())
+        && t.ends_with('.')
+        && t.split_whitespace().count() >= 6
+        && !t.contains(['{', '}', ';', '=', '<', '>'])
+}
+
 /// Whether a sentence holds a decision phrase: `Some(true)` for a strong one,
 /// `Some(false)` for a weak one.
 pub fn decision(sentence: &str) -> Option<bool> {
@@ -343,17 +562,8 @@ pub fn decision(sentence: &str) -> Option<bool> {
     }
 }
 
-/// The contents of the text's fenced blocks.
-pub fn fence_bodies(text: &str) -> Vec<String> {
-    if !text.contains("```") {
-        return Vec::new();
-    }
-    let (_, fences) = split_fences(text);
-    fences.iter().map(|f| f.body.join("\n")).collect()
-}
-
 /// A line split after each `.`, `!` or `?` that a space or the line's end follows.
-fn sentences(line: &str) -> impl Iterator<Item = &str> {
+pub fn sentences(line: &str) -> impl Iterator<Item = &str> {
     let b = line.as_bytes();
     let mut start = 0;
     let mut i = 0;

@@ -15,6 +15,8 @@ pub const MARKER: &str = "[compaction-proxy: summary of earlier turns]";
 pub const END_MARKER: &str = "[end of summary; the conversation continues below]";
 
 const PREAMBLE: &str = include_str!("summary_preamble.md");
+/// The longer preamble of earlier versions, still found in summaries clients carry back.
+const PREAMBLE_V1: &str = include_str!("summary_preamble_v1.md");
 
 /// Where a summary came from, for reports, headers and metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +88,10 @@ pub fn extract(text: &str) -> Option<(String, String)> {
     let before = &text[..at];
     let after = &text[at + MARKER.len()..];
     let after = after.trim_start();
-    let after = after.strip_prefix(PREAMBLE.trim()).unwrap_or(after);
+    let after = after
+        .strip_prefix(PREAMBLE.trim())
+        .or_else(|| after.strip_prefix(PREAMBLE_V1.trim()))
+        .unwrap_or(after);
     let (body, rest) = match after.find(END_MARKER) {
         Some(end) => (&after[..end], &after[end + END_MARKER.len()..]),
         None => (after, ""),

@@ -4,6 +4,7 @@
 //! rejected with its reason, so the next model or the digest takes over, and a rejected
 //! answer is never carried into the next chunk as the checkpoint so far.
 
+use super::request::{PREVIOUS_CLOSE, PREVIOUS_OPEN};
 use super::stream::StreamedAnswer;
 use crate::engine::{Counter, END_MARKER, MARKER};
 use crate::redact::redact;
@@ -25,10 +26,12 @@ pub enum AnswerProblem {
     NoContent,
     #[error("the answer is {tokens} tokens, too short for what it replaces (at least {min})")]
     TooShort { tokens: usize, min: usize },
+    #[error("the update drops {lost:?} from the previous checkpoint's {section}")]
+    DroppedFacts { section: String, lost: String },
 }
 
 /// Every [`AnswerProblem::reason`], in the order metrics list them.
-pub const REASONS: [&str; 7] = [
+pub const REASONS: [&str; 8] = [
     "empty",
     "truncated",
     "refusal",
@@ -36,6 +39,7 @@ pub const REASONS: [&str; 7] = [
     "echo",
     "no-content",
     "short",
+    "dropped-facts",
 ];
 
 impl AnswerProblem {
@@ -49,6 +53,7 @@ impl AnswerProblem {
             AnswerProblem::Echo => "echo",
             AnswerProblem::NoContent => "no-content",
             AnswerProblem::TooShort { .. } => "short",
+            AnswerProblem::DroppedFacts { .. } => "dropped-facts",
         }
     }
 }
@@ -56,7 +61,8 @@ impl AnswerProblem {
 /// What an answer is checked against.
 pub struct Expect<'a> {
     /// What the request told the model besides the turns: its system message and the
-    /// parameters after the turns.
+    /// parameters after the turns, then, for an update, the previous checkpoint between
+    /// [`PREVIOUS_OPEN`] and [`PREVIOUS_CLOSE`] ([`super::SummaryRequest::instructions`]).
     pub instructions: &'a str,
     /// The fewest tokens a checkpoint of what the call replaces can plausibly take (see
     /// [`min_tokens`]).
@@ -153,9 +159,10 @@ pub fn check_answer(answer: &StreamedAnswer, expect: &Expect) -> Result<String, 
     if content.is_empty() {
         return Err(AnswerProblem::NoContent);
     }
+    let (instructions, previous) = split_previous(expect.instructions);
     let echoed = content
         .iter()
-        .filter(|l| l.len() >= ECHO_MIN_CHARS && expect.instructions.contains(*l))
+        .filter(|l| l.len() >= ECHO_MIN_CHARS && instructions.contains(*l))
         .count();
     if echoed * 2 >= content.len() {
         return Err(AnswerProblem::Echo);
@@ -167,7 +174,118 @@ pub fn check_answer(answer: &StreamedAnswer, expect: &Expect) -> Result<String, 
             min: expect.min_tokens,
         });
     }
-    Ok(redact(text).into_owned())
+    let text = redact(text).into_owned();
+    if let Some(previous) = previous {
+        kept_facts(previous, &text)?;
+    }
+    Ok(text)
+}
+
+/// The instructions without the previous checkpoint, and the previous checkpoint.
+fn split_previous(instructions: &str) -> (&str, Option<&str>) {
+    let Some(open) = instructions.find(PREVIOUS_OPEN) else {
+        return (instructions, None);
+    };
+    let inner = &instructions[open + PREVIOUS_OPEN.len()..];
+    let inner = inner
+        .find(PREVIOUS_CLOSE)
+        .map_or(inner, |end| &inner[..end]);
+    (&instructions[..open], Some(inner.trim()))
+}
+
+/// Sections of the checkpoint whose content is record, not state: what was set, done,
+/// decided, touched and measured stays true after later turns. (Active State, In
+/// Progress, Blockers and Pending Asks may rightly lose lines.)
+const DURABLE: &[&str] = &[
+    "## Goal",
+    "## Constraints and Preferences",
+    "## Completed Actions",
+    "## Key Decisions",
+    "## Resolved Questions",
+    "## Relevant Files",
+    "## Critical Values",
+];
+
+/// An update keeps every heading of the previous checkpoint, and in its durable sections
+/// every fact ([`facts`]): a fact in checkpoint N is still in checkpoint N+1. A previous
+/// summary not in the template's form (the digest's) is not checked: the update rewrites
+/// it into the template.
+fn kept_facts(previous: &str, update: &str) -> Result<(), AnswerProblem> {
+    for (heading, body) in sections(previous) {
+        if !has_heading(update, heading) {
+            if body.lines().any(|l| content_line(l).is_some()) {
+                return Err(AnswerProblem::DroppedFacts {
+                    section: heading.trim_start_matches("## ").to_string(),
+                    lost: heading.to_string(),
+                });
+            }
+            continue;
+        }
+        if !DURABLE.contains(&heading) {
+            continue;
+        }
+        if let Some(lost) = facts(body).into_iter().find(|f| !update.contains(f)) {
+            return Err(AnswerProblem::DroppedFacts {
+                section: heading.trim_start_matches("## ").to_string(),
+                lost: lost.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The template's sections of a checkpoint: each heading with the text under it.
+fn sections(text: &str) -> Vec<(&'static str, &str)> {
+    let mut starts: Vec<(usize, &'static str)> = HEADINGS
+        .iter()
+        .filter_map(|h| {
+            text.match_indices(h)
+                .find(|(at, _)| *at == 0 || text.as_bytes()[at - 1] == b'\n')
+                .map(|(at, _)| (at, *h))
+        })
+        .collect();
+    starts.sort();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(i, &(at, h))| {
+            let end = starts.get(i + 1).map_or(text.len(), |n| n.0);
+            (h, &text[at + h.len()..end])
+        })
+        .collect()
+}
+
+/// The words of a text a model could not get back once dropped: code spans, paths and
+/// file names, names from code (`snake_case`), and words with three or more digits (ids,
+/// counts, versions, dates). Prose may be reworded; these must stand as they were.
+fn facts(text: &str) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('`') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('`') else { break };
+        let span = after[..close].trim();
+        if !span.is_empty() && !span.contains('\n') {
+            out.push(span);
+        }
+        rest = &after[close + 1..];
+    }
+    for word in text.split_whitespace() {
+        let w = word.trim_matches(|c: char| !c.is_alphanumeric() && !"/_~".contains(c));
+        let digits = w.bytes().filter(u8::is_ascii_digit).count();
+        let path = w.contains('/') && w.len() > 3
+            || w.rsplit_once('.').is_some_and(|(a, b)| {
+                !a.is_empty()
+                    && (2..=5).contains(&b.len())
+                    && b.bytes().all(|c| c.is_ascii_lowercase())
+            });
+        // `events_wv76`, `parse_rows`: a name in code.
+        let identifier = w.contains('_') && w.len() >= 6;
+        if (digits >= 3 || path || identifier) && !w.starts_with("REDACTED") && !out.contains(&w) {
+            out.push(w);
+        }
+    }
+    out
 }
 
 /// Whether `heading` starts a line of `text`.
@@ -288,6 +406,10 @@ mod tests {
             AnswerProblem::Echo,
             AnswerProblem::NoContent,
             AnswerProblem::TooShort { tokens: 0, min: 1 },
+            AnswerProblem::DroppedFacts {
+                section: String::new(),
+                lost: String::new(),
+            },
         ];
         let reasons: Vec<&str> = problems.iter().map(AnswerProblem::reason).collect();
         assert_eq!(reasons, REASONS);
@@ -408,6 +530,70 @@ mod tests {
         assert_eq!(check(&marked).as_deref(), Ok(GOOD));
         let only = format!("{MARKER}\n{END_MARKER}");
         assert_eq!(check(&only), Err(AnswerProblem::Empty));
+    }
+
+    const PREVIOUS: &str = "## Active Task\nFix the importer.\n\n## Constraints and Preferences\n- Never modify `config/prod_ws45.yaml`.\n\n## Completed Actions\n1. 2026-11-23: ran `make test` - 41 passed.\n\n## Key Decisions\n- Timestamps are stored as UTC in events_wv76.\n\n## Relevant Files\n- src/importer.py: the parser\n- reports/coverage_rv56/index.html";
+
+    /// A mock summariser's update, checked as the call path checks it: the instructions
+    /// of a real update request carry the previous checkpoint.
+    fn check_update(update: &str) -> Result<String, AnswerProblem> {
+        let counter = Counter::for_model("gpt-4o");
+        let request = super::super::SummaryRequest::new("m", &[], 400, counter)
+            .previous_summary(Some(PREVIOUS));
+        let instructions = request.instructions();
+        let expect = Expect {
+            instructions: &instructions,
+            min_tokens: 16,
+            counter: &counter,
+        };
+        let answer = StreamedAnswer {
+            text: update.to_string(),
+            finish_reason: Some("stop".into()),
+            error: None,
+            prompt_tokens: None,
+        };
+        check_answer(&answer, &expect)
+    }
+
+    #[test]
+    fn an_update_keeps_every_fact_of_the_previous_checkpoint() {
+        // Carrying the previous checkpoint over word for word is what an update should
+        // do, not an echo of the instructions.
+        let kept =
+            format!("{PREVIOUS}\n\n## In Progress\n- Rerunning the importer on 897150 rows.");
+        assert!(check_update(&kept).is_ok(), "{:?}", check_update(&kept));
+        let reworded = PREVIOUS.replace(
+            "- src/importer.py: the parser",
+            "- src/importer.py (parser, now fixed)",
+        );
+        assert!(check_update(&reworded).is_ok());
+    }
+
+    #[test]
+    fn an_update_that_drops_a_section_or_a_fact_is_rejected() {
+        // A mock summariser that forgets the Relevant Files section.
+        let dropped = &PREVIOUS[..PREVIOUS.find("\n\n## Relevant Files").unwrap()];
+        assert_eq!(
+            check_update(dropped),
+            Err(AnswerProblem::DroppedFacts {
+                section: "Relevant Files".into(),
+                lost: "## Relevant Files".into()
+            })
+        );
+        // One that keeps the heading but loses a path under it.
+        let lost = PREVIOUS.replace("\n- reports/coverage_rv56/index.html", "");
+        assert!(matches!(
+            check_update(&lost),
+            Err(AnswerProblem::DroppedFacts { lost, .. }) if lost == "reports/coverage_rv56/index.html"
+        ));
+        // A constraint's code span, a decision's identifier.
+        for fact in ["`config/prod_ws45.yaml`", "events_wv76"] {
+            let lost = PREVIOUS.replace(fact, "the file");
+            assert!(check_update(&lost).is_err(), "{fact}");
+        }
+        // State may change: a finished task leaves Active Task.
+        let done = PREVIOUS.replace("Fix the importer.", "None.");
+        assert!(check_update(&done).is_ok());
     }
 
     #[test]

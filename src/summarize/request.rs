@@ -51,6 +51,11 @@ pub enum Prompt {
     Small,
 }
 
+/// The tags around the previous checkpoint where [`SummaryRequest::instructions`] gives
+/// it.
+pub const PREVIOUS_OPEN: &str = "<previous-checkpoint>";
+pub const PREVIOUS_CLOSE: &str = "</previous-checkpoint>";
+
 impl<'a> SummaryRequest<'a> {
     /// A request to summarise `turns` with `model` in about `budget_tokens` (see
     /// [`super::summary_budget`]); `counter` measures the serialised turns.
@@ -131,9 +136,29 @@ impl<'a> SummaryRequest<'a> {
     }
 
     /// What the request tells the model besides the turns: the system message and the
-    /// parameters after the turns. An answer that only repeats these is no checkpoint.
+    /// parameters after the turns (an answer that only repeats these is no checkpoint),
+    /// then the previous checkpoint as the model was shown it, between the tags
+    /// [`super::answer`] looks for: an update must keep its facts.
     pub fn instructions(&self) -> String {
-        format!("{}\n{}", self.system(), self.params())
+        let mut s = format!("{}\n{}", self.system(), self.params());
+        if let Some(prev) = self.previous_shown() {
+            s.push_str(&format!("\n{PREVIOUS_OPEN}\n{prev}\n{PREVIOUS_CLOSE}\n"));
+        }
+        s
+    }
+
+    /// The previous checkpoint as the user message gives it: redacted, and cut to its
+    /// two ends when longer than an answer plus half the turns' room.
+    fn previous_shown(&self) -> Option<String> {
+        let prev = redact(self.previous_summary?.trim());
+        let most = self.max_tokens().saturating_add(self.input_limit / 2);
+        let tokens = self.counter.text(&prev);
+        Some(if tokens > most {
+            let keep = (prev.len() as f64 * most as f64 / tokens as f64) as usize;
+            keep_ends(&prev, keep * 2 / 3, keep / 3)
+        } else {
+            prev.into_owned()
+        })
     }
 
     /// What the user message says after the turns: the date, the target length, the focus.
@@ -159,19 +184,10 @@ impl<'a> SummaryRequest<'a> {
     pub fn user(&self) -> String {
         let mut s = String::new();
         let mut limit = self.input_limit;
-        if let Some(prev) = self.previous_summary {
-            let prev = redact(prev.trim());
-            // The input limit leaves an answer's worth of room for the previous checkpoint;
-            // a longer one (an older, larger budget, or a digest) is paid for by the turns,
-            // up to half of their room: beyond that it is cut to its two ends.
-            let most = self.max_tokens().saturating_add(limit / 2);
-            let tokens = self.counter.text(&prev);
-            let prev = if tokens > most {
-                let keep = (prev.len() as f64 * most as f64 / tokens as f64) as usize;
-                keep_ends(&prev, keep * 2 / 3, keep / 3)
-            } else {
-                prev.into_owned()
-            };
+        // The input limit leaves an answer's worth of room for the previous checkpoint; a
+        // longer one (an older, larger budget, or a digest) is paid for by the turns, up
+        // to half of their room: beyond that it is cut to its two ends.
+        if let Some(prev) = self.previous_shown() {
             let excess = self.counter.text(&prev).saturating_sub(self.max_tokens());
             limit = limit.saturating_sub(excess);
             s.push_str("<previous-checkpoint>\n");

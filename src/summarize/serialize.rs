@@ -1,10 +1,12 @@
 //! The turns as the summariser reads them: one labelled block per message, secrets masked,
-//! long parts cut to their head and tail.
+//! long parts cut to their head and tail with the lines that state facts in between
+//! (errors, the user's rules, written files, decisions: [`keep_facts`]).
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 
+use crate::engine::cut::keep_facts;
 use crate::engine::message::{call_id, call_name_args, is_media_part, keep_ends, Message, Role};
 use crate::engine::Counter;
 use crate::redact::redact;
@@ -52,9 +54,9 @@ fn block(m: &Message, names: &HashMap<&str, &str>) -> String {
     let text = m.text();
     let text = redact(&text);
     let cut = if m.role.is_result() {
-        keep_ends(&text, RESULT_HEAD, RESULT_TAIL)
+        keep_facts(&text, RESULT_HEAD + RESULT_TAIL)
     } else {
-        keep_ends(&text, TEXT_HEAD, TEXT_TAIL)
+        keep_facts(&text, TEXT_HEAD + TEXT_TAIL)
     };
     if !cut.trim().is_empty() {
         out.push('\n');
@@ -134,7 +136,7 @@ fn fit(mut blocks: Vec<String>, limit: usize, counter: &Counter) -> Vec<String> 
         let mut cut_any = false;
         let keep = cap.saturating_sub(CUT_NOTE);
         for b in blocks.iter_mut().filter(|b| b.len() > cap) {
-            let cut = keep_ends(b, keep * 3 / 4, keep / 4);
+            let cut = keep_facts(b, keep);
             if cut.len() < b.len() {
                 *b = cut;
                 cut_any = true;

@@ -219,7 +219,8 @@ fn stream_answer(body: &[u8], model: &str, reply: &str) -> Response<MockBody> {
 /// [`CANNED_SUMMARY`]), `long:N` (that and N more words), `500`, `401`, `silent`, `empty`,
 /// `refusal`, `500-for:MODEL` (a 500 for that model, `ok` for others), or junk a small
 /// model writes: `junk` (one word), `truncated` (cut by its cap), `echo` (the focus line
-/// given back under two headings), `unstructured` (a paragraph without headings).
+/// given back under two headings), `unstructured` (a paragraph without headings),
+/// `drop-section` (an update that leaves out the previous checkpoint's Relevant Files).
 /// With `x-mock-summary-window`, a summariser request longer than that (in the mock's
 /// tokens, with its completion cap) is refused as llama.cpp refuses it, and the
 /// answers report the mock's count of the prompt.
@@ -242,6 +243,15 @@ async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> 
         "junk" => return chat("The", "stop"),
         "truncated" => return chat(CANNED_SUMMARY, "length"),
         "unstructured" => return chat("The user and the assistant worked on the failing module tests and fixed several borrow errors in the modules.", "stop"),
+        // An update that forgets a section of the checkpoint it was given.
+        "drop-section" => {
+            let user = request["messages"][1]["content"].as_str().unwrap_or("");
+            if user.contains("<previous-checkpoint>") {
+                let dropped = CANNED_SUMMARY.split("\n\n## Relevant Files").next().unwrap_or("");
+                return chat(dropped, "stop");
+            }
+            return chat(CANNED_SUMMARY, "stop");
+        }
         "echo" => {
             let user = request["messages"][1]["content"].as_str().unwrap_or("");
             let focus = user.lines().find(|l| l.starts_with("Focus of this checkpoint")).unwrap_or("");

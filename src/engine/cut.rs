@@ -1,0 +1,234 @@
+//! Cutting a kept message to a size without losing what a continuing model needs from
+//! it. [`Message::cut_to`] keeps a text's beginning and end; a fact in the middle (a
+//! user's constraint joined to an observation, an error line, the path of a report, a
+//! decision) would go with the rest. Here the lines that state such facts are kept too,
+//! between the two ends, and the beginning is never shorter than [`OPENING_CHARS`]: a
+//! task's first lines say what the work is.
+//!
+//! Secrets are masked before anything is cut (a cut through a key would keep part of it
+//! and drop the prefix the redactor knows it by).
+
+use serde_json::Value;
+
+use super::errors::line_score;
+use super::message::{clip, clip_end, one_line, Message};
+use super::scan;
+use super::tokens::Counter;
+use crate::redact::redact;
+
+/// The beginning of a cut text is at least this long (when the text is).
+pub const OPENING_CHARS: usize = 300;
+/// A line longer than this is also read sentence by sentence.
+const LONG_LINE: usize = 120;
+/// Longest fact line kept from the cut part.
+const FACT_LINE_CHARS: usize = 400;
+
+/// Shortens `msg` to about `tokens`, keeping its facts; whether it got smaller. Content
+/// other than a single string falls back to [`Message::cut_to`].
+pub fn cut_to(msg: &mut Message, tokens: usize, counter: &Counter) -> bool {
+    cut_keeping(msg, tokens, 0, counter)
+}
+
+/// [`cut_to`] for the task: its first [`OPENING_CHARS`] stay, at the cost of the target.
+pub fn cut_task(msg: &mut Message, tokens: usize, counter: &Counter) -> bool {
+    cut_keeping(msg, tokens, OPENING_CHARS + 64, counter)
+}
+
+/// [`cut_to`], never keeping fewer than `least` characters.
+pub fn cut_keeping(msg: &mut Message, tokens: usize, least: usize, counter: &Counter) -> bool {
+    let before = msg.tokens;
+    if before <= tokens {
+        return false;
+    }
+    let Some(Value::String(original)) = msg.content().cloned() else {
+        return msg.cut_to(tokens, counter);
+    };
+    let original = redact(&original).into_owned();
+    let chars = original.len();
+    if chars == 0 {
+        return false;
+    }
+    // Text and tokens shrink in about the same proportion; further tries correct for the
+    // framing and what the note and the kept lines add.
+    let mut keep = (chars.saturating_mul(tokens) / before.max(1)).max(least);
+    for _ in 0..4 {
+        msg.set_content(Value::String(keep_facts(&original, keep)), counter);
+        if msg.tokens <= tokens || keep <= least {
+            break;
+        }
+        keep = (keep.saturating_mul(tokens) / msg.tokens.max(1)).max(least);
+    }
+    msg.tokens < before
+}
+
+/// `text` in about `keep` characters: its beginning, the lines of the part left out that
+/// state facts (as many as a third of `keep` holds, the most telling first, written in
+/// their order), a note of what was cut, and its end.
+pub fn keep_facts(text: &str, keep: usize) -> String {
+    if text.len() <= keep + 64 {
+        return text.to_string();
+    }
+    let opening = clip(text, OPENING_CHARS.min(keep - keep / 6)).len();
+    let b = clip_end(&text[opening..], keep / 6);
+    let middle_end = text.len() - b.len();
+    let facts = fact_lines(&text[opening..middle_end], keep / 3);
+    let facts_len: usize = facts.iter().map(|(_, l)| l.len() + 1).sum();
+    let head = keep
+        .saturating_sub(b.len() + facts_len)
+        .max(opening)
+        .min(middle_end);
+    let a = clip(text, head);
+    // Facts the beginning now holds are not repeated.
+    let facts: Vec<&String> = facts
+        .iter()
+        .filter(|(at, _)| opening + at >= a.len())
+        .map(|(_, l)| l)
+        .collect();
+    let shown: usize = facts.iter().map(|l| l.len()).sum();
+    let cut = (middle_end - a.len()).saturating_sub(shown);
+    let mut out = String::with_capacity(keep + 128);
+    out.push_str(a);
+    out.push_str(&format!(
+        "\n[... {cut} characters omitted by compaction ...]\n"
+    ));
+    for line in &facts {
+        out.push_str(line);
+        out.push('\n');
+    }
+    if !facts.is_empty() && !b.is_empty() {
+        out.push_str("[...]\n");
+    }
+    out.push_str(b);
+    out
+}
+
+/// The lines of `text` that state facts, within `room` characters, with where each
+/// starts: a rule the user set, an error that names what failed, a file an output says it
+/// wrote, a decision. Ranked by how much they say; returned in their order in the text.
+fn fact_lines(text: &str, room: usize) -> Vec<(usize, String)> {
+    let mut found: Vec<(u8, usize, String)> = Vec::new();
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let t = line.trim();
+        if t.len() < 8 || scan::is_numbered_line(line) {
+            continue;
+        }
+        let score = fact_score(t);
+        if score > 0 {
+            found.push((score, start, one_line(t, FACT_LINE_CHARS)));
+        }
+        // A long line's sentences may be kept alone when the line does not fit.
+        if t.len() > LONG_LINE {
+            for sentence in scan::sentences(t) {
+                let score = fact_score(sentence);
+                if score > 0 && sentence.len() < t.len() {
+                    found.push((score, start, one_line(sentence, FACT_LINE_CHARS)));
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    let mut used = 0;
+    let mut kept: Vec<(usize, String)> = Vec::new();
+    for (_, start, line) in found {
+        // A sentence of a line already kept adds nothing.
+        let said = kept
+            .iter()
+            .any(|(at, l)| *at == start && l.contains(line.as_str()));
+        if said || used + line.len() + 1 > room {
+            continue;
+        }
+        used += line.len() + 1;
+        kept.push((start, line));
+    }
+    kept.sort();
+    kept
+}
+
+/// The lines of `text` that state facts, within `room` characters, in their order: what
+/// to keep of a text that has room for little else.
+pub fn facts_within(text: &str, room: usize) -> Vec<String> {
+    fact_lines(text, room).into_iter().map(|(_, l)| l).collect()
+}
+
+/// How much a line says that a model could not get back: 0 nothing.
+fn fact_score(line: &str) -> u8 {
+    let error = line_score(line);
+    if error >= 4 {
+        return 6;
+    }
+    if scan::is_constraint(line) && line.split_whitespace().count() >= 4 {
+        return 5;
+    }
+    if scan::announces_file(line) && has_path(line) {
+        return 4;
+    }
+    if scan::decision(line) == Some(true) {
+        return 3;
+    }
+    if error >= 2 {
+        return 2;
+    }
+    // A count, an id, a limit: four digits or more in a row.
+    let mut run = 0;
+    for b in line.bytes() {
+        run = if b.is_ascii_digit() { run + 1 } else { 0 };
+        if run >= 4 {
+            return 1;
+        }
+    }
+    0
+}
+
+fn has_path(line: &str) -> bool {
+    let mut any = false;
+    scan::paths(line, |_| {
+        any = true;
+        false
+    });
+    any
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_keeps_the_opening_and_the_facts_of_its_middle() {
+        let filler: String = (0..200).map(|i| format!("listing line {i}\n")).collect();
+        let text = format!(
+            "Fix the flaky importer in the nightly job.\n{filler}Never modify config/prod.yaml; ops deploys it.\n{filler}Wrote reports/run_7/index.html\n{filler}KeyError: 'tenant_9'\n{filler}the end"
+        );
+        let cut = keep_facts(&text, 1200);
+        assert!(cut.len() < 1600, "{}", cut.len());
+        assert!(cut.starts_with("Fix the flaky importer"));
+        for fact in [
+            "Never modify config/prod.yaml",
+            "reports/run_7/index.html",
+            "KeyError: 'tenant_9'",
+        ] {
+            assert!(cut.contains(fact), "{fact} missing from\n{cut}");
+        }
+        assert!(cut.ends_with("the end"));
+    }
+
+    #[test]
+    fn a_secret_is_masked_before_the_cut() {
+        let key = "sk-proj-Rrts0lHcijTHTqAzheh5Blf8saLp5ZN6lE7iag0Jy7lhmjWP";
+        let text = format!(
+            "{}the key is {key} ok\n{}",
+            "a ".repeat(200),
+            "b ".repeat(400)
+        );
+        let c = Counter::new(super::super::tokens::Encoding::O200k);
+        let mut m = Message::parse(0, &serde_json::json!({"role": "user", "content": text}), &c)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(cut_to(&mut m, 60, &c));
+        let out = m.text();
+        for i in 0..key.len() - 11 {
+            assert!(!out.contains(&key[i..i + 12]), "{out}");
+        }
+    }
+}
