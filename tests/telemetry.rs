@@ -248,3 +248,50 @@ fn an_endpoint_that_is_not_http_is_refused_at_start() {
     let message = support::refused_config(&config);
     assert!(message.contains("telemetry.otlp_endpoint"), "{message}");
 }
+
+/// A request the upstream never answers is a failed span that says why, for every API,
+/// and so is its attempt.
+#[tokio::test]
+async fn a_failed_request_names_its_error() {
+    let Some(python) = support::python_with("opentelemetry.proto") else {
+        return;
+    };
+    let receiver = Receiver::start(&python);
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = format!("http://{}/v1", dead.local_addr().unwrap());
+    drop(dead);
+    let config = format!(
+        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}/\"\n",
+        receiver.port
+    );
+    let proxy = Proxy::start(&upstream, &config);
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let messages = json!({"model": "claude-x", "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}]});
+    for (path, body) in [("/v1/chat/completions", chat), ("/v1/messages", messages)] {
+        let response = client()
+            .post(proxy.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 502, "{path}");
+    }
+    let spans = receiver
+        .wait_for(|spans| spans.iter().filter(|s| s["kind"] == 2).count() == 2)
+        .await;
+    for name in ["chat m", "messages claude-x"] {
+        let span = spans
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {spans:#?}"));
+        assert_eq!(span["attributes"]["error.type"], "upstream_unreachable");
+        assert_eq!(span["status"]["code"], "STATUS_CODE_ERROR");
+        let attempt = spans
+            .iter()
+            .find(|s| s["parent_span_id"] == span["span_id"])
+            .unwrap();
+        assert_eq!(attempt["name"], "upstream attempt");
+        assert_eq!(attempt["attributes"]["error.type"], "upstream_unreachable");
+    }
+}
