@@ -48,8 +48,7 @@ pub struct Telemetry {
     sender: mpsc::Sender<SpanData>,
     /// The exporter, until the first span starts it (a runtime is needed).
     exporter: Mutex<Option<Exporter>>,
-    /// Spans dropped because the queue was full.
-    dropped: AtomicU64,
+    counters: Arc<Counters>,
     /// The upstream's provider, for `gen_ai.provider.name`.
     provider: String,
 }
@@ -57,26 +56,51 @@ pub struct Telemetry {
 impl Telemetry {
     pub fn new(endpoint: Endpoint, upstream_base_url: &str) -> Self {
         let (sender, receiver) = mpsc::channel(QUEUE);
+        let counters = Arc::new(Counters::default());
         Self {
             sender,
             exporter: Mutex::new(Some(Exporter {
                 endpoint,
                 receiver,
                 failing: AtomicBool::new(false),
+                counters: Arc::clone(&counters),
             })),
-            dropped: AtomicU64::new(0),
+            counters,
             provider: provider(upstream_base_url),
         }
     }
 
-    /// Spans dropped so far because the exporter could not keep up.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+    /// The exporter's counters, as Prometheus text appended to `out`.
+    pub fn render(&self, out: &mut String) {
+        let c = &self.counters;
+        for (name, help, value) in [
+            (
+                "compaction_proxy_trace_spans_exported_total",
+                "Spans the OTLP receiver accepted.",
+                &c.exported,
+            ),
+            (
+                "compaction_proxy_trace_spans_dropped_total",
+                "Spans dropped: the export queue was full, or the receiver failed them.",
+                &c.dropped,
+            ),
+            (
+                "compaction_proxy_trace_export_failures_total",
+                "Export requests that failed (unreachable, timed out, or refused).",
+                &c.failures,
+            ),
+        ] {
+            let value = value.load(Ordering::Relaxed);
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
+            ));
+        }
     }
 
     fn submit(&self, span: SpanData) {
         self.start_exporter();
-        if self.sender.try_send(span).is_err() && self.dropped.fetch_add(1, Ordering::Relaxed) == 0
+        if self.sender.try_send(span).is_err()
+            && self.counters.dropped.fetch_add(1, Ordering::Relaxed) == 0
         {
             tracing::warn!("trace export queue full: spans are being dropped");
         }
@@ -415,14 +439,21 @@ const CARRY: usize = 64;
 
 impl Traced {
     fn scan(&mut self, data: &[u8]) {
-        let mut joined;
-        let bytes = if self.carry.is_empty() {
-            data
-        } else {
-            joined = std::mem::take(&mut self.carry);
-            joined.extend_from_slice(data);
-            &joined[..]
-        };
+        if data.is_empty() {
+            return;
+        }
+        if !self.carry.is_empty() {
+            // Only the seam needs the joined bytes: the carry and the frame's start.
+            let mut seam = std::mem::take(&mut self.carry);
+            seam.extend_from_slice(&data[..data.len().min(CARRY)]);
+            self.last_counts(&seam);
+        }
+        self.last_counts(data);
+        self.carry = data[data.len().saturating_sub(CARRY)..].to_vec();
+    }
+
+    /// Each count's value after its last key in `bytes` with a complete number.
+    fn last_counts(&mut self, bytes: &[u8]) {
         for (key, slot) in USAGE_KEYS.iter() {
             if let Some(n) = key
                 .find_iter(bytes)
@@ -432,7 +463,6 @@ impl Traced {
                 self.usage[*slot] = Some(n);
             }
         }
-        self.carry = bytes[bytes.len().saturating_sub(CARRY)..].to_vec();
     }
 
     fn finish(&mut self) {
@@ -509,8 +539,17 @@ impl Drop for Traced {
     }
 }
 
+/// What the exporter did, for `/metrics`.
+#[derive(Default)]
+struct Counters {
+    exported: AtomicU64,
+    dropped: AtomicU64,
+    failures: AtomicU64,
+}
+
 /// The background task that sends the ended spans.
 struct Exporter {
+    counters: Arc<Counters>,
     endpoint: Endpoint,
     receiver: mpsc::Receiver<SpanData>,
     /// The last export failed: the next failure is not logged again.
@@ -531,13 +570,17 @@ impl Exporter {
             let body = encode(&batch);
             let sent = tokio::time::timeout(EXPORT_TIMEOUT, post(&self.endpoint, &body)).await;
             let result = sent.unwrap_or_else(|_| Err("timed out".to_owned()));
+            let spans = batch.len() as u64;
             match result {
                 Ok(()) => {
+                    self.counters.exported.fetch_add(spans, Ordering::Relaxed);
                     if self.failing.swap(false, Ordering::Relaxed) {
                         tracing::info!("trace export recovered");
                     }
                 }
                 Err(e) => {
+                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                    self.counters.dropped.fetch_add(spans, Ordering::Relaxed);
                     if !self.failing.swap(true, Ordering::Relaxed) {
                         tracing::warn!(
                             endpoint = %self.endpoint.authority,
@@ -722,8 +765,12 @@ mod tests {
             usage: [None; 2],
         };
         let body = br#"{"usage":{"prompt_tokens":4096,"completion_tokens":12}}"#;
-        t.scan(&body[..20]);
-        t.scan(&body[20..]);
-        assert_eq!(t.usage, [Some(4096), Some(12)]);
+        for k in 0..=body.len() {
+            t.usage = [None; 2];
+            t.carry.clear();
+            t.scan(&body[..k]);
+            t.scan(&body[k..]);
+            assert_eq!(t.usage, [Some(4096), Some(12)], "split at {k}");
+        }
     }
 }

@@ -191,6 +191,20 @@ async fn a_compacted_request_is_one_span_with_a_child_per_call() {
     let summaries = children.iter().filter(|s| s["name"] == "summarise").count();
     assert_eq!(summaries, 1, "{children:#?}");
     assert_eq!(children.len(), 3, "{children:#?}");
+    // The receiver wrote the spans before it answered the export: the count may lag.
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = support::metrics(&proxy).await;
+        if metrics.contains("compaction_proxy_trace_spans_exported_total 4\n") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        metrics.contains("compaction_proxy_trace_spans_exported_total 4\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("compaction_proxy_trace_spans_dropped_total 0\n"));
 }
 
 /// Requests through a proxy whose receiver is down, or accepts and never answers, are
@@ -230,6 +244,15 @@ async fn a_dead_receiver_neither_slows_nor_fails_requests() {
             assert!(proxy.logged("trace export failed"), "{}", proxy.logs());
             let failures = proxy.logs().matches("trace export failed").count();
             assert_eq!(failures, 1, "{}", proxy.logs());
+            let metrics = support::metrics(&proxy).await;
+            let line = metrics
+                .lines()
+                .find(|l| l.starts_with("compaction_proxy_trace_export_failures_total "))
+                .unwrap();
+            assert_ne!(
+                line, "compaction_proxy_trace_export_failures_total 0",
+                "{metrics}"
+            );
         }
     }
     drop(silent);
