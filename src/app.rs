@@ -8,11 +8,13 @@ use std::sync::Arc;
 use crate::auth::Auth;
 use crate::checkpoint::Checkpoints;
 use crate::compactor::Compactor;
+use crate::config::OtlpEndpoint;
 use crate::config::{Config, ConfigError};
 use crate::growth::Growth;
 use crate::limits::Buffers;
 use crate::metrics::Metrics;
 use crate::summarize::Summarizer;
+use crate::telemetry::Telemetry;
 use crate::upstream::{Upstream, UpstreamInitError};
 use crate::windows::ModelWindows;
 
@@ -44,6 +46,8 @@ pub struct App {
     pub growth: Growth,
     /// The memory chat bodies read whole may take, all together.
     pub buffers: Arc<Buffers>,
+    /// The trace exporter; `None` unless traces are on.
+    pub telemetry: Option<Arc<Telemetry>>,
     next_id: AtomicU64,
 }
 
@@ -68,7 +72,11 @@ impl App {
             config.compaction.prepare_concurrency,
             config.upstream.api_key_env.as_deref(),
         )?;
+        let telemetry = OtlpEndpoint::from_settings(&config.telemetry.otlp_endpoint)
+            .map_err(ConfigError::Invalid)?
+            .map(|endpoint| Arc::new(Telemetry::new(endpoint, upstream.base_url())));
         Ok(Self {
+            telemetry,
             buffers: Buffers::new(config.limits.max_buffered_bytes),
             checkpoints,
             models,

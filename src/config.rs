@@ -45,6 +45,7 @@ pub struct Config {
     pub log: LogConfig,
     pub server: ServerConfig,
     pub compaction: CompactionConfig,
+    pub telemetry: TelemetryConfig,
 }
 
 impl Default for Config {
@@ -60,8 +61,19 @@ impl Default for Config {
             log: LogConfig::default(),
             server: ServerConfig::default(),
             compaction: CompactionConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
+}
+
+/// OpenTelemetry traces (see [`crate::telemetry`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// An OTLP/HTTP receiver's base URL (`http://host:4318`); spans are POSTed to
+    /// `{otlp_endpoint}/v1/traces`. Empty: `OTEL_EXPORTER_OTLP_ENDPOINT`, and without it
+    /// no traces.
+    pub otlp_endpoint: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -451,6 +463,14 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
+        if !self.telemetry.otlp_endpoint.is_empty()
+            && OtlpEndpoint::parse(&self.telemetry.otlp_endpoint).is_none()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "telemetry.otlp_endpoint: {:?} is not an http:// OTLP endpoint like http://127.0.0.1:4318",
+                self.telemetry.otlp_endpoint
+            )));
+        }
         validate_base_url("upstream.base_url", &self.upstream.base_url)?;
         if !self.summarizer.base_url.is_empty() {
             validate_base_url("summarizer.base_url", &self.summarizer.base_url)?;
@@ -631,9 +651,63 @@ fn validate_base_url(key: &str, url: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// Where spans go: an OTLP/HTTP receiver's address and the traces path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpEndpoint {
+    /// `host:port`.
+    pub authority: String,
+    /// `{path}/v1/traces`.
+    pub path: String,
+}
+
+impl OtlpEndpoint {
+    /// `http://host[:port][/base]`, the OTLP base endpoint; `None` when it is not one.
+    pub fn parse(url: &str) -> Option<Self> {
+        let uri = url.parse::<http::Uri>().ok()?;
+        if uri.scheme_str() != Some("http") || uri.query().is_some() {
+            return None;
+        }
+        let authority = uri.authority()?;
+        let port = authority.port_u16().unwrap_or(80);
+        let base = uri.path().trim_end_matches('/');
+        Some(Self {
+            authority: format!("{}:{port}", authority.host()),
+            path: format!("{base}/v1/traces"),
+        })
+    }
+
+    /// The configured endpoint, else `OTEL_EXPORTER_OTLP_ENDPOINT`; `Ok(None)` when
+    /// neither is set (traces off).
+    pub fn from_settings(configured: &str) -> Result<Option<Self>, String> {
+        let (key, url) = if configured.is_empty() {
+            match std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+                Ok(v) if !v.trim().is_empty() => ("OTEL_EXPORTER_OTLP_ENDPOINT", v),
+                _ => return Ok(None),
+            }
+        } else {
+            ("telemetry.otlp_endpoint", configured.to_owned())
+        };
+        Self::parse(url.trim()).map(Some).ok_or_else(|| {
+            format!("{key}: {url:?} is not an http:// OTLP endpoint like http://127.0.0.1:4318")
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoints() {
+        let e = OtlpEndpoint::parse("http://127.0.0.1:4318").unwrap();
+        assert_eq!(e.authority, "127.0.0.1:4318");
+        assert_eq!(e.path, "/v1/traces");
+        let e = OtlpEndpoint::parse("http://collector/otlp/").unwrap();
+        assert_eq!(e.authority, "collector:80");
+        assert_eq!(e.path, "/otlp/v1/traces");
+        assert!(OtlpEndpoint::parse("https://collector:4318").is_none());
+        assert!(OtlpEndpoint::parse("collector:4318").is_none());
+    }
 
     #[test]
     fn empty_file_gives_contract_defaults() {

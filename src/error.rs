@@ -60,6 +60,11 @@ impl ProxyError {
         }
     }
 
+    /// The error's `code`, as its answer and a trace's `error.type` name it.
+    pub fn code(&self) -> &'static str {
+        self.kind().1
+    }
+
     /// OpenAI's `type` and `code` for this error, so SDKs raise their usual exceptions.
     fn kind(&self) -> (&'static str, &'static str) {
         match self {

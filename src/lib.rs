@@ -11,8 +11,9 @@
 //! - `engine`: the pure rewrite of a conversation;
 //! - below them all: `upstream` (the HTTP client), `classify` (what a refusal means),
 //!   `checkpoint` (the stores), `windows` (context windows), `growth` (how fast each
-//!   conversation grows), `redact`, `metrics`, `compaction_report` (what the header and
-//!   the metrics say of a compaction), `body`, `cause` (errors with their causes), `units`.
+//!   conversation grows), `redact`, `metrics`, `telemetry` (OpenTelemetry traces),
+//!   `compaction_report` (what the header and the metrics say of a compaction), `body`,
+//!   `cause` (errors with their causes), `units`.
 
 pub mod app;
 pub(crate) mod auth;
@@ -39,6 +40,7 @@ pub(crate) mod redact;
 pub(crate) mod router;
 pub mod server;
 pub(crate) mod summarize;
+pub(crate) mod telemetry;
 pub(crate) mod units;
 pub(crate) mod upgrade;
 pub mod upstream;

@@ -124,12 +124,19 @@ async fn dispatch(
 ) -> Response<ProxyBody> {
     match route {
         Route::Health => text(StatusCode::OK, "text/plain; charset=utf-8", health(app)),
-        Route::Metrics => text(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            app.metrics
-                .render(app.checkpoints.as_ref(), app.upstream.stale_retries()),
-        ),
+        Route::Metrics => {
+            let mut metrics = app
+                .metrics
+                .render(app.checkpoints.as_ref(), app.upstream.stale_retries());
+            if let Some(telemetry) = &app.telemetry {
+                telemetry.render(&mut metrics);
+            }
+            text(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                metrics,
+            )
+        }
         Route::Compact(_)
         | Route::RemoteCompaction
         | Route::Passthrough

@@ -40,6 +40,7 @@ use crate::engine;
 use crate::error::ProxyError;
 use crate::growth::Growth;
 use crate::limits::ClientBody;
+use crate::telemetry;
 use crate::units::{Factor, Window};
 
 mod cap;
@@ -75,23 +76,57 @@ pub async fn handle(
         return codex_compaction::handle(app, &parts, original, ask, id).await;
     }
     match dialect.head(&original) {
-        Some(head) => run(app, &parts, original, head, dialect, id).await,
+        Some(head) => match &app.telemetry {
+            Some(tracer) => {
+                let span = tracer.request(dialect.as_str(), &head.model, &parts.headers);
+                let future = run(app, &parts, original, head, dialect, id);
+                traced(span.clone(), telemetry::scope(span, future).await)
+            }
+            None => run(app, &parts, original, head, dialect, id).await,
+        },
         // Not a request the proxy understands: the upstream is the judge of it.
         None => send(app, &parts, original).await,
+    }
+}
+
+/// The request's span ends with the answer's body, or now when there is none.
+fn traced(
+    span: telemetry::RequestSpan,
+    result: Result<Response<ProxyBody>, ProxyError>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    match result {
+        Ok(response) => {
+            span.status(response.status().as_u16());
+            Ok(response.map(|body| span.traced(body)))
+        }
+        Err(e) => {
+            span.failed(e.code());
+            span.end();
+            Err(e)
+        }
     }
 }
 
 /// One upstream attempt: `body` with the client's method, path and headers.
 async fn send(app: &App, parts: &Parts, body: Bytes) -> Result<Response<ProxyBody>, ProxyError> {
     app.metrics.upstream_attempt();
-    app.upstream
+    let mut span = telemetry::child("upstream attempt");
+    let sent = app
+        .upstream
         .send(
             parts.method.clone(),
             &parts.uri,
             &parts.headers,
             body::full(body),
         )
-        .await
+        .await;
+    if let Some(span) = &mut span {
+        match &sent {
+            Ok(response) => span.status(response.status().as_u16()),
+            Err(e) => span.failed(e.code()),
+        }
+    }
+    sent
 }
 
 /// The one loop: prepare the first attempt, send, and on an answer compaction can fix

@@ -33,6 +33,7 @@ pub(super) fn record(metrics: &Metrics, x: &XCompaction, changed: bool, line: &L
     if x.output.is_some() {
         metrics.output_lowered(x.trigger);
     }
+    crate::telemetry::compaction(x);
     tracing::info!(
         id = line.id,
         outcome = ?x.outcome,

@@ -270,13 +270,18 @@ impl Compactor<'_> {
             windows: self.windows,
         };
         let work = || summarizer.summarize(ledger, &call, middle);
-        match self.checkpoints {
+        let mut span = crate::telemetry::child("summarise");
+        let summary = match self.checkpoints {
             Some(cache) => {
                 let key = middle_key(caller.partition, middle.previous, middle.turns);
                 let seal = cache.seal(&caller.parts.headers);
                 cache.summarise(&seal, key, work).await
             }
             None => work().await,
+        };
+        if let (Some(span), None) = (&mut span, &summary) {
+            span.failed("no_summary");
         }
+        summary
     }
 }
