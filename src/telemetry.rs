@@ -48,7 +48,7 @@ pub struct Telemetry {
     sender: mpsc::Sender<SpanData>,
     /// The exporter, until the first span starts it (a runtime is needed).
     exporter: Mutex<Option<Exporter>>,
-    counters: Arc<Counters>,
+    counters: Arc<ExportCounters>,
     /// The upstream's provider, for `gen_ai.provider.name`.
     provider: String,
 }
@@ -56,7 +56,7 @@ pub struct Telemetry {
 impl Telemetry {
     pub fn new(endpoint: Endpoint, upstream_base_url: &str) -> Self {
         let (sender, receiver) = mpsc::channel(QUEUE);
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(ExportCounters::default());
         Self {
             sender,
             exporter: Mutex::new(Some(Exporter {
@@ -130,7 +130,7 @@ impl Telemetry {
             Some((trace, span)) => (trace, Some(span)),
             None => (random::<16>(), None),
         };
-        let mut span = SpanData::new(trace_id, parent, format!("{api} {model}"), Kind::Server);
+        let mut span = SpanData::new(trace_id, parent, format!("{api} {model}"), SpanKind::Server);
         span.str("gen_ai.operation.name", "chat");
         span.str("gen_ai.provider.name", &self.provider);
         span.str("gen_ai.request.model", model);
@@ -208,7 +208,7 @@ fn now() -> u64 {
 }
 
 #[derive(Clone, Copy)]
-enum Kind {
+enum SpanKind {
     Internal = 1,
     Server = 2,
     Client = 3,
@@ -226,7 +226,7 @@ struct SpanData {
     span_id: [u8; 8],
     parent: Option<[u8; 8]>,
     name: String,
-    kind: Kind,
+    kind: SpanKind,
     start: u64,
     end: u64,
     attributes: Vec<(&'static str, Value)>,
@@ -235,7 +235,7 @@ struct SpanData {
 }
 
 impl SpanData {
-    fn new(trace_id: [u8; 16], parent: Option<[u8; 8]>, name: String, kind: Kind) -> Self {
+    fn new(trace_id: [u8; 16], parent: Option<[u8; 8]>, name: String, kind: SpanKind) -> Self {
         Self {
             trace_id,
             span_id: random(),
@@ -324,7 +324,7 @@ impl RequestSpan {
     }
 
     /// A child span, started now.
-    fn child(&self, name: &str, kind: Kind) -> Option<ChildSpan> {
+    fn child(&self, name: &str, kind: SpanKind) -> Option<ChildSpan> {
         let guard = self.0.span.lock().ok()?;
         let parent = guard.as_ref()?;
         let span = SpanData::new(parent.trace_id, Some(parent.span_id), name.to_owned(), kind);
@@ -390,9 +390,9 @@ pub async fn scope<F: Future>(span: RequestSpan, future: F) -> F::Output {
 /// request is traced.
 pub fn child(name: &str) -> Option<ChildSpan> {
     let kind = if name == "summarise" {
-        Kind::Internal
+        SpanKind::Internal
     } else {
-        Kind::Client
+        SpanKind::Client
     };
     CURRENT.try_with(|s| s.child(name, kind)).ok().flatten()
 }
@@ -541,7 +541,7 @@ impl Drop for Traced {
 
 /// What the exporter did, for `/metrics`.
 #[derive(Default)]
-struct Counters {
+struct ExportCounters {
     exported: AtomicU64,
     dropped: AtomicU64,
     failures: AtomicU64,
@@ -549,7 +549,7 @@ struct Counters {
 
 /// The background task that sends the ended spans.
 struct Exporter {
-    counters: Arc<Counters>,
+    counters: Arc<ExportCounters>,
     endpoint: Endpoint,
     receiver: mpsc::Receiver<SpanData>,
     /// The last export failed: the next failure is not logged again.

@@ -39,7 +39,7 @@ pub fn head_end(messages: &[Message], regions: &Regions, first_n: usize) -> usiz
 
 /// How much history the tail may keep.
 #[derive(Clone, Copy, Debug)]
-pub struct Room {
+pub struct TailRoom {
     /// Tokens of history to keep beside everything else.
     pub fill: usize,
     /// How far the last group kept may run past `fill` (up to the hard target).
@@ -54,7 +54,7 @@ pub fn tail_start(
     messages: &mut [Message],
     head_end: usize,
     turn_start: usize,
-    room: Room,
+    room: TailRoom,
     pruner: &Pruner,
     counter: &Counter,
 ) -> usize {
@@ -155,7 +155,7 @@ mod tests {
             m,
             head,
             regions.turn_start,
-            Room { fill, stretch },
+            TailRoom { fill, stretch },
             &pruner,
             &c,
         )

@@ -52,7 +52,7 @@ pub use tokens::{count_messages, count_request, Counter};
 pub use validate::{validate, validate_strict, ValidationError};
 
 use assemble::Placement;
-use boundary::Room;
+use boundary::TailRoom;
 use prune::Pruner;
 use regions::Regions;
 
@@ -264,14 +264,14 @@ impl std::fmt::Display for Report {
 
 /// The result of a compaction.
 #[derive(Clone, Debug)]
-pub struct Outcome {
+pub struct Rewrite {
     /// The new request body; `None` when the original should be sent as it is (it already
     /// fit, or nothing could be gained), so a proxy can forward the original bytes.
     pub rewritten: Option<Value>,
     pub report: Report,
 }
 
-impl Outcome {
+impl Rewrite {
     /// The body to send: the rewrite, or the original.
     pub fn body<'a>(&'a self, original: &'a Value) -> &'a Value {
         self.rewritten.as_ref().unwrap_or(original)
@@ -392,7 +392,7 @@ impl Plan {
 }
 
 /// Parses a request body and compacts it with the deterministic summary.
-pub fn compact_bytes(body: &[u8], opts: &Options) -> Result<(Value, Outcome), EngineError> {
+pub fn compact_bytes(body: &[u8], opts: &Options) -> Result<(Value, Rewrite), EngineError> {
     let request: Value =
         serde_json::from_slice(body).map_err(|e| EngineError::InvalidJson(e.to_string()))?;
     let outcome = compact(&request, opts)?;
@@ -403,7 +403,7 @@ pub fn compact_bytes(body: &[u8], opts: &Options) -> Result<(Value, Outcome), En
 /// and finishing, only when a summary is needed. A summariser that must wait on the
 /// network (an LLM call) drives [`plan`] and [`finish`] itself instead, so the engine
 /// stays free of I/O and async.
-pub trait Summarizer {
+pub trait SummaryWriter {
     fn summarize(&self, plan: &Plan, opts: &Options) -> Summary;
 }
 
@@ -412,14 +412,14 @@ pub trait Summarizer {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Deterministic;
 
-impl Summarizer for Deterministic {
+impl SummaryWriter for Deterministic {
     fn summarize(&self, plan: &Plan, opts: &Options) -> Summary {
         summarize_deterministic(plan, opts)
     }
 }
 
 /// Passes 1-8 with the deterministic summary.
-pub fn compact(request: &Value, opts: &Options) -> Result<Outcome, EngineError> {
+pub fn compact(request: &Value, opts: &Options) -> Result<Rewrite, EngineError> {
     compact_with(request, None, opts, &Deterministic)
 }
 
@@ -429,8 +429,8 @@ pub fn compact_with(
     request: &Value,
     counts: Option<&[usize]>,
     opts: &Options,
-    summarizer: &dyn Summarizer,
-) -> Result<Outcome, EngineError> {
+    summarizer: &dyn SummaryWriter,
+) -> Result<Rewrite, EngineError> {
     let plan = plan_with_counts(request, counts, opts)?;
     let summary = plan
         .needs_summary()
@@ -588,7 +588,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
             .sum::<usize>()
         + opts.summary_budget(plan.target);
     let fill = opts.fill(plan.target).saturating_sub(fixed);
-    let room = Room {
+    let room = TailRoom {
         fill,
         stretch: plan.target.saturating_sub(fixed).saturating_sub(fill),
     };
@@ -653,7 +653,7 @@ fn split_middle(plan: &mut Plan) {
 /// validate, escalate if needed. `summary` is used when the plan needs one; an empty or
 /// missing one is replaced by the deterministic digest. A plan whose middle is empty
 /// gets no summary at all.
-pub fn finish(plan: Plan, summary: Option<Summary>, opts: &Options) -> Outcome {
+pub fn finish(plan: Plan, summary: Option<Summary>, opts: &Options) -> Rewrite {
     match plan.stage {
         Stage::Unchanged => unchanged(&plan, true, Vec::new(), plan.target),
         Stage::Fits => {
@@ -690,7 +690,7 @@ pub fn finish(plan: Plan, summary: Option<Summary>, opts: &Options) -> Outcome {
 const REGROW_MIN: usize = 40;
 
 /// Passes 5-8 for a plan that needs its middle replaced.
-fn reduce(plan: &Plan, summary: Option<Summary>, opts: &Options) -> Outcome {
+fn reduce(plan: &Plan, summary: Option<Summary>, opts: &Options) -> Rewrite {
     let summary = plan.needs_summary().then(|| match summary {
         Some(s) if !s.text.trim().is_empty() => s,
         _ => summarize_deterministic(plan, opts),
@@ -772,8 +772,8 @@ fn repair(messages: Vec<Message>, counter: &Counter, notes: &mut Vec<String>) ->
     strict
 }
 
-fn unchanged(plan: &Plan, fits: bool, notes: Vec<String>, target: usize) -> Outcome {
-    Outcome {
+fn unchanged(plan: &Plan, fits: bool, notes: Vec<String>, target: usize) -> Rewrite {
+    Rewrite {
         rewritten: None,
         report: Report {
             messages_before: plan.messages_before,
@@ -798,7 +798,7 @@ fn conclude(
     source: SummarySource,
     extra: Vec<String>,
     target: usize,
-) -> Outcome {
+) -> Rewrite {
     let mut notes = plan.notes.clone();
     notes.extend(extra);
     let tokens_after = plan.total(&messages);
@@ -817,7 +817,7 @@ fn conclude(
     let messages_after = values.len();
     let mut body = plan.envelope.clone();
     body.insert("messages".into(), Value::Array(values));
-    Outcome {
+    Rewrite {
         rewritten: Some(Value::Object(body)),
         report: Report {
             messages_before: plan.messages_before,
@@ -908,7 +908,7 @@ mod tests {
     #[test]
     fn compact_with_asks_the_summarizer_only_when_a_summary_is_needed() {
         struct Canned(std::cell::Cell<usize>);
-        impl Summarizer for Canned {
+        impl SummaryWriter for Canned {
             fn summarize(&self, _: &Plan, _: &Options) -> Summary {
                 self.0.set(self.0.get() + 1);
                 Summary {

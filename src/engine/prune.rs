@@ -38,18 +38,18 @@ impl PruneStats {
         self.cut += other.cut;
     }
 
-    fn count(&mut self, kind: Kind) {
+    fn count(&mut self, kind: OutputKind) {
         match kind {
-            Kind::Duplicate => self.deduplicated += 1,
-            Kind::Described => self.summarized += 1,
-            Kind::Arguments => self.arguments += 1,
-            Kind::Cut => self.cut += 1,
+            OutputKind::Duplicate => self.deduplicated += 1,
+            OutputKind::Described => self.summarized += 1,
+            OutputKind::Arguments => self.arguments += 1,
+            OutputKind::Cut => self.cut += 1,
         }
     }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+enum OutputKind {
     Duplicate,
     Described,
     Arguments,
@@ -68,7 +68,7 @@ pub struct Pruner<'a> {
 
 /// Pruned forms of some messages, oldest first, and the tokens they save.
 pub struct Prunes {
-    edits: Vec<(usize, Message, Kind)>,
+    edits: Vec<(usize, Message, OutputKind)>,
     pub saved: usize,
 }
 
@@ -120,7 +120,7 @@ impl<'a> Pruner<'a> {
             // verbatim later is pointed to all the same: it says nothing new).
             let need = over - prunes.saved;
             let saving = messages[i].tokens.saturating_sub(m.tokens);
-            let (m, kind) = match (saving > need && kind != Kind::Duplicate)
+            let (m, kind) = match (saving > need && kind != OutputKind::Duplicate)
                 .then(|| self.partly(&messages[i], need))
                 .flatten()
             {
@@ -135,12 +135,12 @@ impl<'a> Pruner<'a> {
 
     /// A form of `msg` about `need` tokens smaller: an output cut to its ends, or call
     /// arguments shortened no more than that takes.
-    fn partly(&self, msg: &Message, need: usize) -> Option<(Message, Kind)> {
+    fn partly(&self, msg: &Message, need: usize) -> Option<(Message, OutputKind)> {
         if msg.role.is_result() {
             let mut m = msg.clone();
             return (super::cut::cut_to(&mut m, msg.tokens.saturating_sub(need), self.counter)
                 && msg.tokens - m.tokens >= need)
-                .then_some((m, Kind::Cut));
+                .then_some((m, OutputKind::Cut));
         }
         // The longest cap on argument strings that still saves `need`.
         let saves = |max: usize| {
@@ -160,7 +160,7 @@ impl<'a> Pruner<'a> {
                 None => hi = mid - 1,
             }
         }
-        Some((best, Kind::Arguments))
+        Some((best, OutputKind::Arguments))
     }
 
     /// The pruned form of `messages[i]` when it is smaller: a tool output becomes one line
@@ -170,12 +170,12 @@ impl<'a> Pruner<'a> {
         messages: &[Message],
         i: usize,
         verbatim: &impl Fn(usize) -> bool,
-    ) -> Option<(Message, Kind)> {
+    ) -> Option<(Message, OutputKind)> {
         let msg = &messages[i];
         if msg.role == Role::Assistant {
             let mut m = msg.clone();
             let changed = shrink_call_arguments(&mut m, self.opts.arg_max_chars, self.counter);
-            return (changed > 0 && m.tokens < msg.tokens).then_some((m, Kind::Arguments));
+            return (changed > 0 && m.tokens < msg.tokens).then_some((m, OutputKind::Arguments));
         }
         if !msg.role.is_result() {
             return None;
@@ -190,10 +190,10 @@ impl<'a> Pruner<'a> {
         let (line, kind) = if copy_kept {
             (
                 format!("{DUPLICATE_PREFIX}{label}: identical to a later result, kept there]"),
-                Kind::Duplicate,
+                OutputKind::Duplicate,
             )
         } else {
-            (describe_output(&label, &text), Kind::Described)
+            (describe_output(&label, &text), OutputKind::Described)
         };
         let mut m = msg.clone();
         m.set_content(Value::String(line), self.counter);

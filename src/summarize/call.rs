@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::chunk::MIN_INPUT;
 use super::{
     check_answer, chunk_turns, focus, min_tokens, summary_budget, AnswerProblem, AnswerStream,
-    ClientFocus, Expect, Room, SummaryRequest,
+    ChunkRoom, ClientFocus, Expect, SummaryRequest,
 };
 use crate::body;
 use crate::cause::{BoxError, Chain};
@@ -253,7 +253,7 @@ impl Summarizer {
             .window
             .unwrap_or_else(|| call.window.unwrap_or(DEFAULT_WINDOW).usize());
         let counter = Counter::for_model(model);
-        let room = Room::new(window, ledger.windows.factor(self.base_url(), model));
+        let room = ChunkRoom::new(window, ledger.windows.factor(self.base_url(), model));
         let content = middle.turns.iter().map(|m| m.tokens).sum::<usize>()
             + middle.previous.map_or(0, |p| counter.text(p));
         let budget =
@@ -422,7 +422,7 @@ struct Sent<'a> {
 /// and its count. `None` when even the fewest useful turns do not fit.
 fn fit<'a>(
     mut request: SummaryRequest<'a>,
-    room: &Room,
+    room: &ChunkRoom,
     counter: &Counter,
 ) -> Option<(SummaryRequest<'a>, Value, usize)> {
     for _ in 0..FIT_ROUNDS {

@@ -32,16 +32,16 @@ const FULL_PROMPT_SHARE: usize = 4;
 
 /// The window one summariser call must fit.
 #[derive(Clone, Copy, Debug)]
-pub struct Room {
+pub struct ChunkRoom {
     /// In the upstream's tokens.
     window: usize,
     /// Upstream tokens per token of our estimate, learned for this upstream and model.
     factor: f64,
 }
 
-impl Room {
-    pub fn new(window: usize, factor: f64) -> Room {
-        Room {
+impl ChunkRoom {
+    pub fn new(window: usize, factor: f64) -> ChunkRoom {
+        ChunkRoom {
             window,
             factor: if factor.is_finite() && factor > 0.0 {
                 factor
@@ -80,7 +80,7 @@ impl Room {
 }
 
 /// Splits `turns` into consecutive ranges whose serialised form fits `limit` tokens (see
-/// [`Room::plan`]). An assistant message that makes tool calls stays in one chunk with
+/// [`ChunkRoom::plan`]). An assistant message that makes tool calls stays in one chunk with
 /// its results. A group too large on its own gets a chunk to itself, and the request's
 /// [`super::SummaryRequest::input_limit`] then cuts its messages to their head and tail.
 /// No turns, no chunks.
@@ -167,7 +167,12 @@ mod tests {
     }
 
     /// Every chunk's request, with `previous` carried in, fits the room by our count.
-    fn assert_chunks_fit(turns: &[Message], room: Room, budget: usize, previous: Option<&str>) {
+    fn assert_chunks_fit(
+        turns: &[Message],
+        room: ChunkRoom,
+        budget: usize,
+        previous: Option<&str>,
+    ) {
         let c = Counter::for_model("gpt-4o");
         let (prompt, limit) = room.plan(budget, &c).unwrap();
         let chunks = chunk_turns(turns, limit, &c);
@@ -195,7 +200,7 @@ mod tests {
     fn a_middle_that_fits_is_one_chunk() {
         let turns = session(3, 10);
         let c = Counter::for_model("gpt-4o");
-        let (_, limit) = Room::new(128_000, 1.0).plan(2000, &c).unwrap();
+        let (_, limit) = ChunkRoom::new(128_000, 1.0).plan(2000, &c).unwrap();
         assert_eq!(chunk_turns(&turns, limit, &c), vec![0..turns.len()]);
         assert!(chunk_turns(&[], limit, &c).is_empty());
     }
@@ -204,9 +209,9 @@ mod tests {
     fn long_middles_split_between_groups_and_each_chunk_fits() {
         let turns = session(40, 60);
         let c = Counter::for_model("gpt-4o");
-        let (_, limit) = Room::new(8000, 1.0).plan(1000, &c).unwrap();
+        let (_, limit) = ChunkRoom::new(8000, 1.0).plan(1000, &c).unwrap();
         assert!(chunk_turns(&turns, limit, &c).len() > 3);
-        assert_chunks_fit(&turns, Room::new(8000, 1.0), 1000, None);
+        assert_chunks_fit(&turns, ChunkRoom::new(8000, 1.0), 1000, None);
     }
 
     #[test]
@@ -217,36 +222,36 @@ mod tests {
         ));
         turns.extend(session(1, 10));
         let c = Counter::for_model("gpt-4o");
-        let (_, limit) = Room::new(6000, 1.0).plan(500, &c).unwrap();
+        let (_, limit) = ChunkRoom::new(6000, 1.0).plan(500, &c).unwrap();
         let chunks = chunk_turns(&turns, limit, &c);
         assert!(chunks.contains(&(5..6)), "{chunks:?}");
-        assert_chunks_fit(&turns, Room::new(6000, 1.0), 500, None);
+        assert_chunks_fit(&turns, ChunkRoom::new(6000, 1.0), 500, None);
     }
 
     #[test]
     fn a_long_previous_checkpoint_is_paid_for_by_the_turns_and_then_cut() {
         let turns = session(10, 60);
         let prev = "- a fact about the earlier work\n".repeat(300);
-        assert_chunks_fit(&turns, Room::new(8000, 1.0), 500, Some(&prev));
+        assert_chunks_fit(&turns, ChunkRoom::new(8000, 1.0), 500, Some(&prev));
         let huge = "- a fact about the earlier work\n".repeat(3000);
-        assert_chunks_fit(&turns, Room::new(8000, 1.0), 500, Some(&huge));
+        assert_chunks_fit(&turns, ChunkRoom::new(8000, 1.0), 500, Some(&huge));
     }
 
     #[test]
     fn a_small_calibrated_window_gets_the_small_prompt_and_still_fits() {
         let c = Counter::for_model("gpt-4o");
         // A 2,048-token llama.cpp server counting 31% more tokens than we do.
-        let room = Room::new(2048, 1.31);
+        let room = ChunkRoom::new(2048, 1.31);
         let budget = crate::summarize::summary_budget(5000, 2048);
         let (prompt, limit) = room.plan(budget, &c).unwrap();
         assert_eq!(prompt, Prompt::Small);
         assert!((MIN_INPUT..1000).contains(&limit), "{limit}");
         assert_chunks_fit(&session(10, 20), room, budget, Some("## Goal\nship it"));
         // The calibrated room is smaller than the raw one.
-        let raw = Room::new(2048, 1.0).plan(budget, &c).unwrap().1;
+        let raw = ChunkRoom::new(2048, 1.0).plan(budget, &c).unwrap().1;
         assert!(raw > limit, "{raw} vs {limit}");
         assert_eq!(
-            Room::new(128_000, 1.0).plan(6000, &c).map(|p| p.0),
+            ChunkRoom::new(128_000, 1.0).plan(6000, &c).map(|p| p.0),
             Some(Prompt::Full)
         );
     }
@@ -254,7 +259,7 @@ mod tests {
     #[test]
     fn a_window_that_cannot_hold_the_prompt_gets_no_call() {
         let c = Counter::for_model("gpt-4o");
-        assert_eq!(Room::new(512, 1.0).plan(51, &c), None);
-        assert_eq!(Room::new(2048, 3.0).plan(204, &c), None);
+        assert_eq!(ChunkRoom::new(512, 1.0).plan(51, &c), None);
+        assert_eq!(ChunkRoom::new(2048, 3.0).plan(204, &c), None);
     }
 }

@@ -9,7 +9,7 @@
 //! let budget = summary_budget(content_tokens, window.min(summariser_window));
 //! let focus = focus(client_focus, plan.tail());
 //! // The summariser's window in its upstream's tokens, with the factor learned for them.
-//! let room = Room::new(summariser_window, factor);
+//! let room = ChunkRoom::new(summariser_window, factor);
 //! let (prompt, limit) = room.plan(budget, &counter)?; // None: no call can fit
 //! let mut summary = plan.previous_summary().map(str::to_string);
 //! for range in chunk_turns(plan.turns(), limit, &counter) {
@@ -35,7 +35,7 @@ mod stream;
 
 pub use answer::{check_answer, min_tokens, AnswerProblem, Expect, REASONS};
 pub use call::{Call, Ledger, Middle, Summarizer};
-pub use chunk::{chunk_turns, Room};
+pub use chunk::{chunk_turns, ChunkRoom};
 pub use request::SummaryRequest;
 pub use stream::AnswerStream;
 

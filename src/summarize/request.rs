@@ -78,7 +78,7 @@ impl<'a> SummaryRequest<'a> {
         }
     }
 
-    /// The template to use (see [`super::chunk::Room::prompt`]).
+    /// The template to use (see [`super::chunk::ChunkRoom::prompt`]).
     pub fn prompt(mut self, prompt: Prompt) -> Self {
         self.prompt = prompt;
         self
@@ -102,7 +102,7 @@ impl<'a> SummaryRequest<'a> {
         self
     }
 
-    /// Tokens the serialised turns may take (see [`super::Room::plan`]); larger
+    /// Tokens the serialised turns may take (see [`super::ChunkRoom::plan`]); larger
     /// messages are cut to their head and tail to fit.
     pub fn input_limit(mut self, tokens: usize) -> Self {
         self.input_limit = tokens;
