@@ -17,6 +17,7 @@ use std::sync::{Mutex, PoisonError, RwLock};
 
 pub use crate::model_record::Count;
 use crate::model_record::ModelRecord;
+use crate::units::Window;
 
 /// Entries kept per run-time map before an arbitrary old one is dropped.
 const MAX_ENTRIES: usize = 4096;
@@ -42,8 +43,8 @@ pub enum WindowSource {
 /// A model's context window in tokens and where that number came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KnownWindow {
-    /// Context window in tokens.
-    pub tokens: u64,
+    /// The window, in the upstream's tokens.
+    pub window: Window,
     /// Where the number came from.
     pub source: WindowSource,
 }
@@ -102,7 +103,12 @@ impl ModelWindows {
     /// smaller learned window), then learned, then built-in.
     pub fn window_for(&self, upstream: &str, model: &str) -> Option<KnownWindow> {
         let learned = self.learned_window(upstream, model);
-        let window = |tokens, source| Some(KnownWindow { tokens, source });
+        let window = |tokens, source| {
+            Some(KnownWindow {
+                window: Window(tokens),
+                source,
+            })
+        };
         match (self.config_window(model), learned) {
             (Some(config), Some(learned)) if learned < config => {
                 window(learned, WindowSource::Learned)
@@ -110,7 +116,7 @@ impl ModelWindows {
             (Some(config), _) => window(config, WindowSource::Config),
             (None, Some(learned)) => window(learned, WindowSource::Learned),
             (None, None) => builtin_window(model).map(|tokens| KnownWindow {
-                tokens,
+                window: Window(tokens),
                 source: WindowSource::BuiltIn,
             }),
         }
@@ -119,7 +125,7 @@ impl ModelWindows {
     /// Lowers the learned window to `tokens` unless it is already at most that: for
     /// refusals that give no numbers, where the size that was refused is an upper bound.
     pub fn learn_at_most(&self, upstream: &str, model: &str, tokens: u64) {
-        let current = self.window_for(upstream, model).map(|w| w.tokens);
+        let current = self.window_for(upstream, model).map(|w| w.window.0);
         if tokens > 0 && current.is_none_or(|c| tokens < c) {
             self.learn(upstream, model, tokens);
         }
@@ -561,12 +567,12 @@ mod tests {
         windows.learn_at_most(up, "local", 9_000);
         windows.learn_at_most(up, "local", 12_000);
         assert_eq!(
-            windows.window_for(up, "local").map(|w| w.tokens),
+            windows.window_for(up, "local").map(|w| w.window.0),
             Some(9_000)
         );
         windows.learn_at_most(up, "local", 5_000);
         assert_eq!(
-            windows.window_for(up, "local").map(|w| w.tokens),
+            windows.window_for(up, "local").map(|w| w.window.0),
             Some(5_000)
         );
         windows.learn_at_most(up, "gpt-4o", 1_000_000);
@@ -585,12 +591,12 @@ mod tests {
         let up = "http://h/v1";
         let config = windows.window_for(up, "gpt-4o");
         assert_eq!(
-            config.map(|w| (w.tokens, w.source)),
+            config.map(|w| (w.window.0, w.source)),
             Some((64_000, WindowSource::Config))
         );
         // A provider prefix does not hide the model from a bare config glob.
         assert_eq!(
-            windows.window_for(up, "openai/gpt-4o").map(|w| w.tokens),
+            windows.window_for(up, "openai/gpt-4o").map(|w| w.window.0),
             Some(64_000)
         );
         windows.learn(up, "gpt-4o", 100_000);
@@ -603,7 +609,7 @@ mod tests {
         assert_eq!(
             windows
                 .window_for(up, "gpt-4o")
-                .map(|w| (w.tokens, w.source)),
+                .map(|w| (w.window.0, w.source)),
             Some((30_000, WindowSource::Learned))
         );
 
@@ -612,7 +618,7 @@ mod tests {
         windows.learn(&format!("{up}/"), "claude-3-haiku", 100_000);
         let learned = windows.window_for(up, "claude-3-haiku");
         assert_eq!(
-            learned.map(|w| (w.tokens, w.source)),
+            learned.map(|w| (w.window.0, w.source)),
             Some((100_000, WindowSource::Learned))
         );
         // Learned windows are per upstream.
@@ -624,7 +630,7 @@ mod tests {
         windows.learn(up, "local", 8_192);
         windows.learn(up, "local", 4_096);
         assert_eq!(
-            windows.window_for(up, "local").map(|w| w.tokens),
+            windows.window_for(up, "local").map(|w| w.window.0),
             Some(4_096)
         );
     }
@@ -642,11 +648,11 @@ mod tests {
             },
         ]);
         assert_eq!(
-            windows.window_for("u", "qwen2-7b").map(|w| w.tokens),
+            windows.window_for("u", "qwen2-7b").map(|w| w.window.0),
             Some(8_000)
         );
         assert_eq!(
-            windows.window_for("u", "qwen2-72b").map(|w| w.tokens),
+            windows.window_for("u", "qwen2-72b").map(|w| w.window.0),
             Some(32_000)
         );
         let zero = ModelWindows::new(vec![ModelRule {

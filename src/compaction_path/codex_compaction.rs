@@ -34,7 +34,7 @@ use crate::dialect::{codex_items as items, responses, Dialect};
 use crate::engine::{summary, Counter, Message};
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
-use crate::units::{Ours, Window};
+use crate::units::Ours;
 
 /// How much of a refusal is read to tell an overflow from a missing feature.
 const MAX_REFUSAL: usize = 64 * 1024;
@@ -151,10 +151,7 @@ async fn emulate(
     }
     let history = History::read(model, &input)?;
     let upstream = app.upstream.base_url();
-    let window = app
-        .models
-        .window_for(upstream, model)
-        .map(|w| Window(w.tokens));
+    let window = app.models.window_for(upstream, model).map(|w| w.window);
     let caller = Caller {
         parts,
         model,

@@ -218,7 +218,7 @@ impl Ctx<'_> {
         self.app
             .models
             .window_for(self.upstream(), &self.head.model)
-            .map(|w| Window(w.tokens))
+            .map(|w| w.window)
     }
 
     /// Upstream tokens per token of ours, as learned for this model.
