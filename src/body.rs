@@ -156,6 +156,88 @@ where
     }
 }
 
+/// How a watched body ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Its last frame went by.
+    Complete,
+    /// It failed.
+    Failed,
+    /// It was dropped before its end (the client went away).
+    Dropped,
+}
+
+/// What a [`watched`] body reports to as it streams, untouched, to the client.
+pub trait Watcher: Send + Unpin + 'static {
+    /// One data frame going by.
+    fn frame(&mut self, data: &[u8]);
+    /// The body's end, told once.
+    fn end(&mut self, ending: Ending);
+}
+
+/// `inner`, with each data frame shown to `watcher` and its end told.
+pub fn watched(inner: ProxyBody, watcher: impl Watcher) -> ProxyBody {
+    UnsyncBoxBody::new(Watched {
+        inner,
+        watcher: Some(watcher),
+    })
+}
+
+struct Watched<W: Watcher> {
+    inner: ProxyBody,
+    /// Taken when the end is told, so it is told once.
+    watcher: Option<W>,
+}
+
+impl<W: Watcher> Watched<W> {
+    fn end(&mut self, ending: Ending) {
+        if let Some(mut watcher) = self.watcher.take() {
+            watcher.end(ending);
+        }
+    }
+}
+
+impl<W: Watcher> Body for Watched<W> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(data), Some(watcher)) = (frame.data_ref(), self.watcher.as_mut()) {
+                    watcher.frame(data);
+                }
+                // A body that knows its end is not polled past its last frame.
+                if self.inner.is_end_stream() {
+                    self.end(Ending::Complete);
+                }
+            }
+            Poll::Ready(Some(Err(_))) => self.end(Ending::Failed),
+            Poll::Ready(None) => self.end(Ending::Complete),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<W: Watcher> Drop for Watched<W> {
+    fn drop(&mut self) {
+        self.end(Ending::Dropped);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,4 +44,5 @@ pub(crate) mod telemetry;
 pub(crate) mod units;
 pub(crate) mod upgrade;
 pub mod upstream;
+pub(crate) mod usage_scan;
 pub(crate) mod windows;

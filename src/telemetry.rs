@@ -15,24 +15,20 @@
 //! background) records no span.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use http::HeaderMap;
-use http_body::{Body, Frame, SizeHint};
-use http_body_util::combinators::UnsyncBoxBody;
 use memchr::memmem::Finder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::body::ProxyBody;
-use crate::cause::BoxError;
+use crate::body::{self, Ending, ProxyBody, Watcher};
 use crate::compaction_report::XCompaction;
 use crate::config::OtlpEndpoint as Endpoint;
+use crate::usage_scan::UsageScan;
 
 /// Spans waiting for export; more are dropped.
 const QUEUE: usize = 4096;
@@ -335,13 +331,14 @@ impl RequestSpan {
     }
 
     /// Ends the span when `body` ends, with the usage the answer reported.
-    pub fn traced(self, body: ProxyBody) -> ProxyBody {
-        UnsyncBoxBody::new(Traced {
-            inner: body,
-            span: Some(self),
-            carry: Vec::new(),
-            usage: [None; 2],
-        })
+    pub fn traced(self, answer: ProxyBody) -> ProxyBody {
+        body::watched(
+            answer,
+            Traced {
+                span: Some(self),
+                usage: UsageScan::new(&*USAGE_KEYS),
+            },
+        )
     }
 }
 
@@ -418,11 +415,9 @@ pub fn compaction(x: &XCompaction) {
 
 /// The answer's body, scanned for its usage; the request's span ends with it.
 struct Traced {
-    inner: ProxyBody,
     span: Option<RequestSpan>,
-    carry: Vec<u8>,
-    /// The last input and output counts seen.
-    usage: [Option<u64>; 2],
+    /// The input (0) and output (1) counts.
+    usage: UsageScan<2>,
 }
 
 /// Keys of the input (0) and output (1) counts, in every dialect's usage.
@@ -435,107 +430,29 @@ static USAGE_KEYS: std::sync::LazyLock<[(Finder<'static>, usize); 4]> =
             (Finder::new(b"\"output_tokens\""), 1),
         ]
     });
-const CARRY: usize = 64;
 
-impl Traced {
-    fn scan(&mut self, data: &[u8]) {
-        if data.is_empty() {
+impl Watcher for Traced {
+    fn frame(&mut self, data: &[u8]) {
+        self.usage.scan(data);
+    }
+
+    fn end(&mut self, ending: Ending) {
+        let Some(span) = self.span.take() else {
             return;
+        };
+        if ending == Ending::Failed {
+            span.failed("body");
         }
-        if !self.carry.is_empty() {
-            // Only the seam needs the joined bytes: the carry and the frame's start.
-            let mut seam = std::mem::take(&mut self.carry);
-            seam.extend_from_slice(&data[..data.len().min(CARRY)]);
-            self.last_counts(&seam);
-        }
-        self.last_counts(data);
-        self.carry = data[data.len().saturating_sub(CARRY)..].to_vec();
-    }
-
-    /// Each count's value after its last key in `bytes` with a complete number.
-    fn last_counts(&mut self, bytes: &[u8]) {
-        for (key, slot) in USAGE_KEYS.iter() {
-            if let Some(n) = key
-                .find_iter(bytes)
-                .filter_map(|at| number_after(&bytes[at + key.needle().len()..]))
-                .last()
-            {
-                self.usage[*slot] = Some(n);
+        let [input, output] = self.usage.seen();
+        span.with(|s| {
+            if let Some(n) = input {
+                s.int("gen_ai.usage.input_tokens", n);
             }
-        }
-    }
-
-    fn finish(&mut self) {
-        if let Some(span) = self.span.take() {
-            let [input, output] = self.usage;
-            span.with(|s| {
-                if let Some(n) = input {
-                    s.int("gen_ai.usage.input_tokens", n);
-                }
-                if let Some(n) = output {
-                    s.int("gen_ai.usage.output_tokens", n);
-                }
-            });
-            span.end();
-        }
-    }
-}
-
-/// `: 123` followed by a byte that ends the number.
-fn number_after(rest: &[u8]) -> Option<u64> {
-    let rest = rest
-        .trim_ascii_start()
-        .strip_prefix(b":")?
-        .trim_ascii_start();
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || digits == rest.len() {
-        return None;
-    }
-    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
-}
-
-impl Body for Traced {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    self.scan(data);
-                }
-                if self.inner.is_end_stream() {
-                    self.finish();
-                }
+            if let Some(n) = output {
+                s.int("gen_ai.usage.output_tokens", n);
             }
-            Poll::Ready(Some(Err(_))) => {
-                if let Some(span) = &self.span {
-                    span.failed("body");
-                }
-                self.finish();
-            }
-            Poll::Ready(None) => self.finish(),
-            Poll::Pending => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for Traced {
-    fn drop(&mut self) {
-        self.finish();
+        });
+        span.end();
     }
 }
 
@@ -758,19 +675,12 @@ mod tests {
 
     #[test]
     fn usage_is_found_across_frames() {
-        let mut t = Traced {
-            inner: crate::body::full(Bytes::new()),
-            span: None,
-            carry: Vec::new(),
-            usage: [None; 2],
-        };
         let body = br#"{"usage":{"prompt_tokens":4096,"completion_tokens":12}}"#;
         for k in 0..=body.len() {
-            t.usage = [None; 2];
-            t.carry.clear();
-            t.scan(&body[..k]);
-            t.scan(&body[k..]);
-            assert_eq!(t.usage, [Some(4096), Some(12)], "split at {k}");
+            let mut usage = UsageScan::<2>::new(&*USAGE_KEYS);
+            usage.scan(&body[..k]);
+            usage.scan(&body[k..]);
+            assert_eq!(usage.seen(), [Some(4096), Some(12)], "split at {k}");
         }
     }
 }
