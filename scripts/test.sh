@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The project's test command: the real clients, the real model server and Redis installed, then
-# every test. Without arguments, the suite runs first and the real-model session
-# (tests/real_model.rs) after it, on its own, as it needs the CPU for itself. With
-# arguments (`--test wire`, `-- some_name`, `--release`, ...) they go to one `cargo test`,
-# with the clients and the model server required as above.
+# The project's test command: the real clients (LiteLLM's proxy among them), the real model
+# server and Redis installed, then every test. Without arguments, the suite runs first and
+# the real-model session (tests/real_model.rs) after it, on its own, as it needs the CPU
+# for itself. With arguments (`--test wire`, `-- some_name`, `--release`, ...) they go to
+# one `cargo test`, with the clients and the model server required as above.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-clients.sh
 llama=$(scripts/setup-llama.sh | tee /dev/stderr)
 server=$(sed -n 's/^server=//p' <<<"$llama")
 model=$(sed -n 's/^model=//p' <<<"$llama")
+litellm=$(scripts/setup-litellm.sh | tee /dev/stderr | sed -n 's/^litellm=//p')
+export COMPACTION_PROXY_LITELLM=$litellm
 redis=$(scripts/setup-redis.sh | tee /dev/stderr | sed -n 's/^redis=//p')
 export COMPACTION_PROXY_REDIS_SERVER=$redis COMPACTION_PROXY_REQUIRE_REDIS=1
 export COMPACTION_PROXY_REQUIRE_CLIENTS=1
