@@ -119,6 +119,18 @@ impl Prepared {
             .any(|&prefix| entries.contains_key(&Key { partition, prefix }))
     }
 
+    /// Whether a preparation of any prefix of the conversation is still running.
+    pub fn in_progress(&self, partition: Partition, prefixes: &[u128]) -> bool {
+        let entries = self.lock();
+        !entries.is_empty()
+            && prefixes.iter().any(|&prefix| {
+                matches!(
+                    entries.get(&Key { partition, prefix }),
+                    Some(Entry::Running { .. })
+                )
+            })
+    }
+
     /// A ticket to prepare the conversation whose messages hash to `key`, unless all
     /// preparation slots are busy or it is prepared already.
     pub fn start(&self, key: Key) -> Option<Ticket> {

@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock};
 
 use memchr::memmem::Finder;
 
-use super::policy::{self, Decision, Marks};
+use super::policy::{self, Decision, Goal, Marks};
 use super::{Attempt, Trigger};
 use crate::checkpoint::{Applied, Checkpoint, Key};
 use crate::compactor::{messages_of, Resumed};
@@ -41,6 +41,10 @@ impl Attempt<'_> {
             }
             // A compaction prepared ahead is put in place; only if there is none, or it
             // no longer fits, does this turn compact (and wait for the summariser).
+            // The event's preparation is still running and the request still fits the
+            // window: it goes as it is this turn, and the event comes with the next,
+            // prepared, instead of waiting for the summariser now.
+            Decision::Compact(goal) if self.defer(goal) => false,
             Decision::Compact(goal) => {
                 if self.use_prepared(goal).await {
                     // What it left may be crossed again within two turns: the next event
@@ -111,6 +115,40 @@ impl Attempt<'_> {
         let len = self.work.original().len().max(1) as f64;
         let per_byte = client.map_or(1.0, |tokens| tokens.0 as f64 / len);
         Ours((bytes as f64 * per_byte) as u64).theirs(self.ctx.factor())
+    }
+
+    /// Whether this turn's event can wait for the next turn: its preparation is still
+    /// running, and the request, past the threshold, still fits the window whole.
+    fn defer(&mut self, goal: Goal) -> bool {
+        let Some(window) = goal.window else {
+            return false;
+        };
+        let Some(prepared) = self
+            .ctx
+            .app
+            .checkpoints
+            .as_ref()
+            .and_then(|c| c.prepared.as_ref())
+        else {
+            return false;
+        };
+        let Some(partition) = self.work.partition else {
+            return false;
+        };
+        let dialect = self.ctx.dialect;
+        let running = self
+            .work
+            .hashes(dialect, partition)
+            .is_some_and(|hashes| prepared.in_progress(partition, hashes));
+        let Some(tokens) = self.work.tokens(dialect).filter(|_| running) else {
+            return false;
+        };
+        let whole = tokens.theirs(self.ctx.factor()) + self.answer_room().budget(window);
+        let fits = whole.0 + budget::margin(window.0) <= window.0;
+        if fits {
+            tracing::debug!(id = self.ctx.id, "the event waits for its preparation");
+        }
+        fits
     }
 
     /// Whether a request at `tokens` (ours) would be compacted before it is sent.
