@@ -318,3 +318,70 @@ async fn a_failed_request_names_its_error() {
         assert_eq!(attempt["attributes"]["error.type"], "upstream_unreachable");
     }
 }
+
+/// Codex's own compaction requests (a Responses request ending in `compaction_trigger`,
+/// and `POST /responses/compact`) answered by the proxy for an upstream that lacks them
+/// are client requests like any other: a span each, with the refused attempt and the
+/// summariser call under it.
+#[tokio::test]
+async fn a_codex_compaction_request_is_a_span_with_its_summariser_call() {
+    let Some(python) = support::python_with("opentelemetry.proto") else {
+        return;
+    };
+    let receiver = Receiver::start(&python);
+    let mock = Mock::start().await;
+    let config = format!(
+        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\n",
+        receiver.port
+    );
+    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let input = json!([
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "make the build pass"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Fixed src/main.rs."}]},
+    ]);
+    let mut trigger_input = input.as_array().unwrap().clone();
+    trigger_input.push(json!({"type": "compaction_trigger"}));
+    let requests = [
+        (
+            "/v1/responses",
+            json!({"model": "gpt-5", "input": trigger_input, "store": false}),
+        ),
+        (
+            "/v1/responses/compact",
+            json!({"model": "gpt-5", "input": input}),
+        ),
+    ];
+    for (path, body) in &requests {
+        let response = client()
+            .post(proxy.url(path))
+            .header("x-mock", "window")
+            .header("x-mock-window", "100000")
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{path}");
+        response.bytes().await.unwrap();
+    }
+    let name = "responses.compact gpt-5";
+    let spans = receiver
+        .wait_for(|spans| spans.iter().filter(|s| s["name"] == name).count() == 2)
+        .await;
+    let requests: Vec<&Value> = spans.iter().filter(|s| s["name"] == name).collect();
+    assert_eq!(requests.len(), 2, "{spans:#?}\n{}", proxy.logs());
+    let mut attempts = 0;
+    for request in requests {
+        assert_eq!(request["kind"], 2, "server");
+        assert_eq!(request["attributes"]["gen_ai.request.model"], "gpt-5");
+        let children: Vec<&Value> = spans
+            .iter()
+            .filter(|s| s["parent_span_id"] == request["span_id"])
+            .collect();
+        let names: Vec<&Value> = children.iter().map(|s| &s["name"]).collect();
+        assert!(names.contains(&&json!("summarise")), "{names:?}");
+        attempts += names.iter().filter(|n| **n == "upstream attempt").count();
+    }
+    // The first request asks the upstream, which refuses the trigger; the second is
+    // answered without asking again.
+    assert_eq!(attempts, 1, "{spans:#?}");
+}

@@ -36,6 +36,9 @@ use crate::error::ProxyError;
 use crate::limits::ClientBody;
 use crate::units::Ours;
 
+/// The API name of these requests in traces: their span is "responses.compact {model}".
+pub(super) const API: &str = "responses.compact";
+
 /// How much of a refusal is read to tell an overflow from a missing feature.
 const MAX_REFUSAL: usize = 64 * 1024;
 
@@ -75,7 +78,9 @@ pub async fn handle_endpoint(
     let (parts, incoming) = request.into_parts();
     let body = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
     let body = items::expand(&body).map_or(body, Bytes::from);
-    handle(app, &parts, body, Ask::Endpoint, id).await
+    let model = Dialect::Responses.head(&body).map(|head| head.model);
+    let future = handle(app, &parts, body, Ask::Endpoint, id);
+    super::with_span(app, API, model, &parts.headers, future).await
 }
 
 /// Either request, its body read (and the proxy's earlier items expanded).

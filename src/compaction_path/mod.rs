@@ -73,19 +73,36 @@ pub async fn handle(
     };
     if dialect == Dialect::Responses && dialect::codex_items::is_trigger(&original) {
         let ask = codex_compaction::Ask::Trigger;
-        return codex_compaction::handle(app, &parts, original, ask, id).await;
+        let model = dialect.head(&original).map(|head| head.model);
+        let future = codex_compaction::handle(app, &parts, original, ask, id);
+        return with_span(app, codex_compaction::API, model, &parts.headers, future).await;
     }
     match dialect.head(&original) {
-        Some(head) => match &app.telemetry {
-            Some(tracer) => {
-                let span = tracer.request(dialect.as_str(), &head.model, &parts.headers);
-                let future = run(app, &parts, original, head, dialect, id);
-                traced(span.clone(), telemetry::scope(span, future).await)
-            }
-            None => run(app, &parts, original, head, dialect, id).await,
-        },
+        Some(head) => {
+            let model = Some(head.model.clone());
+            let future = run(app, &parts, original, head, dialect, id);
+            with_span(app, dialect.as_str(), model, &parts.headers, future).await
+        }
         // Not a request the proxy understands: the upstream is the judge of it.
         None => send(app, &parts, original).await,
+    }
+}
+
+/// Runs one client request of `api` inside its span when traces are on. A body that names
+/// no model still gets its span: the compaction it asks for is worth seeing.
+async fn with_span(
+    app: &App,
+    api: &str,
+    model: Option<String>,
+    headers: &http::HeaderMap,
+    future: impl std::future::Future<Output = Result<Response<ProxyBody>, ProxyError>>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    match &app.telemetry {
+        Some(tracer) => {
+            let span = tracer.request(api, model.as_deref().unwrap_or(""), headers);
+            traced(span.clone(), telemetry::scope(span, future).await)
+        }
+        None => future.await,
     }
 }
 
