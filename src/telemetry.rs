@@ -374,13 +374,48 @@ impl Drop for ChildSpan {
     }
 }
 
+/// What a task's spans hang from: the client request it serves, or background work one
+/// started (a preparation), which may go on after the request has ended.
+#[derive(Clone)]
+enum Parent {
+    Request(RequestSpan),
+    Background(Background),
+}
+
+/// Where a background task's spans go: under a span of the request that started it, in
+/// that request's trace.
+#[derive(Clone)]
+pub struct Background {
+    telemetry: Arc<Telemetry>,
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+}
+
 tokio::task_local! {
-    static CURRENT: RequestSpan;
+    static CURRENT: Parent;
 }
 
 /// Runs `future` with `span` as its request's span.
 pub async fn scope<F: Future>(span: RequestSpan, future: F) -> F::Output {
-    CURRENT.scope(span, future).await
+    CURRENT.scope(Parent::Request(span), future).await
+}
+
+/// Runs background work with its spans under `parent` (see [`background`]).
+pub async fn in_background<F: Future>(parent: Background, future: F) -> F::Output {
+    CURRENT.scope(Parent::Background(parent), future).await
+}
+
+/// A span `name` for background work the current request starts, and the parent its own
+/// children take; `None` when the request is not traced.
+pub fn background(name: &str) -> Option<(ChildSpan, Background)> {
+    let span = child_of_current(name, SpanKind::Internal)?;
+    let data = span.span.as_ref()?;
+    let parent = Background {
+        telemetry: Arc::clone(&span.telemetry),
+        trace_id: data.trace_id,
+        span_id: data.span_id,
+    };
+    Some((span, parent))
 }
 
 /// A child span of the current request's span ("upstream attempt", "summarise"), if the
@@ -391,12 +426,34 @@ pub fn child(name: &str) -> Option<ChildSpan> {
     } else {
         SpanKind::Client
     };
-    CURRENT.try_with(|s| s.child(name, kind)).ok().flatten()
+    child_of_current(name, kind)
 }
 
-/// The compaction, as attributes of the current request's span.
+fn child_of_current(name: &str, kind: SpanKind) -> Option<ChildSpan> {
+    CURRENT
+        .try_with(|parent| match parent {
+            Parent::Request(span) => span.child(name, kind),
+            Parent::Background(b) => Some(ChildSpan {
+                span: Some(SpanData::new(
+                    b.trace_id,
+                    Some(b.span_id),
+                    name.to_owned(),
+                    kind,
+                )),
+                telemetry: Arc::clone(&b.telemetry),
+            }),
+        })
+        .ok()
+        .flatten()
+}
+
+/// The compaction, as attributes of the current request's span (background work's are
+/// not the request's).
 pub fn compaction(x: &XCompaction) {
-    let _ = CURRENT.try_with(|s| {
+    let _ = CURRENT.try_with(|parent| {
+        let Parent::Request(s) = parent else {
+            return;
+        };
         s.with(|span| {
             span.str(
                 "compaction.outcome",

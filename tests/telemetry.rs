@@ -385,3 +385,70 @@ async fn a_codex_compaction_request_is_a_span_with_its_summariser_call() {
     // answered without asking again.
     assert_eq!(attempts, 1, "{spans:#?}");
 }
+
+/// A compaction prepared in the background, ahead of the turn that will need it, is in
+/// the trace of the request that started it: a "prepare compaction" span under the
+/// request's, with its summariser call under it, though it may end after the answer.
+#[tokio::test]
+async fn a_prepared_compaction_is_in_the_trace_of_the_request_that_started_it() {
+    let Some(python) = support::python_with("opentelemetry.proto") else {
+        return;
+    };
+    const WINDOW: u64 = 20_000;
+    let receiver = Receiver::start(&python);
+    let mock = Mock::start().await;
+    let config = format!(
+        "[[models]]\nmatch = \"{MODEL}\"\ncontext_window = {WINDOW}\n\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\n",
+        receiver.port
+    );
+    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    // Past the prepare mark (75% of the window), short of the threshold (90%).
+    let mut messages = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    for n in 0..13 {
+        messages.push(json!({"role": "user", "content": format!("Turn {n}: fix module {n}.")}));
+        let answer = format!("Module {n}: the fix and why it holds. ").repeat(80);
+        messages.push(json!({"role": "assistant", "content": answer}));
+    }
+    messages.push(json!({"role": "user", "content": "Turn 13: fix module 13."}));
+    let response = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .header("authorization", "Bearer k")
+        .header("x-mock", "window")
+        .header("x-mock-shape", "openai")
+        .header("x-mock-window", WINDOW.to_string())
+        .header("x-mock-summary", "ok")
+        .header("x-mock-summary-delay-ms", "300")
+        .json(&json!({"model": MODEL, "messages": messages}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(
+        support::x_compaction(&response),
+        "",
+        "nothing compacted yet"
+    );
+    response.bytes().await.unwrap();
+
+    let spans = receiver
+        .wait_for(|spans| spans.iter().any(|s| s["name"] == "summarise"))
+        .await;
+    let find = |name: &str| {
+        spans
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {spans:#?}\n{}", proxy.logs()))
+    };
+    let request = find(&format!("chat {MODEL}"));
+    let prepare = find("prepare compaction");
+    let summarise = find("summarise");
+    assert_eq!(prepare["parent_span_id"], request["span_id"]);
+    assert_eq!(prepare["trace_id"], request["trace_id"]);
+    assert_eq!(summarise["parent_span_id"], prepare["span_id"]);
+    assert_eq!(summarise["trace_id"], request["trace_id"]);
+    // The request's own span holds no compaction: nothing was compacted in it.
+    assert!(
+        request["attributes"].get("compaction.trigger").is_none(),
+        "{request:#}"
+    );
+}

@@ -17,6 +17,7 @@ use crate::checkpoint::prepared::Fate;
 use crate::checkpoint::{Checkpoint, Key, Partition};
 use crate::compactor::{messages_of, Base, Caller, Keys, Order, Resumed};
 use crate::dialect::Dialect;
+use crate::telemetry;
 
 impl Attempt<'_> {
     /// Starts the background compaction of this request towards `goal`, unless the
@@ -68,9 +69,17 @@ impl Attempt<'_> {
             resumed: self.done.resumed.clone(),
             digest_only: self.done.digest_only,
         };
+        // In the trace of the request that started it: its summariser call is this
+        // request's doing, even when it ends after the answer.
+        let traced = telemetry::background("prepare compaction");
         let task = tokio::spawn(async move {
             let app = Arc::clone(&job.app);
-            let checkpoint = job.run(base, goal).await;
+            let checkpoint = match traced {
+                Some((_span, parent)) => {
+                    telemetry::in_background(parent, job.run(base, goal)).await
+                }
+                None => job.run(base, goal).await,
+            };
             if let Some(prepared) = app.checkpoints.as_ref().and_then(|c| c.prepared.as_ref()) {
                 prepared.finish(ticket, checkpoint);
             }
