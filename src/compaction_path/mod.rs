@@ -278,6 +278,9 @@ struct Done {
     digest_only: bool,
     /// The summariser was asked for this request and gave nothing usable.
     summariser_failed: bool,
+    /// The least prompt plus completion cap (the upstream's tokens, as we estimate them)
+    /// refused without numbers: no later attempt may be as large.
+    least_refused: Option<crate::units::Theirs>,
 }
 
 impl Done {
