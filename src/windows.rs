@@ -226,6 +226,15 @@ impl ModelWindows {
         map.get(&key(upstream, model)).map_or(1.0, |f| f.get())
     }
 
+    /// The most media parts one request for `model` may carry, when configured.
+    pub fn media_cap(&self, model: &str) -> Option<u64> {
+        let bare = strip_provider(model);
+        self.rules
+            .iter()
+            .find(|r| glob_match(&r.pattern, model) || glob_match(&r.pattern, bare))
+            .and_then(|r| r.max_media)
+    }
+
     fn config_window(&self, model: &str) -> Option<u64> {
         let bare = strip_provider(model);
         self.rules
@@ -587,6 +596,7 @@ mod tests {
         let windows = ModelWindows::new(vec![ModelRule {
             pattern: "gpt-4o*".into(),
             context_window: 64_000,
+            max_media: None,
         }]);
         let up = "http://h/v1";
         let config = windows.window_for(up, "gpt-4o");
@@ -641,10 +651,12 @@ mod tests {
             ModelRule {
                 pattern: "qwen*-7b".into(),
                 context_window: 8_000,
+                max_media: None,
             },
             ModelRule {
                 pattern: "qwen*".into(),
                 context_window: 32_000,
+                max_media: None,
             },
         ]);
         assert_eq!(
@@ -658,6 +670,7 @@ mod tests {
         let zero = ModelWindows::new(vec![ModelRule {
             pattern: "*".into(),
             context_window: 0,
+            max_media: None,
         }]);
         let source = zero.window_for("u", "gpt-4o").map(|w| w.source);
         assert_eq!(source, Some(WindowSource::BuiltIn));

@@ -93,6 +93,44 @@ fn asks_to_wait(text: &str, lead: &str) -> bool {
     })
 }
 
+/// What a media-count refusal counts.
+const MEDIA_WORDS: &[&str] = &["image", "media", "document", "pdf page"];
+/// How it says there are too many of them (the count, not their size: "media exceeds size
+/// limit" is vetoed before this is asked).
+const TOO_MANY: &[&str] = &[
+    "too many ",
+    "too much media",
+    "exceeding the maximum of",
+    "at most ",
+    "a maximum of ",
+];
+/// The words that come right before the limit, most specific first.
+const LIMIT_LEADS: &[&str] = &["max is ", "maximum of ", "at most ", "(max ", "> ", "max "];
+
+/// True when the message says the request carries more media than one request may: too
+/// many images, documents or PDF pages, by count. Tokens are not what it is about.
+pub(super) fn says_too_many_media(text: &str) -> bool {
+    TOO_MANY.iter().any(|w| text.contains(w))
+        && MEDIA_WORDS.iter().any(|w| text.contains(w))
+        && !text.contains("token")
+        && !text.contains("dimension")
+        && !text.contains("pixels")
+}
+
+/// The media limit a media-count refusal names ("max is 10", "> 100", "maximum of 50",
+/// "at most 5 image(s)"), when it names one.
+pub(super) fn media_limit(text: &str) -> Option<u64> {
+    LIMIT_LEADS.iter().find_map(|lead| {
+        text.match_indices(lead).find_map(|(at, _)| {
+            let digits: String = text[at + lead.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        })
+    })
+}
+
 /// Overflow wordings too short for the meaning matcher (no unit, or no excess word).
 const OVERFLOW_PHRASES: &[&str] = &[
     "prompt is too long",
@@ -343,6 +381,23 @@ fn words(clause: &str) -> impl Iterator<Item = &str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_media_count_is_told_from_tokens_and_sizes() {
+        let media = |m: &str| says_too_many_media(&normalize(m));
+        assert!(media("A maximum of 100 PDF pages may be provided."));
+        assert!(media("Too many images in request. Max is 10."));
+        assert!(!media(
+            "too many tokens: the image costs more than the window"
+        ));
+        assert!(!media("At least one of the image dimensions exceed max allowed size for many-image requests: 2000 pixels"));
+        assert!(!media("Please reduce the length of the messages."));
+        assert_eq!(
+            media_limit("a maximum of 100 pdf pages may be provided."),
+            Some(100)
+        );
+        assert_eq!(media_limit("too many images"), None);
+    }
 
     #[test]
     fn normalize_flattens() {

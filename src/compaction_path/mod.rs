@@ -46,6 +46,7 @@ use crate::units::{Factor, Window};
 mod cap;
 pub mod codex_compaction;
 pub mod inspect;
+mod media;
 mod policy;
 mod preflight;
 mod prepare;
@@ -281,13 +282,19 @@ struct Done {
     /// The least prompt plus completion cap (the upstream's tokens, as we estimate them)
     /// refused without numbers: no later attempt may be as large.
     least_refused: Option<crate::units::Theirs>,
+    /// The media parts the client sent and those left, when the oldest were replaced by
+    /// placeholders for an upstream that takes fewer in one request.
+    media: Option<(u64, u64)>,
 }
 
 impl Done {
     /// Whether the proxy had a go at the request: a refusal returned after that is a
     /// compaction that failed, not an untouched request.
     fn tried(&self) -> bool {
-        self.resumed.is_some() || self.output.is_some() || !matches!(self.engine, Engine::Unused)
+        self.resumed.is_some()
+            || self.output.is_some()
+            || self.media.is_some()
+            || !matches!(self.engine, Engine::Unused)
     }
 
     fn triggered(&mut self, trigger: Trigger) {
@@ -357,7 +364,8 @@ impl Attempt<'_> {
         // they were, and the answer is theirs, unmarked.
         let changed = matches!(self.done.engine, Engine::Rewrote { .. })
             || self.done.resumed.is_some()
-            || self.done.output.is_some();
+            || self.done.output.is_some()
+            || self.done.media.is_some();
         if let Some(x) = self.x_compaction(Outcome::Applied).filter(|_| changed) {
             self.record(&x);
             response.headers_mut().insert("x-compaction", x.to_header());

@@ -25,6 +25,7 @@ impl Attempt<'_> {
                 shrunk || halved
             }
             Kind::BodyTooLarge => self.shrink(class).await,
+            Kind::TooManyMedia => self.recover_media(class),
             Kind::Other => false,
         };
         if changed {

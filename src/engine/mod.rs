@@ -28,6 +28,7 @@ pub mod digest;
 mod errors;
 mod escalate;
 mod media;
+pub use media::{cap_media, count_media};
 mod merge;
 pub mod message;
 mod placeholders;

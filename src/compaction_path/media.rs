@@ -1,0 +1,58 @@
+//! Media per request: an upstream that takes only so many images, audio clips or files in
+//! one request refuses a conversation that gathered more, however few tokens they cost.
+//! The oldest are replaced by placeholders ([`engine::cap_media`]) before the first call
+//! when the model's `max_media` is configured, and after such a refusal, down to the limit
+//! it names (else half of what was sent).
+
+use super::Attempt;
+use crate::classify::Classification;
+use crate::engine;
+
+impl Attempt<'_> {
+    /// Before the first call: at most the model's configured number of media parts.
+    pub(super) fn preflight_media(&mut self) {
+        if let Some(cap) = self.ctx.app.models.media_cap(&self.ctx.head.model) {
+            self.cap_media(cap);
+        }
+    }
+
+    /// After a refusal for carrying too many media parts. `false` when none could go.
+    pub(super) fn recover_media(&mut self, class: &Classification) -> bool {
+        let Some((view, _)) = self.ctx.dialect.view(&self.work.body) else {
+            return false;
+        };
+        let sent = engine::count_media(&view) as u64;
+        let keep = class.numbers.media_limit.unwrap_or(sent / 2);
+        self.cap_media(keep.min(sent.saturating_sub(1)))
+    }
+
+    /// Replaces the oldest media parts of what the next attempt sends, and of the request
+    /// later compactions start from, until at most `keep` remain. `false` when there were
+    /// no more than that.
+    fn cap_media(&mut self, keep: u64) -> bool {
+        let dialect = self.ctx.dialect;
+        let keep = usize::try_from(keep).unwrap_or(usize::MAX);
+        // What is sent may be compacted already: it is capped as it is.
+        let Some((mut view, source)) = dialect.view(&self.work.body) else {
+            return false;
+        };
+        let before = engine::count_media(&view);
+        if engine::cap_media(&mut view, keep) == 0 {
+            return false;
+        }
+        let Some(bytes) = dialect.encode(&view, source.as_ref()) else {
+            return false;
+        };
+        self.work.body = bytes.into();
+        if let Some(base) = self.work.base(dialect) {
+            if engine::cap_media(&mut base.view, keep) > 0 {
+                // Placeholders cost fewer tokens than what they replace.
+                base.tokens = None;
+                base.counts = None;
+            }
+        }
+        let first = self.done.media.map_or(before as u64, |(first, _)| first);
+        self.done.media = Some((first, keep.min(before) as u64));
+        true
+    }
+}
