@@ -710,8 +710,14 @@ mod tests {
         .unwrap();
         assert_eq!(config.models[0].max_media, Some(10));
         let windows = crate::windows::ModelWindows::new(config.models);
-        assert_eq!(windows.media_cap("vision"), Some(10));
-        assert_eq!(windows.media_cap("other"), None);
+        let up = "http://h/v1";
+        assert_eq!(windows.media_cap(up, "vision"), Some(10));
+        assert_eq!(windows.media_cap(up, "other"), None);
+        // A refusal's number serves where nothing is configured.
+        windows.learn_media_cap(up, "other", 5);
+        windows.learn_media_cap(up, "vision", 5);
+        assert_eq!(windows.media_cap(up, "other"), Some(5));
+        assert_eq!(windows.media_cap(up, "vision"), Some(10));
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub struct ModelWindows {
     /// tokens as estimated): the window is between the two. Not stored: a restart starts
     /// from the bound.
     bounded: RwLock<HashMap<ModelKey, Option<u64>>>,
+    /// The most media parts one request may carry, as upstreams' refusals named it. Not
+    /// stored: the first refusal after a restart teaches it again.
+    media: RwLock<HashMap<ModelKey, u64>>,
     factors: RwLock<HashMap<ModelKey, Factors>>,
     /// What was learned since the store was last written: only the fields that changed,
     /// so that replicas sharing a store do not overwrite each other's other fields.
@@ -266,13 +269,25 @@ impl ModelWindows {
         map.get(&key(upstream, model)).map_or(1.0, |f| f.get())
     }
 
-    /// The most media parts one request for `model` may carry, when configured.
-    pub fn media_cap(&self, model: &str) -> Option<u64> {
+    /// The most media parts one request for `model` behind `upstream` may carry: the
+    /// configured cap, else the one a refusal named.
+    pub fn media_cap(&self, upstream: &str, model: &str) -> Option<u64> {
         let bare = strip_provider(model);
-        self.rules
+        let configured = self
+            .rules
             .iter()
             .find(|r| glob_match(&r.pattern, model) || glob_match(&r.pattern, bare))
-            .and_then(|r| r.max_media)
+            .and_then(|r| r.max_media);
+        configured.or_else(|| {
+            let media = self.media.read().unwrap_or_else(PoisonError::into_inner);
+            media.get(&key(upstream, model)).copied()
+        })
+    }
+
+    /// Remembers the media cap a refusal named for `model` behind `upstream`.
+    pub fn learn_media_cap(&self, upstream: &str, model: &str, cap: u64) {
+        let mut media = self.media.write().unwrap_or_else(PoisonError::into_inner);
+        insert_bounded(&mut media, key(upstream, model), cap);
     }
 
     fn config_window(&self, model: &str) -> Option<u64> {

@@ -114,6 +114,24 @@ async fn a_refusal_for_too_many_images_drops_the_oldest_and_is_retried_in_every_
 }
 
 #[tokio::test]
+async fn the_limit_a_refusal_named_is_applied_to_the_next_turns_before_they_are_sent() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    let (path, body) = request("chat");
+    let (status, x, _) = send(&proxy, &path, &body, 10).await;
+    assert_eq!(status, 200, "{x}");
+    assert!(x.contains("trigger=error"), "{x}");
+    let (status, x, _) = send(&proxy, &path, &body, 10).await;
+    assert_eq!(status, 200, "{x}");
+    assert!(
+        x.starts_with("applied; trigger=preflight; attempts=1"),
+        "{x}"
+    );
+    assert!(x.contains("media=12->10"), "{x}");
+    assert_eq!(mock.recorded().len(), 3, "one refusal in all");
+}
+
+#[tokio::test]
 async fn a_configured_media_cap_is_applied_before_the_upstream_refuses() {
     for dialect in ["chat", "responses", "messages"] {
         let mock = Mock::start().await;

@@ -1,17 +1,19 @@
 //! Media per request: an upstream that takes only so many images, audio clips or files in
 //! one request refuses a conversation that gathered more, however few tokens they cost.
 //! The oldest are replaced by placeholders ([`engine::cap_media`]) before the first call
-//! when the model's `max_media` is configured, and after such a refusal, down to the limit
-//! it names (else half of what was sent).
+//! when the model's `max_media` is configured or a refusal named the limit before, and
+//! after such a refusal, down to the limit it names (else half of what was sent).
 
 use super::Attempt;
 use crate::classify::Classification;
 use crate::engine;
 
 impl Attempt<'_> {
-    /// Before the first call: at most the model's configured number of media parts.
+    /// Before the first call: at most the model's configured number of media parts, or
+    /// the number a refusal named.
     pub(super) fn preflight_media(&mut self) {
-        if let Some(cap) = self.ctx.app.models.media_cap(&self.ctx.head.model) {
+        let (upstream, model) = (self.ctx.upstream(), self.ctx.head.model.as_str());
+        if let Some(cap) = self.ctx.app.models.media_cap(upstream, model) {
             self.cap_media(cap);
         }
     }
@@ -22,6 +24,10 @@ impl Attempt<'_> {
             return false;
         };
         let sent = engine::count_media(&view) as u64;
+        if let Some(limit) = class.numbers.media_limit {
+            let (upstream, model) = (self.ctx.upstream(), self.ctx.head.model.as_str());
+            self.ctx.app.models.learn_media_cap(upstream, model, limit);
+        }
         let keep = class.numbers.media_limit.unwrap_or(sent / 2);
         self.cap_media(keep.min(sent.saturating_sub(1)))
     }
