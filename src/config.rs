@@ -122,6 +122,10 @@ pub struct ModelRule {
     /// sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_media: Option<u64>,
+    /// The most messages the upstream takes in one request: past it, the oldest history
+    /// is summarised before the request is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -712,12 +716,14 @@ mod tests {
         let windows = crate::windows::ModelWindows::new(config.models);
         let up = "http://h/v1";
         assert_eq!(windows.media_cap(up, "vision"), Some(10));
+        assert_eq!(windows.message_cap("vision"), None);
         assert_eq!(windows.media_cap(up, "other"), None);
         // A refusal's number serves where nothing is configured.
         windows.learn_media_cap(up, "other", 5);
         windows.learn_media_cap(up, "vision", 5);
         assert_eq!(windows.media_cap(up, "other"), Some(5));
         assert_eq!(windows.media_cap(up, "vision"), Some(10));
+        assert_eq!(windows.message_cap("vision"), None);
     }
 
     #[test]

@@ -284,6 +284,15 @@ impl ModelWindows {
         })
     }
 
+    /// The most messages one request for `model` may carry, when configured.
+    pub fn message_cap(&self, model: &str) -> Option<u64> {
+        let bare = strip_provider(model);
+        self.rules
+            .iter()
+            .find(|r| glob_match(&r.pattern, model) || glob_match(&r.pattern, bare))
+            .and_then(|r| r.max_messages)
+    }
+
     /// Remembers the media cap a refusal named for `model` behind `upstream`.
     pub fn learn_media_cap(&self, upstream: &str, model: &str, cap: u64) {
         let mut media = self.media.write().unwrap_or_else(PoisonError::into_inner);
@@ -682,6 +691,7 @@ mod tests {
             pattern: "gpt-4o*".into(),
             context_window: 64_000,
             max_media: None,
+            max_messages: None,
         }]);
         let up = "http://h/v1";
         let config = windows.window_for(up, "gpt-4o");
@@ -737,11 +747,13 @@ mod tests {
                 pattern: "qwen*-7b".into(),
                 context_window: 8_000,
                 max_media: None,
+                max_messages: None,
             },
             ModelRule {
                 pattern: "qwen*".into(),
                 context_window: 32_000,
                 max_media: None,
+                max_messages: None,
             },
         ]);
         assert_eq!(
@@ -756,6 +768,7 @@ mod tests {
             pattern: "*".into(),
             context_window: 0,
             max_media: None,
+            max_messages: None,
         }]);
         let source = zero.window_for("u", "gpt-4o").map(|w| w.source);
         assert_eq!(source, Some(WindowSource::BuiltIn));

@@ -158,11 +158,53 @@ async fn a_configured_media_cap_is_applied_before_the_upstream_refuses() {
 async fn a_request_within_the_cap_passes_untouched() {
     let mock = Mock::start().await;
     let config =
-        format!("[[models]]\nmatch = \"{MODEL}\"\ncontext_window = 128000\nmax_media = 20\n");
+        format!("[[models]]\nmatch = \"{MODEL}\"\ncontext_window = 128000\nmax_media = 20\nmax_messages = 50\n");
     let proxy = Proxy::start(&mock.url("/v1"), &config);
     let (path, body) = request("chat");
     let (status, x, _) = send(&proxy, &path, &body, 20).await;
     assert_eq!(status, 200);
     assert_eq!(x, "", "unmarked");
     assert_eq!(mock.last().body, serde_json::to_vec(&body).unwrap());
+}
+
+/// What a request carries as messages in its dialect: `messages`, or the Responses
+/// API's `input` items.
+fn messages_in(sent: &Value) -> usize {
+    sent.get("input")
+        .or_else(|| sent.get("messages"))
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len)
+}
+
+#[tokio::test]
+async fn a_configured_message_cap_summarises_the_oldest_history_before_the_first_call() {
+    for dialect in ["chat", "responses", "messages"] {
+        let mock = Mock::start().await;
+        let config = format!(
+            "[[models]]\nmatch = \"{MODEL}\"\ncontext_window = 128000\nmax_messages = 10\n"
+        );
+        let proxy = Proxy::start(&mock.url("/v1"), &config);
+        let (path, body) = request(dialect);
+        assert!(messages_in(&body) > 20, "{dialect}");
+        let (status, x, text) = send(&proxy, &path, &body, 100).await;
+        assert_eq!(status, 200, "{dialect}: {x}\n{text}");
+        assert!(
+            x.starts_with("applied; trigger=preflight; attempts=1"),
+            "{dialect}: {x}"
+        );
+        let recorded = mock.recorded();
+        assert_eq!(recorded.len(), 1, "{dialect}: no refusal first");
+        let sent: Value = serde_json::from_slice(&recorded[0].body).unwrap();
+        assert!(
+            messages_in(&sent) <= 10,
+            "{dialect}: {} messages\n{sent}",
+            messages_in(&sent)
+        );
+        let latest = format!("what changed in screenshot {}?", TURNS - 1);
+        assert!(sent.to_string().contains(&latest), "{dialect}: {sent}");
+        assert!(
+            mock.summaries().len() == 1,
+            "{dialect}: the history was summarised"
+        );
+    }
 }

@@ -45,8 +45,8 @@ use crate::units::{Factor, Window};
 
 mod cap;
 pub mod codex_compaction;
+mod counts;
 pub mod inspect;
-mod media;
 mod policy;
 mod preflight;
 mod prepare;

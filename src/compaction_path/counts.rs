@@ -1,11 +1,18 @@
-//! Media per request: an upstream that takes only so many images, audio clips or files in
-//! one request refuses a conversation that gathered more, however few tokens they cost.
+//! Count caps: an upstream that takes only so many images, audio clips or files in one
+//! request refuses a conversation that gathered more, however few tokens they cost.
 //! The oldest are replaced by placeholders ([`engine::cap_media`]) before the first call
 //! when the model's `max_media` is configured or a refusal named the limit before, and
 //! after such a refusal, down to the limit it names (else half of what was sent).
 
+//!
+//! Messages per request: with the model's `max_messages` configured, a request with more
+//! is compacted before the first call (the oldest history summarised), and every
+//! compaction for the model keeps to it (see `rewrite.rs`).
+
+use super::policy::Goal;
 use super::Attempt;
 use crate::classify::Classification;
+use crate::compactor::messages_of;
 use crate::engine;
 
 impl Attempt<'_> {
@@ -60,5 +67,37 @@ impl Attempt<'_> {
         let first = self.done.media.map_or(before as u64, |(first, _)| first);
         self.done.media = Some((first, keep.min(before) as u64));
         true
+    }
+
+    /// Before the first call: a request with more messages than the model's configured
+    /// cap is compacted to it, whatever its tokens. `true` when it was rewritten.
+    pub(super) async fn preflight_messages(&mut self) -> bool {
+        let Some(cap) = self.message_cap() else {
+            return false;
+        };
+        let dialect = self.ctx.dialect;
+        let Some((view, _)) = dialect.view(&self.work.body) else {
+            return false;
+        };
+        let count = messages_of(&view).map_or(0, Vec::len);
+        if count <= cap {
+            return false;
+        }
+        let Some(tokens) = self.work.tokens(dialect) else {
+            return false;
+        };
+        let goal = Goal {
+            target: tokens,
+            ceiling: tokens,
+            window: self.ctx.window(),
+            relaxed: None,
+        };
+        self.rewrite(goal).await
+    }
+
+    /// The most messages one request for this model may carry, when configured.
+    pub(super) fn message_cap(&self) -> Option<usize> {
+        let cap = self.ctx.app.models.message_cap(&self.ctx.head.model)?;
+        Some(usize::try_from(cap).unwrap_or(usize::MAX))
     }
 }
