@@ -716,14 +716,15 @@ mod tests {
         let windows = crate::windows::ModelWindows::new(config.models);
         let up = "http://h/v1";
         assert_eq!(windows.media_cap(up, "vision"), Some(10));
-        assert_eq!(windows.message_cap("vision"), None);
         assert_eq!(windows.media_cap(up, "other"), None);
         // A refusal's number serves where nothing is configured.
         windows.learn_media_cap(up, "other", 5);
         windows.learn_media_cap(up, "vision", 5);
         assert_eq!(windows.media_cap(up, "other"), Some(5));
         assert_eq!(windows.media_cap(up, "vision"), Some(10));
-        assert_eq!(windows.message_cap("vision"), None);
+        assert_eq!(windows.message_cap(up, "vision"), None);
+        windows.learn_message_cap(up, "vision", 50);
+        assert_eq!(windows.message_cap(up, "vision"), Some(50));
     }
 
     #[test]

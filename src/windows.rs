@@ -64,6 +64,9 @@ pub struct ModelWindows {
     /// The most media parts one request may carry, as upstreams' refusals named it. Not
     /// stored: the first refusal after a restart teaches it again.
     media: RwLock<HashMap<ModelKey, u64>>,
+    /// The most messages one request may carry, as upstreams' refusals named it (or as
+    /// half of what was refused). Not stored either.
+    messages: RwLock<HashMap<ModelKey, u64>>,
     factors: RwLock<HashMap<ModelKey, Factors>>,
     /// What was learned since the store was last written: only the fields that changed,
     /// so that replicas sharing a store do not overwrite each other's other fields.
@@ -284,13 +287,28 @@ impl ModelWindows {
         })
     }
 
-    /// The most messages one request for `model` may carry, when configured.
-    pub fn message_cap(&self, model: &str) -> Option<u64> {
+    /// The most messages one request for `model` behind `upstream` may carry: the
+    /// configured cap, else the one a refusal taught.
+    pub fn message_cap(&self, upstream: &str, model: &str) -> Option<u64> {
         let bare = strip_provider(model);
-        self.rules
+        let configured = self
+            .rules
             .iter()
             .find(|r| glob_match(&r.pattern, model) || glob_match(&r.pattern, bare))
-            .and_then(|r| r.max_messages)
+            .and_then(|r| r.max_messages);
+        configured.or_else(|| {
+            let messages = self.messages.read().unwrap_or_else(PoisonError::into_inner);
+            messages.get(&key(upstream, model)).copied()
+        })
+    }
+
+    /// Remembers the message cap a refusal taught for `model` behind `upstream`.
+    pub fn learn_message_cap(&self, upstream: &str, model: &str, cap: u64) {
+        let mut messages = self
+            .messages
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        insert_bounded(&mut messages, key(upstream, model), cap);
     }
 
     /// Remembers the media cap a refusal named for `model` behind `upstream`.

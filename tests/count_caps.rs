@@ -70,10 +70,21 @@ fn request(dialect: &str) -> (String, Value) {
 }
 
 async fn send(proxy: &Proxy, path: &str, body: &Value, max: usize) -> (u16, String, String) {
+    send_capped(proxy, path, body, max, usize::MAX).await
+}
+
+async fn send_capped(
+    proxy: &Proxy,
+    path: &str,
+    body: &Value,
+    max: usize,
+    max_messages: usize,
+) -> (u16, String, String) {
     let response = client()
         .post(proxy.url(path))
         .header("x-mock", "media")
         .header("x-mock-max-media", max.to_string())
+        .header("x-mock-max-messages", max_messages.to_string())
         .header("anthropic-version", "2023-06-01")
         .json(body)
         .send()
@@ -206,5 +217,27 @@ async fn a_configured_message_cap_summarises_the_oldest_history_before_the_first
             mock.summaries().len() == 1,
             "{dialect}: the history was summarised"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_for_too_many_messages_summarises_the_oldest_and_is_retried() {
+    for dialect in ["chat", "responses"] {
+        let mock = Mock::start().await;
+        let proxy = Proxy::start(&mock.url("/v1"), "");
+        let (path, body) = request(dialect);
+        let (status, x, text) = send_capped(&proxy, &path, &body, 100, 12).await;
+        assert_eq!(status, 200, "{dialect}: {x}\n{text}");
+        assert!(
+            x.starts_with("applied; trigger=error; attempts=2"),
+            "{dialect}: {x}"
+        );
+        let recorded = mock.recorded();
+        let sent: Value = serde_json::from_slice(&recorded[1].body).unwrap();
+        assert!(messages_in(&sent) <= 12, "{dialect}: {sent}");
+        // The next turn is compacted before it is sent.
+        let (status, x, _) = send_capped(&proxy, &path, &body, 100, 12).await;
+        assert_eq!(status, 200, "{dialect}: {x}");
+        assert_eq!(mock.recorded().len(), 3, "{dialect}: {x}");
     }
 }

@@ -7,7 +7,8 @@
 //! 2. structured overflow markers (`context_length_exceeded`, llama.cpp's `n_ctx`, ...);
 //! 3. structured and textual vetoes (rate limits, quota, auth, unknown model, bad parameter);
 //! 4. media-count wording ("too many images", "too much media", "at most 5 image(s)"):
-//!    `TooManyMedia`, with the limit when it is named;
+//!    `TooManyMedia`, with the limit when it is named; a messages array too long
+//!    ("Invalid 'messages': array too long"): `TooManyMessages`;
 //! 5. byte-size wording (`request_too_large`, `payload too large`): `BodyTooLarge`;
 //! 6. overflow wording, by phrase or by meaning (subject + excess + unit in one clause), or
 //!    wording that blames `max_tokens`: `ContextOverflow` or `OutputCap`, told apart by the
@@ -64,6 +65,9 @@ pub enum Kind {
     /// token overflow; the oldest media go (placeholders in their place) and the request
     /// is sent again.
     TooManyMedia,
+    /// More messages than the upstream takes in one request: the oldest history is
+    /// summarised down to the limit and the request is sent again.
+    TooManyMessages,
     /// Anything else: pass through untouched.
     Other,
 }
@@ -89,6 +93,9 @@ pub struct Numbers {
     /// The most media parts (images, documents, pages) one request may carry, when a
     /// [`Kind::TooManyMedia`] refusal names it.
     pub media_limit: Option<u64>,
+    /// The most messages one request may carry, when a [`Kind::TooManyMessages`] refusal
+    /// names it.
+    pub message_limit: Option<u64>,
 }
 
 /// The verdict on one upstream answer.
@@ -272,6 +279,16 @@ fn decide(status: Option<u16>, signals: &Signals, body: &[u8]) -> Classification
                 ..Numbers::default()
             },
             reason: "media count wording",
+        };
+    }
+    if text::says_too_many_messages(&text) {
+        return Classification {
+            kind: Kind::TooManyMessages,
+            numbers: Numbers {
+                message_limit: text::message_limit(&text),
+                ..Numbers::default()
+            },
+            reason: "message count wording",
         };
     }
     let body_words = text::says_body_too_large(&text) || signals.has_code(BODY_CODES);

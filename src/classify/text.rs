@@ -120,14 +120,39 @@ pub(super) fn says_too_many_media(text: &str) -> bool {
 /// The media limit a media-count refusal names ("max is 10", "> 100", "maximum of 50",
 /// "at most 5 image(s)"), when it names one.
 pub(super) fn media_limit(text: &str) -> Option<u64> {
-    LIMIT_LEADS.iter().find_map(|lead| {
-        text.match_indices(lead).find_map(|(at, _)| {
-            let digits: String = text[at + lead.len()..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            digits.parse().ok()
-        })
+    LIMIT_LEADS.iter().find_map(|lead| number_after(text, lead))
+}
+
+/// How a request with more messages than the upstream takes is refused: OpenAI's
+/// validation of an array's length, named for the conversation's own array (not for
+/// `tools` or one message's `tool_calls`, which compaction cannot shorten), and plain
+/// wording.
+const TOO_MANY_MESSAGES: &[&str] = &[
+    "invalid 'messages': array too long",
+    "invalid 'input': array too long",
+    "too many messages",
+];
+
+/// True when the message says the request has more messages than one request may.
+pub(super) fn says_too_many_messages(text: &str) -> bool {
+    TOO_MANY_MESSAGES.iter().any(|w| text.contains(w)) && !text.contains("token")
+}
+
+/// The message limit such a refusal names ("maximum length 2048", "max 100").
+pub(super) fn message_limit(text: &str) -> Option<u64> {
+    ["maximum length ", "maximum of ", "max is ", "(max ", "max "]
+        .iter()
+        .find_map(|lead| number_after(text, lead))
+}
+
+/// The first number that follows `lead` in `text`.
+fn number_after(text: &str, lead: &str) -> Option<u64> {
+    text.match_indices(lead).find_map(|(at, _)| {
+        let digits: String = text[at + lead.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
     })
 }
 
@@ -397,6 +422,13 @@ mod tests {
             Some(100)
         );
         assert_eq!(media_limit("too many images"), None);
+        let messages = |m: &str| says_too_many_messages(&normalize(m));
+        assert!(messages("Invalid 'messages': array too long. Expected an array with maximum length 2048, but got an array with length 2050 instead."));
+        assert!(!messages("Invalid 'tools': array too long. Expected an array with maximum length 128, but got an array with length 150 instead."));
+        assert_eq!(
+            message_limit("expected an array with maximum length 2048, but got 2050"),
+            Some(2048)
+        );
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! after such a refusal, down to the limit it names (else half of what was sent).
 
 //!
-//! Messages per request: with the model's `max_messages` configured, a request with more
-//! is compacted before the first call (the oldest history summarised), and every
-//! compaction for the model keeps to it (see `rewrite.rs`).
+//! Messages per request: with the model's `max_messages` configured, or a limit taught by
+//! a refusal, a request with more is compacted before the first call (the oldest history
+//! summarised), and every compaction for the model keeps to it (see `rewrite.rs`); after
+//! such a refusal the request is compacted to the limit it names and sent again.
 
 use super::policy::Goal;
 use super::Attempt;
@@ -69,8 +70,8 @@ impl Attempt<'_> {
         true
     }
 
-    /// Before the first call: a request with more messages than the model's configured
-    /// cap is compacted to it, whatever its tokens. `true` when it was rewritten.
+    /// A request with more messages than the model's cap (configured, or taught by a
+    /// refusal) is compacted to it, whatever its tokens. `true` when it was rewritten.
     pub(super) async fn preflight_messages(&mut self) -> bool {
         let Some(cap) = self.message_cap() else {
             return false;
@@ -95,9 +96,31 @@ impl Attempt<'_> {
         self.rewrite(goal).await
     }
 
-    /// The most messages one request for this model may carry, when configured.
+    /// After a refusal for carrying too many messages: the limit it names (else half of
+    /// what was sent) is remembered for the model, and the request compacted to it.
+    pub(super) async fn recover_messages(&mut self, class: &Classification) -> bool {
+        let Some((view, _)) = self.ctx.dialect.view(&self.work.body) else {
+            return false;
+        };
+        let sent = messages_of(&view).map_or(0, Vec::len) as u64;
+        let limit = class
+            .numbers
+            .message_limit
+            .unwrap_or(sent / 2)
+            .min(sent.saturating_sub(1));
+        let (upstream, model) = (self.ctx.upstream(), self.ctx.head.model.as_str());
+        self.ctx
+            .app
+            .models
+            .learn_message_cap(upstream, model, limit);
+        self.preflight_messages().await
+    }
+
+    /// The most messages one request for this model may carry, when configured or
+    /// taught by a refusal.
     pub(super) fn message_cap(&self) -> Option<usize> {
-        let cap = self.ctx.app.models.message_cap(&self.ctx.head.model)?;
+        let (upstream, model) = (self.ctx.upstream(), self.ctx.head.model.as_str());
+        let cap = self.ctx.app.models.message_cap(upstream, model)?;
         Some(usize::try_from(cap).unwrap_or(usize::MAX))
     }
 }

@@ -26,6 +26,7 @@ impl Attempt<'_> {
             }
             Kind::BodyTooLarge => self.shrink(class).await,
             Kind::TooManyMedia => self.recover_media(class),
+            Kind::TooManyMessages => self.recover_messages(class).await,
             Kind::Other => false,
         };
         if changed {

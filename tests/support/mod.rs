@@ -5,7 +5,8 @@
 //! forwards it untouched), so one mock serves every scenario. Summariser calls (the
 //! proxy's own, recognised by the checkpoint prompt) are recorded apart and answered as
 //! `x-mock-summary` says (after `x-mock-summary-delay-ms`), whatever `x-mock` is.
-//! `x-mock: media` takes at most `x-mock-max-media` media parts in one request.
+//! `x-mock: media` takes at most `x-mock-max-media` media parts and `x-mock-max-messages`
+//! messages (or Responses items) in one request.
 
 // Each test binary uses a different part of the harness; and a harness that cannot set
 // up a scenario should stop the test where it failed.
@@ -521,7 +522,8 @@ pub fn media_parts(value: &serde_json::Value) -> usize {
 
 /// An upstream that takes at most `x-mock-max-media` media parts in one request, refusing
 /// more in its dialect's words as real providers do (Anthropic's for Messages, OpenAI's
-/// envelope otherwise), and streaming an answer to the rest.
+/// envelope otherwise), and at most `x-mock-max-messages` messages (OpenAI's array-length
+/// refusal), and streaming an answer to the rest.
 fn media_capped(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
     let max: usize = header_str(headers, "x-mock-max-media")
         .parse()
@@ -529,6 +531,26 @@ fn media_capped(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
     let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
         return plain(StatusCode::BAD_REQUEST, "not json");
     };
+    let items = request
+        .get("input")
+        .or_else(|| request.get("messages"))
+        .and_then(serde_json::Value::as_array)
+        .map_or(0, Vec::len);
+    let max_items: usize = header_str(headers, "x-mock-max-messages")
+        .parse()
+        .unwrap_or(usize::MAX);
+    if items > max_items {
+        let field = if request.get("input").is_some() {
+            "input"
+        } else {
+            "messages"
+        };
+        let error = serde_json::json!({"error": {"message": format!("Invalid '{field}': array too long. Expected an array with maximum length {max_items}, but got an array with length {items} instead."),
+            "type": "invalid_request_error", "param": field, "code": "array_above_max_length"}});
+        let mut response = json(error.to_string());
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        return response;
+    }
     let count = media_parts(&request);
     if count <= max {
         let model = request["model"].as_str().unwrap_or("mock-model");
