@@ -53,6 +53,9 @@ pub struct XCompaction {
     pub tokens_after: u64,
     /// The completion cap before and after, when the proxy lowered it to fit the window.
     pub output: Option<(u64, u64)>,
+    /// The media parts before and after, when the proxy replaced the oldest with
+    /// placeholders for an upstream that takes fewer in one request.
+    pub media: Option<(u64, u64)>,
 }
 
 impl XCompaction {
@@ -77,6 +80,9 @@ impl XCompaction {
         if let Some((before, after)) = self.output {
             let _ = write!(text, "; output={before}->{after}");
         }
+        if let Some((before, after)) = self.media {
+            let _ = write!(text, "; media={before}->{after}");
+        }
         // Only ASCII digits, letters and punctuation go in, so this cannot fail.
         HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static("applied"))
     }
@@ -95,6 +101,7 @@ impl XCompaction {
             tokens_before: 0,
             tokens_after: 0,
             output,
+            media: None,
         }
     }
 }
@@ -115,6 +122,7 @@ mod tests {
             tokens_before: 150_000,
             tokens_after: 30_000,
             output: None,
+            media: None,
         }
         .to_header();
         assert_eq!(
@@ -135,6 +143,7 @@ mod tests {
             tokens_before: 21_000,
             tokens_after: 21_000,
             output: Some((32_000, 6_700)),
+            media: None,
         }
         .to_header();
         assert_eq!(
@@ -155,6 +164,7 @@ mod tests {
             tokens_before: 10,
             tokens_after: 10,
             output: None,
+            media: None,
         }
         .to_header();
         assert!(header

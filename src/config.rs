@@ -117,6 +117,15 @@ pub struct ModelRule {
     pub pattern: String,
     /// The model's context window in tokens.
     pub context_window: u64,
+    /// The most media parts (images, audio clips, files) the upstream takes in one
+    /// request: past it, the oldest are replaced by placeholders before the request is
+    /// sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_media: Option<u64>,
+    /// The most messages the upstream takes in one request: past it, the oldest history
+    /// is summarised before the request is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -696,6 +705,27 @@ impl OtlpEndpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_model_may_cap_its_media_per_request() {
+        let config = Config::from_toml(
+            "[[models]]\nmatch = \"v*\"\ncontext_window = 8000\nmax_media = 10\n",
+        )
+        .unwrap();
+        assert_eq!(config.models[0].max_media, Some(10));
+        let windows = crate::windows::ModelWindows::new(config.models);
+        let up = "http://h/v1";
+        assert_eq!(windows.media_cap(up, "vision"), Some(10));
+        assert_eq!(windows.media_cap(up, "other"), None);
+        // A refusal's number serves where nothing is configured.
+        windows.learn_media_cap(up, "other", 5);
+        windows.learn_media_cap(up, "vision", 5);
+        assert_eq!(windows.media_cap(up, "other"), Some(5));
+        assert_eq!(windows.media_cap(up, "vision"), Some(10));
+        assert_eq!(windows.message_cap(up, "vision"), None);
+        windows.learn_message_cap(up, "vision", 50);
+        assert_eq!(windows.message_cap(up, "vision"), Some(50));
+    }
 
     #[test]
     fn endpoints() {

@@ -51,6 +51,8 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::ContextOverflow => "context_overflow",
         Kind::OutputCap => "output_cap",
         Kind::BodyTooLarge => "body_too_large",
+        Kind::TooManyMedia => "too_many_media",
+        Kind::TooManyMessages => "too_many_messages",
         Kind::Other => "other",
     }
 }
@@ -65,6 +67,8 @@ fn mismatches(c: &Classification, expect: &Value) -> Vec<String> {
         ("requested_total", n.requested_total),
         ("overflow_by", n.overflow_by),
         ("completion_limit", n.completion_limit),
+        ("media_limit", n.media_limit),
+        ("message_limit", n.message_limit),
     ];
     let mut out = Vec::new();
     if expect["kind"].as_str() != Some(kind_name(c.kind)) {

@@ -204,8 +204,8 @@ async fn an_overflow_without_numbers_lowers_the_completion_cap_and_succeeds() {
 
 /// Pi's shape on the Responses API (issue 28): the window is unknown, every request asks
 /// for 16,384 output tokens, the window is 7,583 and the refusal names no numbers. The
-/// answer's room, most of what was refused, goes down before the conversation does, and
-/// every turn of a growing session is answered within the attempt budget, its
+/// answer's room goes down before the conversation does (with three calls, to its floor at
+/// once), and every turn of a growing session is answered within the attempt budget, its
 /// conversation sent whole while it fits.
 #[tokio::test]
 async fn a_cap_refused_without_numbers_goes_down_until_the_answer_fits() {
@@ -222,7 +222,8 @@ async fn a_cap_refused_without_numbers_goes_down_until_the_answer_fits() {
         assert_eq!(status, 200, "turn {n}: {x}\n{text}");
         assert!(x.contains("output=16384->"), "turn {n}: {x}");
         if n == 0 {
-            assert!(x.contains("attempts=3"), "turn {n}: {x}");
+            assert!(x.contains("attempts=2"), "turn {n}: {x}");
+            assert!(x.contains("output=16384->1024"), "turn {n}: {x}");
             assert_eq!(
                 sent(&mock)["input"],
                 body["input"],
@@ -235,4 +236,30 @@ async fn a_cap_refused_without_numbers_goes_down_until_the_answer_fits() {
         );
         input.push(json!({"role": "user", "content": format!("And point {n}?")}));
     }
+    // Each answer taken moves the window's estimate up from the bound's other side: the
+    // later turns are not each refused first.
+    let calls = mock.recorded().len();
+    assert!(calls < 8, "{calls} calls for 4 turns");
+}
+
+/// The same refusal without numbers when the conversation, not the cap, is what does not
+/// fit, and the window is unknown: the cap goes to its floor, then the last call the
+/// budget allows sends the conversation compacted as far as it goes, and it is answered
+/// within the three calls.
+#[tokio::test]
+async fn a_conversation_refused_without_numbers_is_answered_within_the_budget() {
+    const WINDOW: u64 = 5_000;
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, None);
+    let mut input: Vec<Value> = (0..16).flat_map(turn).collect();
+    input.push(json!({"role": "user", "content": "Now fix the last one."}));
+    let mut body = request(&input, false);
+    body["max_output_tokens"] = json!(16_384);
+    let (status, x, text) = send(&proxy, "responses", WINDOW, &body).await;
+    assert_eq!(status, 200, "{x}\n{text}");
+    assert!(x.contains("attempts=3"), "{x}");
+    assert!(x.contains("output=16384->"), "{x}");
+    let got = sent(&mock);
+    assert!(validate(got["input"].as_array().unwrap()).is_ok(), "{got}");
+    assert!(support::mock_tokens(&got) + 1_024 <= WINDOW, "{x}");
 }

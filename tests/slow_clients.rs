@@ -1,6 +1,8 @@
 //! Slow or numerous clients cannot hold the proxy's memory or connections for as long as
 //! they like: a silent body is cut off, idle connections are closed, the chat bodies held
-//! in memory share one bound, and connections beyond the cap wait to be accepted.
+//! in memory share one bound, and connections beyond the cap wait to be accepted. A
+//! client that reads slowly is not one of them: the upstream's idle timeout counts only
+//! time spent waiting on the upstream.
 
 mod support;
 
@@ -9,7 +11,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use support::{client, Mock, Proxy};
+use std::sync::LazyLock;
+
+use support::{client, Mock, Proxy, RawUpstream};
 
 /// Reads until the proxy closes the connection or `wait` passes; `None` if it was
 /// still open then.
@@ -168,4 +172,46 @@ async fn connections_past_the_cap_wait_to_be_accepted() {
         .await
         .expect("the waiting connection was not served once a slot was free");
     assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+}
+
+/// An answer larger than every buffer between the upstream and the client (the proxy's
+/// socket buffers and the client's), so that a client that stops reading holds the
+/// proxy's body unpolled.
+const BIG: usize = 24 * 1024 * 1024;
+static BIG_ANSWER: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: {BIG}\r\n\r\n").into_bytes();
+    answer.resize(answer.len() + BIG, b'x');
+    answer
+});
+
+fn big(_: usize) -> Option<&'static [u8]> {
+    Some(&BIG_ANSWER)
+}
+
+#[tokio::test]
+async fn a_client_that_reads_slower_than_the_upstream_sends_is_not_cut() {
+    // Built before the clock starts: the upstream answers at once.
+    LazyLock::force(&BIG_ANSWER);
+    let upstream = RawUpstream::start(big).await;
+    let proxy = Proxy::start(&upstream.url("/v1"), "[upstream]\nidle_timeout_ms = 300\n");
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET /v1/files/big/content HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = vec![0; 64 * 1024];
+    let mut read = stream.read(&mut head).await.unwrap();
+    // The client reads nothing for four idle timeouts while the upstream has long sent
+    // all it had: the time is the client's, not the upstream's silence.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest))
+        .await
+        .expect("the answer ended within 30 s")
+        .unwrap();
+    read += rest.len();
+    let text = String::from_utf8_lossy(&head[..200]);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    let head_len = text.find("\r\n\r\n").unwrap() + 4;
+    assert_eq!(read - head_len, BIG, "the whole body reached the client");
 }

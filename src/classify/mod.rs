@@ -6,11 +6,14 @@
 //! 1. statuses that never mean overflow (401, 402, 403, 404, 429, other 4xx): `Other`;
 //! 2. structured overflow markers (`context_length_exceeded`, llama.cpp's `n_ctx`, ...);
 //! 3. structured and textual vetoes (rate limits, quota, auth, unknown model, bad parameter);
-//! 4. byte-size wording (`request_too_large`, `payload too large`): `BodyTooLarge`;
-//! 5. overflow wording, by phrase or by meaning (subject + excess + unit in one clause), or
+//! 4. media-count wording ("too many images", "too much media", "at most 5 image(s)"):
+//!    `TooManyMedia`, with the limit when it is named; a messages array too long
+//!    ("Invalid 'messages': array too long"): `TooManyMessages`;
+//! 5. byte-size wording (`request_too_large`, `payload too large`): `BodyTooLarge`;
+//! 6. overflow wording, by phrase or by meaning (subject + excess + unit in one clause), or
 //!    wording that blames `max_tokens`: `ContextOverflow` or `OutputCap`, told apart by the
 //!    upstream's numbers when it gives them;
-//! 6. a 413 without other signal: `BodyTooLarge`.
+//! 7. a 413 without other signal: `BodyTooLarge`.
 //!
 //! 2xx answers are only read for in-band errors (an `error` object, an SSE error event, a
 //! `response.failed`, MiniMax's `base_resp`) and finish reasons, never for the model's text.
@@ -58,6 +61,13 @@ pub enum Kind {
     OutputCap,
     /// The HTTP body is too large in bytes (413-style): drop bulk (old media) first.
     BodyTooLarge,
+    /// More images, documents or PDF pages than the upstream takes in one request: not a
+    /// token overflow; the oldest media go (placeholders in their place) and the request
+    /// is sent again.
+    TooManyMedia,
+    /// More messages than the upstream takes in one request: the oldest history is
+    /// summarised down to the limit and the request is sent again.
+    TooManyMessages,
     /// Anything else: pass through untouched.
     Other,
 }
@@ -80,6 +90,12 @@ pub struct Numbers {
     pub overflow_by: Option<u64>,
     /// The most completion tokens the model accepts, when the error names it.
     pub completion_limit: Option<u64>,
+    /// The most media parts (images, documents, pages) one request may carry, when a
+    /// [`Kind::TooManyMedia`] refusal names it.
+    pub media_limit: Option<u64>,
+    /// The most messages one request may carry, when a [`Kind::TooManyMessages`] refusal
+    /// names it.
+    pub message_limit: Option<u64>,
 }
 
 /// The verdict on one upstream answer.
@@ -254,6 +270,26 @@ fn decide(status: Option<u16>, signals: &Signals, body: &[u8]) -> Classification
     }
     if text::vetoed(&text) {
         return Classification::other("wording rules out overflow");
+    }
+    if text::says_too_many_media(&text) {
+        return Classification {
+            kind: Kind::TooManyMedia,
+            numbers: Numbers {
+                media_limit: text::media_limit(&text),
+                ..Numbers::default()
+            },
+            reason: "media count wording",
+        };
+    }
+    if text::says_too_many_messages(&text) {
+        return Classification {
+            kind: Kind::TooManyMessages,
+            numbers: Numbers {
+                message_limit: text::message_limit(&text),
+                ..Numbers::default()
+            },
+            reason: "message count wording",
+        };
     }
     let body_words = text::says_body_too_large(&text) || signals.has_code(BODY_CODES);
     let overflow_words = text::says_overflow(&text);
@@ -534,7 +570,6 @@ mod tests {
         "The number of tokens in the request must be a positive integer",
         "messages: text content blocks must be non-empty",
         "image is too large, maximum is 20MB",
-        "Too many images: maximum of 5 images per request",
         "Invalid image: the image exceeds the maximum size of 2048x2048 pixels",
         "Your request was blocked. Too many requests from your IP.",
         "Tokenizer error: invalid UTF-8 in input",
@@ -561,5 +596,17 @@ mod tests {
         for m in messages {
             assert_eq!(verdict(m), Kind::Other, "{m}");
         }
+    }
+
+    #[test]
+    fn too_many_images_is_a_media_count_not_an_overflow() {
+        // Once passed through as unfixable; dropping the oldest images fixes it.
+        let class = classify(
+            400,
+            Some("application/json"),
+            br#"{"error":{"message":"Too many images: maximum of 5 images per request"}}"#,
+        );
+        assert_eq!(class.kind, Kind::TooManyMedia);
+        assert_eq!(class.numbers.media_limit, Some(5));
     }
 }

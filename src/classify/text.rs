@@ -93,6 +93,69 @@ fn asks_to_wait(text: &str, lead: &str) -> bool {
     })
 }
 
+/// What a media-count refusal counts.
+const MEDIA_WORDS: &[&str] = &["image", "media", "document", "pdf page"];
+/// How it says there are too many of them (the count, not their size: "media exceeds size
+/// limit" is vetoed before this is asked).
+const TOO_MANY: &[&str] = &[
+    "too many ",
+    "too much media",
+    "exceeding the maximum of",
+    "at most ",
+    "a maximum of ",
+];
+/// The words that come right before the limit, most specific first.
+const LIMIT_LEADS: &[&str] = &["max is ", "maximum of ", "at most ", "(max ", "> ", "max "];
+
+/// True when the message says the request carries more media than one request may: too
+/// many images, documents or PDF pages, by count. Tokens are not what it is about.
+pub(super) fn says_too_many_media(text: &str) -> bool {
+    TOO_MANY.iter().any(|w| text.contains(w))
+        && MEDIA_WORDS.iter().any(|w| text.contains(w))
+        && !text.contains("token")
+        && !text.contains("dimension")
+        && !text.contains("pixels")
+}
+
+/// The media limit a media-count refusal names ("max is 10", "> 100", "maximum of 50",
+/// "at most 5 image(s)"), when it names one.
+pub(super) fn media_limit(text: &str) -> Option<u64> {
+    LIMIT_LEADS.iter().find_map(|lead| number_after(text, lead))
+}
+
+/// How a request with more messages than the upstream takes is refused: OpenAI's
+/// validation of an array's length, named for the conversation's own array (not for
+/// `tools` or one message's `tool_calls`, which compaction cannot shorten), and plain
+/// wording.
+const TOO_MANY_MESSAGES: &[&str] = &[
+    "invalid 'messages': array too long",
+    "invalid 'input': array too long",
+    "too many messages",
+];
+
+/// True when the message says the request has more messages than one request may.
+pub(super) fn says_too_many_messages(text: &str) -> bool {
+    TOO_MANY_MESSAGES.iter().any(|w| text.contains(w)) && !text.contains("token")
+}
+
+/// The message limit such a refusal names ("maximum length 2048", "max 100").
+pub(super) fn message_limit(text: &str) -> Option<u64> {
+    ["maximum length ", "maximum of ", "max is ", "(max ", "max "]
+        .iter()
+        .find_map(|lead| number_after(text, lead))
+}
+
+/// The first number that follows `lead` in `text`.
+fn number_after(text: &str, lead: &str) -> Option<u64> {
+    text.match_indices(lead).find_map(|(at, _)| {
+        let digits: String = text[at + lead.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    })
+}
+
 /// Overflow wordings too short for the meaning matcher (no unit, or no excess word).
 const OVERFLOW_PHRASES: &[&str] = &[
     "prompt is too long",
@@ -343,6 +406,30 @@ fn words(clause: &str) -> impl Iterator<Item = &str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_media_count_is_told_from_tokens_and_sizes() {
+        let media = |m: &str| says_too_many_media(&normalize(m));
+        assert!(media("A maximum of 100 PDF pages may be provided."));
+        assert!(media("Too many images in request. Max is 10."));
+        assert!(!media(
+            "too many tokens: the image costs more than the window"
+        ));
+        assert!(!media("At least one of the image dimensions exceed max allowed size for many-image requests: 2000 pixels"));
+        assert!(!media("Please reduce the length of the messages."));
+        assert_eq!(
+            media_limit("a maximum of 100 pdf pages may be provided."),
+            Some(100)
+        );
+        assert_eq!(media_limit("too many images"), None);
+        let messages = |m: &str| says_too_many_messages(&normalize(m));
+        assert!(messages("Invalid 'messages': array too long. Expected an array with maximum length 2048, but got an array with length 2050 instead."));
+        assert!(!messages("Invalid 'tools': array too long. Expected an array with maximum length 128, but got an array with length 150 instead."));
+        assert_eq!(
+            message_limit("expected an array with maximum length 2048, but got 2050"),
+            Some(2048)
+        );
+    }
 
     #[test]
     fn normalize_flattens() {

@@ -211,6 +211,7 @@ async fn emulate(
         tokens_before: history.tokens.0,
         tokens_after: tokens,
         output: None,
+        media: None,
     };
     let line = LogLine {
         id,

@@ -45,6 +45,7 @@ use crate::units::{Factor, Window};
 
 mod cap;
 pub mod codex_compaction;
+mod counts;
 pub mod inspect;
 mod policy;
 mod preflight;
@@ -295,13 +296,22 @@ struct Done {
     digest_only: bool,
     /// The summariser was asked for this request and gave nothing usable.
     summariser_failed: bool,
+    /// The least prompt plus completion cap (the upstream's tokens, as we estimate them)
+    /// refused without numbers: no later attempt may be as large.
+    least_refused: Option<crate::units::Theirs>,
+    /// The media parts the client sent and those left, when the oldest were replaced by
+    /// placeholders for an upstream that takes fewer in one request.
+    media: Option<(u64, u64)>,
 }
 
 impl Done {
     /// Whether the proxy had a go at the request: a refusal returned after that is a
     /// compaction that failed, not an untouched request.
     fn tried(&self) -> bool {
-        self.resumed.is_some() || self.output.is_some() || !matches!(self.engine, Engine::Unused)
+        self.resumed.is_some()
+            || self.output.is_some()
+            || self.media.is_some()
+            || !matches!(self.engine, Engine::Unused)
     }
 
     fn triggered(&mut self, trigger: Trigger) {
@@ -345,6 +355,7 @@ impl Attempt<'_> {
     /// The checkpoint is stored before the answer is given back, so that the client's
     /// next turn finds it, on this replica or another.
     async fn deliver(&mut self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+        self.took();
         if let Some(cache) = &self.ctx.app.checkpoints {
             let done = &mut self.done;
             match (&mut done.engine, &done.promote, &done.resumed) {
@@ -371,12 +382,29 @@ impl Attempt<'_> {
         // they were, and the answer is theirs, unmarked.
         let changed = matches!(self.done.engine, Engine::Rewrote { .. })
             || self.done.resumed.is_some()
-            || self.done.output.is_some();
+            || self.done.output.is_some()
+            || self.done.media.is_some();
         if let Some(x) = self.x_compaction(Outcome::Applied).filter(|_| changed) {
             self.record(&x);
             response.headers_mut().insert("x-compaction", x.to_header());
         }
         self.calibrating(response)
+    }
+
+    /// Tells the windows the upstream took this request, when it was counted on its way
+    /// (never counted for this alone): a window known only as a bound learns its other
+    /// side from it.
+    fn took(&self) {
+        let ours = match self.done.report() {
+            Some(report) => Some(report.tokens_after as u64),
+            None => self.work.parsed().and_then(|base| base.tokens).map(|t| t.0),
+        };
+        if let Some(ours) = ours {
+            let size =
+                crate::units::Ours(ours).theirs(self.ctx.factor()).0 + self.work.cap.unwrap_or(0);
+            let (upstream, model) = (self.ctx.upstream(), self.ctx.head.model.as_str());
+            self.ctx.app.models.took(upstream, model, size);
+        }
     }
 
     /// The answer, tapped for the upstream's count of the prompt, when the model's window

@@ -195,15 +195,96 @@ pub(super) fn decide(
     })
 }
 
-/// The completion cap of the next attempt after a refusal that named no numbers, when
-/// the answer's room was the larger part of what was refused: a quarter of it (never
-/// below the room an answer needs), within what the windows learned so far still allow.
-/// The cap goes down before the conversation does: cutting the turn in progress loses
-/// what the model needs, lowering a cap the window cannot hold anyway loses nothing.
-pub(super) fn blind_cap(asked: u64, prompt: Theirs, window: Option<Window>) -> u64 {
-    let step = (asked / 4).max(budget::MIN_OUTPUT_ROOM);
-    let allowed = window.map_or(step, |w| budget::output_room(w.0, prompt.0));
-    step.min(allowed).max(budget::MIN_OUTPUT_ROOM)
+/// Share of what was refused taken off the window's bound when the refusal names no
+/// numbers, for the difference between our count and the upstream's.
+const BOUND_MARGIN: f64 = 0.05;
+
+/// The window as bounded by a refusal that named no numbers: below `refused`, the least
+/// prompt plus completion cap refused so far (by our count times the factor; many upstreams
+/// count both, and counting the prompt alone could set the window far too small when the
+/// cap was the excess), and never above the window already `known`.
+pub(super) fn blind_bound(refused: Theirs, known: Option<Window>) -> Window {
+    let bound = Window((refused.0 as f64 * (1.0 - BOUND_MARGIN)) as u64);
+    known.map_or(bound, |known| known.min(bound))
+}
+
+/// A refusal that named no numbers, with what the refusals before it taught.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Blind {
+    /// Our count of the prompt that was refused.
+    pub prompt: Ours,
+    /// The completion cap it asked for, when the request has one.
+    pub cap: Option<u64>,
+    /// The window as bounded so far ([`blind_bound`]).
+    pub bound: Window,
+    /// Upstream calls the budget allows after the next one.
+    pub left: u32,
+    /// How much the conversation grows a turn (the upstream's tokens).
+    pub growth: Theirs,
+    /// Compactions already made for this request.
+    pub rewrites: u32,
+}
+
+/// The next attempt after a [`Blind`] refusal: the completion cap to send, and the
+/// compaction to make, if any.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct BlindStep {
+    pub cap: Option<u64>,
+    pub goal: Option<Goal>,
+}
+
+/// The floor the completion cap goes down to before the turn in progress is cut: the
+/// room an answer needs, or the cap asked for when it is lower.
+pub(super) fn cap_floor(cap: Option<u64>) -> u64 {
+    cap.map_or(0, |cap| cap.min(budget::MIN_OUTPUT_ROOM))
+}
+
+/// Where the next attempt goes after a refusal that named no numbers. The cap goes down
+/// first, a quarter at a time while the budget leaves calls to learn from, else to its
+/// floor: lowering a cap the window cannot hold loses nothing, cutting the turn in
+/// progress loses what the model needs. When the prompt alone leaves no room for the
+/// floor under the bound, the conversation is compacted below it too, keeping the turn
+/// whole within the bound. The last call the budget allows sends the least the request
+/// can be (the cap at its floor, the conversation compacted as far as it goes): with no
+/// numbers, only that is sure to fit wherever anything fits.
+pub(super) fn blind_step(refused: Blind, reserve: u64, factor: Factor, marks: Marks) -> BlindStep {
+    let floor = cap_floor(refused.cap);
+    let cap = refused.cap.map(|_| floor);
+    if refused.left == 0 {
+        let least = Goal {
+            target: Ours(0),
+            ceiling: Ours(0),
+            window: Some(refused.bound),
+            relaxed: None,
+        };
+        return BlindStep {
+            cap,
+            goal: Some(least),
+        };
+    }
+    let room = budget::output_room(refused.bound.0, refused.prompt.theirs(factor).0);
+    if let Some(asked) = refused.cap.filter(|_| room >= floor.max(1)) {
+        let step = if refused.left >= 2 { asked / 4 } else { floor };
+        return BlindStep {
+            cap: Some(step.min(room).max(floor)),
+            goal: None,
+        };
+    }
+    let refused_as = Refused {
+        kind: Kind::ContextOverflow,
+        window: Some(refused.bound),
+        sent: Some(refused.prompt),
+        growth: refused.growth,
+        rewrites: refused.rewrites,
+    };
+    let room = AnswerRoom {
+        cap: cap.or(Some(0)),
+        reserve,
+    };
+    BlindStep {
+        cap,
+        goal: retry_goal(refused_as, room, factor, marks),
+    }
 }
 
 /// What the last attempt was, for a retry's goal.
@@ -348,30 +429,254 @@ mod tests {
 #[cfg(test)]
 mod blind {
     use super::*;
+    use proptest::prelude::*;
+
+    const MARKS: Marks = Marks {
+        threshold: 0.9,
+        low_water: 0.6,
+        prepare_at: 0.75,
+        clear_at_least: 0.2,
+    };
+    const RESERVE: u64 = 4096;
+    const SUMMARY: u64 = 64;
+    /// What the engine keeps of a turn in progress cut to the bone: the latest user
+    /// message and the beginnings and ends of what follows it.
+    const TURN_LEAST: u64 = 300;
+
+    /// A conversation and an upstream that refuses, naming no numbers, whenever prompt
+    /// plus completion cap (by its own count) is over its window.
+    #[derive(Clone, Copy, Debug)]
+    struct Case {
+        window: u64,
+        instructions: u64,
+        history: u64,
+        turn: u64,
+        cap: Option<u64>,
+        /// Upstream tokens per token of ours, which a blind refusal does not teach.
+        factor: f64,
+        max_attempts: u32,
+    }
+
+    impl Case {
+        fn whole(&self) -> u64 {
+            self.instructions + self.history + self.turn
+        }
+
+        fn summary(&self) -> u64 {
+            self.history.min(SUMMARY)
+        }
+
+        /// The least a compaction can send: the instructions, a summary, the turn cut to
+        /// the bone.
+        fn least(&self) -> u64 {
+            self.instructions + self.summary() + self.turn.min(TURN_LEAST)
+        }
+
+        fn fits(&self, prompt: u64, cap: Option<u64>) -> bool {
+            (prompt as f64 * self.factor).ceil() as u64 + cap.unwrap_or(0) <= self.window
+        }
+
+        /// A request that fits exists: the least prompt with the cap at its floor.
+        fn fittable(&self) -> bool {
+            self.fits(self.least(), self.cap.map(|_| cap_floor(self.cap)))
+        }
+
+        /// The engine, as the policy relies on it: history first, then the turn in
+        /// progress only when it does not fit whole within the ceiling. Every compaction
+        /// starts from the client's request.
+        fn compact(&self, goal: Goal) -> u64 {
+            let (target, ceiling) = (goal.target.0, goal.ceiling.0.max(goal.target.0));
+            if target >= self.whole() {
+                return self.whole();
+            }
+            let turn_whole = self.instructions + self.turn + self.summary();
+            if turn_whole <= ceiling {
+                return target.max(turn_whole).min(self.whole());
+            }
+            target.max(self.least()).min(self.whole())
+        }
+    }
+
+    /// What happened to one case: whether an attempt was answered, and the attempts.
+    struct Run {
+        answered: bool,
+        /// (prompt, cap) of every attempt sent, by our count.
+        sent: Vec<(u64, Option<u64>)>,
+    }
+
+    /// The loop of `recover.rs` over the case, blind: the factor stays 1.0.
+    fn run(case: Case) -> Result<Run, TestCaseError> {
+        let factor = Factor(1.0);
+        let size = |prompt: u64, cap: Option<u64>| prompt + cap.unwrap_or(0);
+        let (mut prompt, mut cap) = (case.whole(), case.cap);
+        let mut least_refused: Option<u64> = None;
+        let mut rewrites = 0;
+        let mut sent = Vec::new();
+        for call in 1..=case.max_attempts {
+            // No attempt is sent that a refusal before it rules out.
+            if let Some(least) = least_refused {
+                prop_assert!(
+                    size(prompt, cap) < least,
+                    "attempt {call} ({prompt}, {cap:?}) is not below the least refused, {least}"
+                );
+            }
+            // The turn in progress is cut only once the cap is at its floor.
+            if prompt < case.instructions + case.turn + case.summary() {
+                prop_assert!(
+                    cap.unwrap_or(0) <= cap_floor(case.cap),
+                    "attempt {call} cuts the turn with the cap at {cap:?}"
+                );
+            }
+            sent.push((prompt, cap));
+            if case.fits(prompt, cap) {
+                return Ok(Run {
+                    answered: true,
+                    sent,
+                });
+            }
+            if call == case.max_attempts {
+                break;
+            }
+            let least = least_refused.map_or(size(prompt, cap), |l| l.min(size(prompt, cap)));
+            least_refused = Some(least);
+            let bound = blind_bound(Theirs(least), None);
+            let step = blind_step(
+                Blind {
+                    prompt: Ours(prompt),
+                    cap,
+                    bound,
+                    left: case.max_attempts - call - 1,
+                    growth: Theirs(0),
+                    rewrites,
+                },
+                RESERVE,
+                factor,
+                MARKS,
+            );
+            if let (Some(lower), Some(asked)) = (step.cap, cap) {
+                cap = Some(lower.min(asked));
+            }
+            if let Some(goal) = step.goal {
+                let compacted = case.compact(goal);
+                if compacted < prompt {
+                    rewrites += 1;
+                }
+                prompt = compacted;
+                // `rewrite.rs`: the cap is fitted beside the new prompt within the bound.
+                if let Some(asked) = cap {
+                    let room = budget::output_room(bound.0, prompt);
+                    if asked > room && room >= budget::MIN_USEFUL_OUTPUT {
+                        cap = Some(room);
+                    }
+                }
+            }
+            // `recover.rs` gives up rather than send what is ruled out.
+            if size(prompt, cap) >= least {
+                break;
+            }
+        }
+        Ok(Run {
+            answered: false,
+            sent,
+        })
+    }
+
+    fn cases() -> impl Strategy<Value = Case> {
+        (
+            2_000u64..200_000,
+            0.0..0.5f64,
+            0.0..3.0f64,
+            0.0..1.0f64,
+            prop::option::weighted(0.8, 256u64..65_536),
+            0.7..1.6f64,
+            3u32..6,
+        )
+            .prop_map(
+                |(window, instructions, history, turn, cap, factor, max_attempts)| Case {
+                    window,
+                    instructions: (window as f64 * instructions) as u64,
+                    history: (window as f64 * history) as u64,
+                    turn: (window as f64 * turn) as u64,
+                    cap,
+                    factor,
+                    max_attempts,
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
+
+        /// Every case for which a fitting request exists finds it within the attempt
+        /// budget, with no attempt the refusals before it rule out and the cap at its
+        /// floor before the turn in progress is cut (checked inside `run`).
+        #[test]
+        fn a_fitting_request_is_found_within_the_budget(case in cases()) {
+            let run = run(case)?;
+            if case.fittable() {
+                prop_assert!(run.answered, "{case:?}: {:?}", run.sent);
+            }
+        }
+    }
 
     /// Pi on the Responses API, window unknown: a prompt of 3,798 with a cap of 16,384
-    /// against a window of 7,583, refused without numbers. The cap goes down a quarter,
-    /// then to the floor, inside the attempt budget, and every step is below what the
-    /// refusals before it ruled out (each teaching the window is below 95% of what it
-    /// refused).
+    /// against a window of 7,583, refused without numbers. With three calls, the cap goes
+    /// to its floor at once and the conversation is sent whole.
     #[test]
-    fn a_cap_refused_blind_reaches_a_fitting_answer_room_in_two_steps() {
-        let prompt = Theirs(3_798);
-        let window = 7_583;
-        let bound = |cap: u64| Window(((prompt.0 + cap) as f64 * 0.95) as u64);
-        let first = blind_cap(16_384, prompt, Some(bound(16_384)));
-        assert_eq!(first, 4_096);
-        assert!(prompt.0 + first > window);
-        let second = blind_cap(first, prompt, Some(bound(first)));
-        assert_eq!(second, budget::MIN_OUTPUT_ROOM);
-        assert!(prompt.0 + second <= window);
+    fn pi_on_responses_is_answered_with_its_conversation_whole() {
+        let case = Case {
+            window: 7_583,
+            instructions: 1_200,
+            history: 0,
+            turn: 2_598,
+            cap: Some(16_384),
+            factor: 1.0,
+            max_attempts: 3,
+        };
+        let run = run(case).unwrap();
+        assert!(run.answered);
+        assert_eq!(
+            run.sent,
+            vec![
+                (3_798, Some(16_384)),
+                (3_798, Some(budget::MIN_OUTPUT_ROOM))
+            ]
+        );
+    }
+
+    /// With calls to spare, the cap goes down a quarter at a time: a second refusal
+    /// teaches a bound close to the window, which the next requests are fitted to.
+    #[test]
+    fn with_calls_to_spare_the_cap_goes_down_a_quarter_at_a_time() {
+        let step = blind_step(
+            Blind {
+                prompt: Ours(3_798),
+                cap: Some(16_384),
+                bound: blind_bound(Theirs(3_798 + 16_384), None),
+                left: 2,
+                growth: Theirs(0),
+                rewrites: 0,
+            },
+            RESERVE,
+            Factor(1.0),
+            MARKS,
+        );
+        assert_eq!(
+            step,
+            BlindStep {
+                cap: Some(4_096),
+                goal: None
+            }
+        );
     }
 
     #[test]
-    fn the_cap_never_goes_below_the_room_an_answer_needs() {
-        assert_eq!(blind_cap(1_500, Theirs(100), None), budget::MIN_OUTPUT_ROOM);
-        assert_eq!(blind_cap(40_000, Theirs(100), None), 10_000);
-        assert_eq!(blind_cap(40_000, Theirs(100), Some(Window(5_000))), 4_834);
+    fn the_bound_is_below_what_was_refused_and_what_was_known() {
+        assert_eq!(blind_bound(Theirs(10_000), None), Window(9_500));
+        assert_eq!(
+            blind_bound(Theirs(10_000), Some(Window(8_000))),
+            Window(8_000)
+        );
     }
 }
 

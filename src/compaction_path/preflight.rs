@@ -61,6 +61,10 @@ impl Attempt<'_> {
         if !rewritten && (self.done.resumed.is_some() || self.done.output.is_some()) {
             self.send_base();
         }
+        if !rewritten {
+            self.preflight_messages().await;
+        }
+        self.preflight_media();
         if self.done.tried() {
             self.done.triggered(Trigger::Preflight);
         }

@@ -2,16 +2,11 @@
 //! and of the upstream's token count, and prepare the next attempt (a lower completion
 //! cap, a tighter compaction), or say there is nothing more to try.
 
-use super::policy::{self, Marks, Refused};
+use super::policy::{self, Blind, Marks, Refused};
 use super::{Attempt, Engine, Trigger};
 use crate::classify::{Classification, Kind};
-use crate::engine::budget;
-use crate::units::{Ours, Window};
+use crate::units::{Ours, Theirs, Window};
 use crate::windows::Count;
-
-/// Share of what was refused taken as the window's bound when the refusal names no
-/// numbers, for the difference between our count and the upstream's.
-const BOUND_MARGIN: f64 = 0.05;
 
 impl Attempt<'_> {
     /// Learns what the refusal says and prepares the next attempt. `false` when there
@@ -20,9 +15,7 @@ impl Attempt<'_> {
         self.learn(class);
         let changed = match class.kind {
             Kind::OutputCap => self.lower_output_cap(class) || self.shrink(class).await,
-            // No numbers, and the answer's room was most of what was refused: it goes
-            // down first.
-            Kind::ContextOverflow if blind(class) && self.lower_blind_cap() => true,
+            Kind::ContextOverflow if blind(class) => self.blind_retry().await,
             Kind::ContextOverflow => {
                 let (rewrites, cap) = (self.rewrites(), self.work.cap);
                 let shrunk = self.shrink(class).await;
@@ -32,6 +25,8 @@ impl Attempt<'_> {
                 shrunk || halved
             }
             Kind::BodyTooLarge => self.shrink(class).await,
+            Kind::TooManyMedia => self.recover_media(class),
+            Kind::TooManyMessages => self.recover_messages(class).await,
             Kind::Other => false,
         };
         if changed {
@@ -40,21 +35,51 @@ impl Attempt<'_> {
         changed
     }
 
-    /// After a refusal without numbers, a lower completion cap (see
-    /// [`policy::blind_cap`]) when the cap asked for is larger than the prompt sent and
-    /// above the least room an answer needs. `false` when that is not the case.
-    fn lower_blind_cap(&mut self) -> bool {
-        let (Some(field), Some(asked)) = (self.work.cap_field, self.work.cap) else {
+    /// After a refusal without numbers: the next attempt as [`policy::blind_step`] says,
+    /// below every refusal of this request. `false` when nothing below them can be sent.
+    async fn blind_retry(&mut self) -> bool {
+        let Some(prompt) = self.count_sent() else {
             return false;
         };
-        let Some(prompt) = self.count_sent().map(|sent| sent.theirs(self.ctx.factor())) else {
+        let Some(refused) = self.blind_refused() else {
             return false;
         };
-        if asked <= prompt.0 || asked <= budget::MIN_OUTPUT_ROOM {
-            return false;
+        let least = self.done.least_refused.map_or(refused, |l| l.min(refused));
+        self.done.least_refused = Some(least);
+        let compaction = &self.ctx.app.config.compaction;
+        let blind = Blind {
+            prompt,
+            cap: self.work.cap,
+            bound: policy::blind_bound(least, self.ctx.window()),
+            left: compaction
+                .max_attempts
+                .saturating_sub(self.done.calls.saturating_add(1)),
+            growth: self.growth(),
+            rewrites: self.rewrites(),
+        };
+        let step = policy::blind_step(
+            blind,
+            compaction.output_reserve_tokens,
+            self.ctx.factor(),
+            Marks::of(compaction),
+        );
+        let mut changed = false;
+        if let (Some(cap), Some(field), Some(asked)) =
+            (step.cap, self.work.cap_field, self.work.cap)
+        {
+            changed |= cap < asked && self.set_output_cap(field, asked, cap);
         }
-        let cap = policy::blind_cap(asked, prompt, self.ctx.window());
-        cap < asked && self.set_output_cap(field, asked, cap)
+        if let Some(goal) = step.goal {
+            changed |= self.rewrite(goal).await;
+        }
+        changed && self.blind_refused().is_some_and(|next| next < least)
+    }
+
+    /// The size of what the last attempt sent, or is about to send, as a refusal without
+    /// numbers bounds it: prompt (our count times the factor) plus completion cap.
+    fn blind_refused(&mut self) -> Option<Theirs> {
+        let prompt = self.count_sent()?.theirs(self.ctx.factor());
+        Some(prompt + Theirs(self.work.cap.unwrap_or(0)))
     }
 
     fn rewrites(&self) -> u32 {
@@ -83,14 +108,11 @@ impl Attempt<'_> {
         if let Some(window) = numbers.context_window {
             models.learn(upstream, model, window);
         } else if let (true, Some(sent)) = (bounds_window, sent) {
-            // No numbers: the window is below what was just refused, prompt and requested
-            // completion together (many upstreams count both; counting the prompt alone
-            // could set the window far too small when the completion was the excess). A
-            // 413 says nothing about tokens: its bytes may be images that cost few.
-            let asked = self.work.cap.unwrap_or(0) as f64;
-            let prompt = sent.0 as f64 * self.ctx.factor().0;
-            let bound = ((prompt + asked) * (1.0 - BOUND_MARGIN)) as u64;
-            models.learn_at_most(upstream, model, bound);
+            // No numbers: the window is below what was just refused (see
+            // [`policy::blind_bound`]). A 413 says nothing about tokens: its bytes may be
+            // images that cost few.
+            let refused = sent.theirs(self.ctx.factor()) + Theirs(self.work.cap.unwrap_or(0));
+            models.learn_at_most(upstream, model, policy::blind_bound(refused, None).0);
         }
         if let (Some(theirs), Some(ours)) = (comparable, sent) {
             models.calibrate(upstream, model, Count::Refusal, ours.0, theirs);

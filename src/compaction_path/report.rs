@@ -102,6 +102,7 @@ impl Attempt<'_> {
             ),
             tokens_after: report.map_or(sent_tokens, |r| r.tokens_after as u64),
             output: done.output,
+            media: done.media,
         })
     }
 
@@ -110,7 +111,8 @@ impl Attempt<'_> {
         let done = &self.done;
         let changed = matches!(done.engine, Engine::Rewrote { .. })
             || done.resumed.is_some()
-            || done.output.is_some();
+            || done.output.is_some()
+            || done.media.is_some();
         let passes = done.report().map(|r| r.notes.join("; "));
         let line = LogLine {
             id: self.ctx.id,

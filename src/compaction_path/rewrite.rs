@@ -87,9 +87,14 @@ impl Attempt<'_> {
             resumed: self.done.resumed.as_ref(),
             summariser_failed: self.done.summariser_failed,
         });
+        let max_messages = self.message_cap();
+        let with_cap = |options: engine::Options| engine::Options {
+            max_messages,
+            ..options
+        };
         let order = Order {
-            options: goal.engine_options(),
-            relaxed: goal.relaxed_options(),
+            options: with_cap(goal.engine_options()),
+            relaxed: goal.relaxed_options().map(with_cap),
             window: goal.window,
             summariser: (!self.done.digest_only).then_some(&caller),
             keys,

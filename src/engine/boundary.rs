@@ -44,6 +44,9 @@ pub struct TailRoom {
     pub fill: usize,
     /// How far the last group kept may run past `fill` (up to the hard target).
     pub stretch: usize,
+    /// Messages of history to keep at most (`usize::MAX` when the upstream does not cap
+    /// them).
+    pub messages: usize,
 }
 
 /// Start of the kept tail, walking back from the turn in progress by groups (an assistant
@@ -60,10 +63,20 @@ pub fn tail_start(
 ) -> usize {
     let mut start = turn_start;
     let mut left = room.fill;
+    let mut count_left = room.messages;
     // Results that were pruned, so no earlier copy is turned into a pointer to them.
     let mut pruned: HashSet<usize> = HashSet::new();
     while start > head_end {
         let g = align_to_group_start(messages, start - 1).max(head_end);
+        // Instructions are kept wherever they stand, and counted with what is kept.
+        let counted = messages[g..start]
+            .iter()
+            .filter(|m| !m.role.is_instruction())
+            .count();
+        if counted > count_left {
+            break;
+        }
+        count_left -= counted;
         let cost = cost(&messages[g..start]);
         if cost <= left {
             left -= cost;
@@ -155,7 +168,11 @@ mod tests {
             m,
             head,
             regions.turn_start,
-            TailRoom { fill, stretch },
+            TailRoom {
+                fill,
+                stretch,
+                messages: usize::MAX,
+            },
             &pruner,
             &c,
         )

@@ -28,6 +28,7 @@ pub mod digest;
 mod errors;
 mod escalate;
 mod media;
+pub use media::{cap_media, count_media};
 mod merge;
 pub mod message;
 mod placeholders;
@@ -119,6 +120,9 @@ pub struct Options {
     pub arg_max_chars: usize,
     /// Upper bound on the summary's size in tokens.
     pub summary_max_tokens: usize,
+    /// The most messages the upstream takes in one request, when it caps them: past it,
+    /// the oldest history is summarised even when the tokens fit.
+    pub max_messages: Option<usize>,
 }
 
 impl Default for Options {
@@ -136,6 +140,7 @@ impl Default for Options {
             prune_min_chars: 400,
             arg_max_chars: 300,
             summary_max_tokens: 4000,
+            max_messages: None,
         }
     }
 }
@@ -300,6 +305,8 @@ pub struct Plan {
     target: usize,
     /// How far the target may rise, at the answer's expense, to keep the turn in progress.
     ceiling: usize,
+    /// The most messages the result may have (`usize::MAX` when not capped).
+    max_messages: usize,
     messages_before: usize,
     tokens_before: usize,
     messages: Vec<Message>,
@@ -361,7 +368,7 @@ impl Plan {
     }
 
     fn fits(&self) -> bool {
-        self.total(&self.messages) <= self.target
+        self.total(&self.messages) <= self.target && self.messages.len() <= self.max_messages
     }
 
     /// The message `m` was before any pass pruned or cut it: the same role, the same tool
@@ -517,6 +524,7 @@ pub fn plan_with_counts(
         overhead,
         target,
         ceiling: opts.ceiling_for(request),
+        max_messages: opts.max_messages.unwrap_or(usize::MAX),
         messages_before: raw.len(),
         tokens_before,
         messages: Vec::new(),
@@ -530,7 +538,7 @@ pub fn plan_with_counts(
         digest_extra: 0,
         originals: Vec::new(),
     };
-    if tokens_before <= target {
+    if tokens_before <= target && raw.len() <= plan.max_messages {
         return Ok(plan);
     }
     plan.messages = raw
@@ -554,19 +562,23 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     if plan.fits() {
         return;
     }
-    let stripped = media::strip_old_media(&mut plan.messages, &counter);
-    if stripped > 0 {
-        plan.notes.push(format!("media: stripped {stripped}"));
-    }
-    if plan.fits() {
-        return;
+    // Old media go for tokens; too many messages is not fixed by them.
+    if plan.total(&plan.messages) > plan.target {
+        let stripped = media::strip_old_media(&mut plan.messages, &counter);
+        if stripped > 0 {
+            plan.notes.push(format!("media: stripped {stripped}"));
+        }
+        if plan.fits() {
+            return;
+        }
     }
     let turn_start = plan.regions.turn_start;
     let pruner = Pruner::new(&plan.messages, opts, &counter);
-    // Pruning the history, oldest first, is enough: no summary, nothing else lost.
-    let over = plan.total(&plan.messages) - plan.target;
+    // Pruning the history, oldest first, is enough: no summary, nothing else lost (when
+    // the messages are not too many: pruning keeps every one).
+    let over = plan.total(&plan.messages).saturating_sub(plan.target);
     let prunes = pruner.oldest_first(&plan.messages, 0..turn_start, over, |j| j >= turn_start);
-    if prunes.saved >= over {
+    if prunes.saved >= over && plan.messages.len() <= plan.max_messages {
         let stats = prunes.apply(&mut plan.messages);
         note_prunes(&mut plan.notes, "prune", stats);
         return;
@@ -588,9 +600,19 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
             .sum::<usize>()
         + opts.summary_budget(plan.target);
     let fill = opts.fill(plan.target).saturating_sub(fixed);
+    // Messages the tail may keep beside the head, the summary (and a message the strict
+    // role order may add beside it), the middle's instructions and the turn in progress.
+    let kept = plan.head_end
+        + 2
+        + plan.messages[plan.head_end..turn_start]
+            .iter()
+            .filter(|m| m.role.is_instruction())
+            .count()
+        + (plan.messages.len() - turn_start);
     let room = TailRoom {
         fill,
         stretch: plan.target.saturating_sub(fixed).saturating_sub(fill),
+        messages: plan.max_messages.saturating_sub(kept),
     };
     let before: Vec<usize> = plan.messages.iter().map(|m| m.tokens).collect();
     // An earlier summary is always in the middle, to be carried into the new one.
@@ -936,6 +958,26 @@ mod tests {
         let outcome = compact_with(&request, None, &roomy, &canned).unwrap();
         assert_eq!(canned.0.get(), 1, "a request that fits needs no summary");
         assert!(outcome.report.unchanged);
+    }
+
+    #[test]
+    fn a_message_cap_summarises_the_oldest_history_when_the_tokens_fit() {
+        let request = session(12, 20);
+        let count = |v: &Value| v["messages"].as_array().map_or(0, Vec::len);
+        assert!(count(&request) > 10);
+        let capped = Options {
+            max_messages: Some(10),
+            ..Options::with_window(1_000_000)
+        };
+        let plan = plan(&request, &capped).unwrap();
+        assert!(plan.needs_summary());
+        let outcome = finish(plan, None, &capped);
+        let rewritten = outcome.rewritten.unwrap();
+        assert!(count(&rewritten) <= 10, "{rewritten}");
+        assert!(validate_strict(rewritten["messages"].as_array().unwrap()).is_ok());
+        // Without the cap, nothing is done.
+        let uncapped = Options::with_window(1_000_000);
+        assert!(compact(&request, &uncapped).unwrap().report.unchanged);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! forwards it untouched), so one mock serves every scenario. Summariser calls (the
 //! proxy's own, recognised by the checkpoint prompt) are recorded apart and answered as
 //! `x-mock-summary` says (after `x-mock-summary-delay-ms`), whatever `x-mock` is.
+//! `x-mock: media` takes at most `x-mock-max-media` media parts and `x-mock-max-messages`
+//! messages (or Responses items) in one request.
 
 // Each test binary uses a different part of the harness; and a harness that cannot set
 // up a scenario should stop the test where it failed.
@@ -160,6 +162,7 @@ async fn respond(
             anthropic::messages_window(&state, &parts.headers, &body)
         }
         "window" => window(&state, &parts.headers, &body),
+        "media" => media_capped(&parts.headers, &body),
         "error" => error_answer(&parts.headers),
         "sse-gated" => sse_gated(state),
         "sse-forever" => sse_forever(state),
@@ -491,6 +494,81 @@ fn pairing_violations(request: &serde_json::Value) -> Vec<String> {
         problems.push(format!("tool calls {open:?} unanswered at the end"));
     }
     problems
+}
+
+/// The media parts anywhere in a request, in any dialect.
+pub fn media_parts(value: &serde_json::Value) -> usize {
+    const MEDIA: &[&str] = &[
+        "image_url",
+        "input_image",
+        "image",
+        "document",
+        "input_file",
+        "file",
+        "input_audio",
+    ];
+    match value {
+        serde_json::Value::Array(items) => items.iter().map(media_parts).sum(),
+        serde_json::Value::Object(map) => {
+            let own = map
+                .get("type")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|t| MEDIA.contains(&t));
+            usize::from(own) + map.values().map(media_parts).sum::<usize>()
+        }
+        _ => 0,
+    }
+}
+
+/// An upstream that takes at most `x-mock-max-media` media parts in one request, refusing
+/// more in its dialect's words as real providers do (Anthropic's for Messages, OpenAI's
+/// envelope otherwise), and at most `x-mock-max-messages` messages (OpenAI's array-length
+/// refusal), and streaming an answer to the rest.
+fn media_capped(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
+    let max: usize = header_str(headers, "x-mock-max-media")
+        .parse()
+        .unwrap_or(10);
+    let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return plain(StatusCode::BAD_REQUEST, "not json");
+    };
+    let items = request
+        .get("input")
+        .or_else(|| request.get("messages"))
+        .and_then(serde_json::Value::as_array)
+        .map_or(0, Vec::len);
+    let max_items: usize = header_str(headers, "x-mock-max-messages")
+        .parse()
+        .unwrap_or(usize::MAX);
+    if items > max_items {
+        let field = if request.get("input").is_some() {
+            "input"
+        } else {
+            "messages"
+        };
+        let error = serde_json::json!({"error": {"message": format!("Invalid '{field}': array too long. Expected an array with maximum length {max_items}, but got an array with length {items} instead."),
+            "type": "invalid_request_error", "param": field, "code": "array_above_max_length"}});
+        let mut response = json(error.to_string());
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        return response;
+    }
+    let count = media_parts(&request);
+    if count <= max {
+        let model = request["model"].as_str().unwrap_or("mock-model");
+        return stream_answer(body, model, &format!("MOCK-RESPONSE: saw {count} media"));
+    }
+    let error = if request.get("system").is_some() {
+        serde_json::json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": format!("Too much media: 0 document pages + {count} images > {max}")}})
+    } else if request.get("input").is_some() {
+        serde_json::json!({"error": {"message": format!("Too many images in request: {count} images provided, but the model supports a maximum of {max} images."),
+            "type": "invalid_request_error", "param": null, "code": null}})
+    } else {
+        serde_json::json!({"error": {"message": format!("Too many images in request. Max is {max}."),
+            "type": "invalid_request_error", "param": null, "code": null}})
+    };
+    let mut response = json(error.to_string());
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    response
 }
 
 /// An upstream with a context window (`x-mock-window`, in its own tokens) that refuses
