@@ -95,6 +95,24 @@ pub struct UpstreamConfig {
     /// connections after 5 s), so the proxy rarely sends on a connection as the upstream
     /// closes it. 0: connections are not reused.
     pub pool_idle_timeout_ms: u64,
+    /// How Codex's Responses WebSocket (`GET .../responses` upgraded, with
+    /// `openai-beta: responses_websockets=...`) reaches this upstream.
+    pub responses_websocket: ResponsesWebsocket,
+}
+
+/// See [`UpstreamConfig::responses_websocket`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponsesWebsocket {
+    /// The handshake goes upstream and a 101 is relayed; once the upstream refuses one
+    /// as a server that does not speak it, the proxy bridges that connection and every
+    /// later one.
+    #[default]
+    Auto,
+    /// Always relayed, whatever the upstream answers.
+    Relay,
+    /// Always bridged, without asking the upstream.
+    Bridge,
 }
 
 impl Default for UpstreamConfig {
@@ -105,6 +123,7 @@ impl Default for UpstreamConfig {
             connect_timeout_ms: 10_000,
             idle_timeout_ms: 600_000,
             pool_idle_timeout_ms: 4_000,
+            responses_websocket: ResponsesWebsocket::Auto,
         }
     }
 }

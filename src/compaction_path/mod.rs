@@ -66,6 +66,18 @@ pub async fn handle(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, incoming) = request.into_parts();
     let original = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
+    handle_body(app, &parts, original, dialect, id).await
+}
+
+/// A request whose body is in memory already: read from an HTTP request, or made from a
+/// bridged WebSocket's frame (see [`crate::codex_ws`]).
+pub async fn handle_body(
+    app: &Arc<App>,
+    parts: &Parts,
+    original: Bytes,
+    dialect: Dialect,
+    id: u64,
+) -> Result<Response<ProxyBody>, ProxyError> {
     let original = match dialect {
         // The proxy's own compaction items, which no upstream can read, become text.
         Dialect::Responses => dialect::codex_items::expand(&original).map_or(original, Bytes::from),
@@ -73,19 +85,19 @@ pub async fn handle(
     };
     if dialect == Dialect::Responses && dialect::codex_items::is_trigger(&original) {
         let ask = codex_compaction::Ask::Trigger;
-        return codex_compaction::handle(app, &parts, original, ask, id).await;
+        return codex_compaction::handle(app, parts, original, ask, id).await;
     }
     match dialect.head(&original) {
         Some(head) => match &app.telemetry {
             Some(tracer) => {
                 let span = tracer.request(dialect.as_str(), &head.model, &parts.headers);
-                let future = run(app, &parts, original, head, dialect, id);
+                let future = run(app, parts, original, head, dialect, id);
                 traced(span.clone(), telemetry::scope(span, future).await)
             }
-            None => run(app, &parts, original, head, dialect, id).await,
+            None => run(app, parts, original, head, dialect, id).await,
         },
         // Not a request the proxy understands: the upstream is the judge of it.
-        None => send(app, &parts, original).await,
+        None => send(app, parts, original).await,
     }
 }
 
