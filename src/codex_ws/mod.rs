@@ -15,7 +15,7 @@
 //! frames and messages over `limits.max_body_bytes`, and joins fragmented ones.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
@@ -179,6 +179,17 @@ impl Session {
             let message = match tokio::time::timeout(idle, ws.next()).await {
                 Ok(Some(Ok(message))) => message,
                 Ok(None) => return,
+                Ok(Some(Err(WsError::Capacity(e)))) => {
+                    tracing::debug!(error = %e, "bridged WebSocket message over the limit");
+                    let reason = "message over limits.max_body_bytes";
+                    let _ = ws.close(Some(close(CloseCode::Size, reason))).await;
+                    // The rest of the message is unread: closing with it pending would
+                    // reset the connection before the client reads the close.
+                    let mut sink = tokio::io::sink();
+                    let drain = tokio::io::copy(ws.get_mut(), &mut sink);
+                    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+                    return;
+                }
                 Ok(Some(Err(e))) => {
                     tracing::debug!(error = %e, "bridged WebSocket ended");
                     return;
