@@ -206,4 +206,35 @@ mod tests {
             Err(FrameError::NoType)
         ));
     }
+
+    proptest::proptest! {
+        /// However Codex cuts a conversation into frames (each continuing the response
+        /// before it, with the items after that response's output), every request goes
+        /// upstream with the whole conversation so far, and without the response id.
+        #[test]
+        fn any_cut_of_a_conversation_goes_upstream_whole(
+            cuts in proptest::collection::vec((0usize..4, 0usize..3), 1..12),
+        ) {
+            let mut conversation = Conversation::default();
+            let mut whole: Vec<Value> = Vec::new();
+            let mut previous: Option<String> = None;
+            for (turn, (new, outputs)) in cuts.into_iter().enumerate() {
+                let own: Vec<Value> = (0..new).map(|i| json!({"turn": turn, "in": i})).collect();
+                let mut frame = json!({"type": "response.create", "model": "m", "input": own});
+                if let Some(id) = &previous {
+                    frame["previous_response_id"] = id.clone().into();
+                }
+                let create = create(&conversation, frame);
+                whole.extend(own);
+                let sent = body(&create);
+                proptest::prop_assert_eq!(&sent["input"], &Value::from(whole.clone()));
+                proptest::prop_assert!(sent.get("previous_response_id").is_none());
+                let output: Vec<Value> = (0..outputs).map(|i| json!({"turn": turn, "out": i})).collect();
+                whole.extend(output.iter().cloned());
+                let id = format!("r{turn}");
+                conversation.answered(id.clone(), create.input, output);
+                previous = Some(id);
+            }
+        }
+    }
 }

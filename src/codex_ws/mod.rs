@@ -316,7 +316,6 @@ impl Session {
         if !parts.status.is_success() || !sse {
             return self.whole(ws, parts.status, body, input).await;
         }
-        let mut buffer = BytesMut::new();
         let mut stream = Stream::default();
         loop {
             let data = match body.frame().await {
@@ -332,17 +331,11 @@ impl Session {
                         .await;
                 }
             };
-            buffer.extend_from_slice(&data);
-            while let Some((event, used)) = next_event(&buffer) {
-                let _ = buffer.split_to(used);
-                if event.data.is_empty() || event.data == "[DONE]" {
-                    continue;
-                }
-                stream.observe(&event.data);
-                ws.feed(Message::text(event.data)).await?;
+            for data in stream.push(&data) {
+                ws.feed(Message::text(data)).await?;
             }
             ws.flush().await?;
-            if buffer.len() > self.limit {
+            if stream.pending() > self.limit {
                 let message =
                     "compaction-proxy: an upstream event is larger than limits.max_body_bytes";
                 return ws.send(error_event(StatusCode::BAD_GATEWAY, message)).await;
@@ -428,15 +421,18 @@ async fn read_whole(mut body: ProxyBody, limit: usize) -> Result<Bytes, String> 
     Ok(bytes.freeze())
 }
 
-/// What a streamed answer said, as far as the conversation needs it.
+/// A streamed answer, read as its bytes come: each complete event's data (a frame's
+/// text), and what the conversation needs of it.
 #[derive(Default)]
 struct Stream {
+    /// Bytes of an event not complete yet.
+    buffer: BytesMut,
     /// The output items, in the order they were done.
     output: Vec<Value>,
     end: End,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 enum End {
     /// No terminal event yet.
     #[default]
@@ -448,6 +444,26 @@ enum End {
 }
 
 impl Stream {
+    /// The data of each event `bytes` completes, in order.
+    fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.buffer.extend_from_slice(bytes);
+        let mut complete = Vec::new();
+        while let Some((event, used)) = next_event(&self.buffer) {
+            let _ = self.buffer.split_to(used);
+            if event.data.is_empty() || event.data == "[DONE]" {
+                continue;
+            }
+            self.observe(&event.data);
+            complete.push(event.data);
+        }
+        complete
+    }
+
+    /// Bytes held of an event not complete yet.
+    fn pending(&self) -> usize {
+        self.buffer.len()
+    }
+
     fn observe(&mut self, data: &str) {
         let Ok(event) = serde_json::from_str::<Value>(data) else {
             return;
@@ -481,5 +497,55 @@ fn close(code: CloseCode, reason: &'static str) -> CloseFrame {
     CloseFrame {
         code,
         reason: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ANSWER: &str = concat!(
+        "event: response.created\r\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r1\"}}\r\n\r\n",
+        ": a comment\n\n",
+        "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"n\":1}}\n\n",
+        "data: {\"type\":\"response.output_text.delta\",\n",
+        "data: \"delta\":\"a\"}\n\n",
+        "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"r1\"}}\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    #[test]
+    fn events_and_the_response_survive_any_split_of_the_stream() {
+        let whole = {
+            let mut stream = Stream::default();
+            let frames = stream.push(ANSWER.as_bytes());
+            assert_eq!(frames.len(), 4, "{frames:?}");
+            assert_eq!(
+                frames[2],
+                "{\"type\":\"response.output_text.delta\",\n\"delta\":\"a\"}"
+            );
+            assert_eq!(stream.end, End::Completed("r1".into()));
+            assert_eq!(stream.output, vec![serde_json::json!({"n": 1})]);
+            frames
+        };
+        let bytes = ANSWER.as_bytes();
+        for at in 0..bytes.len() {
+            for end in at..bytes.len() {
+                let mut stream = Stream::default();
+                let mut frames = stream.push(&bytes[..at]);
+                frames.extend(stream.push(&bytes[at..end]));
+                frames.extend(stream.push(&bytes[end..]));
+                assert_eq!(frames, whole, "split at {at} and {end}");
+                assert_eq!(stream.pending(), 0);
+                assert_eq!(stream.end, End::Completed("r1".into()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_response_is_not_continued() {
+        let mut stream = Stream::default();
+        stream.push(b"data: {\"type\":\"response.failed\",\"response\":{\"id\":\"r1\"}}\n\n");
+        assert_eq!(stream.end, End::Other);
     }
 }
