@@ -145,6 +145,10 @@ async fn respond(
     if behaviour == "sink" {
         return Ok(sink(&state, req).await);
     }
+    // Like vLLM and most servers in front of models, the mock speaks no WebSocket.
+    if req.headers().contains_key("upgrade") {
+        return Ok(plain(StatusCode::NOT_FOUND, "Not Found"));
+    }
     let (parts, body) = req.into_parts();
     let body = body
         .collect()
