@@ -463,3 +463,38 @@ async fn refusals_that_say_nothing_of_the_protocol_and_relay_mode_reach_the_clie
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn with_compaction_off_a_refusal_for_length_reaches_codex() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(
+        &mock.url("/v1"),
+        "[upstream]\nresponses_websocket = \"bridge\"\n",
+    );
+    let handshake = json!({"path": "/v1/responses", "headers": {"openai-beta": "responses_websockets=2026-02-06"}});
+    let mut ws = connect(
+        &proxy,
+        &handshake,
+        &[
+            ("x-mock", "window"),
+            ("x-mock-window", "6000"),
+            ("x-mock-shape", "responses"),
+            ("x-compaction", "off"),
+        ],
+    )
+    .await;
+    let frame =
+        json!({"type": "response.create", "model": "gpt-5", "input": long_conversation(12)});
+    ws.send(Message::text(frame.to_string())).await.unwrap();
+    let events = response_events(&mut ws).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "error");
+    assert_eq!(events[0]["status"], 400);
+    assert_eq!(events[0]["error"]["code"], "context_length_exceeded");
+    // Sent once, as resolved, and the proxy's header never reached the upstream.
+    let recorded = mock.recorded();
+    assert_eq!(recorded.len(), 1);
+    assert!(!recorded[0].headers.contains_key("x-compaction"));
+    let sent: Value = serde_json::from_slice(&recorded[0].body).unwrap();
+    assert_eq!(sent["input"].as_array().unwrap().len(), 24);
+}

@@ -49,6 +49,11 @@ use conversation::{Conversation, Create, Frame};
 /// The `openai-beta` feature Codex asks for its Responses WebSocket with.
 const BETA: &str = "responses_websockets";
 
+/// The handshake said `x-compaction: off`: each frame's request goes upstream as
+/// resolved, never rewritten.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactionOff;
+
 /// Whether `request` is Codex's Responses WebSocket handshake: a WebSocket upgrade of
 /// `GET .../responses` with the beta header.
 pub fn asked<B>(request: &Request<B>) -> bool {
@@ -277,9 +282,17 @@ impl Session {
         let reservation = self.app.buffers.reservation();
         reservation.grow_to(body.len() as u64)?;
         let body = Bytes::from(body);
-        let response =
-            compaction_path::handle_body(&self.app, &self.parts, body, Dialect::Responses, id)
-                .await;
+        let response = if self.parts.extensions.get::<CompactionOff>().is_some() {
+            self.app.metrics.upstream_attempt();
+            let (method, uri, headers) = (&self.parts.method, &self.parts.uri, &self.parts.headers);
+            let body = body::full(body);
+            self.app
+                .upstream
+                .send(method.clone(), uri, headers, body)
+                .await
+        } else {
+            compaction_path::handle_body(&self.app, &self.parts, body, Dialect::Responses, id).await
+        };
         drop(reservation);
         response
     }
