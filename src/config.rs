@@ -737,6 +737,25 @@ mod tests {
     }
 
     #[test]
+    fn the_responses_websocket_mode_is_read_by_name() {
+        let read = |mode: &str| {
+            Config::from_toml(&format!("[upstream]\nresponses_websocket = \"{mode}\"\n"))
+                .map(|c| c.upstream.responses_websocket)
+        };
+        assert_eq!(
+            Config::from_toml("").unwrap().upstream.responses_websocket,
+            ResponsesWebsocket::Auto
+        );
+        assert_eq!(read("relay").unwrap(), ResponsesWebsocket::Relay);
+        assert_eq!(read("bridge").unwrap(), ResponsesWebsocket::Bridge);
+        let err = read("tunnel").unwrap_err();
+        assert!(
+            err.contains("responses_websocket") || err.contains("tunnel"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn unknown_top_level_key_is_named() {
         let err = Config::from_toml("listne = \"127.0.0.1:1\"\n").unwrap_err();
         assert!(err.contains("listne"), "{err}");

@@ -556,6 +556,75 @@ mod tests {
     }
 
     #[test]
+    fn codex_s_handshake_is_told_from_other_upgrades() {
+        let handshake = |method: Method, path: &str, beta: Option<&str>| {
+            let mut request = Request::builder()
+                .method(method)
+                .uri(path)
+                .header("connection", "Upgrade")
+                .header("upgrade", "WebSocket");
+            if let Some(beta) = beta {
+                request = request.header("openai-beta", beta);
+            }
+            request.body(()).unwrap()
+        };
+        let beta = Some("assistants=v2, responses_websockets=2026-02-06");
+        assert!(asked(&handshake(Method::GET, "/v1/responses", beta)));
+        assert!(asked(&handshake(
+            Method::GET,
+            "/openai/v1/responses?x=1",
+            beta
+        )));
+        assert!(!asked(&handshake(Method::GET, "/v1/responses", None)));
+        assert!(!asked(&handshake(
+            Method::GET,
+            "/v1/chat/completions",
+            beta
+        )));
+        assert!(!asked(&handshake(Method::POST, "/v1/responses", beta)));
+    }
+
+    #[test]
+    fn only_refusals_of_the_route_say_the_protocol_is_missing() {
+        for status in [200, 400, 404, 405, 426, 501] {
+            assert!(unspoken(StatusCode::from_u16(status).unwrap()), "{status}");
+        }
+        for status in [401, 403, 429, 500, 502, 503] {
+            assert!(!unspoken(StatusCode::from_u16(status).unwrap()), "{status}");
+        }
+    }
+
+    #[test]
+    fn the_upstream_request_keeps_the_client_s_headers_but_the_websocket_s() {
+        let handshake = Request::builder()
+            .uri("/v1/responses?x=1")
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .header("sec-websocket-version", "13")
+            .header("authorization", "Bearer sk")
+            .header("openai-beta", "responses_websockets=2026-02-06")
+            .header("openai-beta", "other=1")
+            .header("session-id", "s1")
+            .body(())
+            .unwrap();
+        let parts = http_parts(handshake.into_parts().0);
+        assert_eq!(parts.method, Method::POST);
+        assert_eq!(parts.uri, "/v1/responses?x=1");
+        let mut names: Vec<&str> = parts.headers.keys().map(|n| n.as_str()).collect();
+        names.sort_unstable();
+        let kept = [
+            "accept",
+            "authorization",
+            "content-type",
+            "openai-beta",
+            "session-id",
+        ];
+        assert_eq!(names, kept);
+        assert_eq!(parts.headers["openai-beta"], "other=1");
+    }
+
+    #[test]
     fn a_failed_response_is_not_continued() {
         let mut stream = Stream::default();
         stream.push(b"data: {\"type\":\"response.failed\",\"response\":{\"id\":\"r1\"}}\n\n");
