@@ -41,6 +41,7 @@ use crate::classify::next_event;
 use crate::compaction_path;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
+use crate::limits::Reservation;
 
 mod conversation;
 
@@ -104,6 +105,7 @@ pub fn bridge(
         parts: http_parts(handshake),
         conversation: Conversation::default(),
         limit,
+        held: app.buffers.reservation(),
     };
     tokio::spawn(async move {
         let _slot = slot;
@@ -173,6 +175,9 @@ struct Session {
     /// `limits.max_body_bytes`: the largest request body, and the most of an answer held
     /// while an event is incomplete.
     limit: usize,
+    /// The connection's share of `limits.max_buffered_bytes`: its largest request so
+    /// far, which is about the conversation it keeps until it closes.
+    held: Reservation,
 }
 
 impl Session {
@@ -269,7 +274,7 @@ impl Session {
         self.relay(ws, response, create.input).await
     }
 
-    /// The frame's request through the request loop, its body held under
+    /// The frame's request through the request loop, its body counted under
     /// `limits.max_buffered_bytes` as an HTTP request's is.
     async fn send(&self, create: &Create, id: u64) -> Result<Response<ProxyBody>, ProxyError> {
         let body = create
@@ -279,8 +284,7 @@ impl Session {
         if body.len() as u64 > limit {
             return Err(ProxyError::BodyTooLarge { limit });
         }
-        let reservation = self.app.buffers.reservation();
-        reservation.grow_to(body.len() as u64)?;
+        self.held.grow_to(body.len() as u64)?;
         let body = Bytes::from(body);
         let response = if self.parts.extensions.get::<CompactionOff>().is_some() {
             self.app.metrics.upstream_attempt();
@@ -293,7 +297,6 @@ impl Session {
         } else {
             compaction_path::handle_body(&self.app, &self.parts, body, Dialect::Responses, id).await
         };
-        drop(reservation);
         response
     }
 
