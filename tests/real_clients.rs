@@ -341,6 +341,17 @@ async fn codex_builtin_provider_over_the_bridged_websocket_outlives_the_window()
     assert!(violations.is_empty(), "{violations:?}");
     // Every turn went over a bridged WebSocket, and the history outgrew the window.
     let metrics = support::metrics(&proxy).await;
+    let compactions: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("compaction_proxy_compactions_total{"))
+        .collect();
+    eprintln!("bridged session: {compactions:?}");
+    // The first overflow met an unknown window: the upstream refused it, and the proxy
+    // recovered before Codex saw an event.
+    assert!(
+        !metrics.contains("compaction_proxy_compactions_total{trigger=\"error\"} 0\n"),
+        "{metrics}"
+    );
     let bridged = metrics
         .lines()
         .find_map(|l| l.strip_prefix("compaction_proxy_websocket_bridged_total "))
