@@ -181,8 +181,8 @@ struct Session {
 }
 
 impl Session {
-    /// Serves frames until the client closes, the connection fails, or neither side has
-    /// sent anything for the upstream idle timeout.
+    /// Serves frames until the client closes, the connection fails, or the client sends
+    /// nothing for the upstream idle timeout between two responses.
     async fn run<S: AsyncRead + AsyncWrite + Unpin>(mut self, mut ws: WebSocketStream<S>) {
         let idle = self.app.upstream.idle_timeout();
         loop {
@@ -286,7 +286,7 @@ impl Session {
         }
         self.held.grow_to(body.len() as u64)?;
         let body = Bytes::from(body);
-        let response = if self.parts.extensions.get::<CompactionOff>().is_some() {
+        if self.parts.extensions.get::<CompactionOff>().is_some() {
             self.app.metrics.upstream_attempt();
             let (method, uri, headers) = (&self.parts.method, &self.parts.uri, &self.parts.headers);
             let body = body::full(body);
@@ -296,8 +296,7 @@ impl Session {
                 .await
         } else {
             compaction_path::handle_body(&self.app, &self.parts, body, Dialect::Responses, id).await
-        };
-        response
+        }
     }
 
     /// Codex's warm-up (`generate: false`) asks for no output, only a response to
