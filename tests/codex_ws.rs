@@ -23,7 +23,8 @@ use serde_json::{json, Value};
 use support::{metrics, Mock, Proxy};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::Message;
 
 type Ws =
@@ -362,9 +363,20 @@ async fn errors_pings_and_limits_on_a_bridged_connection() {
     )
     .await;
 
-    // An upstream refusal reaches Codex as its wrapped error event, with the status.
-    let frame = json!({"type": "response.create", "model": "gpt-5", "input": "hi"});
-    ws.send(Message::text(frame.to_string())).await.unwrap();
+    // A request in three fragments is read whole; the upstream's refusal reaches Codex
+    // as its wrapped error event, with the status.
+    let frame = json!({"type": "response.create", "model": "gpt-5", "input": "hi"}).to_string();
+    let (a, rest) = frame.split_at(10);
+    let (b, c) = rest.split_at(10);
+    let pieces = [
+        (a, OpCode::Data(Data::Text), false),
+        (b, OpCode::Data(Data::Continue), false),
+        (c, OpCode::Data(Data::Continue), true),
+    ];
+    for (piece, opcode, last) in pieces {
+        let fragment = Frame::message(piece.as_bytes().to_vec(), opcode, last);
+        ws.send(Message::Frame(fragment)).await.unwrap();
+    }
     let events = response_events(&mut ws).await;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["type"], "error");
