@@ -510,3 +510,21 @@ async fn with_compaction_off_a_refusal_for_length_reaches_codex() {
     let sent: Value = serde_json::from_slice(&recorded[0].body).unwrap();
     assert_eq!(sent["input"].as_array().unwrap().len(), 24);
 }
+
+#[tokio::test]
+async fn a_handshake_without_a_key_is_refused_by_the_bridge() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(
+        &mock.url("/v1"),
+        "[upstream]\nresponses_websocket = \"bridge\"\n",
+    );
+    let keyless = b"GET /v1/responses HTTP/1.1\r\nhost: proxy\r\nconnection: Upgrade\r\n\
+        upgrade: websocket\r\nsec-websocket-version: 13\r\nopenai-beta: responses_websockets=2026-02-06\r\n\r\n";
+    let answer = support::raw(proxy.addr, keyless, Duration::from_millis(500)).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{answer}"
+    );
+    assert!(answer.contains("invalid_websocket_handshake"), "{answer}");
+    assert!(mock.recorded().is_empty(), "the upstream was asked");
+}
