@@ -144,6 +144,8 @@ struct CodexSession {
     home: PathBuf,
     work: PathBuf,
     args: Vec<String>,
+    /// What each turn's answer must contain: the mock's reply.
+    expect: &'static str,
 }
 
 impl CodexSession {
@@ -173,6 +175,7 @@ impl CodexSession {
             home,
             work,
             args,
+            expect: "MOCK-RESPONSE",
         }
     }
 
@@ -191,6 +194,7 @@ impl CodexSession {
             home,
             work,
             args,
+            expect: "MOCK-RESPONSE",
         }
     }
 
@@ -217,7 +221,7 @@ impl CodexSession {
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            output.status.success() && stdout.contains("MOCK-RESPONSE"),
+            output.status.success() && stdout.contains(self.expect),
             "codex turn {n} failed ({}):\n{stdout}\n{stderr}\nproxy logs:\n{}",
             output.status,
             proxy.logs()
@@ -365,4 +369,44 @@ async fn codex_builtin_provider_over_the_bridged_websocket_outlives_the_window()
         .to_string()
         .contains("turn 7: review this log"));
     assert!(last.get("previous_response_id").is_none(), "{last}");
+}
+
+#[tokio::test]
+async fn codex_builtin_provider_is_relayed_to_an_upstream_that_speaks_the_websocket() {
+    let Some(codex) = codex() else { return };
+    let Some(python) = support::python_with("websockets") else {
+        return;
+    };
+    // The recording server of fixtures/codex_ws speaks the Responses WebSocket, as OpenAI.
+    let recording = support::tempdir().join("frames.jsonl");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/codex_ws/record.py");
+    let mut server = tokio::process::Command::new(python)
+        .arg(script)
+        .arg("0")
+        .arg(&recording)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(server.stdout.take().unwrap()));
+    let listening = lines.next_line().await.unwrap().unwrap();
+    let port = listening.strip_prefix("listening on ").unwrap();
+    let proxy = Proxy::start(&format!("http://127.0.0.1:{port}/v1"), "");
+    let mut session = CodexSession::builtin(codex, &proxy);
+    session.expect = "RECORDED-RESPONSE";
+    let printed = session.turn(0, "run echo please", &proxy).await;
+    assert_eq!(printed.matches(WEBSOCKET_FAILED).count(), 0, "{printed}");
+    // The default (auto) relayed the upgrade byte for byte: nothing was bridged.
+    let metrics = support::metrics(&proxy).await;
+    assert!(
+        !metrics.contains("compaction_proxy_upgrades_total 0\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("compaction_proxy_websocket_bridged_total 0\n"),
+        "{metrics}"
+    );
+    let frames = std::fs::read_to_string(&recording).unwrap();
+    assert!(frames.contains("response.create"), "{frames}");
 }
