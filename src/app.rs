@@ -42,6 +42,9 @@ pub struct App {
     /// The upstream answered a remote compaction request as one it does not know: the
     /// proxy answers them (see [`crate::compaction_path::codex_compaction`]).
     pub remote_compaction_missing: AtomicBool,
+    /// The upstream refused a Responses WebSocket as a server that does not speak it: the
+    /// proxy bridges them (see [`crate::codex_ws`]) without asking again.
+    pub responses_websocket_missing: AtomicBool,
     /// How fast each conversation grows, turn by turn.
     pub growth: Growth,
     /// The memory chat bodies read whole may take, all together.
@@ -86,6 +89,7 @@ impl App {
             auth,
             metrics: Metrics::default(),
             remote_compaction_missing: AtomicBool::new(false),
+            responses_websocket_missing: AtomicBool::new(false),
             growth: Growth::default(),
             next_id: AtomicU64::new(1),
         })

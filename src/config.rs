@@ -95,6 +95,24 @@ pub struct UpstreamConfig {
     /// connections after 5 s), so the proxy rarely sends on a connection as the upstream
     /// closes it. 0: connections are not reused.
     pub pool_idle_timeout_ms: u64,
+    /// How Codex's Responses WebSocket (`GET .../responses` upgraded, with
+    /// `openai-beta: responses_websockets=...`) reaches this upstream.
+    pub responses_websocket: ResponsesWebsocket,
+}
+
+/// See [`UpstreamConfig::responses_websocket`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponsesWebsocket {
+    /// The handshake goes upstream and a 101 is relayed; once the upstream refuses one
+    /// as a server that does not speak it, the proxy bridges that connection and every
+    /// later one.
+    #[default]
+    Auto,
+    /// Always relayed, whatever the upstream answers.
+    Relay,
+    /// Always bridged, without asking the upstream.
+    Bridge,
 }
 
 impl Default for UpstreamConfig {
@@ -105,6 +123,7 @@ impl Default for UpstreamConfig {
             connect_timeout_ms: 10_000,
             idle_timeout_ms: 600_000,
             pool_idle_timeout_ms: 4_000,
+            responses_websocket: ResponsesWebsocket::Auto,
         }
     }
 }
@@ -745,6 +764,25 @@ mod tests {
         assert_eq!(config.listen, "127.0.0.1:8080");
         assert_eq!(config.upstream.base_url, "https://api.openai.com/v1");
         assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn the_responses_websocket_mode_is_read_by_name() {
+        let read = |mode: &str| {
+            Config::from_toml(&format!("[upstream]\nresponses_websocket = \"{mode}\"\n"))
+                .map(|c| c.upstream.responses_websocket)
+        };
+        assert_eq!(
+            Config::from_toml("").unwrap().upstream.responses_websocket,
+            ResponsesWebsocket::Auto
+        );
+        assert_eq!(read("relay").unwrap(), ResponsesWebsocket::Relay);
+        assert_eq!(read("bridge").unwrap(), ResponsesWebsocket::Bridge);
+        let err = read("tunnel").unwrap_err();
+        assert!(
+            err.contains("responses_websocket") || err.contains("tunnel"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub enum ProxyError {
     /// A path with dot segments that cannot be resolved inside its root.
     #[error("invalid request path")]
     InvalidPath(#[from] PathError),
+    /// A WebSocket handshake the bridge cannot answer (no `Sec-WebSocket-Key`).
+    #[error("invalid WebSocket handshake: no usable Sec-WebSocket-Key")]
+    WebSocketHandshake,
     /// `CONNECT`: a forward proxy's tunnel, which a reverse proxy does not open.
     #[error("CONNECT is not supported: this proxy forwards requests to its upstream and opens no tunnels")]
     Connect,
@@ -56,6 +59,7 @@ impl ProxyError {
             Self::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::InvalidPath(_) => StatusCode::BAD_REQUEST,
+            Self::WebSocketHandshake => StatusCode::BAD_REQUEST,
             Self::Connect => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
@@ -76,6 +80,7 @@ impl ProxyError {
             Self::Overloaded(_) => ("server_error", "overloaded"),
             Self::Unauthorized => ("invalid_request_error", "invalid_api_key"),
             Self::InvalidPath(_) => ("invalid_request_error", "invalid_path"),
+            Self::WebSocketHandshake => ("invalid_request_error", "invalid_websocket_handshake"),
             Self::Connect => ("invalid_request_error", "method_not_allowed"),
         }
     }

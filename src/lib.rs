@@ -2,7 +2,8 @@
 //! conversations too long for their model. The layers, top to bottom:
 //!
 //! - the edge: `server` (listen) -> `router` (route, `auth`, log; `limits` bounds the
-//!   client's body) -> `passthrough`, `upgrade` (WebSocket relays) or `compaction_path`;
+//!   client's body) -> `passthrough`, `upgrade` (WebSocket relays, or `codex_ws`, Codex's Responses
+//!   WebSocket bridged onto the compaction path) or `compaction_path`;
 //! - `compaction_path`: the one request loop (decide, send, recover) for every API
 //!   `dialect`, and Codex's compaction requests;
 //! - `compactor`: compaction as one service (the engine, the LLM `summarize`r with its
@@ -22,6 +23,7 @@ pub(crate) mod cause;
 pub mod checkpoint;
 pub mod classify;
 pub mod cli;
+pub(crate) mod codex_ws;
 pub mod command;
 pub(crate) mod compaction_path;
 pub(crate) mod compaction_report;

@@ -32,6 +32,10 @@ pub struct Metrics {
     upstream_attempts: AtomicU64,
     /// Connections the upstream switched to another protocol (101), relayed since.
     upgrades: AtomicU64,
+    /// Codex Responses WebSockets the proxy terminated and carried over HTTP.
+    websockets_bridged: AtomicU64,
+    /// `response.create` frames carried over HTTP on those connections.
+    websocket_responses: AtomicU64,
     compactions: [AtomicU64; Trigger::ALL.len()],
     /// Requests whose completion cap was lowered to fit the window, by trigger.
     output_lowered: [AtomicU64; Trigger::ALL.len()],
@@ -59,6 +63,14 @@ impl Metrics {
 
     pub fn upgrade(&self) {
         self.upgrades.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn websocket_bridged(&self) {
+        self.websockets_bridged.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn websocket_response(&self) {
+        self.websocket_responses.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn compaction(&self, trigger: Trigger) {
@@ -136,6 +148,18 @@ impl Metrics {
             "compaction_proxy_upgrades_total",
             "Connections the upstream switched to another protocol (WebSocket), relayed byte for byte.",
             self.upgrades.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "compaction_proxy_websocket_bridged_total",
+            "Codex Responses WebSocket connections the proxy answered itself, each response carried over HTTP.",
+            self.websockets_bridged.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "compaction_proxy_websocket_responses_total",
+            "response.create frames on bridged WebSockets, each sent upstream as POST .../responses.",
+            self.websocket_responses.load(Ordering::Relaxed),
         );
         labelled(
             &mut out,

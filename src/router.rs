@@ -18,7 +18,7 @@ use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
 use crate::summarize::ClientFocus;
-use crate::{compaction_path, passthrough, upgrade, upstream};
+use crate::{codex_ws, compaction_path, passthrough, upgrade, upstream};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -77,6 +77,11 @@ pub async fn handle(
             take_focus(&mut request);
             let route = match (Route::of(&request), compaction_off(&mut request)) {
                 (Route::Compact(_) | Route::RemoteCompaction, true) => Route::Passthrough,
+                // A bridged WebSocket's requests then go upstream as Codex sent them.
+                (Route::Upgrade, true) => {
+                    request.extensions_mut().insert(codex_ws::CompactionOff);
+                    Route::Upgrade
+                }
                 (route, _) => route,
             };
             // The id is a field of each line rather than a span: entering a span on every

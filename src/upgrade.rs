@@ -2,7 +2,10 @@
 //! upstream with its `Upgrade` header; a 101 goes back to the client, and from then on
 //! the two connections are relayed byte for byte both ways, unread, until both sides
 //! have closed or neither has sent a byte for the upstream idle timeout. Any other
-//! answer (a refusal) is the client's as the upstream sent it.
+//! answer (a refusal) is the client's as the upstream sent it, but for Codex's Responses
+//! WebSocket refused by an upstream that does not speak it: that one the proxy answers
+//! itself and bridges onto the compaction path (see [`crate::codex_ws`] and
+//! `upstream.responses_websocket`).
 
 use std::io;
 use std::pin::Pin;
@@ -21,6 +24,8 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
+use crate::codex_ws;
+use crate::config::ResponsesWebsocket;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
 use crate::upstream::Upgrade;
@@ -42,19 +47,40 @@ pub fn asked<B>(request: &Request<B>) -> bool {
 /// the relay runs on a task of its own, holding the client connection's `slot` of
 /// `server.max_connections` until it ends: a switched connection counts as any other.
 pub async fn forward(
-    app: &App,
+    app: &Arc<App>,
     mut request: Request<ClientBody<Incoming>>,
     slot: Arc<OwnedSemaphorePermit>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let client = hyper::upgrade::on(&mut request);
+    let bridged = codex_ws::asked(&request).then_some(app.config.upstream.responses_websocket);
+    let known_missing = app.responses_websocket_missing.load(Ordering::Relaxed);
     let (parts, body) = request.into_parts();
+    match bridged {
+        Some(ResponsesWebsocket::Bridge) => return codex_ws::bridge(app, parts, client, slot),
+        Some(ResponsesWebsocket::Auto) if known_missing => {
+            return codex_ws::bridge(app, parts, client, slot)
+        }
+        _ => {}
+    }
     let body = body.map_err(Into::into).boxed_unsync();
     app.metrics.upstream_attempt();
     let answer = app
         .upstream
-        .upgrade(parts.method, &parts.uri, &parts.headers, body)
+        .upgrade(parts.method.clone(), &parts.uri, &parts.headers, body)
         .await?;
     let (head, tunnel) = match answer {
+        Upgrade::Refused(response)
+            if bridged == Some(ResponsesWebsocket::Auto)
+                && codex_ws::unspoken(response.status()) =>
+        {
+            tracing::info!(
+                status = response.status().as_u16(),
+                "the upstream does not speak the Responses WebSocket: the proxy bridges it from now on"
+            );
+            app.responses_websocket_missing
+                .store(true, Ordering::Relaxed);
+            return codex_ws::bridge(app, parts, client, slot);
+        }
         Upgrade::Refused(response) => return Ok(response),
         Upgrade::Switched(head, tunnel) => (head, tunnel),
     };

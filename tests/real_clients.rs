@@ -144,6 +144,8 @@ struct CodexSession {
     home: PathBuf,
     work: PathBuf,
     args: Vec<String>,
+    /// What each turn's answer must contain: the mock's reply.
+    expect: &'static str,
 }
 
 impl CodexSession {
@@ -173,6 +175,26 @@ impl CodexSession {
             home,
             work,
             args,
+            expect: "MOCK-RESPONSE",
+        }
+    }
+
+    /// A session with Codex's built-in OpenAI provider pointed at the proxy by
+    /// `openai_base_url`, as most Codex users would: Codex then opens the Responses API as
+    /// a WebSocket first.
+    fn builtin(codex: PathBuf, proxy: &Proxy) -> Self {
+        let dir = support::tempdir();
+        let (home, work) = (dir.join("home"), dir.join("work"));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        let base_url = format!("openai_base_url=\"{}\"", proxy.url("/v1"));
+        let args = ["-c", &base_url, "-m", "gpt-5"].map(str::to_owned).to_vec();
+        CodexSession {
+            codex,
+            home,
+            work,
+            args,
+            expect: "MOCK-RESPONSE",
         }
     }
 
@@ -183,6 +205,7 @@ impl CodexSession {
             .current_dir(&self.work)
             .env("CODEX_HOME", &self.home)
             .env("MOCK_API_KEY", "sk-test")
+            .env("OPENAI_API_KEY", "sk-test")
             .args(["exec", "--skip-git-repo-check"])
             .arg("--dangerously-bypass-approvals-and-sandbox")
             .args(&self.args);
@@ -198,7 +221,7 @@ impl CodexSession {
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            output.status.success() && stdout.contains("MOCK-RESPONSE"),
+            output.status.success() && stdout.contains(self.expect),
             "codex turn {n} failed ({}):\n{stdout}\n{stderr}\nproxy logs:\n{}",
             output.status,
             proxy.logs()
@@ -274,4 +297,116 @@ async fn codex_remote_compaction_is_answered_for_an_upstream_without_it() {
         "{input}"
     );
     assert!(!input.contains("\"type\":\"compaction\""));
+}
+
+/// What Codex prints each time its Responses WebSocket cannot be opened (it then retries,
+/// and at last falls back to HTTP).
+const WEBSOCKET_FAILED: &str = "failed to connect to Responses WebSocket";
+
+/// Runs `turns` turns of `session`; what Codex printed, and how long the session took.
+async fn timed_session(
+    session: &CodexSession,
+    turns: usize,
+    proxy: &Proxy,
+) -> (String, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let mut printed = String::new();
+    for n in 0..turns {
+        printed.push_str(&session.turn(n, &long_prompt(n), proxy).await);
+    }
+    (printed, started.elapsed())
+}
+
+#[tokio::test]
+async fn codex_builtin_provider_over_the_bridged_websocket_outlives_the_window() {
+    let Some(codex) = codex() else { return };
+    // The enforcing upstream refuses a Responses request over 17,000 of its tokens, and
+    // knows no WebSocket: the built-in provider cannot send the mock's headers, so they
+    // are the mock's defaults.
+    let mock = Mock::start_with_defaults(&[("x-mock", "window"), ("x-mock-window", "17000")]).await;
+    let proxy = Proxy::start(&mock.url("/v1"), "");
+    let builtin = CodexSession::builtin(codex.clone(), &proxy);
+    let (printed, bridged_time) = timed_session(&builtin, 8, &proxy).await;
+    let failed = printed.matches(WEBSOCKET_FAILED).count();
+
+    // The same session through a custom provider that speaks HTTP only.
+    let http_mock = Mock::start().await;
+    let http_proxy = Proxy::start(&http_mock.url("/v1"), "");
+    let custom = CodexSession::new(codex, &http_proxy, 17_000, "", &[]);
+    let (_, http_time) = timed_session(&custom, 8, &http_proxy).await;
+    eprintln!(
+        "8 turns, window 17000: built-in provider over the bridged WebSocket {:.1} s with {failed} \
+         failed WebSocket attempts; custom provider (wire_api = \"responses\") {:.1} s",
+        bridged_time.as_secs_f64(),
+        http_time.as_secs_f64()
+    );
+    assert_eq!(failed, 0, "{printed}");
+    let violations = mock.state.violations.lock().unwrap().clone();
+    assert!(violations.is_empty(), "{violations:?}");
+    // Every turn went over a bridged WebSocket, and the history outgrew the window.
+    let metrics = support::metrics(&proxy).await;
+    let compactions: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("compaction_proxy_compactions_total{"))
+        .collect();
+    eprintln!("bridged session: {compactions:?}");
+    // The first overflow met an unknown window: the upstream refused it, and the proxy
+    // recovered before Codex saw an event.
+    assert!(
+        !metrics.contains("compaction_proxy_compactions_total{trigger=\"error\"} 0\n"),
+        "{metrics}"
+    );
+    let bridged = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("compaction_proxy_websocket_bridged_total "))
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    assert!(bridged >= 8, "{metrics}");
+    assert!(proxy.logged("compaction"), "{}", proxy.logs());
+    let last: serde_json::Value = serde_json::from_slice(&mock.last().body).unwrap();
+    assert!(last["input"]
+        .to_string()
+        .contains("turn 7: review this log"));
+    assert!(last.get("previous_response_id").is_none(), "{last}");
+}
+
+#[tokio::test]
+async fn codex_builtin_provider_is_relayed_to_an_upstream_that_speaks_the_websocket() {
+    let Some(codex) = codex() else { return };
+    let Some(python) = support::python_with("websockets") else {
+        return;
+    };
+    // The recording server of fixtures/codex_ws speaks the Responses WebSocket, as OpenAI.
+    let recording = support::tempdir().join("frames.jsonl");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/codex_ws/record.py");
+    let mut server = tokio::process::Command::new(python)
+        .arg(script)
+        .arg("0")
+        .arg(&recording)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(server.stdout.take().unwrap()));
+    let listening = lines.next_line().await.unwrap().unwrap();
+    let port = listening.strip_prefix("listening on ").unwrap();
+    let proxy = Proxy::start(&format!("http://127.0.0.1:{port}/v1"), "");
+    let mut session = CodexSession::builtin(codex, &proxy);
+    session.expect = "RECORDED-RESPONSE";
+    let printed = session.turn(0, "run echo please", &proxy).await;
+    assert_eq!(printed.matches(WEBSOCKET_FAILED).count(), 0, "{printed}");
+    // The default (auto) relayed the upgrade byte for byte: nothing was bridged.
+    let metrics = support::metrics(&proxy).await;
+    assert!(
+        !metrics.contains("compaction_proxy_upgrades_total 0\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("compaction_proxy_websocket_bridged_total 0\n"),
+        "{metrics}"
+    );
+    let frames = std::fs::read_to_string(&recording).unwrap();
+    assert!(frames.contains("response.create"), "{frames}");
 }

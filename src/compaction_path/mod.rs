@@ -67,6 +67,18 @@ pub async fn handle(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, incoming) = request.into_parts();
     let original = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
+    handle_body(app, &parts, original, dialect, id).await
+}
+
+/// A request whose body is in memory already: read from an HTTP request, or made from a
+/// bridged WebSocket's frame (see [`crate::codex_ws`]).
+pub async fn handle_body(
+    app: &Arc<App>,
+    parts: &Parts,
+    original: Bytes,
+    dialect: Dialect,
+    id: u64,
+) -> Result<Response<ProxyBody>, ProxyError> {
     let original = match dialect {
         // The proxy's own compaction items, which no upstream can read, become text.
         Dialect::Responses => dialect::codex_items::expand(&original).map_or(original, Bytes::from),
@@ -75,17 +87,17 @@ pub async fn handle(
     if dialect == Dialect::Responses && dialect::codex_items::is_trigger(&original) {
         let ask = codex_compaction::Ask::Trigger;
         let model = dialect.head(&original).map(|head| head.model);
-        let future = codex_compaction::handle(app, &parts, original, ask, id);
+        let future = codex_compaction::handle(app, parts, original, ask, id);
         return with_span(app, codex_compaction::API, model, &parts.headers, future).await;
     }
     match dialect.head(&original) {
         Some(head) => {
             let model = Some(head.model.clone());
-            let future = run(app, &parts, original, head, dialect, id);
+            let future = run(app, parts, original, head, dialect, id);
             with_span(app, dialect.as_str(), model, &parts.headers, future).await
         }
         // Not a request the proxy understands: the upstream is the judge of it.
-        None => send(app, &parts, original).await,
+        None => send(app, parts, original).await,
     }
 }
 

@@ -62,6 +62,9 @@ pub struct MockState {
     pub violations: Mutex<Vec<String>>,
     /// TCP connections accepted.
     pub connections: AtomicUsize,
+    /// Headers a request is taken to have when it lacks them: the behaviour for clients
+    /// that cannot send `x-mock` (Codex's built-in OpenAI provider).
+    pub defaults: HeaderMap,
 }
 
 pub struct Mock {
@@ -71,9 +74,18 @@ pub struct Mock {
 
 impl Mock {
     pub async fn start() -> Self {
+        Self::start_with_defaults(&[]).await
+    }
+
+    /// A mock that takes each request lacking one of `defaults` to have it.
+    pub async fn start_with_defaults(defaults: &[(&'static str, &str)]) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let state = Arc::new(MockState::default());
+        let mut state = MockState::default();
+        for (name, value) in defaults {
+            state.defaults.insert(*name, value.parse().unwrap());
+        }
+        let state = Arc::new(state);
         let shared = Arc::clone(&state);
         tokio::spawn(async move {
             loop {
@@ -119,8 +131,13 @@ impl Mock {
 
 async fn respond(
     state: Arc<MockState>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<MockBody>, Infallible> {
+    for (name, value) in &state.defaults {
+        if !req.headers().contains_key(name) {
+            req.headers_mut().insert(name, value.clone());
+        }
+    }
     let behaviour = req
         .headers()
         .get("x-mock")
@@ -129,6 +146,10 @@ async fn respond(
         .to_owned();
     if behaviour == "sink" {
         return Ok(sink(&state, req).await);
+    }
+    // Like vLLM and most servers in front of models, the mock speaks no WebSocket.
+    if req.headers().contains_key("upgrade") {
+        return Ok(plain(StatusCode::NOT_FOUND, "Not Found"));
     }
     let (parts, body) = req.into_parts();
     let body = body
