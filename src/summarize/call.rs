@@ -241,7 +241,12 @@ impl Summarizer {
 
     /// The checkpoint of `middle` written by `model`: one call per chunk that fits the
     /// summariser's window, each updating the checkpoint the one before wrote. A rejected
-    /// answer ends the chain: it is never carried into the next chunk.
+    /// answer is never carried into the next chunk: that chunk's turns are digested
+    /// instead ([`with_digest`]) and the next chunk updates the checkpoint with the digest
+    /// beside it, so one bad answer costs one chunk's prose, not the work of the chunks
+    /// before it. Two rejections in a row end the calls (a model writing junk keeps
+    /// writing it): what is left is digested. No chunk accepted is a failure, and the
+    /// next model or the engine's digest takes over.
     async fn checkpoint(
         &self,
         ledger: Ledger<'_>,
@@ -265,9 +270,16 @@ impl Summarizer {
         let focus = focus(call.parts.extensions.get::<ClientFocus>(), middle.after);
         let date = today();
         let mut summary = middle.previous.map(str::to_owned);
+        let (mut accepted, mut rejected_in_a_row) = (false, 0);
+        let mut last_problem = AnswerProblem::Empty;
         for range in chunk_turns(middle.turns, limit, &counter) {
-            let replaced: usize = middle.turns[range.clone()].iter().map(|m| m.tokens).sum();
-            let request = SummaryRequest::new(model, &middle.turns[range], budget, counter)
+            let turns = &middle.turns[range];
+            if rejected_in_a_row >= MAX_REJECTED_IN_A_ROW {
+                summary = Some(with_digest(summary.as_deref(), turns, budget));
+                continue;
+            }
+            let replaced: usize = turns.iter().map(|m| m.tokens).sum();
+            let request = SummaryRequest::new(model, turns, budget, counter)
                 .prompt(prompt)
                 .previous_summary(summary.as_deref())
                 .focus(focus.as_deref())
@@ -293,17 +305,35 @@ impl Summarizer {
                 tokens,
                 expect: &expect,
             };
-            let result = self.send(ledger, call, &body, &sent).await;
-            match &result {
-                Ok(_) => ledger.metrics.summarizer_call(true),
+            match self.send(ledger, call, &body, &sent).await {
+                Ok(text) => {
+                    ledger.metrics.summarizer_call(true);
+                    (accepted, rejected_in_a_row) = (true, 0);
+                    summary = Some(text);
+                }
                 Err(Failure::Rejected(problem)) => {
                     ledger.metrics.summarizer_rejected(problem.reason());
+                    tracing::warn!(
+                        id = call.id,
+                        model,
+                        reason = problem.reason(),
+                        error = %problem,
+                        "summariser answer for a chunk rejected; its turns are digested"
+                    );
+                    rejected_in_a_row += 1;
+                    last_problem = problem;
+                    summary = Some(with_digest(summary.as_deref(), turns, budget));
                 }
-                Err(_) => ledger.metrics.summarizer_call(false),
+                Err(failure) => {
+                    ledger.metrics.summarizer_call(false);
+                    return Err(failure);
+                }
             }
-            summary = Some(result?);
         }
-        summary.ok_or(Failure::Rejected(AnswerProblem::Empty))
+        match summary {
+            Some(text) if accepted => Ok(text),
+            _ => Err(Failure::Rejected(last_problem)),
+        }
     }
 
     fn base_url(&self) -> &str {
@@ -416,6 +446,24 @@ struct Sent<'a> {
     model: &'a str,
     tokens: usize,
     expect: &'a Expect<'a>,
+}
+
+/// Rejected answers in a row after which a model is asked no more for this middle.
+const MAX_REJECTED_IN_A_ROW: usize = 2;
+/// Characters per token of the summary's budget, as the engine sizes its digest.
+const CHARS_PER_TOKEN: usize = 3;
+
+/// The checkpoint so far with the deterministic digest of `turns` (a chunk whose answer
+/// was rejected) after it: the checkpoint stays whole, in its template, so the next
+/// update is still checked against every fact of it.
+fn with_digest(checkpoint: Option<&str>, turns: &[Message], budget: usize) -> String {
+    // Half the summary's room: the checkpoint beside it takes the rest.
+    let room = budget.saturating_mul(CHARS_PER_TOKEN) / 2;
+    let digest = crate::engine::digest::digest(None, turns, room);
+    match checkpoint {
+        Some(c) if !c.trim().is_empty() => format!("{}\n\n{digest}", c.trim_end()),
+        _ => digest,
+    }
 }
 
 /// The request with its turns cut until its body, counted, fits the room; with the body
