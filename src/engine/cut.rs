@@ -69,10 +69,8 @@ pub fn keep_facts(text: &str, keep: usize) -> String {
         return text.to_string();
     }
     let opening = clip(text, OPENING_CHARS.min(keep - keep / 6)).len();
-    let b = clip_end(&text[opening..], keep / 6);
+    let b = kept_end(text, opening, keep / 6);
     let middle_end = text.len() - b.len();
-    // A fact line that runs into the kept end is still kept whole: cut where the end
-    // begins, "Wrote build/reports/x" and "/index.html" would each say nothing.
     let facts = fact_lines(&text[opening..], middle_end - opening, keep / 3);
     let facts_len: usize = facts.iter().map(|(_, l)| l.len() + 1).sum();
     let head = keep
@@ -102,6 +100,26 @@ pub fn keep_facts(text: &str, keep: usize) -> String {
     }
     out.push_str(b);
     out
+}
+
+/// The last `about` characters of `text` after `opening`; when they would start inside
+/// a line that states a fact, from that line's start: cut there, "Wrote build/reports/x"
+/// and "/index.html" would each say nothing.
+fn kept_end(text: &str, opening: usize, about: usize) -> &str {
+    let b = clip_end(&text[opening..], about);
+    let start = text.len() - b.len();
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let line = text[line_start..line_end].trim();
+    if line_start > opening
+        && line_start < start
+        && line_end - line_start <= FACT_LINE_CHARS
+        && fact_score(line) > 0
+    {
+        &text[line_start..]
+    } else {
+        b
+    }
 }
 
 /// The lines of `text` starting before `before` that state facts, within `room`
@@ -229,7 +247,7 @@ mod tests {
         let path = "build/reports/tests_ys96/test/index.html";
         let text = format!("{filler}Wrote {path}");
         // The kept end (a sixth of what is kept) starts inside the fact's line.
-        for keep in [200, 240, 270] {
+        for keep in [120, 200, 240, 270] {
             assert!(keep / 6 < "Wrote ".len() + path.len());
             let cut = keep_facts(&text, keep);
             assert!(cut.contains(path), "{keep}: {cut}");
