@@ -33,8 +33,8 @@ for Hermes, its output measured by the same binary against the same target); and
 the requests over target where a fitting request existed: where the least the proxy
 promises to keep fits the target (the instructions, the tool definitions and the latest
 user message whole, which the engine never cuts; 48 tokens, its cut floor, for the task
-and for each message after the latest user message; a summary of 64 tokens, its floor,
-in its frame). Over target beyond that floor is the transcript's, not the
+and for each message from the latest calls on (earlier rounds of the turn fold into the
+summary); a summary of 64 tokens, its floor, in its frame). Over target beyond that floor is the transcript's, not the
 compaction's: a 25,000-character observation as the latest user message, or ToolBench's
 system prompt and tool schemas, alone exceed a 25% window.
 
@@ -336,7 +336,11 @@ def floor_tokens(binary, body):
         keep.append({"role": "assistant", "content": SUMMARY_FRAME})
     keep.append(msgs[latest])
     _, _, tokens, _, _ = compact(binary, dict(body, messages=keep), 10_000_000)
-    floors = (len(msgs) - 1 - latest) + (first < latest)
+    # After the latest user message, the engine folds the turn's earlier rounds of calls
+    # into the summary and keeps the latest calls and their results.
+    calls = [i for i, m in enumerate(msgs) if i > latest and m.get("tool_calls")]
+    after = len(msgs) - (calls[-1] if calls else latest + 1)
+    floors = after + (first < latest)
     return tokens + CUT_FLOOR * floors + (SUMMARY_FLOOR if first < latest else 0)
 
 
