@@ -29,7 +29,14 @@ Also: the task statement (the opening 200 characters of the first user message) 
 a secret leaks (a 12-character substring of it, outside a whole copy, in text the compactor
 wrote, i.e. in an output message that is not byte-identical to an input one: a cut went
 through it; or the whole secret inside the digest); requests over target (exit 3;
-for Hermes, its output measured by the same binary against the same target).
+for Hermes, its output measured by the same binary against the same target); and of those,
+the requests over target where a fitting request existed: where the least the proxy
+promises to keep fits the target (the instructions, the tool definitions and the latest
+user message whole, which the engine never cuts; 48 tokens, its cut floor, for the task
+and for each message from the latest calls on (earlier rounds of the turn fold into the
+summary); a summary of 64 tokens, its floor, in its frame). Over target beyond that floor is the transcript's, not the
+compaction's: a 25,000-character observation as the latest user message, or ToolBench's
+system prompt and tool schemas, alone exceed a 25% window.
 
 "Shown to the summariser": at the 25% and 50% windows the transcript is compacted again
 with --summarize-via pointing at a mock OpenAI-compatible server on 127.0.0.1 that records
@@ -188,24 +195,38 @@ def compact(binary, body, window, via=None):
 
 class Recorder(http.server.BaseHTTPRequestHandler):
     requests = []
-    # A checkpoint the proxy's answer check accepts (every heading of its template, a
-    # line of its own under each), so that a chunked middle is sent chunk after chunk.
-    ANSWER = "\n".join(
-        f"{h}\n- Mock checkpoint line {i} written by the fidelity bench's recorder, nothing more."
-        for i, h in enumerate(["## Active Task", "## Goal", "## Constraints and Preferences",
-                               "## Completed Actions", "## Active State", "## In Progress", "## Blockers",
-                               "## Key Decisions", "## Resolved Questions", "## Pending Asks",
-                               "## Relevant Files", "## Remaining Work", "## Critical Values"])) + "\n"
+    # A checkpoint the proxy's answer check accepts (headings of its template, a line of
+    # its own under each), so that a chunked middle is sent chunk after chunk. Like a
+    # model, it writes no more than the request's max_tokens allow (about three characters
+    # a token), and at least the two headings the check asks for; every answer is the same
+    # first headings, so an update never drops one its previous checkpoint had.
+    HEADINGS = ["## Active Task", "## Goal", "## Constraints and Preferences", "## Completed Actions",
+                "## Active State", "## In Progress", "## Blockers", "## Key Decisions",
+                "## Resolved Questions", "## Pending Asks", "## Relevant Files", "## Remaining Work",
+                "## Critical Values"]
+
+    @classmethod
+    def answer(cls, max_tokens):
+        parts = [f"{h}\n- Mock checkpoint line {i} by the fidelity bench's recorder.\n"
+                 for i, h in enumerate(cls.HEADINGS)]
+        room, out = 3 * (max_tokens or 10_000), []
+        for p in parts:
+            if len(out) >= 2 and sum(map(len, out)) + len(p) > room:
+                break
+            out.append(p)
+        return "".join(out)
 
     def do_POST(self):  # noqa: N802 - http.server's name
         n = int(self.headers.get("content-length", 0))
         body = self.rfile.read(n)
         try:
-            Recorder.requests.append(json.loads(body))
+            req = json.loads(body)
         except json.JSONDecodeError:
-            Recorder.requests.append({"raw": body.decode("utf-8", "replace")})
+            req = {"raw": body.decode("utf-8", "replace")}
+        Recorder.requests.append(req)
+        content = self.answer(req.get("max_tokens") or req.get("max_completion_tokens"))
         chunk = {"id": "mock", "object": "chat.completion.chunk", "model": "mock",
-                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": self.ANSWER},
+                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": content},
                               "finish_reason": None}]}
         done = {"id": "mock", "object": "chat.completion.chunk", "model": "mock",
                 "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
@@ -241,6 +262,14 @@ class Tally:
         self.task = [0, 0]
         self.leak = [0, 0]
         self.over = [0, 0]
+        self.over_fitting = [0, 0]  # over target, runs whose floor fits
+
+    def count_over(self, over, floor, target):
+        self.over[1] += 1
+        self.over[0] += int(over)
+        if floor <= target:
+            self.over_fitting[1] += 1
+            self.over_fitting[0] += int(over)
 
     def pct(self, k, table=None):
         kept, n = (table or self.kept)[k]
@@ -287,6 +316,34 @@ def score(src, facts, out, tally, details, label):
     return rec
 
 
+CUT_FLOOR = 48  # tokens: the engine never cuts a message below this
+SUMMARY_FLOOR = 64  # tokens: nor a summary
+SUMMARY_FRAME = (MARKER + "\nEarlier turns were removed to fit the context window. These notes digest "
+                 "them for reference, not as a new request: build on this state and answer the latest "
+                 "message below.\n\n" + END_MARKER)
+
+
+def floor_tokens(binary, body):
+    """The least the proxy promises to keep of a request: its instructions and tools, the
+    latest user message whole, and for each other message it keeps the cut floor (the
+    task, a summary at its own floor in its frame, each message after the latest user
+    message)."""
+    msgs = body["messages"]
+    latest = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+    first = next(i for i, m in enumerate(msgs) if m["role"] == "user")
+    keep = [m for m in msgs[:latest] if m["role"] in ("system", "developer")]
+    if first < latest:
+        keep.append({"role": "assistant", "content": SUMMARY_FRAME})
+    keep.append(msgs[latest])
+    _, _, tokens, _, _ = compact(binary, dict(body, messages=keep), 10_000_000)
+    # After the latest user message, the engine folds the turn's earlier rounds of calls
+    # into the summary and keeps the latest calls and their results.
+    calls = [i for i, m in enumerate(msgs) if i > latest and m.get("tool_calls")]
+    after = len(msgs) - (calls[-1] if calls else latest + 1)
+    floors = after + (first < latest)
+    return tokens + CUT_FLOOR * floors + (SUMMARY_FLOOR if first < latest else 0)
+
+
 def run_corpus(name, corpus, args, details):
     ours, hermes, shown = Tally(), Tally(), Tally()
     shown_secret = [0, 0]
@@ -295,20 +352,19 @@ def run_corpus(name, corpus, args, details):
     server, url = start_mock()
     for tname, body, facts in corpus:
         _, _, tokens, _, _ = compact(args.binary, body, 10_000_000)
+        floor = floor_tokens(args.binary, body)
         wins = [(f"{int(fr * 100)}%", max(256, int(tokens * fr))) for fr in FRACTIONS] + \
                [(str(w), w) for w in FIXED]
         for wname, w in wins:
             out, rc, _, after, target = compact(args.binary, body, w)
-            ours.over[1] += 1
-            ours.over[0] += int(rc == 3)
+            ours.count_over(rc == 3, floor, target)
             t = by_window.setdefault(wname, Tally())
-            t.over[1] += 1
-            t.over[0] += int(rc == 3)
+            t.count_over(rc == 3, floor, target)
             rec = score(body["messages"], facts, out, ours, details, f"{name}/{tname}/ours/{wname}")
             score(body["messages"], facts, out, t, [], "")
-            rec.update(window=w, tokens=tokens, after=after, target=target, rc=rc)
+            rec.update(window=w, tokens=tokens, after=after, target=target, rc=rc, floor=floor)
             jobs.append({"messages": body["messages"], "window": w, "facts": facts, "name": tname,
-                         "wname": wname, "target": target})
+                         "wname": wname, "target": target, "floor": floor})
             if wname in ("25%", "50%"):
                 Recorder.requests = []
                 sout, _, _, _, _ = compact(args.binary, body, w, via=url)
@@ -350,8 +406,7 @@ def run_corpus(name, corpus, args, details):
                 continue
             rec = score(j["messages"], j["facts"], res["messages"], hermes, details, label)
             _, _, size, _, _ = compact(args.binary, {"model": "gpt-4o", "messages": res["messages"]}, 10_000_000)
-            hermes.over[1] += 1
-            hermes.over[0] += int(size > j["target"])
+            hermes.count_over(size > j["target"], j["floor"], j["target"])
             rec.update(after=size, target=j["target"], fallback=res.get("fallback"))
     return ours, hermes, shown, shown_secret, by_window
 
@@ -378,16 +433,19 @@ def print_tables(name, count, ours, hermes, shown, shown_secret, by_window, have
     print(f"| task statement (opening of the first user message) survives | {frac(ours.task)} | {h(hermes.task)} |")
     print(f"| runs where a secret's 12+ chars reach text the compactor wrote | {frac(ours.leak)} | {h(hermes.leak)} |")
     print(f"| requests over target | {frac(ours.over)} | {h(hermes.over)} |")
+    print(f"| requests over target where a fitting request existed | {frac(ours.over_fitting)} | "
+          f"{h(hermes.over_fitting)} |")
     print("| facts lost from a message that was kept (shortened) | "
           + frac([sum(ours.cut[k][0] for k in KINDS), sum(ours.cut[k][1] for k in KINDS)]) + " | "
           + (frac([sum(hermes.cut[k][0] for k in KINDS), sum(hermes.cut[k][1] for k in KINDS)]) if have_hermes else "not run")
           + " |")
     print(f"| summariser runs whose request held a secret (12+ chars) | {frac(shown_secret)} | |")
     print()
-    print("| our digest, by window | " + " | ".join(HEAD) + " | task | over target |")
-    print("| --- |" + " --- |" * (len(HEAD) + 2))
+    print("| our digest, by window | " + " | ".join(HEAD) + " | task | over target | over, a fitting one existed |")
+    print("| --- |" + " --- |" * (len(HEAD) + 3))
     for w, t in by_window.items():
-        print(f"| {w} | " + " | ".join(t.pct(k) for k in KINDS) + f" | {frac(t.task)} | {frac(t.over)} |")
+        print(f"| {w} | " + " | ".join(t.pct(k) for k in KINDS)
+              + f" | {frac(t.task)} | {frac(t.over)} | {frac(t.over_fitting)} |")
     print()
 
 

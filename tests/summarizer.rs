@@ -128,7 +128,8 @@ async fn falls_back(behaviour: &str) {
     falls_back_logging(behaviour, "summariser failed").await;
 }
 
-async fn falls_back_logging(behaviour: &str, logged: &str) -> Proxy {
+/// The proxy, and how many summariser calls it made.
+async fn falls_back_logging(behaviour: &str, logged: &str) -> (Proxy, usize) {
     let mock = Mock::start().await;
     let proxy = proxy(&mock, "timeout_ms = 300");
     let (status, x) = send(&proxy, behaviour, &session(30)).await;
@@ -142,12 +143,12 @@ async fn falls_back_logging(behaviour: &str, logged: &str) -> Proxy {
         metrics.contains("compaction_proxy_summaries_total{source=\"fallback\"} 1\n"),
         "{behaviour}: {metrics}"
     );
-    assert!(
-        metrics.contains("compaction_proxy_summarizer_calls_total{outcome=\"error\"} 1\n"),
-        "{behaviour}: {metrics}"
-    );
+    // Every call failed: one, or two chunks' answers rejected in a row.
+    let calls = mock.summaries().len();
+    let line = format!("compaction_proxy_summarizer_calls_total{{outcome=\"error\"}} {calls}\n");
+    assert!(metrics.contains(&line), "{behaviour}: {metrics}");
     assert!(proxy.logged(logged), "{behaviour}");
-    proxy
+    (proxy, calls)
 }
 
 #[tokio::test]
@@ -165,16 +166,17 @@ async fn a_silent_summariser_times_out_and_falls_back() {
     falls_back("silent").await;
 }
 
-/// An answer the checks reject falls back, and the rejection is counted by its reason.
+/// An answer the checks reject falls back, and each rejection is counted by its reason.
 async fn is_rejected(behaviour: &str, reason: &str) {
-    let proxy = falls_back_logging(behaviour, "summariser answer rejected").await;
+    let (proxy, calls) = falls_back_logging(behaviour, "summariser answer rejected").await;
     assert!(
         proxy.logged(&format!("reason=\"{reason}\"")) || proxy.logged(&format!("reason={reason}")),
         "{}",
         proxy.logs()
     );
     let metrics = metrics(&proxy).await;
-    let line = format!("compaction_proxy_summarizer_rejected_total{{reason=\"{reason}\"}} 1\n");
+    let line =
+        format!("compaction_proxy_summarizer_rejected_total{{reason=\"{reason}\"}} {calls}\n");
     assert!(metrics.contains(&line), "{behaviour}: {metrics}");
 }
 
@@ -209,33 +211,77 @@ async fn a_paragraph_without_the_checkpoints_headings_is_rejected() {
 }
 
 #[tokio::test]
-async fn a_rejected_chunk_is_never_carried_into_the_next() {
+async fn a_model_that_keeps_writing_junk_is_asked_twice_then_falls_back() {
     let mock = Mock::start().await;
     // A summariser window that needs several chunks for this middle.
     let proxy = proxy(&mock, "context_window = 3000");
     let (status, x) = send(&proxy, "junk", &session(40)).await;
     assert_eq!(status, 200, "{}", proxy.logs());
     assert!(x.contains("summary=fallback"), "{x}");
-    // The first chunk's junk ends the chain: no second call carries it.
-    assert_eq!(mock.summaries().len(), 1);
+    // Two rejections in a row end the calls; no chunk accepted is the digest's turn.
+    assert_eq!(mock.summaries().len(), 2);
 }
 
 #[tokio::test]
-async fn an_update_that_drops_a_section_of_the_checkpoint_is_rejected() {
+async fn a_rejected_chunk_falls_back_for_that_chunk_only() {
     let mock = Mock::start().await;
-    // Chunks: the second call is an update of the first one's checkpoint.
+    let proxy = proxy(&mock, "context_window = 3000");
+    // The chunk holding turn 20 gets junk; every other call is answered.
+    let (status, x) = send(&proxy, "junk-if:test_module_20 fails", &session(40)).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
+    let calls = bodies(&mock.summaries());
+    let user = |call: &Value| call["messages"][1]["content"].as_str().unwrap().to_owned();
+    let junk = calls
+        .iter()
+        .position(|c| user(c).contains("test_module_20 fails"))
+        .expect("a call held turn 20");
+    assert!(junk > 0, "the first chunk must be answered");
+    assert!(junk + 1 < calls.len(), "a chunk after the rejected one");
+    // The next call updates the checkpoint of the chunks before, with the rejected
+    // chunk's digest beside it: turn 20's error and file are not lost, the junk never
+    // carried.
+    let next = user(&calls[junk + 1]);
+    let previous = next.split("</previous-checkpoint>").next().unwrap();
+    assert!(previous.contains("MOCK-CHECKPOINT"), "{previous}");
+    assert!(previous.contains("src/module_20.rs"), "{previous}");
+    assert!(previous.contains("borrow of moved value"), "{previous}");
+    // And the summary the upstream gets holds them.
+    let sent = String::from_utf8_lossy(&mock.last().body).into_owned();
+    assert!(sent.contains("MOCK-CHECKPOINT"), "{sent}");
+    assert!(sent.contains("src/module_20.rs"), "{sent}");
+    let metrics = metrics(&proxy).await;
+    let line = "compaction_proxy_summarizer_rejected_total{reason=\"structure\"} 1\n";
+    assert!(metrics.contains(line), "{metrics}");
+}
+
+#[tokio::test]
+async fn an_update_that_drops_a_section_is_rejected_and_the_facts_of_checkpoint_n_reach_n_plus_1() {
+    let mock = Mock::start().await;
+    // Chunks: the second call is an update of the first one's checkpoint, and the mock's
+    // update leaves out its Relevant Files.
     let proxy = proxy(&mock, "context_window = 3000");
     let (status, x) = send(&proxy, "drop-section", &session(40)).await;
     assert_eq!(status, 200, "{}", proxy.logs());
-    assert!(x.contains("summary=fallback"), "{x}");
+    assert!(x.contains("summary=llm"), "{x}");
     let summaries = mock.summaries();
-    assert_eq!(summaries.len(), 2, "the first chunk, then its update");
+    assert_eq!(
+        summaries.len(),
+        3,
+        "the first chunk, then two updates rejected in a row"
+    );
     let metrics = metrics(&proxy).await;
-    let line = "compaction_proxy_summarizer_rejected_total{reason=\"dropped-facts\"} 1\n";
+    let line = "compaction_proxy_summarizer_rejected_total{reason=\"dropped-facts\"} 2\n";
     assert!(metrics.contains(line), "{metrics}");
-    // The checkpoint that lost a section never reaches the upstream.
+    // The first checkpoint reaches the upstream whole, its Relevant Files included, with
+    // the digest of the chunks whose updates were rejected beside it.
     let sent = String::from_utf8_lossy(&mock.last().body).into_owned();
-    assert!(!sent.contains("MOCK-CHECKPOINT"), "{sent}");
+    assert!(sent.contains("MOCK-CHECKPOINT"), "{sent}");
+    assert!(
+        sent.contains("src/module_0.rs and the modules after it"),
+        "{sent}"
+    );
+    assert!(sent.contains("## Errors seen"), "{sent}");
 }
 
 #[tokio::test]

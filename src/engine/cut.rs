@@ -69,9 +69,9 @@ pub fn keep_facts(text: &str, keep: usize) -> String {
         return text.to_string();
     }
     let opening = clip(text, OPENING_CHARS.min(keep - keep / 6)).len();
-    let b = clip_end(&text[opening..], keep / 6);
+    let b = kept_end(text, opening, keep / 6);
     let middle_end = text.len() - b.len();
-    let facts = fact_lines(&text[opening..middle_end], keep / 3);
+    let facts = fact_lines(&text[opening..], middle_end - opening, keep / 3);
     let facts_len: usize = facts.iter().map(|(_, l)| l.len() + 1).sum();
     let head = keep
         .saturating_sub(b.len() + facts_len)
@@ -102,13 +102,37 @@ pub fn keep_facts(text: &str, keep: usize) -> String {
     out
 }
 
-/// The lines of `text` that state facts, within `room` characters, with where each
-/// starts: a rule the user set, an error that names what failed, a file an output says it
-/// wrote, a decision. Ranked by how much they say; returned in their order in the text.
-fn fact_lines(text: &str, room: usize) -> Vec<(usize, String)> {
+/// The last `about` characters of `text` after `opening`; when they would start inside
+/// a line that states a fact, from that line's start: cut there, "Wrote build/reports/x"
+/// and "/index.html" would each say nothing.
+fn kept_end(text: &str, opening: usize, about: usize) -> &str {
+    let b = clip_end(&text[opening..], about);
+    let start = text.len() - b.len();
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let line = text[line_start..line_end].trim();
+    if line_start > opening
+        && line_start < start
+        && line_end - line_start <= FACT_LINE_CHARS
+        && fact_score(line) > 0
+    {
+        &text[line_start..]
+    } else {
+        b
+    }
+}
+
+/// The lines of `text` starting before `before` that state facts, within `room`
+/// characters, with where each starts: a rule the user set, an error that names what
+/// failed, a file an output says it wrote, a decision. Ranked by how much they say;
+/// returned in their order in the text.
+fn fact_lines(text: &str, before: usize, room: usize) -> Vec<(usize, String)> {
     let mut found: Vec<(u8, usize, String)> = Vec::new();
     let mut at = 0;
     for line in text.split_inclusive('\n') {
+        if at >= before {
+            break;
+        }
         let start = at;
         at += line.len();
         let t = line.trim();
@@ -150,7 +174,10 @@ fn fact_lines(text: &str, room: usize) -> Vec<(usize, String)> {
 /// The lines of `text` that state facts, within `room` characters, in their order: what
 /// to keep of a text that has room for little else.
 pub fn facts_within(text: &str, room: usize) -> Vec<String> {
-    fact_lines(text, room).into_iter().map(|(_, l)| l).collect()
+    fact_lines(text, text.len(), room)
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect()
 }
 
 /// How much a line says that a model could not get back: 0 nothing.
@@ -212,6 +239,19 @@ mod tests {
             assert!(cut.contains(fact), "{fact} missing from\n{cut}");
         }
         assert!(cut.ends_with("the end"));
+    }
+
+    #[test]
+    fn a_fact_line_running_into_the_kept_end_is_kept_whole() {
+        let filler: String = (0..100).map(|i| format!("listing line {i}\n")).collect();
+        let path = "build/reports/tests_ys96/test/index.html";
+        let text = format!("{filler}Wrote {path}");
+        // The kept end (a sixth of what is kept) starts inside the fact's line.
+        for keep in [120, 200, 240, 270] {
+            assert!(keep / 6 < "Wrote ".len() + path.len());
+            let cut = keep_facts(&text, keep);
+            assert!(cut.contains(path), "{keep}: {cut}");
+        }
     }
 
     #[test]

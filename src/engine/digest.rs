@@ -67,6 +67,9 @@ const PATHS_PER_OUTPUT: usize = 20;
 const HANDOVER_WORDS: usize = 12;
 /// The newest items of each section that survive the first round of dropping.
 const KEEP_NEWEST: usize = 2;
+/// What [`super::cut::keep_facts`] writes beyond what it keeps: its note of the cut and
+/// the marks around the fact lines.
+const FACTS_CUT_NOTE: usize = 64;
 
 /// The digest's sections, in the order they are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,7 +214,9 @@ pub fn shorten(body: &str, budget_chars: usize) -> String {
     if body.lines().any(|l| Section::of_heading(l).is_some()) {
         digest(Some(body), &[], budget_chars)
     } else {
-        keep_ends(body, budget_chars * 2 / 3, budget_chars / 3)
+        // An LLM's checkpoint: its fact lines (errors, rules, written files, decisions,
+        // numbers) stay with its ends, so a fact in summary N is still in summary N+1.
+        super::cut::keep_facts(body, budget_chars.saturating_sub(FACTS_CUT_NOTE))
     }
 }
 
@@ -544,7 +549,8 @@ impl Digest {
             new += usize::from(self.push(Section::Files, tier, p).is_some());
             new < PATHS_PER_OUTPUT
         });
-        if tier >= Tier::Fact {
+        // One search of the whole output spares one per line in most outputs.
+        if tier >= Tier::Fact || !scan::announces_file(text) {
             return;
         }
         for line in text.lines().filter(|l| scan::announces_file(l)) {
@@ -627,7 +633,7 @@ impl Digest {
         let earlier_len: usize = self.earlier.iter().map(|e| e.len() + 2).sum();
         if earlier_len > budget / 2 {
             let joined = self.earlier.join("\n\n");
-            self.earlier = vec![keep_ends(&joined, budget / 4, budget / 4)];
+            self.earlier = vec![super::cut::keep_facts(&joined, budget / 2)];
         }
         let mut size = self.rendered_len();
         if size <= budget {
@@ -687,7 +693,7 @@ impl Digest {
         size = left.size;
         if size > budget && !self.earlier.is_empty() {
             let joined = self.earlier.join("\n\n");
-            self.earlier = vec![keep_ends(&joined, budget / 6, budget / 6)];
+            self.earlier = vec![super::cut::keep_facts(&joined, budget / 3)];
             size = self.rendered_len();
         }
         if size > budget {
@@ -1168,6 +1174,29 @@ mod tests {
         let d = digest(None, &turns, 10_000);
         assert!(!d.contains("Abcdefghijklmnop"), "{d}");
         assert!(d.contains("[REDACTED"), "{d}");
+    }
+
+    #[test]
+    fn a_carried_llm_checkpoint_keeps_its_facts_when_cut() {
+        let filler: String = (0..60)
+            .map(|i| format!("- Completed step {i} of the migration plan as agreed.\n"))
+            .collect();
+        let llm = format!(
+            "## Active Task\nship it\n\n## Completed Actions\n{filler}- FAILED tests/test_ledger.py::test_round - AssertionError: 10.05 != 10.04\n{filler}\n## Relevant Files\n- src/ledger.rs"
+        );
+        for budget in [600, 1200] {
+            let d = digest(Some(&llm), &session(), budget);
+            assert!(
+                d.contains("FAILED tests/test_ledger.py::test_round"),
+                "{budget}: {d}"
+            );
+            let short = shorten(&llm, budget);
+            assert!(
+                short.contains("FAILED tests/test_ledger.py::test_round"),
+                "{short}"
+            );
+            assert!(short.len() <= budget + 64, "{}", short.len());
+        }
     }
 
     #[test]

@@ -375,9 +375,11 @@ impl Plan {
     /// call id or calls, and (cuts keep a text's beginning) the same opening.
     fn original_of<'p>(&'p self, m: &'p Message) -> &'p Message {
         let text = m.text();
-        // Up to where a cut's note starts, if it starts that early.
-        let opening = message::clip(&text, 60);
-        let opening = opening.split("\n[...").next().unwrap_or(opening);
+        // Up to where a cut's note starts, if it starts that early. Clipped after the
+        // split: a note starting right at the clip would leave its newline in the
+        // opening, which the original does not have.
+        let before_note = text.split("\n[...").next().unwrap_or(&text);
+        let opening = message::clip(before_note, 60);
         // Pruning may shorten a call's arguments: calls are known by their ids.
         let ids = |m: &Message| -> Vec<Option<String>> {
             m.tool_calls()
@@ -925,6 +927,37 @@ mod tests {
         let body = outcome.rewritten.unwrap();
         assert!(body.to_string().contains("ship the build"));
         validate(body["messages"].as_array().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_cut_message_is_known_by_its_opening_wherever_the_note_starts() {
+        let request = session(12, 2000);
+        let opts = Options {
+            target_tokens: Some(400),
+            ..Options::default()
+        };
+        let mut plan = plan(&request, &opts).unwrap();
+        let counter = plan.counter;
+        let text = format!("{} and then much more", "x".repeat(59));
+        let original = Message::from_parts(
+            Role::Assistant,
+            &serde_json::json!({"role": "assistant", "content": text}),
+            counter.text(&text),
+        );
+        plan.originals.push(original);
+        // The cut's note right at the sixtieth character, and earlier.
+        for at in [59, 30] {
+            let cut = format!(
+                "{}\n[... 99 characters omitted by compaction ...]\nmore",
+                &text[..at]
+            );
+            let m = Message::from_parts(
+                Role::Assistant,
+                &serde_json::json!({"role": "assistant", "content": cut}),
+                counter.text(&cut),
+            );
+            assert_eq!(plan.original_of(&m).text(), text, "note at {at}");
+        }
     }
 
     #[test]

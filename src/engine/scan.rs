@@ -2,6 +2,10 @@
 //! agents, stated decisions, observations and constraints. No regular expressions: each
 //! scan is linear in its text.
 
+use std::sync::LazyLock;
+
+use aho_corasick::AhoCorasick;
+
 /// Fenced blocks tagged with one of these hold shell commands.
 const SHELL_TAGS: &[&str] = &[
     "bash",
@@ -244,8 +248,8 @@ const WRITE_WORDS: &[&str] = &[
 
 /// Whether a line of output announces a file it wrote.
 pub fn announces_file(line: &str) -> bool {
-    let lower = line.to_ascii_lowercase();
-    WRITE_WORDS.iter().any(|w| lower.contains(w))
+    static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[WRITE_WORDS]));
+    WORDS.find(line, false).is_some()
 }
 
 /// Verbs that, after "let's" or "I'll", narrate the next step of exploring rather than
@@ -350,19 +354,79 @@ pub fn is_narration(sentence: &str) -> bool {
 
 /// Whether a user message sets a rule for later work ("Never modify config/prod.yaml").
 pub fn is_constraint(text: &str) -> bool {
-    let lower = text.to_ascii_lowercase().replace('\u{2019}', "'");
-    CONSTRAINT_WORDS.iter().any(|w| has_phrase(&lower, w))
+    static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[CONSTRAINT_WORDS]));
+    WORDS.find(text, true).is_some()
 }
 
-/// `phrase` in `lower` with no letter or digit right before or after it.
-fn has_phrase(lower: &str, phrase: &str) -> bool {
-    let b = lower.as_bytes();
-    lower.match_indices(phrase).any(|(at, _)| {
-        let end = at + phrase.len();
-        let before = at == 0 || !b[at - 1].is_ascii_alphanumeric();
-        let after = end == b.len() || !b[end].is_ascii_alphanumeric();
-        before && after
-    })
+/// Lists of lowercase phrases looked for in one pass over a text, ASCII case ignored and
+/// a typographic apostrophe read as a straight one. The digest asks this of every
+/// sentence and every line of output: a search per phrase, each setting up its own
+/// searcher, was most of the digest's time.
+pub struct Phrases {
+    /// `None` only if the automaton could not be built; then each phrase is searched
+    /// for on its own.
+    automaton: Option<AhoCorasick>,
+    /// Per pattern: the list it came from, and its text.
+    patterns: Vec<(usize, String)>,
+}
+
+impl Phrases {
+    pub fn new(lists: &[&[&str]]) -> Phrases {
+        let mut patterns = Vec::new();
+        for (list, phrases) in lists.iter().enumerate() {
+            for p in phrases.iter() {
+                patterns.push((list, (*p).to_string()));
+                if p.contains('\'') {
+                    patterns.push((list, p.replace('\'', "\u{2019}")));
+                }
+            }
+        }
+        let automaton = AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(patterns.iter().map(|(_, p)| p))
+            .ok();
+        Phrases {
+            automaton,
+            patterns,
+        }
+    }
+
+    /// The lowest list any phrase found in `text` belongs to; with `words`, only a phrase
+    /// with no letter or digit right before or after it counts.
+    pub fn find(&self, text: &str, words: bool) -> Option<usize> {
+        let b = text.as_bytes();
+        let whole = |at: usize, end: usize| {
+            !words
+                || ((at == 0 || !b[at - 1].is_ascii_alphanumeric())
+                    && (end == b.len() || !b[end].is_ascii_alphanumeric()))
+        };
+        let Some(ac) = &self.automaton else {
+            // ASCII lowercasing keeps every byte where it was.
+            let lower = text.to_ascii_lowercase();
+            return self
+                .patterns
+                .iter()
+                .filter(|(_, p)| {
+                    lower
+                        .match_indices(p.as_str())
+                        .any(|(at, _)| whole(at, at + p.len()))
+                })
+                .map(|(list, _)| *list)
+                .min();
+        };
+        let mut best: Option<usize> = None;
+        for m in ac.find_overlapping_iter(text) {
+            if !whole(m.start(), m.end()) {
+                continue;
+            }
+            let list = self.patterns[m.pattern().as_usize()].0;
+            if list == 0 {
+                return Some(0);
+            }
+            best = Some(best.map_or(list, |b| b.min(list)));
+        }
+        best
+    }
 }
 
 /// A fenced block of a message: its tag (lowercased, maybe empty) and its lines.
@@ -552,14 +616,9 @@ fn reads_as_prose(line: &str) -> bool {
 /// Whether a sentence holds a decision phrase: `Some(true)` for a strong one,
 /// `Some(false)` for a weak one.
 pub fn decision(sentence: &str) -> Option<bool> {
-    let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
-    if STRONG_DECISION.iter().any(|p| has_phrase(&lower, p)) {
-        Some(true)
-    } else if WEAK_DECISION.iter().any(|p| has_phrase(&lower, p)) {
-        Some(false)
-    } else {
-        None
-    }
+    static PHRASES: LazyLock<Phrases> =
+        LazyLock::new(|| Phrases::new(&[STRONG_DECISION, WEAK_DECISION]));
+    PHRASES.find(sentence, true).map(|list| list == 0)
 }
 
 /// A line split after each `.`, `!` or `?` that a space or the line's end follows.
@@ -754,6 +813,18 @@ mod tests {
             decisions("Next, I will read the config file."),
             vec![("Next, I will read the config file.".to_string(), false)]
         );
+    }
+
+    #[test]
+    fn phrases_are_found_in_one_pass_as_whole_words_in_either_case() {
+        let p = Phrases::new(&[&["root cause"], &["i'll", "go"]]);
+        assert_eq!(p.find("The ROOT CAUSE is here; I'll fix it", true), Some(0));
+        assert_eq!(p.find("I\u{2019}ll fix it", true), Some(1));
+        assert_eq!(p.find("I'll fix it", true), Some(1));
+        // Inside a word it is no phrase, unless words are not asked for.
+        assert_eq!(p.find("the cargo build", true), None);
+        assert_eq!(p.find("the cargo build", false), Some(1));
+        assert_eq!(p.find("nothing here", true), None);
     }
 
     #[test]

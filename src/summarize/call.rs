@@ -241,7 +241,13 @@ impl Summarizer {
 
     /// The checkpoint of `middle` written by `model`: one call per chunk that fits the
     /// summariser's window, each updating the checkpoint the one before wrote. A rejected
-    /// answer ends the chain: it is never carried into the next chunk.
+    /// answer is never carried into the next chunk: that chunk's turns are digested
+    /// instead ([`Progress`]), as are those of a chunk the checkpoint so far leaves no
+    /// room for, and the next chunk updates the checkpoint with the digest beside it: one
+    /// bad answer costs one chunk's prose, not the work of the chunks before it. Two
+    /// failures in a row end the calls (a model writing junk keeps writing it): what is
+    /// left is digested. No chunk accepted is a failure, and the next model or the
+    /// engine's digest takes over.
     async fn checkpoint(
         &self,
         ledger: Ledger<'_>,
@@ -264,18 +270,27 @@ impl Summarizer {
         };
         let focus = focus(call.parts.extensions.get::<ClientFocus>(), middle.after);
         let date = today();
-        let mut summary = middle.previous.map(str::to_owned);
+        let mut progress = Progress::new(middle.previous);
         for range in chunk_turns(middle.turns, limit, &counter) {
-            let replaced: usize = middle.turns[range.clone()].iter().map(|m| m.tokens).sum();
-            let request = SummaryRequest::new(model, &middle.turns[range], budget, counter)
+            let turns = &middle.turns[range];
+            if progress.failed_in_a_row >= MAX_FAILED_IN_A_ROW {
+                progress.digest(turns, budget);
+                continue;
+            }
+            let replaced: usize = turns.iter().map(|m| m.tokens).sum();
+            let so_far = progress.so_far();
+            let request = SummaryRequest::new(model, turns, budget, counter)
                 .prompt(prompt)
-                .previous_summary(summary.as_deref())
+                .previous_summary(so_far.as_deref())
                 .focus(focus.as_deref())
                 .date(Some(&date))
                 .input_limit(limit);
             let Some((request, body, tokens)) = fit(request, &room, &counter) else {
+                // The checkpoint so far leaves this chunk too little room: it is
+                // digested, like a chunk whose answer was rejected.
                 ledger.metrics.summarizer_skipped();
-                return Err(Failure::NoRoom(window));
+                progress.failed(Failure::NoRoom(window), turns, budget);
+                continue;
             };
             let instructions = request.instructions();
             let expect = Expect {
@@ -293,17 +308,29 @@ impl Summarizer {
                 tokens,
                 expect: &expect,
             };
-            let result = self.send(ledger, call, &body, &sent).await;
-            match &result {
-                Ok(_) => ledger.metrics.summarizer_call(true),
+            match self.send(ledger, call, &body, &sent).await {
+                Ok(text) => {
+                    ledger.metrics.summarizer_call(true);
+                    progress.accept(text);
+                }
                 Err(Failure::Rejected(problem)) => {
                     ledger.metrics.summarizer_rejected(problem.reason());
+                    tracing::warn!(
+                        id = call.id,
+                        model,
+                        reason = problem.reason(),
+                        error = %problem,
+                        "summariser answer for a chunk rejected; its turns are digested"
+                    );
+                    progress.failed(Failure::Rejected(problem), turns, budget);
                 }
-                Err(_) => ledger.metrics.summarizer_call(false),
+                Err(failure) => {
+                    ledger.metrics.summarizer_call(false);
+                    return Err(failure);
+                }
             }
-            summary = Some(result?);
         }
-        summary.ok_or(Failure::Rejected(AnswerProblem::Empty))
+        progress.finish()
     }
 
     fn base_url(&self) -> &str {
@@ -416,6 +443,78 @@ struct Sent<'a> {
     model: &'a str,
     tokens: usize,
     expect: &'a Expect<'a>,
+}
+
+/// Chunks in a row without a usable answer after which a model is asked no more for
+/// this middle.
+const MAX_FAILED_IN_A_ROW: usize = 2;
+/// Characters per token of the summary's budget, as the engine sizes its digest.
+const CHARS_PER_TOKEN: usize = 3;
+
+/// A middle's summary as its chunks go by: the checkpoint the model wrote, and beside it
+/// the digest of the chunks that got no usable answer since. The checkpoint stays whole,
+/// in its template, so the next update is still checked against every fact of it; the
+/// next accepted update stands for both (it was given both to fold in).
+struct Progress {
+    checkpoint: Option<String>,
+    digested: Option<String>,
+    accepted: bool,
+    failed_in_a_row: usize,
+    last_failure: Failure,
+}
+
+impl Progress {
+    fn new(previous: Option<&str>) -> Progress {
+        Progress {
+            checkpoint: previous.map(str::to_owned),
+            digested: None,
+            accepted: false,
+            failed_in_a_row: 0,
+            last_failure: Failure::Rejected(AnswerProblem::Empty),
+        }
+    }
+
+    /// The summary so far: the checkpoint, then the digest of what came after it.
+    fn so_far(&self) -> Option<String> {
+        match (&self.checkpoint, &self.digested) {
+            (Some(c), Some(d)) => Some(format!("{}\n\n{d}", c.trim_end())),
+            (c, d) => c.clone().or_else(|| d.clone()),
+        }
+    }
+
+    fn accept(&mut self, text: String) {
+        self.checkpoint = Some(text);
+        self.digested = None;
+        self.accepted = true;
+        self.failed_in_a_row = 0;
+    }
+
+    /// A chunk that got no usable answer: its turns are digested.
+    fn failed(&mut self, failure: Failure, turns: &[Message], budget: usize) {
+        self.failed_in_a_row += 1;
+        self.last_failure = failure;
+        self.digest(turns, budget);
+    }
+
+    /// `turns` added to the digest beside the checkpoint (merged item by item with the
+    /// chunks digested before them), in half the summary's room: the checkpoint takes the
+    /// rest.
+    fn digest(&mut self, turns: &[Message], budget: usize) {
+        let room = budget.saturating_mul(CHARS_PER_TOKEN) / 2;
+        self.digested = Some(crate::engine::digest::digest(
+            self.digested.as_deref(),
+            turns,
+            room,
+        ));
+    }
+
+    /// The summary, when any chunk's answer was accepted; else why the last one failed.
+    fn finish(self) -> Result<String, Failure> {
+        if !self.accepted {
+            return Err(self.last_failure);
+        }
+        self.so_far().ok_or(Failure::Rejected(AnswerProblem::Empty))
+    }
 }
 
 /// The request with its turns cut until its body, counted, fits the room; with the body

@@ -241,6 +241,51 @@ mod tests {
         assert!(fitted.iter().all(|b| b.starts_with("[tool result: t #")));
     }
 
+    /// A secret of a shape the redactor knows, its body drawn from `seed`.
+    fn secret(github: bool, seed: u64) -> String {
+        const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let mut x = seed | 1;
+        let body: String = (0..48)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ALNUM[(x % ALNUM.len() as u64) as usize] as char
+            })
+            .collect();
+        if github {
+            format!("ghp_{}", &body[..36])
+        } else {
+            format!("sk-proj-{body}")
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Whatever the summariser's room and wherever a secret stands in a long message,
+        /// no 12 characters of it are in what the summariser is shown: the text is masked
+        /// before any cut, and a cut never gets to take the prefix it is known by.
+        #[test]
+        fn the_summariser_is_shown_no_part_of_a_secret(
+            github: bool, seed: u64, role in 0usize..3,
+            before in 0usize..4000, after in 0usize..4000, limit in 40usize..3000,
+        ) {
+            let key = secret(github, seed);
+            let text = format!("{}{key}{}", "a ".repeat(before), " b".repeat(after));
+            let m = match role {
+                0 => json!({"role": "user", "content": text}),
+                1 => json!({"role": "assistant", "content": text}),
+                _ => json!({"role": "tool", "tool_call_id": "c1", "content": text}),
+            };
+            let counter = Counter::for_model("gpt-4o");
+            let shown = joined(&[msg(m)], limit, &counter);
+            for i in 0..=key.len() - 12 {
+                proptest::prop_assert!(!shown.contains(&key[i..i + 12]), "{shown}");
+            }
+        }
+    }
+
     #[test]
     fn water_level_splits_the_budget() {
         assert_eq!(water_level(&[10, 100, 100], 110), 50);

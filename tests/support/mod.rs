@@ -244,7 +244,10 @@ fn stream_answer(body: &[u8], model: &str, reply: &str) -> Response<MockBody> {
 /// `refusal`, `500-for:MODEL` (a 500 for that model, `ok` for others), or junk a small
 /// model writes: `junk` (one word), `truncated` (cut by its cap), `echo` (the focus line
 /// given back under two headings), `unstructured` (a paragraph without headings),
-/// `drop-section` (an update that leaves out the previous checkpoint's Relevant Files).
+/// `drop-section` (an update that leaves out the previous checkpoint's Relevant Files),
+/// `junk-if:TEXT` (junk for a call whose turns hold TEXT; any other call answers an
+/// update with the previous checkpoint as it was given, a lossless if lazy model, and a
+/// first call with [`CANNED_SUMMARY`]).
 /// With `x-mock-summary-window`, a summariser request longer than that (in the mock's
 /// tokens, with its completion cap) is refused as llama.cpp refuses it, and the
 /// answers report the mock's count of the prompt.
@@ -275,6 +278,17 @@ async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> 
                 return chat(dropped, "stop");
             }
             return chat(CANNED_SUMMARY, "stop");
+        }
+        _ if behaviour.starts_with("junk-if:") => {
+            let user = request["messages"][1]["content"].as_str().unwrap_or("");
+            let (previous, turns) = match user.split_once("</previous-checkpoint>") {
+                Some((p, t)) => (p.split_once("<previous-checkpoint>").map(|(_, p)| p.trim()), t),
+                None => (None, user),
+            };
+            if turns.contains(&behaviour["junk-if:".len()..]) {
+                return chat("The", "stop");
+            }
+            return chat(previous.unwrap_or(CANNED_SUMMARY), "stop");
         }
         "echo" => {
             let user = request["messages"][1]["content"].as_str().unwrap_or("");
