@@ -11,11 +11,13 @@
 # growing prefixes to a proxy that knows a 32,000-token window, so every turn past the
 # first is compacted (deterministic summaries, an in-memory store). The burst is
 # MEMORY_BURST (default 32) concurrent copies of the whole session (about 0.5 MB each).
+# Then MEMORY_IDLE (default 2000) idle keep-alive connections, each having had one answer:
+# the resident memory they add, per connection, and what stays once they close.
 # Every proxy gets the mock upstream of examples/bench_upstream.rs on loopback.
-# Environment: CARGO_TARGET_DIR (for the release examples), MEMORY_BURST.
+# Environment: CARGO_TARGET_DIR (for the release examples), MEMORY_BURST, MEMORY_IDLE.
 
 set -euo pipefail
-(($# > 0)) || { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+(($# > 0)) || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
 bin=$CARGO_TARGET_DIR/release
@@ -50,9 +52,10 @@ backend = "memory"
 TOML
 
 cat >"$tmp/drive.py" <<'PY'
-import json, sys, threading, time, urllib.request
+import asyncio, json, sys, threading, time, urllib.request
 
 port, pid, session, burst = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+IDLE = int(sys.argv[5])
 messages = json.load(open(session))["messages"]
 url = f"http://127.0.0.1:{port}/v1/chat/completions"
 
@@ -99,8 +102,35 @@ for t in threads: t.join()
 done.set(); sampler.join()
 time.sleep(5)
 settled = rss_mb()
+
+async def idle(count):
+    """RSS per idle keep-alive connection (each having had one answer) while `count` are open."""
+    async def one():
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
+        writer.write(b"GET /healthz HTTP/1.1\r\nhost: memory\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(l.split(b":")[1]) for l in head.split(b"\r\n")
+                      if l.lower().startswith(b"content-length:"))
+        await reader.readexactly(length)
+        return writer
+    before = rss_mb()
+    gate = asyncio.Semaphore(128)
+    async def gated():
+        async with gate:
+            return await one()
+    writers = await asyncio.gather(*(gated() for _ in range(count)))
+    await asyncio.sleep(1)
+    held = rss_mb()
+    for w in writers:
+        w.close()
+    return (held - before) * 1024 / count
+
+idle_kb = asyncio.run(idle(IDLE))
+time.sleep(3)
+closed = rss_mb()
 print(f"start_mb={start:.1f} after_compactions_mb={compacted:.1f} burst_peak_mb={peak[0]:.1f} "
       f"after_burst_mb={settled:.1f} first_counted_ms={first:.1f} same_again_ms={again:.1f} "
+      f"idle_connection_kb={idle_kb:.1f} after_idle_closed_mb={closed:.1f} "
       f"ok={sum(oks) + sum(results)}/{len(oks) + len(results)}")
 PY
 
@@ -111,7 +141,7 @@ for proxy in "$@"; do
   pids+=("$proxy_pid")
   proxy_port=$(wait_listening "$tmp/proxy.log")
   figures=$(python3 "$tmp/drive.py" "$proxy_port" "$proxy_pid" "$tmp/session-128k.json" \
-    "${MEMORY_BURST:-32}")
+    "${MEMORY_BURST:-32}" "${MEMORY_IDLE:-2000}")
   echo "RESULT binary=$proxy size_bytes=$(stat -c %s "$proxy") $figures"
   kill "$proxy_pid"
   wait "$proxy_pid" 2>/dev/null || true
