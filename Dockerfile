@@ -27,6 +27,9 @@ COPY --from=builder /compaction-proxy /usr/local/bin/compaction-proxy
 ENV PATH=/usr/local/bin
 ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
 ENV XDG_STATE_HOME=/var/lib
+# Two glibc malloc arenas instead of up to 8 per core: memory freed after a burst goes
+# back instead of staying spread over arenas (docs/performance.md, bench/memory.sh).
+ENV MALLOC_ARENA_MAX=2
 USER 65532:65532
 EXPOSE 8080
 VOLUME ["/var/lib/compaction-proxy"]

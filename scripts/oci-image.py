@@ -136,6 +136,9 @@ def main():
                 # A configuration of the user's own without cache.path still puts the
                 # embedded store in the volume: $XDG_STATE_HOME/compaction-proxy/.
                 "XDG_STATE_HOME=/var/lib",
+                # Two glibc malloc arenas instead of up to 8 per core: memory freed after
+                # a burst goes back (docs/performance.md, bench/memory.sh).
+                "MALLOC_ARENA_MAX=2",
             ],
             "Entrypoint": ["/" + BINARY],
             "Cmd": ["serve", "--config", CONFIG],

@@ -4,8 +4,10 @@
 //! protocol (see `upgrade`) keeps its place under the cap while it is relayed, and is
 //! not waited for at shutdown: it has no request to finish.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -144,13 +146,23 @@ fn service(
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = hyper::Response<crate::body::ProxyBody>,
-    Error = std::convert::Infallible,
-    Future = impl Future + Send,
+    Error = Infallible,
+    Future = Handling,
 > + Clone {
     let app = Arc::clone(app);
     let slot = Arc::clone(slot);
-    service_fn(move |request| router::handle(Arc::clone(&app), request, Arc::clone(&slot)))
+    service_fn(move |request| -> Handling {
+        Box::pin(router::handle(Arc::clone(&app), request, Arc::clone(&slot)))
+    })
 }
+
+/// One request's handling, boxed. hyper allocates a box the size of the service's future
+/// with every connection (its `Option<S::Future>` for the request in flight) and keeps it
+/// for the connection's life; the whole request path inline is 23.6 KB in a debug build,
+/// which every idle keep-alive connection would hold. Boxed, an idle connection holds a pointer,
+/// and each request pays one allocation.
+type Handling =
+    Pin<Box<dyn Future<Output = Result<hyper::Response<ProxyBody>, Infallible>> + Send>>;
 
 /// Small SSE events must leave as soon as they are written, not wait for Nagle.
 fn stream_nodelay(stream: tokio::net::TcpStream, peer: SocketAddr) -> tokio::net::TcpStream {

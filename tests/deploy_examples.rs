@@ -265,6 +265,7 @@ fn dockerfile_matches_the_release_script() {
         "CMD [\"serve\", \"--config\", \"/etc/compaction-proxy/proxy.toml\"]",
         "ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
         "ENV XDG_STATE_HOME=/var/lib",
+        "ENV MALLOC_ARENA_MAX=2",
     ] {
         assert!(
             dockerfile.lines().any(|l| l.trim() == line),
@@ -281,6 +282,7 @@ fn dockerfile_matches_the_release_script() {
         "\"Cmd\": [\"serve\", \"--config\", CONFIG]",
         "\"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\"",
         "\"XDG_STATE_HOME=/var/lib\"",
+        "\"MALLOC_ARENA_MAX=2\"",
         "\"WorkingDir\": os.path.dirname(CONFIG)",
     ] {
         assert!(image_script.contains(item), "oci-image.py: {item}");

@@ -21,6 +21,7 @@
 
 mod assemble;
 mod boundary;
+mod bpe;
 pub mod budget;
 mod calls;
 pub mod cut;

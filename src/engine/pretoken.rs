@@ -1,7 +1,15 @@
-//! A hand-written pre-tokenizer for pure-ASCII text, splitting exactly where the o200k and
-//! cl100k regular expressions split. The regex engine is the slowest step of counting, and
-//! agent traffic (code, logs, JSON) is overwhelmingly ASCII; anything else goes through the
-//! regex. The splits are checked against the regex piece for piece in the tests.
+//! The o200k and cl100k pre-tokenizers: where tiktoken's regular expressions split text
+//! into the pieces that are byte-pair encoded one by one.
+//!
+//! Pure-ASCII text goes through a hand-written splitter: the regex engine is the slowest
+//! step of counting, and agent traffic (code, logs, JSON) is overwhelmingly ASCII. Anything
+//! else goes through the patterns themselves, compiled at first use. The splits are checked
+//! against tiktoken's piece for piece in the tests.
+
+use std::sync::LazyLock;
+
+use regex_automata::meta::Regex;
+use regex_automata::{Anchored, Input};
 
 /// Which split pattern to follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +27,86 @@ pub fn split_ascii<'a>(text: &'a [u8], pattern: Pattern, mut piece: impl FnMut(&
             Pattern::Cl100k => next_cl100k(text, p),
         };
         piece(&text[p..end]);
+        p = end;
+    }
+}
+
+/// o200k's pattern, as tiktoken publishes it but for its last alternative `\s+(?!\S)|\s+`:
+/// the regex crate has no look-ahead, so that becomes `\s+\s` (a pattern of its own whose
+/// last character is given back, see [`Unicode`]) then `\s+`; `\s+$` keeps the look-ahead's
+/// meaning at the end of the text.
+const O200K: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+$",
+);
+/// cl100k's pattern, with the same rewriting of its look-ahead. tiktoken's current pattern
+/// (possessive quantifiers, which change no split here, and `\s++$` before `\s*[\r\n]`,
+/// which does: a run of whitespace that ends the text is one piece even across newlines).
+const CL100K: &str = concat!(
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}",
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s+$|\s*[\r\n]+",
+);
+
+/// A pattern compiled for any Unicode text: the main alternatives, then `\s+\s`, then `\s+`,
+/// tried as one leftmost-first regex anchored at each piece's start. `\s+(?!\S)` is the
+/// longest run of whitespace not followed by a non-space: where the text goes on after the
+/// run, that is the run but its last character, which is what `\s+\s` matches less its last
+/// character (the same emulation bpe-openai uses).
+struct Unicode {
+    regex: Regex,
+}
+
+/// The index of the `\s+\s` pattern.
+const LOOKAHEAD: usize = 1;
+
+impl Unicode {
+    fn new(main: &str) -> Option<Unicode> {
+        Regex::new_many(&[main, r"\s+\s", r"\s+"])
+            .ok()
+            .map(|regex| Unicode { regex })
+    }
+
+    /// The end of the piece starting at `start`.
+    fn next(&self, text: &str, start: usize) -> usize {
+        let input = Input::new(text).range(start..).anchored(Anchored::Yes);
+        match self.regex.find(input) {
+            Some(m) if m.pattern().as_usize() == LOOKAHEAD => {
+                let last = text[..m.end()]
+                    .chars()
+                    .next_back()
+                    .map_or(1, char::len_utf8);
+                m.end() - last
+            }
+            Some(m) if m.end() > start => m.end(),
+            // Every character matches one of the alternatives, so this is unreachable; one
+            // character as a piece of its own keeps the split going.
+            _ => start + text[start..].chars().next().map_or(1, char::len_utf8),
+        }
+    }
+}
+
+static O200K_UNICODE: LazyLock<Option<Unicode>> = LazyLock::new(|| Unicode::new(O200K));
+static CL100K_UNICODE: LazyLock<Option<Unicode>> = LazyLock::new(|| Unicode::new(CL100K));
+
+/// Calls `piece` with each pre-token of `text`, any Unicode text.
+pub fn split<'a>(text: &'a str, pattern: Pattern, mut piece: impl FnMut(&'a [u8])) {
+    if text.is_ascii() {
+        return split_ascii(text.as_bytes(), pattern, piece);
+    }
+    let unicode = match pattern {
+        Pattern::O200k => &*O200K_UNICODE,
+        Pattern::Cl100k => &*CL100K_UNICODE,
+    };
+    let Some(unicode) = unicode else {
+        // The patterns are constants that compile (the tests split with them), so this
+        // cannot happen; the whole text as one piece still gives a count.
+        return piece(text.as_bytes());
+    };
+    let mut p = 0;
+    while p < text.len() {
+        let end = unicode.next(text, p);
+        piece(&text.as_bytes()[p..end]);
         p = end;
     }
 }
@@ -90,9 +178,13 @@ fn punctuation(b: &[u8], p: usize, tail: impl Fn(u8) -> bool) -> Option<usize> {
     Some(run(b, e, tail))
 }
 
-/// `\s*[\r\n]+|\s+(?!\S)|\s+` at a whitespace character.
-fn whitespace(b: &[u8], p: usize) -> usize {
+/// `\s*[\r\n]+|\s+(?!\S)|\s+` at a whitespace character; with `whole_at_end`, a run that
+/// ends the text is one piece (cl100k's `\s++$`, which tiktoken tries first).
+fn whitespace(b: &[u8], p: usize, whole_at_end: bool) -> usize {
     let e = run(b, p, is_ws);
+    if whole_at_end && e == b.len() {
+        return e;
+    }
     if let Some(k) = b[p..e].iter().rposition(|&c| is_nl(c)) {
         return p + k + 1;
     }
@@ -112,7 +204,7 @@ fn next_o200k(b: &[u8], p: usize) -> usize {
     if b[p].is_ascii_digit() {
         return digits(b, p);
     }
-    punctuation(b, p, |c| is_nl(c) || c == b'/').unwrap_or_else(|| whitespace(b, p))
+    punctuation(b, p, |c| is_nl(c) || c == b'/').unwrap_or_else(|| whitespace(b, p, false))
 }
 
 fn next_cl100k(b: &[u8], p: usize) -> usize {
@@ -126,7 +218,7 @@ fn next_cl100k(b: &[u8], p: usize) -> usize {
     if b[p].is_ascii_digit() {
         return digits(b, p);
     }
-    punctuation(b, p, is_nl).unwrap_or_else(|| whitespace(b, p))
+    punctuation(b, p, is_nl).unwrap_or_else(|| whitespace(b, p, true))
 }
 
 #[cfg(test)]
@@ -142,17 +234,42 @@ mod tests {
         out
     }
 
+    /// tiktoken's patterns, with their look-ahead, run by the engine tiktoken-rs uses.
     fn regex(text: &str, pattern: Pattern) -> Vec<String> {
-        let tok = match pattern {
-            Pattern::O200k => bpe_openai::o200k_base(),
-            Pattern::Cl100k => bpe_openai::cl100k_base(),
+        static O200K: LazyLock<fancy_regex::Regex> =
+            LazyLock::new(|| fancy_regex::Regex::new(tiktoken_rs::O200K_BASE_PAT_STR).unwrap());
+        // tiktoken-rs's cl100k_base() pattern (it does not export it).
+        static CL100K: LazyLock<fancy_regex::Regex> = LazyLock::new(|| {
+            fancy_regex::Regex::new(concat!(
+                r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+",
+                r"| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"
+            ))
+            .unwrap()
+        });
+        let re = match pattern {
+            Pattern::O200k => &*O200K,
+            Pattern::Cl100k => &*CL100K,
         };
-        tok.split(text).map(str::to_string).collect()
+        re.find_iter(text)
+            .map(|m| m.unwrap().as_str().to_string())
+            .collect()
+    }
+
+    fn pieces(text: &str, pattern: Pattern) -> Vec<String> {
+        let mut out = Vec::new();
+        split(text, pattern, |p| {
+            out.push(String::from_utf8(p.to_vec()).unwrap())
+        });
+        out
     }
 
     fn same(text: &str) {
         for p in [Pattern::O200k, Pattern::Cl100k] {
-            assert_eq!(ours(text, p), regex(text, p), "{p:?} on {text:?}");
+            let want = regex(text, p);
+            if text.is_ascii() {
+                assert_eq!(ours(text, p), want, "{p:?} on {text:?}");
+            }
+            assert_eq!(pieces(text, p), want, "{p:?} on {text:?}");
         }
     }
 
@@ -202,6 +319,36 @@ mod tests {
                 .prop_map(|parts| parts.concat())
         ) {
             same(&text);
+        }
+
+        #[test]
+        fn matches_the_regex_on_any_unicode(text in "[\\PC\\s]{0,60}") {
+            same(&text);
+        }
+
+        #[test]
+        fn matches_the_regex_on_mixed_scripts_and_spaces(
+            text in proptest::collection::vec(prop_oneof![
+                Just(" "), Just("\n"), Just("  "), Just("\u{a0}"), Just("\u{3000}"), Just("\u{2028}"),
+                Just("日本語"), Just("É"), Just("école"), Just("ÉCOLE's"), Just("ǅ"), Just("ʰ"),
+                Just("\u{301}"), Just("٣٤٥"), Just("Ⅻ"), Just("🎉"), Just("—"), Just("/"),
+                Just("'S"), Just("x"), Just("12"), Just("\t"), Just("Ωmega")], 0..40)
+                .prop_map(|parts| parts.concat())
+        ) {
+            same(&text);
+        }
+    }
+
+    #[test]
+    fn matches_the_regex_on_real_unicode_text() {
+        for t in [
+            "日本語のテキスト and emoji 🎉",
+            "Ünïcödé  \u{a0}\u{a0}x \u{3000}\n\u{3000}",
+            "naïve café — «quoted» 'S ÉTÉ's",
+            "Привет, мир! 123٤٥٦ Ⅻ",
+            "  \u{2003}trailing\u{2003}\u{2003}",
+        ] {
+            same(t);
         }
     }
 }
