@@ -39,12 +39,22 @@ impl Attempt<'_> {
                 self.prepare(goal);
                 false
             }
+            // The event's preparation is still running: no turn waits for it. While the
+            // request still fits the window whole it goes as it is, and the event comes
+            // with the next turn, prepared; otherwise the event is made now without the
+            // summariser (pruning, and the digest where a summary is needed).
+            Decision::Compact(goal) if self.preparing() => {
+                if self.fits_whole(goal) {
+                    tracing::debug!(id = self.ctx.id, "the event waits for its preparation");
+                    false
+                } else {
+                    self.discard_preparation();
+                    self.done.digest_only = true;
+                    self.rewrite(goal).await
+                }
+            }
             // A compaction prepared ahead is put in place; only if there is none, or it
-            // no longer fits, does this turn compact (and wait for the summariser).
-            // The event's preparation is still running and the request still fits the
-            // window: it goes as it is this turn, and the event comes with the next,
-            // prepared, instead of waiting for the summariser now.
-            Decision::Compact(goal) if self.defer(goal) => false,
+            // no longer fits, does this turn compact.
             Decision::Compact(goal) => {
                 if self.use_prepared(goal).await {
                     // What it left may be crossed again within two turns: the next event
@@ -117,12 +127,8 @@ impl Attempt<'_> {
         Ours((bytes as f64 * per_byte) as u64).theirs(self.ctx.factor())
     }
 
-    /// Whether this turn's event can wait for the next turn: its preparation is still
-    /// running, and the request, past the threshold, still fits the window whole.
-    fn defer(&mut self, goal: Goal) -> bool {
-        let Some(window) = goal.window else {
-            return false;
-        };
+    /// Whether this conversation's next event is being prepared right now.
+    fn preparing(&mut self) -> bool {
         let Some(prepared) = self
             .ctx
             .app
@@ -136,19 +142,39 @@ impl Attempt<'_> {
             return false;
         };
         let dialect = self.ctx.dialect;
-        let running = self
-            .work
+        self.work
             .hashes(dialect, partition)
-            .is_some_and(|hashes| prepared.in_progress(partition, hashes));
-        let Some(tokens) = self.work.tokens(dialect).filter(|_| running) else {
+            .is_some_and(|hashes| prepared.in_progress(partition, hashes))
+    }
+
+    /// Cancels the conversation's running preparation: this turn's event is made without
+    /// it, which leaves it behind, and the next event is prepared from this one.
+    fn discard_preparation(&mut self) {
+        let prepared = self
+            .ctx
+            .app
+            .checkpoints
+            .as_ref()
+            .and_then(|c| c.prepared.as_ref());
+        let (Some(prepared), Some(partition)) = (prepared, self.work.partition) else {
+            return;
+        };
+        if let Some(hashes) = self.work.hashes(self.ctx.dialect, partition) {
+            prepared.discard(partition, hashes);
+        }
+    }
+
+    /// Whether the request, past the threshold, still fits the window whole: its event
+    /// can wait for the next turn.
+    fn fits_whole(&mut self, goal: Goal) -> bool {
+        let Some(window) = goal.window else {
+            return false;
+        };
+        let Some(tokens) = self.work.tokens(self.ctx.dialect) else {
             return false;
         };
         let whole = tokens.theirs(self.ctx.factor()) + self.answer_room().budget(window);
-        let fits = whole.0 + budget::margin(window.0) <= window.0;
-        if fits {
-            tracing::debug!(id = self.ctx.id, "the event waits for its preparation");
-        }
-        fits
+        whole.0 + budget::margin(window.0) <= window.0
     }
 
     /// Whether a request at `tokens` (ours) would be compacted before it is sent.

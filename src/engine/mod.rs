@@ -119,6 +119,13 @@ pub struct Options {
     pub arg_max_chars: usize,
     /// Upper bound on the summary's size in tokens.
     pub summary_max_tokens: usize,
+    /// When pruning alone brings the request under its target, it goes on down to this
+    /// many tokens, as far as pruning can, newest prunable messages before the turn in
+    /// progress first ([`Pruner::newest_block`]): a compaction event that breaks the
+    /// upstream's prompt cache clears room for many turns without a summary, and keeps
+    /// the bytes before what it prunes. `None`: pruning stops at the target, oldest
+    /// first.
+    pub prune_to: Option<usize>,
 }
 
 impl Default for Options {
@@ -136,6 +143,7 @@ impl Default for Options {
             prune_min_chars: 400,
             arg_max_chars: 300,
             summary_max_tokens: 4000,
+            prune_to: None,
         }
     }
 }
@@ -325,6 +333,12 @@ impl Plan {
     /// [`Plan::previous_summary`] forward). Never for an empty middle.
     pub fn needs_summary(&self) -> bool {
         self.stage == Stage::Reduce && (!self.turns.is_empty() || self.previous_summary.is_some())
+    }
+
+    /// Whether the cheap passes (pruning above all) bring the request under its target,
+    /// which it was over: a rewrite without a summary.
+    pub fn prunes_alone(&self) -> bool {
+        self.stage == Stage::Fits
     }
 
     /// The messages the summary replaces, in order.
@@ -563,9 +577,17 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     }
     let turn_start = plan.regions.turn_start;
     let pruner = Pruner::new(&plan.messages, opts, &counter);
-    // Pruning the history, oldest first, is enough: no summary, nothing else lost.
-    let over = plan.total(&plan.messages) - plan.target;
-    let prunes = pruner.oldest_first(&plan.messages, 0..turn_start, over, |j| j >= turn_start);
+    // Pruning the history is enough: no summary, nothing else lost.
+    let total = plan.total(&plan.messages);
+    let over = total - plan.target;
+    let verbatim = |j| j >= turn_start;
+    let prunes = match opts.prune_to {
+        Some(deep) => {
+            let deeper = total.saturating_sub(deep).max(over);
+            pruner.newest_block(&plan.messages, 0..turn_start, deeper, verbatim)
+        }
+        None => pruner.oldest_first(&plan.messages, 0..turn_start, over, verbatim),
+    };
     if prunes.saved >= over {
         let stats = prunes.apply(&mut plan.messages);
         note_prunes(&mut plan.notes, "prune", stats);
