@@ -221,6 +221,31 @@ impl Prepared {
         Some(checkpoint)
     }
 
+    /// Whether the running preparation of the conversation's longest prepared prefix ends
+    /// within `wait` (at once when it has ended, or none runs).
+    pub async fn ends_within(
+        &self,
+        partition: Partition,
+        prefixes: &[u128],
+        wait: Duration,
+    ) -> bool {
+        let running = {
+            let entries = self.lock();
+            prefixes.iter().rev().find_map(|&prefix| {
+                match entries.get(&Key { partition, prefix }) {
+                    Some(Entry::Running { done, .. }) => Some(done.clone()),
+                    _ => None,
+                }
+            })
+        };
+        let Some(mut done) = running else {
+            return true;
+        };
+        tokio::time::timeout(wait, done.wait_for(Option::is_some))
+            .await
+            .is_ok_and(|ended| ended.is_ok())
+    }
+
     /// Drops every preparation of a prefix of the conversation, cancelling those still
     /// running: an event made without them leaves them behind the conversation, and a
     /// later event needs one made from where this one left it.
