@@ -2,9 +2,12 @@
 //! of the window (a test run's long output and a reply in prose), so a request may jump
 //! from below the prepare mark past the threshold in one turn. The compaction such a turn
 //! needs was prepared when the conversation's growth said the next turn may cross, so no
-//! turn waits for the summariser; and events stay fewer than the turns, most of them paid
-//! for by pruning alone. Both with the window configured and learned from the upstream's
-//! first refusal.
+//! turn waits for the summariser; and events stay fewer than the turns. In a session of
+//! tool outputs alone (15% of the window a turn), an event prunes every output before the
+//! turn in progress and so buys several turns, where pruning only to the low-water mark
+//! bought one; the turn whose refusal teaches the window prunes at once instead of waiting
+//! for a summary. Both with the window configured and learned from the upstream's first
+//! refusal.
 
 // Test code: a failed step should stop the test where it failed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -110,7 +113,8 @@ fn no_turn_waited(session: &Session, skip: usize) {
 
 /// An event buys more than one turn: from the first compaction on, the request is rewritten
 /// on at most two turns of three, and each event costs at most one summariser call
-/// (prepared or not), most of them none (pruning alone brought the request down).
+/// (prepared or not). Here the agent's prose replies, which no pruning shortens, pile up
+/// between events: an event that goes down to its fill needs a summary about every time.
 fn events_buy_room(session: &Session) {
     let first = session
         .turns
@@ -125,7 +129,7 @@ fn events_buy_room(session: &Session) {
         session.turns
     );
     assert!(
-        session.summaries * 2 <= session.events,
+        session.summaries <= session.events,
         "{} summaries for {} events",
         session.summaries,
         session.events
@@ -153,4 +157,135 @@ async fn with_the_window_learned_from_a_refusal_no_later_turn_waits() {
         .expect("the window was never learned");
     no_turn_waited(&session, learned + 1);
     events_buy_room(&session);
+}
+
+/// Turn `n` of a tool session without prose: the ask, one command, and its output of
+/// about 3,000 tokens (15% of the window), all of it prunable once the turn is past.
+fn tool_turn(n: usize) -> Vec<Value> {
+    let id = format!("run_{n}");
+    let output: String = (0..150)
+        .map(|i| {
+            format!("test module_{n}::case_{i:03} ... ok (took {i:03} ms, seed {n:04}{i:03})\n")
+        })
+        .collect();
+    vec![
+        json!({"role": "user", "content": format!("Turn {n}: run the tests of module {n}.")}),
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "run_command",
+                "arguments": json!({"command": format!("cargo test module_{n}")}).to_string()}}]}),
+        json!({"role": "tool", "tool_call_id": id, "content": output}),
+    ]
+}
+
+/// What the upstream took on each turn of a tool session of `turns` turns: the size of
+/// the request in the mock's tokens, and whether it was an event (its messages do not
+/// extend the last ones sent, byte for byte); with each turn's `x-compaction` and answer
+/// time.
+struct Taken {
+    sizes: Vec<u64>,
+    events: Vec<usize>,
+    turns: Vec<(String, Duration)>,
+}
+
+async fn tool_session(config: &str, turns: usize) -> Taken {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), config);
+    let window = WINDOW.to_string();
+    let delay = SUMMARY_DELAY_MS.to_string();
+    let headers = [
+        ("authorization", "Bearer k"),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary", "ok"),
+        ("x-mock-summary-delay-ms", delay.as_str()),
+    ];
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let mut taken = Taken {
+        sizes: Vec::new(),
+        events: Vec::new(),
+        turns: Vec::new(),
+    };
+    let mut before: Option<String> = None;
+    for n in 0..turns {
+        history.extend(tool_turn(n));
+        let request = json!({"model": "mock-agent-model", "messages": history});
+        let started = Instant::now();
+        let (status, x) = post_chat(&proxy, &headers, &request).await;
+        assert_eq!(status, 200, "turn {n}: {x}");
+        taken.turns.push((x, started.elapsed()));
+        let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
+        taken.sizes.push(support::mock_tokens(&sent));
+        let messages = sent["messages"].to_string();
+        if before
+            .as_ref()
+            .is_some_and(|before| !messages.starts_with(before.trim_end_matches(']')))
+        {
+            taken.events.push(n);
+        }
+        before = Some(messages);
+        history.push(json!({"role": "assistant", "content": format!("Module {n} passes.")}));
+        tokio::time::sleep(Duration::from_millis(THINK_MS)).await;
+    }
+    taken
+}
+
+/// Each event cleared room for several turns: it brought the request below 40% of the
+/// window (its fill, sized by the conversation's growth, is far below the low-water mark
+/// at 15% a turn, and pruning every output before the turn in progress gets there), so
+/// at least two turns go as they are between two events (pruning only down to the
+/// low-water mark leaves room for one); and no turn waited for the summariser.
+fn each_event_buys_several_turns(taken: &Taken) {
+    let report = || format!("events at {:?}, sizes {:?}", taken.events, taken.sizes);
+    assert!(taken.events.len() >= 2, "{}", report());
+    for &n in &taken.events {
+        assert!(taken.sizes[n] * 10 <= WINDOW * 4, "turn {n}: {}", report());
+    }
+    for pair in taken.events.windows(2) {
+        assert!(pair[1] - pair[0] >= 3, "{}", report());
+    }
+    let slow: Vec<_> = taken.turns[taken.events[0]..]
+        .iter()
+        .filter(|(_, took)| took.as_millis() >= SUMMARY_DELAY_MS.into())
+        .collect();
+    assert!(slow.is_empty(), "{slow:?}\n{}", report());
+}
+
+#[tokio::test]
+async fn with_the_window_configured_an_event_buys_several_turns() {
+    let config = format!(
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
+    );
+    let taken = tool_session(&config, 24).await;
+    each_event_buys_several_turns(&taken);
+}
+
+#[tokio::test]
+async fn with_the_window_learned_an_event_buys_several_turns() {
+    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 24).await;
+    let learned = taken
+        .turns
+        .iter()
+        .position(|(x, _)| x.contains("trigger=error"))
+        .expect("the window was never learned");
+    assert!(taken.events.contains(&learned), "{:?}", taken.events);
+    each_event_buys_several_turns(&taken);
+}
+
+/// The turn whose refusal teaches the window is compacted at once, deterministically: it
+/// does not wait for the summariser (nothing could be prepared before the window was
+/// known), and neither does any later turn.
+#[tokio::test]
+async fn with_the_window_learned_the_refused_turn_does_not_wait_for_the_summariser() {
+    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 12).await;
+    let learned = taken
+        .turns
+        .iter()
+        .position(|(x, _)| x.contains("trigger=error"))
+        .expect("the window was never learned");
+    let slow: Vec<_> = taken.turns[learned..]
+        .iter()
+        .filter(|(_, took)| took.as_millis() >= SUMMARY_DELAY_MS.into())
+        .collect();
+    assert!(slow.is_empty(), "{:#?}", taken.turns);
 }

@@ -221,6 +221,44 @@ impl Prepared {
         Some(checkpoint)
     }
 
+    /// Whether the running preparation of the conversation's longest prepared prefix ends
+    /// within `wait` (at once when it has ended, or none runs).
+    pub async fn ends_within(
+        &self,
+        partition: Partition,
+        prefixes: &[u128],
+        wait: Duration,
+    ) -> bool {
+        let running = {
+            let entries = self.lock();
+            prefixes.iter().rev().find_map(|&prefix| {
+                match entries.get(&Key { partition, prefix }) {
+                    Some(Entry::Running { done, .. }) => Some(done.clone()),
+                    _ => None,
+                }
+            })
+        };
+        let Some(mut done) = running else {
+            return true;
+        };
+        tokio::time::timeout(wait, done.wait_for(Option::is_some))
+            .await
+            .is_ok_and(|ended| ended.is_ok())
+    }
+
+    /// Drops every preparation of a prefix of the conversation, cancelling those still
+    /// running: an event made without them leaves them behind the conversation, and a
+    /// later event needs one made from where this one left it.
+    pub fn discard(&self, partition: Partition, prefixes: &[u128]) {
+        let mut entries = self.lock();
+        if entries.is_empty() {
+            return;
+        }
+        for &prefix in prefixes {
+            self.drop_entry(&mut entries, &Key { partition, prefix });
+        }
+    }
+
     /// Pushes out the oldest entries of the partition past its share, and the oldest of
     /// all past the capacity or their time to live.
     fn make_room(&self, entries: &mut HashMap<Key, Entry>, partition: Partition) {
@@ -323,6 +361,26 @@ mod tests {
         assert_eq!(fate(&prepared, Fate::Wasted), 1);
         assert!(tasks.iter().all(|t| !t.is_finished()));
         assert!(!prepared.holds(key(0).partition, &[0]));
+    }
+
+    #[tokio::test]
+    async fn a_preparation_left_behind_by_an_event_is_cancelled_and_a_new_one_may_start() {
+        let prepared = Prepared::new(2, Duration::from_secs(60));
+        let ticket = prepared.start(key(7)).unwrap();
+        let task = tokio::spawn(async move {
+            let _ticket = ticket;
+            std::future::pending::<()>().await;
+        });
+        prepared.running(key(7), task.abort_handle());
+        // Another conversation's is not touched.
+        let other = prepared.start(key(40)).unwrap();
+        prepared.discard(key(7).partition, &[1, 7, 9]);
+        assert!(task.await.unwrap_err().is_cancelled());
+        assert_eq!(fate(&prepared, Fate::Wasted), 1);
+        assert!(!prepared.holds(key(7).partition, &[1, 7, 9]));
+        assert!(prepared.holds(key(40).partition, &[40]));
+        drop(other);
+        assert!(prepared.start(key(9)).is_some());
     }
 
     #[tokio::test]

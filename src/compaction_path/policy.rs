@@ -47,11 +47,15 @@ impl Goal {
             context_window: self.window.map_or(usize::MAX, Window::usize),
             target_tokens: Some(self.target.usize()),
             ceiling_tokens: Some(self.ceiling.max(self.target).usize()),
+            // An event prunes the newest outputs first, keeping the prefix before them.
+            prune_to: Some(self.target.usize()),
             ..engine::Options::default()
         }
     }
 
-    /// The engine's limits for the relaxed target, if there is one above the target.
+    /// The engine's limits for the relaxed target, if there is one above the target:
+    /// pruning that reaches it goes on towards the target as far as it can, so that an
+    /// event paid for by pruning alone buys as many turns as one that summarises.
     pub fn relaxed_options(self) -> Option<engine::Options> {
         let relaxed = self.relaxed.filter(|&r| r > self.target)?;
         Some(engine::Options {
@@ -184,13 +188,16 @@ pub(super) fn decide(
         return Decision::Send;
     }
     // Prepared now, put in place at the threshold: the turns in between will be added
-    // to it, so it aims that much lower, for the event to end at its fill (never below
-    // half of it).
+    // to it, so a summary aims that much lower, for the event to end at its fill (never
+    // below half of it). Pruning alone must reach the low-water mark with a turn of
+    // growth to spare: then the event at the threshold, whose own turn is that much
+    // larger, needs no summary and is made there, at once, from the turn it comes with;
+    // otherwise the summary it will need is made now.
     let until = limit.saturating_sub(now);
-    let aim = |fill: Theirs| Theirs(fill.saturating_sub(until).0.max(fill.0 / 2));
+    let aim = |fill: Theirs, ahead: Theirs| Theirs(fill.saturating_sub(ahead).0.max(fill.0 / 2));
     Decision::Prepare(Goal {
-        target: aim(fill).saturating_sub(budget).ours(factor),
-        relaxed: Some(aim(low_water).saturating_sub(budget).ours(factor)),
+        target: aim(fill, until).saturating_sub(budget).ours(factor),
+        relaxed: Some(aim(low_water, growth).saturating_sub(budget).ours(factor)),
         ..goal
     })
 }
@@ -335,16 +342,21 @@ pub(super) fn retry_goal(
     let fill = usable.min(fill);
     let target = Ours(((fill - budget).max(0.0) / factor.0 * tightening) as u64);
     let ceiling = Ours((room.ceiling(usable, window) / factor.0 * tightening) as u64);
+    // As before the first call, pruning alone may stop at the low-water mark: the turn
+    // that teaches the window then does not wait for a summariser.
+    let low_water = usable.min(window.share(marks.low_water).0 as f64);
+    let relaxed = Ours(((low_water - budget).max(0.0) / factor.0 * tightening) as u64);
     let goal = Goal {
         target,
         ceiling,
         window: Some(window),
-        relaxed: None,
+        relaxed: refused.sent.filter(|&sent| relaxed < sent).map(|_| relaxed),
     };
     Some(match (refused.kind, blind) {
         (Kind::BodyTooLarge, Some(blind)) => Goal {
             target: target.min(blind),
             ceiling: ceiling.min(blind),
+            relaxed: None,
             ..goal
         },
         _ => goal,

@@ -6,6 +6,7 @@
 //! lossless fix, made before the upstream refuses).
 
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use memchr::memmem::Finder;
 
@@ -18,6 +19,10 @@ use crate::units::{Ours, Theirs, Window};
 
 /// Upper bound on the tokens an image part can cost, for the cheap "surely fits" test.
 const MAX_IMAGE_TOKENS: u64 = 1_600;
+/// The longest a turn waits for its event's preparation to end: a summary almost made is
+/// worth a moment (a client that sends its turns back to back catches its preparation
+/// still running), one that has seconds to go is not (the turn takes the digest instead).
+const PREPARED_WAIT: Duration = Duration::from_millis(250);
 /// Bodies above this size are parsed and counted on a thread that may block.
 const LARGE_BODY: usize = 256 * 1024;
 /// Built once: building a searcher costs more than running it on a small body.
@@ -39,24 +44,7 @@ impl Attempt<'_> {
                 self.prepare(goal);
                 false
             }
-            // A compaction prepared ahead is put in place; only if there is none, or it
-            // no longer fits, does this turn compact (and wait for the summariser).
-            // The event's preparation is still running and the request still fits the
-            // window: it goes as it is this turn, and the event comes with the next,
-            // prepared, instead of waiting for the summariser now.
-            Decision::Compact(goal) if self.defer(goal) => false,
-            Decision::Compact(goal) => {
-                if self.use_prepared(goal).await {
-                    // What it left may be crossed again within two turns: the next event
-                    // is prepared from it now.
-                    if let Decision::Prepare(goal) = self.decide() {
-                        self.prepare(goal);
-                    }
-                    false
-                } else {
-                    self.rewrite(goal).await
-                }
-            }
+            Decision::Compact(goal) => self.event(goal).await,
         };
         if !rewritten && (self.done.resumed.is_some() || self.done.output.is_some()) {
             self.send_base();
@@ -68,6 +56,35 @@ impl Attempt<'_> {
         if self.done.tried() {
             self.done.triggered(Trigger::Preflight);
         }
+    }
+
+    /// This turn's event. A compaction prepared ahead is put in place; only if there is
+    /// none, or it no longer fits, does this turn compact. A preparation still running is
+    /// not waited for beyond [`PREPARED_WAIT`]: while the request still fits the window
+    /// whole it goes as it is, and the event comes with the next turn, prepared;
+    /// otherwise the event is made now without the summariser (pruning, and the digest
+    /// where a summary is needed). `true` when the request was rewritten.
+    async fn event(&mut self, goal: Goal) -> bool {
+        if self.preparing() {
+            if self.fits_whole(goal) {
+                tracing::debug!(id = self.ctx.id, "the event waits for its preparation");
+                return false;
+            }
+            if !self.prepared_within(PREPARED_WAIT).await {
+                self.discard_preparation();
+                self.done.digest_only = true;
+                return self.rewrite(goal).await;
+            }
+        }
+        if !self.use_prepared(goal).await {
+            return self.rewrite(goal).await;
+        }
+        // What it left may be crossed again within two turns: the next event is prepared
+        // from it now.
+        if let Decision::Prepare(goal) = self.decide() {
+            self.prepare(goal);
+        }
+        false
     }
 
     /// Decides what the request, resumed from its checkpoint if it has one, needs before it
@@ -121,12 +138,25 @@ impl Attempt<'_> {
         Ours((bytes as f64 * per_byte) as u64).theirs(self.ctx.factor())
     }
 
-    /// Whether this turn's event can wait for the next turn: its preparation is still
-    /// running, and the request, past the threshold, still fits the window whole.
-    fn defer(&mut self, goal: Goal) -> bool {
-        let Some(window) = goal.window else {
+    /// Whether the conversation's running preparation ends within `wait`.
+    async fn prepared_within(&mut self, wait: Duration) -> bool {
+        let prepared = self
+            .ctx
+            .app
+            .checkpoints
+            .as_ref()
+            .and_then(|c| c.prepared.as_ref());
+        let (Some(prepared), Some(partition)) = (prepared, self.work.partition) else {
             return false;
         };
+        let Some(hashes) = self.work.hashes(self.ctx.dialect, partition) else {
+            return false;
+        };
+        prepared.ends_within(partition, hashes, wait).await
+    }
+
+    /// Whether this conversation's next event is being prepared right now.
+    fn preparing(&mut self) -> bool {
         let Some(prepared) = self
             .ctx
             .app
@@ -140,19 +170,39 @@ impl Attempt<'_> {
             return false;
         };
         let dialect = self.ctx.dialect;
-        let running = self
-            .work
+        self.work
             .hashes(dialect, partition)
-            .is_some_and(|hashes| prepared.in_progress(partition, hashes));
-        let Some(tokens) = self.work.tokens(dialect).filter(|_| running) else {
+            .is_some_and(|hashes| prepared.in_progress(partition, hashes))
+    }
+
+    /// Cancels the conversation's running preparation: this turn's event is made without
+    /// it, which leaves it behind, and the next event is prepared from this one.
+    fn discard_preparation(&mut self) {
+        let prepared = self
+            .ctx
+            .app
+            .checkpoints
+            .as_ref()
+            .and_then(|c| c.prepared.as_ref());
+        let (Some(prepared), Some(partition)) = (prepared, self.work.partition) else {
+            return;
+        };
+        if let Some(hashes) = self.work.hashes(self.ctx.dialect, partition) {
+            prepared.discard(partition, hashes);
+        }
+    }
+
+    /// Whether the request, past the threshold, still fits the window whole: its event
+    /// can wait for the next turn.
+    fn fits_whole(&mut self, goal: Goal) -> bool {
+        let Some(window) = goal.window else {
+            return false;
+        };
+        let Some(tokens) = self.work.tokens(self.ctx.dialect) else {
             return false;
         };
         let whole = tokens.theirs(self.ctx.factor()) + self.answer_room().budget(window);
-        let fits = whole.0 + budget::margin(window.0) <= window.0;
-        if fits {
-            tracing::debug!(id = self.ctx.id, "the event waits for its preparation");
-        }
-        fits
+        whole.0 + budget::margin(window.0) <= window.0
     }
 
     /// Whether a request at `tokens` (ours) would be compacted before it is sent.

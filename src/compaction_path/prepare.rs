@@ -18,6 +18,7 @@ use crate::checkpoint::{Checkpoint, Key, Partition};
 use crate::compactor::{messages_of, Base, Caller, Keys, Order, Resumed};
 use crate::dialect::Dialect;
 use crate::telemetry;
+use crate::engine::{self, SummarySource};
 
 impl Attempt<'_> {
     /// Starts the background compaction of this request towards `goal`, unless the
@@ -164,8 +165,22 @@ impl Attempt<'_> {
             .tokens(dialect)
             .is_some_and(|tokens| goal.window.is_some_and(|w| !self.over_threshold(tokens, w)));
         // The event has had its summariser call: what more it needs, the digest gives.
-        self.done.digest_only |= !fits;
-        fits
+        self.done.digest_only |= !fits || self.prunes_on(goal);
+        fits && !self.done.digest_only
+    }
+
+    /// Whether the prepared form in place leaves the request above the event's mark (the
+    /// turn that was in progress when it was made is still whole) and pruning alone brings
+    /// it down: the event then prunes on from it, so that it buys several turns, not one.
+    fn prunes_on(&self, goal: Goal) -> bool {
+        let Some(base) = self.work.parsed() else {
+            return false;
+        };
+        let options = goal
+            .relaxed_options()
+            .unwrap_or_else(|| goal.engine_options());
+        let counts = base.counts.as_deref();
+        engine::plan_with_counts(&base.view, counts, &options).is_ok_and(|plan| plan.prunes_alone())
     }
 }
 
@@ -260,6 +275,13 @@ impl Preparation {
             .inspect_err(|e| tracing::debug!(id = self.id, reason = %e, "nothing prepared"))
             .ok()?;
         let report = &compaction.report;
+        // Pruning alone costs milliseconds: the event makes it itself, from the turn it
+        // comes with, whose previous turn it can prune too (a pruning prepared now would
+        // leave that turn whole, and the event a turn less of room).
+        if report.summary == SummarySource::None {
+            tracing::debug!(id = self.id, "pruning alone: nothing to prepare");
+            return None;
+        }
         tracing::info!(
             id = self.id,
             tokens_before = report.tokens_before,

@@ -73,6 +73,10 @@ impl Attempt<'_> {
         // A resumed request is measured from the client's own; one compacted again after
         // that says where its summary came from, one sent as resumed what it carries.
         let summary = match (report, hit) {
+            // A compaction prepared ahead, pruned on: its summary is new in this request.
+            (Some(r), Some(hit)) if r.summary == SummarySource::None && done.promote.is_some() => {
+                hit.checkpoint.summary
+            }
             // Compacted again without a new summary: the stored one is what it carries.
             (Some(r), Some(hit)) if r.summary == SummarySource::None => stored(hit),
             (Some(r), _) => r.summary,

@@ -124,6 +124,13 @@ pub struct Options {
     /// The most messages the upstream takes in one request, when it caps them: past it,
     /// the oldest history is summarised even when the tokens fit.
     pub max_messages: Option<usize>,
+    /// When pruning alone brings the request under its target, it goes on down to this
+    /// many tokens, as far as pruning can, newest prunable messages before the turn in
+    /// progress first ([`Pruner::newest_block`]): a compaction event that breaks the
+    /// upstream's prompt cache clears room for many turns without a summary, and keeps
+    /// the bytes before what it prunes. `None`: pruning stops at the target, oldest
+    /// first.
+    pub prune_to: Option<usize>,
 }
 
 impl Default for Options {
@@ -142,6 +149,7 @@ impl Default for Options {
             arg_max_chars: 300,
             summary_max_tokens: 4000,
             max_messages: None,
+            prune_to: None,
         }
     }
 }
@@ -333,6 +341,12 @@ impl Plan {
     /// [`Plan::previous_summary`] forward). Never for an empty middle.
     pub fn needs_summary(&self) -> bool {
         self.stage == Stage::Reduce && (!self.turns.is_empty() || self.previous_summary.is_some())
+    }
+
+    /// Whether the cheap passes (pruning above all) bring the request under its target,
+    /// which it was over: a rewrite without a summary.
+    pub fn prunes_alone(&self) -> bool {
+        self.stage == Stage::Fits
     }
 
     /// The messages the summary replaces, in order.
@@ -577,10 +591,18 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     }
     let turn_start = plan.regions.turn_start;
     let pruner = Pruner::new(&plan.messages, opts, &counter);
-    // Pruning the history, oldest first, is enough: no summary, nothing else lost (when
-    // the messages are not too many: pruning keeps every one).
-    let over = plan.total(&plan.messages).saturating_sub(plan.target);
-    let prunes = pruner.oldest_first(&plan.messages, 0..turn_start, over, |j| j >= turn_start);
+    // Pruning the history is enough: no summary, nothing else lost (when the messages
+    // are not too many: pruning keeps every one).
+    let total = plan.total(&plan.messages);
+    let over = total.saturating_sub(plan.target);
+    let verbatim = |j| j >= turn_start;
+    let prunes = match opts.prune_to {
+        Some(deep) => {
+            let deeper = total.saturating_sub(deep).max(over);
+            pruner.newest_block(&plan.messages, 0..turn_start, deeper, verbatim)
+        }
+        None => pruner.oldest_first(&plan.messages, 0..turn_start, over, verbatim),
+    };
     if prunes.saved >= over && plan.messages.len() <= plan.max_messages {
         let stats = prunes.apply(&mut plan.messages);
         note_prunes(&mut plan.notes, "prune", stats);

@@ -133,6 +133,30 @@ impl<'a> Pruner<'a> {
         prunes
     }
 
+    /// Prunes the newest messages of `range` until `over` tokens are saved: the shortest
+    /// block of messages ending at the range's end whose pruning saves that much (or the
+    /// whole range), pruned oldest first within it. Every message before the block keeps
+    /// its bytes, and with them the prefix the upstream's prompt cache holds from the last
+    /// request; an event after this one finds this block already pruned and prunes the
+    /// messages after it, extending what this one wrote instead of rewriting it.
+    pub fn newest_block(
+        &self,
+        messages: &[Message],
+        range: std::ops::Range<usize>,
+        over: usize,
+        verbatim: impl Fn(usize) -> bool,
+    ) -> Prunes {
+        let mut start = range.end;
+        let mut saved = 0;
+        while start > range.start && saved < over {
+            start -= 1;
+            if let Some((m, _)) = self.pruned(messages, start, &verbatim) {
+                saved += messages[start].tokens.saturating_sub(m.tokens);
+            }
+        }
+        self.oldest_first(messages, start..range.end, over, verbatim)
+    }
+
     /// A form of `msg` about `need` tokens smaller: an output cut to its ends, or call
     /// arguments shortened no more than that takes.
     fn partly(&self, msg: &Message, need: usize) -> Option<(Message, OutputKind)> {
@@ -423,6 +447,39 @@ mod tests {
         assert!(some[2].text().contains("characters omitted by compaction"));
         assert!(msgs[2].tokens - some[2].tokens < 200);
         assert_eq!(some[4].text(), big);
+    }
+
+    #[test]
+    fn the_newest_block_is_pruned_and_what_comes_before_it_keeps_its_bytes() {
+        let outputs = |i: usize| format!("output line {i}\n").repeat(100);
+        let mut input = vec![json!({"role": "user", "content": "go"})];
+        for i in 0..6 {
+            let id = format!("c{i}");
+            input.push(json!({"role": "assistant", "content": null,
+                "tool_calls": [call(&id, "bash", json!({"command": format!("step {i}")}))]}));
+            input.push(json!({"role": "tool", "tool_call_id": id, "content": outputs(i)}));
+        }
+        let msgs = parse(&Value::Array(input));
+        let c = Counter::new(Encoding::O200k);
+        let opts = Options::default();
+        let pruner = Pruner::new(&msgs, &opts, &c);
+        let one = msgs[12].tokens - 40;
+        let mut some = msgs.clone();
+        let prunes = pruner.newest_block(&msgs, 0..13, 2 * one, |j| j >= 13);
+        assert!(prunes.saved >= 2 * one);
+        prunes.apply(&mut some);
+        // The two newest outputs went (the newer cut only as far as still needed);
+        // everything before them is as it was.
+        let texts = |ms: &[Message]| ms.iter().map(|m| m.text().into_owned()).collect::<Vec<_>>();
+        assert_eq!(texts(&some[..10]), texts(&msgs[..10]));
+        assert!(some[12].tokens < msgs[12].tokens);
+        assert!(some[10].text().starts_with("[output of bash"));
+        // Asked for more than pruning can give, it prunes the whole range.
+        let mut all = msgs.clone();
+        pruner
+            .newest_block(&msgs, 0..13, usize::MAX, |j| j >= 13)
+            .apply(&mut all);
+        assert!((1..7).all(|i| all[2 * i].text().starts_with("[output of bash")));
     }
 
     #[test]
