@@ -46,7 +46,8 @@ impl Attempt<'_> {
             // prepared, instead of waiting for the summariser now.
             Decision::Compact(goal) if self.defer(goal) => false,
             Decision::Compact(goal) => {
-                if self.use_prepared(goal).await {
+                // Boxed like every rare path, so the common future stays small.
+                if Box::pin(self.use_prepared(goal)).await {
                     // What it left may be crossed again within two turns: the next event
                     // is prepared from it now.
                     if let Decision::Prepare(goal) = self.decide() {
@@ -193,9 +194,10 @@ impl Attempt<'_> {
         let Some(hashes) = self.work.hashes.as_deref() else {
             return;
         };
-        let Some((len, checkpoint)) = cache
-            .longest(&self.ctx.seal(cache), partition, hashes)
-            .await
+        // Boxed: only tenants with checkpoints get here, and the store's future would
+        // otherwise be moved with every request's.
+        let Some((len, checkpoint)) =
+            Box::pin(cache.longest(&self.ctx.seal(cache), partition, hashes)).await
         else {
             return;
         };
