@@ -283,6 +283,10 @@ impl ModelWindows {
             .and_then(|r| r.max_media);
         configured.or_else(|| {
             let media = self.media.read().unwrap_or_else(PoisonError::into_inner);
+            // Checked first so the common case (no cap learned) builds no key.
+            if media.is_empty() {
+                return None;
+            }
             media.get(&key(upstream, model)).copied()
         })
     }
@@ -298,6 +302,10 @@ impl ModelWindows {
             .and_then(|r| r.max_messages);
         configured.or_else(|| {
             let messages = self.messages.read().unwrap_or_else(PoisonError::into_inner);
+            // Checked first so the common case (no cap learned) builds no key.
+            if messages.is_empty() {
+                return None;
+            }
             messages.get(&key(upstream, model)).copied()
         })
     }
