@@ -61,7 +61,8 @@ pub async fn handle(
     let started = Instant::now();
     let id = app.next_request_id();
     let method = request.method().clone();
-    let path = request.uri().path().to_owned();
+    // Copied for the log line only when it is written: an allocation per request else.
+    let path = tracing::enabled!(tracing::Level::INFO).then(|| request.uri().path().to_owned());
     // Dot segments are resolved before anything looks at the path, so the route and the
     // upstream see the same one, and it stays under the base URL's path.
     let normalised = upstream::normalise_path(request.uri());
@@ -92,7 +93,7 @@ pub async fn handle(
     tracing::info!(
         id,
         %method,
-        path,
+        path = path.as_deref().unwrap_or_default(),
         status = response.status().as_u16(),
         ms = started.elapsed().as_secs_f64() * 1000.0,
         "answered"
@@ -211,13 +212,20 @@ async fn forward(
             let request = request.map(|body| ClientBody::new(body, timeout, held));
             match route {
                 Route::Compact(dialect) => compaction_path::handle(app, request, dialect, id).await,
-                _ => compaction_path::codex_compaction::handle_endpoint(app, request, id).await,
+                // Boxed, as the rarer path: inline, its state would be moved with every
+                // chat request's future (see docs/performance.md).
+                _ => {
+                    Box::pin(compaction_path::codex_compaction::handle_endpoint(
+                        app, request, id,
+                    ))
+                    .await
+                }
             }
         }
         Route::Connect => Err(ProxyError::Connect),
         Route::Upgrade => {
             let request = request.map(|body| ClientBody::new(body, timeout, None));
-            upgrade::forward(app, request, slot).await
+            Box::pin(upgrade::forward(app, request, slot)).await
         }
         Route::Health | Route::Metrics | Route::Passthrough => {
             let request = request.map(|body| ClientBody::new(body, timeout, None));

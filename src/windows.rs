@@ -11,8 +11,10 @@
 //! The learned map and the calibration map are bounded, so clients sending endless distinct
 //! model names cannot grow memory without limit.
 
+use std::borrow::Borrow;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, PoisonError, RwLock};
 
 pub use crate::model_record::Count;
@@ -50,6 +52,52 @@ pub struct KnownWindow {
 }
 
 type ModelKey = (String, String);
+
+/// A key of the run-time maps as borrowed strings: looking a model up on every request
+/// then builds no `String`s. Hashes as the owned `(String, String)` does (each `str` in
+/// turn), which `Borrow` requires.
+trait KeyRef {
+    fn parts(&self) -> (&str, &str);
+}
+
+impl KeyRef for ModelKey {
+    fn parts(&self) -> (&str, &str) {
+        (&self.0, &self.1)
+    }
+}
+
+impl KeyRef for (&str, &str) {
+    fn parts(&self) -> (&str, &str) {
+        *self
+    }
+}
+
+impl<'a> Borrow<dyn KeyRef + 'a> for ModelKey {
+    fn borrow(&self) -> &(dyn KeyRef + 'a) {
+        self
+    }
+}
+
+impl Hash for dyn KeyRef + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let (upstream, model) = self.parts();
+        upstream.hash(state);
+        model.hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyRef + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyRef + '_ {}
+
+/// The borrowed form of [`key`], for lookups.
+fn key_ref<'a>(upstream: &'a str, model: &'a str) -> (&'a str, &'a str) {
+    (upstream.trim_end_matches('/'), model)
+}
 
 /// Context windows and token-count calibration, shared by all requests.
 #[derive(Debug, Default)]
@@ -265,11 +313,8 @@ impl ModelWindows {
     /// How many upstream tokens one of our estimated tokens is worth (1.0 until calibrated).
     pub fn factor(&self, upstream: &str, model: &str) -> f64 {
         let map = self.factors.read().unwrap_or_else(PoisonError::into_inner);
-        // Checked first so the common case builds no key (two allocations).
-        if map.is_empty() {
-            return 1.0;
-        }
-        map.get(&key(upstream, model)).map_or(1.0, |f| f.get())
+        map.get(&key_ref(upstream, model) as &dyn KeyRef)
+            .map_or(1.0, |f| f.get())
     }
 
     /// The most media parts one request for `model` behind `upstream` may carry: the
@@ -283,7 +328,7 @@ impl ModelWindows {
             .and_then(|r| r.max_media);
         configured.or_else(|| {
             let media = self.media.read().unwrap_or_else(PoisonError::into_inner);
-            media.get(&key(upstream, model)).copied()
+            media.get(&key_ref(upstream, model) as &dyn KeyRef).copied()
         })
     }
 
@@ -298,7 +343,9 @@ impl ModelWindows {
             .and_then(|r| r.max_messages);
         configured.or_else(|| {
             let messages = self.messages.read().unwrap_or_else(PoisonError::into_inner);
-            messages.get(&key(upstream, model)).copied()
+            messages
+                .get(&key_ref(upstream, model) as &dyn KeyRef)
+                .copied()
         })
     }
 
@@ -566,6 +613,18 @@ fn builtin_lookup(model: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_borrowed_key_finds_what_an_owned_one_stored() {
+        let mut map = HashMap::new();
+        map.insert(key("http://up/v1/", "gpt-4o"), 7);
+        map.insert(key("http://up/v1", "gpt-4o-mini"), 8);
+        let get = |u, m| map.get(&key_ref(u, m) as &dyn KeyRef).copied();
+        assert_eq!(get("http://up/v1", "gpt-4o"), Some(7));
+        assert_eq!(get("http://up/v1/", "gpt-4o-mini"), Some(8));
+        assert_eq!(get("http://up/v1", "gpt-4"), None);
+        assert_eq!(get("http://other/v1", "gpt-4o"), None);
+    }
 
     #[test]
     fn repeated_and_alternating_lookups_agree_with_the_table() {

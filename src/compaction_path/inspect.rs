@@ -41,11 +41,11 @@ pub async fn inspect(
         return Ok(Verdict::Deliver(response));
     }
     let (parts, mut body) = response.into_parts();
+    // Borrowed, not copied: it is read before the head moves on.
     let content_type = parts
         .headers
         .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+        .and_then(|v| v.to_str().ok());
     if status.is_success() && streaming {
         let (head, class) = hold_stream_head(&mut body, hold).await?;
         return match class {
@@ -60,7 +60,7 @@ pub async fn inspect(
         };
     }
     let (read, complete) = read_to_end(&mut body, Bytes::new(), MAX_ERROR_BODY).await?;
-    let class = classify::classify(status.as_u16(), content_type.as_deref(), &read);
+    let class = classify::classify(status.as_u16(), content_type, &read);
     tracing::debug!(status = status.as_u16(), kind = ?class.kind, reason = class.reason, "upstream answer classified");
     Ok(refused_or_deliver(parts, read, complete, body, class))
 }

@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap};
 use http::request::Parts;
 use http::{Request, Response};
@@ -87,12 +87,14 @@ pub async fn handle_body(
     if dialect == Dialect::Responses && dialect::codex_items::is_trigger(&original) {
         let ask = codex_compaction::Ask::Trigger;
         let model = dialect.head(&original).map(|head| head.model);
-        let future = codex_compaction::handle(app, parts, original, ask, id);
+        let future = Box::pin(codex_compaction::handle(app, parts, original, ask, id));
         return with_span(app, codex_compaction::API, model, &parts.headers, future).await;
     }
     match dialect.head(&original) {
         Some(head) => {
-            let model = Some(head.model.clone());
+            // The name is copied only for a span; without traces it would be an
+            // allocation per request for nothing.
+            let model = app.telemetry.as_ref().map(|_| head.model.clone());
             let future = run(app, parts, original, head, dialect, id);
             with_span(app, dialect.as_str(), model, &parts.headers, future).await
         }
@@ -194,8 +196,10 @@ async fn run(
         match verdict {
             Verdict::Deliver(response) => return Ok(attempt.deliver(response).await),
             Verdict::Refused { parts, body, class } => {
+                // Boxed, as the rare path: inline, its state would be moved with
+                // every request's future (see docs/performance.md).
                 if attempt.done.calls >= app.config.compaction.max_attempts
-                    || !attempt.recover(&class).await
+                    || !Box::pin(attempt.recover(&class)).await
                 {
                     return Ok(attempt.fail(inspect::deliver_refused(parts, body)));
                 }
@@ -375,17 +379,14 @@ impl Attempt<'_> {
                     if let Some(pending) = pending.take().map(|p| *p) {
                         let checkpoint = Arc::new(pending.checkpoint);
                         let seal = self.ctx.seal(cache);
-                        cache
-                            .put(&seal, pending.key, checkpoint, pending.replaces)
-                            .await;
+                        // Boxed, as the rare path (see `run`).
+                        Box::pin(cache.put(&seal, pending.key, checkpoint, pending.replaces)).await;
                     }
                 }
                 (_, Some(promote), Some(hit)) => {
                     let checkpoint = Arc::clone(&hit.checkpoint);
                     let seal = self.ctx.seal(cache);
-                    cache
-                        .put(&seal, hit.key, checkpoint, promote.replaces)
-                        .await;
+                    Box::pin(cache.put(&seal, hit.key, checkpoint, promote.replaces)).await;
                 }
                 _ => {}
             }
@@ -455,11 +456,15 @@ impl Attempt<'_> {
 
 /// Reads the whole body, refusing early when `Content-Length` already says it is over
 /// the limit, and stopping as soon as a body without one crosses it.
-pub(crate) async fn read_body(
-    incoming: ClientBody<Incoming>,
+pub(crate) async fn read_body<B>(
+    incoming: B,
     headers: &HeaderMap,
     limit: u64,
-) -> Result<Bytes, ProxyError> {
+) -> Result<Bytes, ProxyError>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<crate::cause::BoxError>,
+{
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -468,11 +473,76 @@ pub(crate) async fn read_body(
         return Err(ProxyError::BodyTooLarge { limit });
     }
     let max = usize::try_from(limit).unwrap_or(usize::MAX);
-    match Limited::new(incoming, max).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(ProxyError::BodyTooLarge { limit })
+    let mut body = Limited::new(incoming, max);
+    // Most bodies arrive as one frame, which is kept as it is: no copy, and none of
+    // `collect`'s frame list (an allocation per request).
+    let mut first = Bytes::new();
+    let mut joined: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(ProxyError::BodyTooLarge { limit });
+            }
+            Err(e) => return Err(ProxyError::client_body(e)),
+        };
+        // Trailers are not part of the body.
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if data.is_empty() {
+            continue;
         }
-        Err(e) => Err(ProxyError::client_body(e)),
+        match &mut joined {
+            Some(joined) => joined.extend_from_slice(&data),
+            None if first.is_empty() => first = data,
+            None => {
+                let mut both = BytesMut::with_capacity(first.len() + data.len());
+                both.extend_from_slice(&first);
+                both.extend_from_slice(&data);
+                joined = Some(both);
+            }
+        }
+    }
+    Ok(joined.map_or(first, BytesMut::freeze))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::stream;
+    use http_body::Frame;
+    use http_body_util::StreamBody;
+    use proptest::prelude::*;
+    use std::convert::Infallible;
+
+    fn read(frames: Vec<Vec<u8>>, limit: u64) -> Result<Bytes, ProxyError> {
+        let frames = frames
+            .into_iter()
+            .map(|f| Ok::<_, Infallible>(Frame::data(Bytes::from(f))));
+        let body = StreamBody::new(stream::iter(frames));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(read_body(body, &HeaderMap::new(), limit))
+    }
+
+    proptest! {
+        /// However the client's body is cut into frames (empty ones included), what is
+        /// read is its bytes in order; past the limit, it is refused.
+        #[test]
+        fn any_framing_reads_the_same_bytes(
+            frames in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..8),
+            slack in 0u64..4,
+        ) {
+            let whole: Vec<u8> = frames.concat();
+            let len = whole.len() as u64;
+            prop_assert_eq!(&read(frames.clone(), len + slack).unwrap()[..], &whole[..]);
+            if len > 0 {
+                let over = read(frames, len - 1);
+                let refused = matches!(over, Err(ProxyError::BodyTooLarge { .. }));
+                prop_assert!(refused, "a body over the limit must be refused");
+            }
+        }
     }
 }

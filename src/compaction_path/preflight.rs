@@ -44,7 +44,8 @@ impl Attempt<'_> {
                 self.prepare(goal);
                 false
             }
-            Decision::Compact(goal) => self.event(goal).await,
+            // Boxed like every rare path, so the common future stays small.
+            Decision::Compact(goal) => Box::pin(self.event(goal)).await,
         };
         if !rewritten && (self.done.resumed.is_some() || self.done.output.is_some()) {
             self.send_base();
@@ -243,9 +244,10 @@ impl Attempt<'_> {
         let Some(hashes) = self.work.hashes.as_deref() else {
             return;
         };
-        let Some((len, checkpoint)) = cache
-            .longest(&self.ctx.seal(cache), partition, hashes)
-            .await
+        // Boxed: only tenants with checkpoints get here, and the store's future would
+        // otherwise be moved with every request's.
+        let Some((len, checkpoint)) =
+            Box::pin(cache.longest(&self.ctx.seal(cache), partition, hashes)).await
         else {
             return;
         };

@@ -15,7 +15,10 @@ impl Attempt<'_> {
     /// in progress by taking room from the answer). `false` when there is nothing new to
     /// send.
     pub(super) async fn rewrite(&mut self, goal: Goal) -> bool {
-        let Some(compaction) = self.compact(goal).await else {
+        // Boxed: the compactor's future (a summariser call among it) is the largest
+        // state of a request, and inline it would be moved with every future around
+        // it, on every request, whether it ever compacts or not (see docs/performance.md).
+        let Some(compaction) = Box::pin(self.compact(goal)).await else {
             return false;
         };
         let report = compaction.report;
