@@ -17,8 +17,8 @@ use crate::checkpoint::prepared::Fate;
 use crate::checkpoint::{Checkpoint, Key, Partition};
 use crate::compactor::{messages_of, Base, Caller, Keys, Order, Resumed};
 use crate::dialect::Dialect;
-use crate::telemetry;
 use crate::engine::{self, SummarySource};
+use crate::telemetry;
 
 impl Attempt<'_> {
     /// Starts the background compaction of this request towards `goal`, unless the
