@@ -184,12 +184,14 @@ impl Summarizer {
                 }
                 Err(failure) => {
                     match &failure {
+                        // Each rejected answer was logged (and counted) as it came:
+                        // this line says what became of the whole.
                         Failure::Rejected(problem) => tracing::warn!(
                             id = call.id,
                             model,
                             reason = problem.reason(),
                             error = %failure,
-                            "summariser answer rejected; falling back"
+                            "no summary accepted from the summariser; falling back"
                         ),
                         _ => tracing::warn!(
                             id = call.id,
@@ -320,7 +322,7 @@ impl Summarizer {
                         model,
                         reason = problem.reason(),
                         error = %problem,
-                        "summariser answer for a chunk rejected; its turns are digested"
+                        "summariser answer rejected; its turns are digested"
                     );
                     progress.failed(Failure::Rejected(problem), turns, budget);
                 }
