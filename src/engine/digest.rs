@@ -39,6 +39,8 @@ use super::summary::{extract, has_marker};
 use crate::redact::redact;
 
 const H_EARLIER: &str = "## Earlier summary";
+/// Written before a path an output said it wrote (a report, an artefact).
+const WRITTEN: &str = "written: ";
 
 /// Headings of earlier versions of the digest, read as the section they became.
 const OLD_HEADINGS: &[(&str, Section)] = &[
@@ -58,7 +60,8 @@ const FENCE_MAX: usize = 700;
 const DECISION_CHARS: usize = 300;
 const ERROR_CHARS: usize = 300;
 const LABEL_CHARS: usize = 160;
-const WHO_CHARS: usize = 100;
+/// The call an error came from names where it happened, not what failed: kept short.
+const WHO_CHARS: usize = 48;
 const PATH_CHARS: usize = 200;
 /// New paths taken from one output: a `find .` listing is not a list of what mattered.
 const PATHS_PER_OUTPUT: usize = 20;
@@ -173,6 +176,16 @@ struct Item {
 }
 
 impl Item {
+    /// What the item is written after: a file the work wrote says so, so that a digest
+    /// read back ranks it as the fact it was, not as any path seen.
+    fn lead(&self) -> &'static str {
+        if self.section == Section::Files && self.tier >= Tier::Fact {
+            WRITTEN
+        } else {
+            ""
+        }
+    }
+
     /// `- text (xN)\n`, continuation lines indented by two spaces.
     fn rendered_len(&self) -> usize {
         let newlines = self.text.bytes().filter(|&b| b == b'\n').count();
@@ -180,11 +193,12 @@ impl Item {
             0 | 1 => 0,
             n => format!(" (x{n})").len(),
         };
-        2 + self.text.len() + 2 * newlines + count + 1
+        2 + self.lead().len() + self.text.len() + 2 * newlines + count + 1
     }
 
     fn render(&self, out: &mut String) {
         out.push_str("- ");
+        out.push_str(self.lead());
         out.push_str(&self.text.replace('\n', "\n  "));
         if self.count > 1 {
             out.push_str(&format!(" (x{})", self.count));
@@ -314,10 +328,15 @@ impl Digest {
                 let (label, count) = parse_count(&text);
                 self.push_call(label.to_string(), count);
             }
-            Section::Files => {
+            Section::Files => match text.strip_prefix(WRITTEN) {
+                Some(path) => {
+                    self.push(section, Tier::Fact, path);
+                }
                 // A path that made it into an earlier digest was worth listing then.
-                self.push(section, Tier::Touched, &text);
-            }
+                None => {
+                    self.push(section, Tier::Touched, &text);
+                }
+            },
             Section::Last => {
                 self.push(section, Tier::Preview, &text);
             }
@@ -1197,6 +1216,57 @@ mod tests {
             );
             assert!(short.len() <= budget + 64, "{}", short.len());
         }
+    }
+
+    #[test]
+    fn a_written_file_keeps_its_rank_when_the_digest_is_read_back() {
+        let turns = parse(json!([
+            {"role": "user", "content": "Profile the importer"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"make profile\"}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "done\nWrote artifacts/run_7/profile.svg"},
+            {"role": "assistant", "content": "Let's make the next change now. Let's read it again. Let's look at it once more."},
+        ]));
+        let first = digest(None, &turns, 10_000);
+        assert!(
+            first.contains("- written: artifacts/run_7/profile.svg\n"),
+            "{first}"
+        );
+        // Shortened, the written file outranks the narration, as it did in the first
+        // digest; read back as a plain path it would have gone first.
+        let short = shorten(&first, 200);
+        assert!(short.len() <= 200, "{short}");
+        assert!(
+            short.contains("- written: artifacts/run_7/profile.svg"),
+            "{short}"
+        );
+        assert!(!short.contains("Let's look"), "{short}");
+        // Read back again it is the same item, not a second one.
+        let again = digest(Some(&first), &turns, 10_000);
+        assert_eq!(
+            again
+                .matches("- written: artifacts/run_7/profile.svg\n")
+                .count(),
+            1,
+            "{again}"
+        );
+        assert!(!again.contains("\n- artifacts/run_7"), "{again}");
+    }
+
+    #[test]
+    fn an_error_names_its_call_briefly() {
+        let long = "x".repeat(300);
+        let turns = parse(json!([
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "bash", "arguments": json!({"command": format!("python -c '{long}'")}).to_string()}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "KeyError: 'tenant_9'"},
+        ]));
+        let d = digest(None, &turns, 10_000);
+        let line = d
+            .lines()
+            .find(|l| l.contains("KeyError: 'tenant_9'"))
+            .unwrap_or_default();
+        assert!(line.len() <= 80, "{line}");
     }
 
     #[test]
