@@ -39,6 +39,8 @@ use super::summary::{extract, has_marker};
 use crate::redact::redact;
 
 const H_EARLIER: &str = "## Earlier summary";
+/// Written before a path an output said it wrote (a report, an artefact).
+const WRITTEN: &str = "written: ";
 
 /// Headings of earlier versions of the digest, read as the section they became.
 const OLD_HEADINGS: &[(&str, Section)] = &[
@@ -58,7 +60,8 @@ const FENCE_MAX: usize = 700;
 const DECISION_CHARS: usize = 300;
 const ERROR_CHARS: usize = 300;
 const LABEL_CHARS: usize = 160;
-const WHO_CHARS: usize = 100;
+/// The call an error came from names where it happened, not what failed: kept short.
+const WHO_CHARS: usize = 48;
 const PATH_CHARS: usize = 200;
 /// New paths taken from one output: a `find .` listing is not a list of what mattered.
 const PATHS_PER_OUTPUT: usize = 20;
@@ -170,9 +173,22 @@ struct Item {
     /// A shorter form to fall back on before dropping the item: a user message without
     /// what it pasted.
     short: Option<String>,
+    /// The rules and numbers of a user message that sets a rule, taken from the whole
+    /// message (the item may hold only its ends): what it keeps before a fact is dropped.
+    rules: Option<String>,
 }
 
 impl Item {
+    /// What the item is written after: a file the work wrote says so, so that a digest
+    /// read back ranks it as the fact it was, not as any path seen.
+    fn lead(&self) -> &'static str {
+        if self.section == Section::Files && self.tier >= Tier::Fact {
+            WRITTEN
+        } else {
+            ""
+        }
+    }
+
     /// `- text (xN)\n`, continuation lines indented by two spaces.
     fn rendered_len(&self) -> usize {
         let newlines = self.text.bytes().filter(|&b| b == b'\n').count();
@@ -180,11 +196,12 @@ impl Item {
             0 | 1 => 0,
             n => format!(" (x{n})").len(),
         };
-        2 + self.text.len() + 2 * newlines + count + 1
+        2 + self.lead().len() + self.text.len() + 2 * newlines + count + 1
     }
 
     fn render(&self, out: &mut String) {
         out.push_str("- ");
+        out.push_str(self.lead());
         out.push_str(&self.text.replace('\n', "\n  "));
         if self.count > 1 {
             out.push_str(&format!(" (x{})", self.count));
@@ -314,10 +331,15 @@ impl Digest {
                 let (label, count) = parse_count(&text);
                 self.push_call(label.to_string(), count);
             }
-            Section::Files => {
+            Section::Files => match text.strip_prefix(WRITTEN) {
+                Some(path) => {
+                    self.push(section, Tier::Fact, path);
+                }
                 // A path that made it into an earlier digest was worth listing then.
-                self.push(section, Tier::Touched, &text);
-            }
+                None => {
+                    self.push(section, Tier::Touched, &text);
+                }
+            },
             Section::Last => {
                 self.push(section, Tier::Preview, &text);
             }
@@ -420,6 +442,10 @@ impl Digest {
         if let Some(item) = at.and_then(|at| self.items.get_mut(at)) {
             if words.len() < item.text.len() {
                 item.short = Some(redact(&words).into_owned());
+            }
+            if item.tier == Tier::Rule {
+                let rules = rules_and_numbers(&scan::shorten_fences(text, None));
+                item.rules = (!rules.is_empty()).then(|| redact(&rules).into_owned());
             }
         }
     }
@@ -586,6 +612,7 @@ impl Digest {
             count: 1,
             alive: true,
             short: None,
+            rules: None,
         });
         Some(at)
     }
@@ -615,6 +642,7 @@ impl Digest {
             count,
             alive: true,
             short: None,
+            rules: None,
         });
     }
 
@@ -689,6 +717,26 @@ impl Digest {
         left.drop(&mut self.items, &order, |i, item| {
             !spared[i] && item.tier < Tier::Finding
         });
+        // A message that sets a rule keeps its rules and its numbers before any fact of
+        // the same rank is given up: its other words (a greeting, a pasted token, "carry
+        // on") say least per character.
+        for item in self.items.iter_mut().filter(|i| i.alive) {
+            if left.size <= budget {
+                break;
+            }
+            if item.section != Section::Asks || item.tier != Tier::Rule {
+                continue;
+            }
+            let rules = item
+                .rules
+                .take()
+                .unwrap_or_else(|| rules_and_numbers(&item.text));
+            if !rules.is_empty() && rules.len() < item.text.len() {
+                left.size -= item.rendered_len();
+                item.text = rules;
+                left.size += item.rendered_len();
+            }
+        }
         left.drop(&mut self.items, &order, |_, _| true);
         size = left.size;
         if size > budget && !self.earlier.is_empty() {
@@ -935,6 +983,47 @@ fn cut_ask(text: &str, head: usize, tail: usize) -> String {
         "{head}\n[... {cut} characters omitted by compaction ...]\n{}",
         facts.join("\n")
     )
+}
+
+/// A user message reduced to what it asks to hold: each sentence that sets a rule, whole,
+/// and each number (four digits or more: a count, an id, a limit) in the clause that says
+/// what it counts, in their order on one line. Empty when it holds neither.
+fn rules_and_numbers(text: &str) -> String {
+    let mut kept: Vec<Cow<'_, str>> = Vec::new();
+    for sentence in text.lines().flat_map(scan::sentences) {
+        if scan::is_constraint(sentence) {
+            kept.push(Cow::Borrowed(sentence));
+        } else if has_number(sentence) {
+            let clause = number_clause(sentence);
+            kept.push(if clause.ends_with(['.', '!', '?']) {
+                Cow::Borrowed(clause)
+            } else {
+                Cow::Owned(format!("{clause}."))
+            });
+        }
+    }
+    kept.join(" ")
+}
+
+/// Whether `text` holds four digits or more in a row.
+fn has_number(text: &str) -> bool {
+    let mut run = 0;
+    text.bytes().any(|b| {
+        run = if b.is_ascii_digit() { run + 1 } else { 0 };
+        run >= 4
+    })
+}
+
+/// The clause of `sentence` (between `,`, `;` and `:`) that holds its number, when that
+/// says enough on its own ("the nightly import handles 749540 rows"); else the sentence.
+fn number_clause(sentence: &str) -> &str {
+    const LEAST: usize = 16;
+    sentence
+        .split([',', ';', ':'])
+        .map(|c| c.trim().trim_end_matches('.'))
+        .find(|c| has_number(c))
+        .filter(|c| c.len() >= LEAST)
+        .unwrap_or(sentence)
 }
 
 /// `text` in about `room` characters: the lines that state facts when it holds any (a
@@ -1197,6 +1286,92 @@ mod tests {
             );
             assert!(short.len() <= budget + 64, "{}", short.len());
         }
+    }
+
+    #[test]
+    fn a_written_file_keeps_its_rank_when_the_digest_is_read_back() {
+        let turns = parse(json!([
+            {"role": "user", "content": "Profile the importer"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"make profile\"}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "done\nWrote artifacts/run_7/profile.svg"},
+            {"role": "assistant", "content": "Let's make the next change now. Let's read it again. Let's look at it once more."},
+        ]));
+        let first = digest(None, &turns, 10_000);
+        assert!(
+            first.contains("- written: artifacts/run_7/profile.svg\n"),
+            "{first}"
+        );
+        // Shortened, the written file outranks the narration, as it did in the first
+        // digest; read back as a plain path it would have gone first.
+        let short = shorten(&first, 200);
+        assert!(short.len() <= 200, "{short}");
+        assert!(
+            short.contains("- written: artifacts/run_7/profile.svg"),
+            "{short}"
+        );
+        assert!(!short.contains("Let's look"), "{short}");
+        // Read back again it is the same item, not a second one.
+        let again = digest(Some(&first), &turns, 10_000);
+        assert_eq!(
+            again
+                .matches("- written: artifacts/run_7/profile.svg\n")
+                .count(),
+            1,
+            "{again}"
+        );
+        assert!(!again.contains("\n- artifacts/run_7"), "{again}");
+    }
+
+    #[test]
+    fn an_error_names_its_call_briefly() {
+        let long = "x".repeat(300);
+        let turns = parse(json!([
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "bash", "arguments": json!({"command": format!("python -c '{long}'")}).to_string()}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "KeyError: 'tenant_9'"},
+        ]));
+        let d = digest(None, &turns, 10_000);
+        let line = d
+            .lines()
+            .find(|l| l.contains("KeyError: 'tenant_9'"))
+            .unwrap_or_default();
+        assert!(line.len() <= 80, "{line}");
+    }
+
+    #[test]
+    fn a_rule_keeps_its_numbers_in_their_clause_and_drops_the_rest() {
+        let ask = "GITHUB_TOKEN=[REDACTED:token]\nQuick note before you go on. Never push to the release/zb62 branch, only open pull requests against it. For context: the nightly import handles 749540 rows, so anything quadratic will time out. Our quota is 120000 calls. Carry on.";
+        assert_eq!(
+            rules_and_numbers(ask),
+            "Never push to the release/zb62 branch, only open pull requests against it. the nightly import handles 749540 rows. Our quota is 120000 calls."
+        );
+        assert_eq!(rules_and_numbers("Thanks, carry on."), "");
+        // Too short a clause says too little: the sentence stays.
+        assert_eq!(
+            number_clause("Set it to 4096, please."),
+            "Set it to 4096, please."
+        );
+    }
+
+    #[test]
+    fn a_rule_gives_up_its_small_talk_before_a_fact_is_dropped() {
+        let turns = parse(json!([
+            {"role": "user", "content": "Quick note before you go on, I had a long day and my lunch was late again today. Never push to the release/zb62 branch, only open pull requests against it. For context: the nightly import handles 749540 rows, so anything quadratic will time out. Carry on, thanks a lot."},
+            {"role": "assistant", "content": "Decision: we keep the existing cache and drop the prefetch_q7 layer."},
+        ]));
+        // Room for the rule and the decision, not for the whole message beside it.
+        let budget = 350;
+        let d = digest(None, &turns, budget);
+        assert!(d.len() <= budget, "{d}");
+        for fact in [
+            "Never push to the release/zb62 branch, only open pull requests against it.",
+            "the nightly import handles 749540 rows",
+            "Decision: we keep the existing cache and drop the prefetch_q7 layer.",
+        ] {
+            assert!(d.contains(fact), "{fact:?} missing in\n{d}");
+        }
+        assert!(!d.contains("Quick note"), "{d}");
     }
 
     #[test]
