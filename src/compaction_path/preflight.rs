@@ -12,7 +12,7 @@ use memchr::memmem::Finder;
 
 use super::policy::{self, Decision, Goal, Marks};
 use super::{Attempt, Trigger};
-use crate::checkpoint::{Applied, Checkpoint, Key};
+use crate::checkpoint::{Applied, Checkpoint, Key, Partition, Prepared};
 use crate::compactor::{messages_of, Resumed};
 use crate::engine::{self, budget};
 use crate::units::{Ours, Theirs, Window};
@@ -139,56 +139,37 @@ impl Attempt<'_> {
         Ours((bytes as f64 * per_byte) as u64).theirs(self.ctx.factor())
     }
 
+    /// Where this conversation's preparation is kept: the preparations, the conversation's
+    /// partition and prefix hashes. `None` when preparations are off or the conversation
+    /// has no partition yet.
+    fn preparation(&mut self) -> Option<(&Prepared, Partition, &[u128])> {
+        let app = self.ctx.app;
+        let prepared = app.checkpoints.as_ref()?.prepared.as_ref()?;
+        let partition = self.work.partition?;
+        let hashes = self.work.hashes(self.ctx.dialect, partition)?;
+        Some((prepared, partition, hashes))
+    }
+
     /// Whether the conversation's running preparation ends within `wait`.
     async fn prepared_within(&mut self, wait: Duration) -> bool {
-        let prepared = self
-            .ctx
-            .app
-            .checkpoints
-            .as_ref()
-            .and_then(|c| c.prepared.as_ref());
-        let (Some(prepared), Some(partition)) = (prepared, self.work.partition) else {
-            return false;
-        };
-        let Some(hashes) = self.work.hashes(self.ctx.dialect, partition) else {
-            return false;
-        };
-        prepared.ends_within(partition, hashes, wait).await
+        match self.preparation() {
+            Some((prepared, partition, hashes)) => {
+                prepared.ends_within(partition, hashes, wait).await
+            }
+            None => false,
+        }
     }
 
     /// Whether this conversation's next event is being prepared right now.
     fn preparing(&mut self) -> bool {
-        let Some(prepared) = self
-            .ctx
-            .app
-            .checkpoints
-            .as_ref()
-            .and_then(|c| c.prepared.as_ref())
-        else {
-            return false;
-        };
-        let Some(partition) = self.work.partition else {
-            return false;
-        };
-        let dialect = self.ctx.dialect;
-        self.work
-            .hashes(dialect, partition)
-            .is_some_and(|hashes| prepared.in_progress(partition, hashes))
+        self.preparation()
+            .is_some_and(|(prepared, partition, hashes)| prepared.in_progress(partition, hashes))
     }
 
     /// Cancels the conversation's running preparation: this turn's event is made without
     /// it, which leaves it behind, and the next event is prepared from this one.
     fn discard_preparation(&mut self) {
-        let prepared = self
-            .ctx
-            .app
-            .checkpoints
-            .as_ref()
-            .and_then(|c| c.prepared.as_ref());
-        let (Some(prepared), Some(partition)) = (prepared, self.work.partition) else {
-            return;
-        };
-        if let Some(hashes) = self.work.hashes(self.ctx.dialect, partition) {
+        if let Some((prepared, partition, hashes)) = self.preparation() {
             prepared.discard(partition, hashes);
         }
     }
