@@ -104,11 +104,6 @@ fn key_ref<'a>(upstream: &'a str, model: &'a str) -> (&'a str, &'a str) {
 pub struct ModelWindows {
     rules: Vec<ModelRule>,
     learned: RwLock<HashMap<ModelKey, u64>>,
-    /// Learned windows known only as bounds, from refusals that named no numbers, with
-    /// the largest request the upstream took since (prompt plus completion cap, its
-    /// tokens as estimated): the window is between the two. Not stored: a restart starts
-    /// from the bound.
-    bounded: RwLock<HashMap<ModelKey, Option<u64>>>,
     /// The most media parts one request may carry, as upstreams' refusals named it. Not
     /// stored: the first refusal after a restart teaches it again.
     media: RwLock<HashMap<ModelKey, u64>>,
@@ -186,39 +181,8 @@ impl ModelWindows {
     pub fn learn_at_most(&self, upstream: &str, model: &str, tokens: u64) {
         let current = self.window_for(upstream, model).map(|w| w.window.0);
         if tokens > 0 && current.is_none_or(|c| tokens < c) {
-            let k = key(upstream, model);
-            let taken = self.taken(&k);
             self.learn(upstream, model, tokens);
-            let mut bounded = self.bounded.write().unwrap_or_else(PoisonError::into_inner);
-            insert_bounded(&mut bounded, k, taken.filter(|&t| t < tokens));
         }
-    }
-
-    /// Records that the upstream took a request of `size` tokens (prompt plus completion
-    /// cap, its tokens as estimated), when the window is known only as a bound: the
-    /// window is at least that, and the estimate moves up towards the bound.
-    pub fn took(&self, upstream: &str, model: &str, size: u64) {
-        // Most windows are not bounds: a read lock finds that without making every
-        // delivered request take the write lock.
-        if self
-            .bounded
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
-        {
-            return;
-        }
-        let k = key(upstream, model);
-        let mut bounded = self.bounded.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(taken) = bounded.get_mut(&k) {
-            *taken = Some(taken.map_or(size, |t| t.max(size)));
-        }
-    }
-
-    /// The largest request taken since the window became a bound, if it is one.
-    fn taken(&self, k: &ModelKey) -> Option<u64> {
-        let bounded = self.bounded.read().unwrap_or_else(PoisonError::into_inner);
-        bounded.get(k).copied().flatten()
     }
 
     /// Remembers the window an upstream reported for `model`; the latest report wins because a
@@ -228,10 +192,6 @@ impl ModelWindows {
             return;
         }
         let k = key(upstream, model);
-        self.bounded
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&k);
         {
             let mut map = self.learned.write().unwrap_or_else(PoisonError::into_inner);
             insert_bounded(&mut map, k.clone(), tokens);
@@ -373,21 +333,12 @@ impl ModelWindows {
             .map(|r| r.context_window)
     }
 
-    /// The learned window; for one known only as a bound, halfway between the largest
-    /// request taken since and the bound: each refusal lowers the bound, each request
-    /// taken raises the other side, and the estimate closes in on the window turn by turn
-    /// rather than staying at a bound that may be far above it.
     fn learned_window(&self, upstream: &str, model: &str) -> Option<u64> {
         let map = self.learned.read().unwrap_or_else(PoisonError::into_inner);
         if map.is_empty() {
             return None;
         }
-        let k = key(upstream, model);
-        let bound = map.get(&k).copied()?;
-        Some(match self.taken(&k).filter(|&t| t < bound) {
-            Some(taken) => taken + (bound - taken) / 2,
-            None => bound,
-        })
+        map.get(&key(upstream, model)).copied()
     }
 }
 
@@ -717,27 +668,6 @@ mod tests {
         }
         assert_eq!(builtin_window("my-private-model"), None);
         assert_eq!(builtin_window(""), None);
-    }
-
-    #[test]
-    fn a_bound_closes_in_on_the_window_from_what_the_upstream_took() {
-        let windows = ModelWindows::new(Vec::new());
-        let up = "http://h/v1";
-        let window = |w: &ModelWindows| w.window_for(up, "local").map(|w| w.window.0);
-        // Taken before any bound: nothing to learn from.
-        windows.took(up, "local", 3_000);
-        windows.learn_at_most(up, "local", 19_000);
-        assert_eq!(window(&windows), Some(19_000));
-        windows.took(up, "local", 3_000);
-        assert_eq!(window(&windows), Some(11_000));
-        windows.learn_at_most(up, "local", 10_000);
-        assert_eq!(window(&windows), Some(6_500));
-        windows.took(up, "local", 6_500);
-        assert_eq!(window(&windows), Some(8_250));
-        // A window an upstream named is exact: no estimate replaces it.
-        windows.learn(up, "local", 7_583);
-        windows.took(up, "local", 7_000);
-        assert_eq!(window(&windows), Some(7_583));
     }
 
     #[test]

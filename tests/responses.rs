@@ -236,10 +236,6 @@ async fn a_cap_refused_without_numbers_goes_down_until_the_answer_fits() {
         );
         input.push(json!({"role": "user", "content": format!("And point {n}?")}));
     }
-    // Each answer taken moves the window's estimate up from the bound's other side: the
-    // later turns are not each refused first.
-    let calls = mock.recorded().len();
-    assert!(calls < 8, "{calls} calls for 4 turns");
 }
 
 /// The same refusal without numbers when the conversation, not the cap, is what does not

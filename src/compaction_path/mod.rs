@@ -371,7 +371,6 @@ impl Attempt<'_> {
     /// The checkpoint is stored before the answer is given back, so that the client's
     /// next turn finds it, on this replica or another.
     async fn deliver(&mut self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
-        self.took();
         if let Some(cache) = &self.ctx.app.checkpoints {
             let done = &mut self.done;
             match (&mut done.engine, &done.promote, &done.resumed) {
@@ -402,22 +401,6 @@ impl Attempt<'_> {
             response.headers_mut().insert("x-compaction", x.to_header());
         }
         self.calibrating(response)
-    }
-
-    /// Tells the windows the upstream took this request, when it was counted on its way
-    /// (never counted for this alone): a window known only as a bound learns its other
-    /// side from it.
-    fn took(&self) {
-        let ours = match self.done.report() {
-            Some(report) => Some(report.tokens_after as u64),
-            None => self.work.parsed().and_then(|base| base.tokens).map(|t| t.0),
-        };
-        if let Some(ours) = ours {
-            let size =
-                crate::units::Ours(ours).theirs(self.ctx.factor()).0 + self.work.cap.unwrap_or(0);
-            let (upstream, model) = (self.ctx.upstream(), self.ctx.head.model.as_str());
-            self.ctx.app.models.took(upstream, model, size);
-        }
     }
 
     /// The answer, tapped for the upstream's count of the prompt, when the model's window
