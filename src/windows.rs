@@ -280,48 +280,44 @@ impl ModelWindows {
     /// The most media parts one request for `model` behind `upstream` may carry: the
     /// configured cap, else the one a refusal named.
     pub fn media_cap(&self, upstream: &str, model: &str) -> Option<u64> {
-        let bare = strip_provider(model);
-        let configured = self
-            .rules
-            .iter()
-            .find(|r| glob_match(&r.pattern, model) || glob_match(&r.pattern, bare))
-            .and_then(|r| r.max_media);
-        configured.or_else(|| {
-            let media = self.media.read().unwrap_or_else(PoisonError::into_inner);
-            media.get(&key_ref(upstream, model) as &dyn KeyRef).copied()
-        })
+        self.cap(upstream, model, |r| r.max_media, &self.media)
     }
 
     /// The most messages one request for `model` behind `upstream` may carry: the
     /// configured cap, else the one a refusal taught.
     pub fn message_cap(&self, upstream: &str, model: &str) -> Option<u64> {
-        let bare = strip_provider(model);
-        let configured = self
-            .rules
-            .iter()
-            .find(|r| glob_match(&r.pattern, model) || glob_match(&r.pattern, bare))
-            .and_then(|r| r.max_messages);
-        configured.or_else(|| {
-            let messages = self.messages.read().unwrap_or_else(PoisonError::into_inner);
-            messages
-                .get(&key_ref(upstream, model) as &dyn KeyRef)
-                .copied()
-        })
+        self.cap(upstream, model, |r| r.max_messages, &self.messages)
     }
 
     /// Remembers the message cap a refusal taught for `model` behind `upstream`.
     pub fn learn_message_cap(&self, upstream: &str, model: &str, cap: u64) {
-        let mut messages = self
-            .messages
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        insert_bounded(&mut messages, key(upstream, model), cap);
+        learn_cap(&self.messages, upstream, model, cap);
     }
 
     /// Remembers the media cap a refusal named for `model` behind `upstream`.
     pub fn learn_media_cap(&self, upstream: &str, model: &str, cap: u64) {
-        let mut media = self.media.write().unwrap_or_else(PoisonError::into_inner);
-        insert_bounded(&mut media, key(upstream, model), cap);
+        learn_cap(&self.media, upstream, model, cap);
+    }
+
+    /// A per-request count cap: the first matching rule's, else the learned one.
+    fn cap(
+        &self,
+        upstream: &str,
+        model: &str,
+        configured: impl Fn(&ModelRule) -> Option<u64>,
+        learned: &RwLock<HashMap<ModelKey, u64>>,
+    ) -> Option<u64> {
+        let bare = strip_provider(model);
+        let rule = self
+            .rules
+            .iter()
+            .find(|r| glob_match(&r.pattern, model) || glob_match(&r.pattern, bare));
+        rule.and_then(configured).or_else(|| {
+            let learned = learned.read().unwrap_or_else(PoisonError::into_inner);
+            learned
+                .get(&key_ref(upstream, model) as &dyn KeyRef)
+                .copied()
+        })
     }
 
     fn config_window(&self, model: &str) -> Option<u64> {
@@ -355,6 +351,11 @@ fn clamp_factor(f: f64) -> f64 {
     } else {
         1.0
     }
+}
+
+fn learn_cap(map: &RwLock<HashMap<ModelKey, u64>>, upstream: &str, model: &str, cap: u64) {
+    let mut map = map.write().unwrap_or_else(PoisonError::into_inner);
+    insert_bounded(&mut map, key(upstream, model), cap);
 }
 
 fn insert_bounded<V>(map: &mut HashMap<ModelKey, V>, k: ModelKey, v: V) {
