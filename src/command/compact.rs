@@ -230,13 +230,8 @@ fn compact(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let caller = Caller {
-        parts: &parts,
-        model: &model,
-        dialect: Dialect::Chat,
-        id: 0,
-        partition: Partition::new(&parts.headers, "", &model),
-    };
+    let partition = Partition::new(&parts.headers, "", &model);
+    let caller = Caller::new(&parts, &model, Dialect::Chat, 0, partition);
     let base = Base {
         view,
         source: None,

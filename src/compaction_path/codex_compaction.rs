@@ -157,13 +157,8 @@ async fn emulate(
     let history = History::read(model, &input)?;
     let upstream = app.upstream.base_url();
     let window = app.models.window_for(upstream, model).map(|w| w.window);
-    let caller = Caller {
-        parts,
-        model,
-        dialect: Dialect::Responses,
-        id,
-        partition: Partition::new(&parts.headers, upstream, model),
-    };
+    let partition = Partition::new(&parts.headers, upstream, model);
+    let caller = Caller::new(parts, model, Dialect::Responses, id, partition);
     let summary = app
         .compactor()
         .summarise(

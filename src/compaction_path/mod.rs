@@ -273,13 +273,13 @@ impl Ctx<'_> {
 
     /// The request as the summariser's caller, in `partition`.
     fn caller(&self, partition: Partition) -> Caller<'_> {
-        Caller {
-            parts: self.parts,
-            model: &self.head.model,
-            dialect: self.dialect,
-            id: self.id,
+        Caller::new(
+            self.parts,
+            &self.head.model,
+            self.dialect,
+            self.id,
             partition,
-        }
+        )
     }
 }
 

@@ -251,13 +251,13 @@ impl Preparation {
 
     /// The compaction itself, with the prefix hash its checkpoint replaces.
     async fn compact(&self, base: Base, goal: Goal) -> Option<(u128, Checkpoint)> {
-        let caller = Caller {
-            parts: &self.parts,
-            model: &self.model,
-            dialect: self.dialect,
-            id: self.id,
-            partition: self.partition,
-        };
+        let caller = Caller::new(
+            &self.parts,
+            &self.model,
+            self.dialect,
+            self.id,
+            self.partition,
+        );
         let order = Order {
             options: goal.engine_options(),
             relaxed: goal.relaxed_options(),

@@ -55,6 +55,26 @@ pub struct Caller<'a> {
     pub partition: Partition,
 }
 
+impl<'a> Caller<'a> {
+    /// The caller for a request of `model` in `dialect`; `partition` is taken rather than
+    /// derived from `parts` because the request loop has already hashed it once.
+    pub fn new(
+        parts: &'a Parts,
+        model: &'a str,
+        dialect: Dialect,
+        id: u64,
+        partition: Partition,
+    ) -> Caller<'a> {
+        Caller {
+            parts,
+            model,
+            dialect,
+            id,
+            partition,
+        }
+    }
+}
+
 /// A conversation as compaction starts from it: the client's request (resumed from its
 /// checkpoint, with a lowered completion cap when one was needed) in the engine's chat
 /// view, with our count of each message and of the whole once made.
