@@ -43,8 +43,8 @@ impl Goal {
     pub fn engine_options(self) -> engine::Options {
         engine::Options {
             // With its target and ceiling given, the engine reads its window only as a
-            // bound: an unknown window bounds nothing.
-            context_window: self.window.map_or(usize::MAX, Window::usize),
+            // bound on the summary's share: an unknown window bounds nothing.
+            context_window: self.window,
             target_tokens: Some(self.target.usize()),
             ceiling_tokens: Some(self.ceiling.max(self.target).usize()),
             // An event prunes the newest outputs first, keeping the prefix before them.

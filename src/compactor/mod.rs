@@ -244,13 +244,13 @@ impl Compactor<'_> {
         caller: &Caller<'_>,
         window: Option<Window>,
     ) -> Summary {
-        let context_window = window.unwrap_or(DEFAULT_WINDOW).usize();
+        let context_window = window.unwrap_or(DEFAULT_WINDOW);
         let middle = Middle {
             turns,
             previous,
             after: turns,
             budget_cap: usize::MAX,
-            context_window,
+            context_window: Some(context_window),
         };
         if let Some(summary) = self.llm_summary(&middle, caller, window).await {
             return summary;
@@ -261,7 +261,7 @@ impl Compactor<'_> {
                 source: SummarySource::Cache,
             };
         }
-        let budget = summary_budget(replaced.usize(), context_window);
+        let budget = summary_budget(replaced.usize(), context_window.usize());
         Summary {
             text: engine::digest::digest(previous, turns, budget * 4),
             source: SummarySource::Fallback,

@@ -45,7 +45,7 @@ mod validate;
 
 use serde_json::{Map, Value};
 
-use crate::units::DEFAULT_WINDOW;
+use crate::units::{Window, DEFAULT_WINDOW};
 
 pub use message::{Message, Role};
 pub use roles::OPENING;
@@ -89,8 +89,9 @@ const DIGEST_FLOOR: usize = 300;
 /// Limits and knobs. Defaults suit real models; tests use small windows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
-    /// The model's context window in tokens (prompt plus completion).
-    pub context_window: usize,
+    /// The model's context window in tokens (prompt plus completion); `None` when it is
+    /// not known, and then only `target_tokens` and `ceiling_tokens` bound the request.
+    pub context_window: Option<Window>,
     /// Model whose tokenizer to count with; by default the request's own `model`.
     pub model: Option<String>,
     /// Prompt-token target to reach; by default the window minus the completion budget
@@ -136,7 +137,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options {
-            context_window: DEFAULT_WINDOW.0 as usize,
+            context_window: Some(DEFAULT_WINDOW),
             model: None,
             target_tokens: None,
             ceiling_tokens: None,
@@ -157,7 +158,7 @@ impl Default for Options {
 impl Options {
     pub fn with_window(context_window: usize) -> Options {
         Options {
-            context_window,
+            context_window: Some(Window(context_window as u64)),
             ..Options::default()
         }
     }
@@ -168,10 +169,14 @@ impl Options {
         if let Some(t) = self.target_tokens {
             return t;
         }
-        let reserve = self.reserve_for(request);
-        self.context_window
-            .saturating_sub(reserve)
-            .saturating_sub(self.margin())
+        // Neither a target nor a window: nothing bounds the request.
+        let Some(window) = self.context_window else {
+            return usize::MAX;
+        };
+        window
+            .usize()
+            .saturating_sub(self.reserve_for(request, window))
+            .saturating_sub(self.margin(window))
     }
 
     /// The most prompt tokens this request may carry with its answer room cut to the
@@ -182,28 +187,33 @@ impl Options {
         let ceiling = match (self.ceiling_tokens, self.target_tokens) {
             (Some(c), _) => c,
             (None, Some(t)) => t,
-            (None, None) => {
-                let least = self.min_output_tokens.min(self.reserve_for(request));
-                self.context_window
-                    .saturating_sub(least)
-                    .saturating_sub(self.margin())
-            }
+            (None, None) => match self.context_window {
+                Some(window) => {
+                    let least = self
+                        .min_output_tokens
+                        .min(self.reserve_for(request, window));
+                    window
+                        .usize()
+                        .saturating_sub(least)
+                        .saturating_sub(self.margin(window))
+                }
+                None => target,
+            },
         };
         ceiling.max(target)
     }
 
-    fn reserve_for(&self, request: &Value) -> usize {
-        let window = self.context_window as u64;
+    fn reserve_for(&self, request: &Value, window: Window) -> usize {
         let reserve = budget::reserve(
             budget::asked(request),
             self.default_output_reserve as u64,
-            window,
+            window.0,
         );
         usize::try_from(reserve).unwrap_or(usize::MAX)
     }
 
-    fn margin(&self) -> usize {
-        (self.context_window / 100).saturating_mul(self.safety_margin_percent)
+    fn margin(&self, window: Window) -> usize {
+        (window.usize() / 100).saturating_mul(self.safety_margin_percent)
     }
 
     fn fill(&self, target: usize) -> usize {
@@ -926,6 +936,26 @@ mod tests {
             ..opts
         };
         assert_eq!(fixed.target_for(&json!({"max_tokens": 1})), 42);
+    }
+
+    #[test]
+    fn an_unknown_window_leaves_the_given_target_and_ceiling_as_the_only_bounds() {
+        let bounded = Options {
+            context_window: None,
+            target_tokens: Some(5000),
+            ceiling_tokens: Some(6000),
+            ..Options::default()
+        };
+        // No window: a large completion ask takes nothing off the target.
+        assert_eq!(bounded.target_for(&json!({"max_tokens": 100_000})), 5000);
+        assert_eq!(bounded.ceiling_for(&json!({"max_tokens": 100_000})), 6000);
+        let unbounded = Options {
+            context_window: None,
+            ..Options::default()
+        };
+        let request = session(12, 2000);
+        assert!(compact(&request, &unbounded).unwrap().report.unchanged);
+        assert!(!compact(&request, &bounded).unwrap().report.unchanged);
     }
 
     #[test]

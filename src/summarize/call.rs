@@ -101,8 +101,9 @@ pub struct Middle<'a> {
     /// The most tokens the summary may take: what is left of the target beside what is
     /// kept (asking for more would pay for text that is thrown away).
     pub budget_cap: usize,
-    /// The window of the request, for the summary's share of it.
-    pub context_window: usize,
+    /// The window of the request, for the summary's share of it; `None`: not known, and
+    /// the summariser's own window bounds the share alone.
+    pub context_window: Option<Window>,
 }
 
 impl<'a> Middle<'a> {
@@ -264,8 +265,10 @@ impl Summarizer {
         let room = ChunkRoom::new(window, ledger.windows.factor(self.base_url(), model));
         let content = middle.turns.iter().map(|m| m.tokens).sum::<usize>()
             + middle.previous.map_or(0, |p| counter.text(p));
-        let budget =
-            summary_budget(content, window.min(middle.context_window)).min(middle.budget_cap);
+        let share_of = middle
+            .context_window
+            .map_or(window, |w| window.min(w.usize()));
+        let budget = summary_budget(content, share_of).min(middle.budget_cap);
         let Some((prompt, limit)) = room.plan(budget, &counter) else {
             ledger.metrics.summarizer_skipped();
             return Err(Failure::NoRoom(window));
