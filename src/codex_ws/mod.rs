@@ -42,6 +42,7 @@ use crate::compaction_path;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::limits::Reservation;
+use crate::upstream::own_body_headers;
 
 mod conversation;
 
@@ -138,8 +139,6 @@ fn http_parts(handshake: Parts) -> Parts {
         header::SEC_WEBSOCKET_VERSION,
         header::SEC_WEBSOCKET_EXTENSIONS,
         header::SEC_WEBSOCKET_PROTOCOL,
-        header::CONTENT_LENGTH,
-        header::TRANSFER_ENCODING,
     ] {
         headers.remove(name);
     }
@@ -154,14 +153,7 @@ fn http_parts(handshake: Parts) -> Parts {
     for beta in betas {
         headers.append("openai-beta", beta);
     }
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(
-        header::ACCEPT,
-        HeaderValue::from_static("text/event-stream"),
-    );
+    own_body_headers(headers);
     parts.method = Method::POST;
     parts
 }
@@ -608,6 +600,7 @@ mod tests {
             .header("openai-beta", "responses_websockets=2026-02-06")
             .header("openai-beta", "other=1")
             .header("session-id", "s1")
+            .header("accept-encoding", "gzip")
             .body(())
             .unwrap();
         let parts = http_parts(handshake.into_parts().0);

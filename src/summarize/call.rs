@@ -10,7 +10,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header;
 use http::request::Parts;
 use http::{Method, StatusCode, Uri};
 use http_body_util::BodyExt;
@@ -30,19 +30,8 @@ use crate::engine::{Counter, Message, Options, Plan, Summary, SummarySource};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::units::{Window, DEFAULT_WINDOW};
-use crate::upstream::{Upstream, UpstreamInitError};
+use crate::upstream::{own_body_headers, Upstream, UpstreamInitError};
 use crate::windows::{Count, ModelWindows};
-
-/// Client headers that must not travel with the summariser's call: its body is new (its
-/// own length and type), its answer is read by the proxy (no compression asked for), and
-/// an idempotency key would make the upstream replay the client's own answer.
-const DROPPED_HEADERS: [&str; 5] = [
-    "content-length",
-    "content-type",
-    "content-encoding",
-    "accept-encoding",
-    "idempotency-key",
-];
 
 pub struct Summarizer {
     upstream: Upstream,
@@ -352,7 +341,8 @@ impl Summarizer {
         body: &Value,
         sent: &Sent<'_>,
     ) -> Result<String, Failure> {
-        let headers = summary_headers(&call.parts.headers);
+        let mut headers = call.parts.headers.clone();
+        own_body_headers(&mut headers);
         let bytes = Bytes::from(body.to_string());
         let response = self
             .upstream
@@ -547,23 +537,6 @@ fn fit<'a>(
     None
 }
 
-/// The client's headers for the summariser's call (see [`DROPPED_HEADERS`]).
-fn summary_headers(client: &HeaderMap) -> HeaderMap {
-    let mut headers = client.clone();
-    for name in DROPPED_HEADERS {
-        headers.remove(name);
-    }
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(
-        header::ACCEPT,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers
-}
-
 /// Today's UTC date as `YYYY-MM-DD`, for dating completed actions in the checkpoint.
 fn today() -> String {
     let secs = SystemTime::now()
@@ -597,20 +570,5 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(civil_from_days(20_779), (2026, 11, 22));
-    }
-
-    #[test]
-    fn summariser_headers_keep_credentials_and_drop_the_bodys() {
-        let mut client = HeaderMap::new();
-        client.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
-        client.insert(header::CONTENT_LENGTH, HeaderValue::from_static("99"));
-        client.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
-        client.insert("idempotency-key", HeaderValue::from_static("x"));
-        let headers = summary_headers(&client);
-        assert_eq!(headers[header::AUTHORIZATION], "Bearer k");
-        assert_eq!(headers[header::CONTENT_TYPE], "application/json");
-        assert!(!headers.contains_key(header::CONTENT_LENGTH));
-        assert!(!headers.contains_key(header::ACCEPT_ENCODING));
-        assert!(!headers.contains_key("idempotency-key"));
     }
 }
