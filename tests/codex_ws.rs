@@ -161,6 +161,18 @@ async fn connect(proxy: &Proxy, handshake: &Value, extra: &[(&'static str, &str)
     ws
 }
 
+/// A proxy that bridges every Codex handshake to `mock`, with `config` after that.
+fn bridging(mock: &Mock, config: &str) -> Proxy {
+    let config = format!("[upstream]\nresponses_websocket = \"bridge\"\n{config}");
+    Proxy::start(&mock.url("/v1"), &config)
+}
+
+/// A connection to `proxy` opened as Codex opens it, with `extra` headers.
+async fn bridged(proxy: &Proxy, extra: &[(&'static str, &str)]) -> Ws {
+    let handshake = json!({"path": "/v1/responses", "headers": {"openai-beta": "responses_websockets=2026-02-06"}});
+    connect(proxy, &handshake, extra).await
+}
+
 /// Every event of one response, up to and including its terminal one.
 async fn response_events(ws: &mut Ws) -> Vec<Value> {
     let mut events = Vec::new();
@@ -291,16 +303,11 @@ fn long_conversation(turns: usize) -> Vec<Value> {
 #[tokio::test]
 async fn an_overflow_is_recovered_before_codex_sees_an_event() {
     let mock = Mock::start().await;
-    let proxy = Proxy::start(
-        &mock.url("/v1"),
-        "[upstream]\nresponses_websocket = \"bridge\"\n",
-    );
-    let handshake = json!({"path": "/v1/responses", "headers": {"openai-beta": "responses_websockets=2026-02-06"}});
+    let proxy = bridging(&mock, "");
     // The upstream refuses over 6,000 of its tokens with a 200 stream whose first event
     // is `response.failed`, as OpenAI does.
-    let mut ws = connect(
+    let mut ws = bridged(
         &proxy,
-        &handshake,
         &[
             ("x-mock", "window"),
             ("x-mock-window", "6000"),
@@ -351,17 +358,11 @@ async fn an_overflow_is_recovered_before_codex_sees_an_event() {
 #[tokio::test]
 async fn errors_pings_and_limits_on_a_bridged_connection() {
     let mock = Mock::start().await;
-    let proxy = Proxy::start(
-        &mock.url("/v1"),
-        "[upstream]\nresponses_websocket = \"bridge\"\n[limits]\nmax_body_bytes = 65536\nmax_buffered_bytes = 65536\n",
+    let proxy = bridging(
+        &mock,
+        "[limits]\nmax_body_bytes = 65536\nmax_buffered_bytes = 65536\n",
     );
-    let handshake = json!({"path": "/v1/responses", "headers": {"openai-beta": "responses_websockets=2026-02-06"}});
-    let mut ws = connect(
-        &proxy,
-        &handshake,
-        &[("x-mock", "error"), ("x-mock-status", "401")],
-    )
-    .await;
+    let mut ws = bridged(&proxy, &[("x-mock", "error"), ("x-mock-status", "401")]).await;
 
     // A request in three fragments is read whole; the upstream's refusal reaches Codex
     // as its wrapped error event, with the status.
@@ -479,14 +480,9 @@ async fn refusals_that_say_nothing_of_the_protocol_and_relay_mode_reach_the_clie
 #[tokio::test]
 async fn with_compaction_off_a_refusal_for_length_reaches_codex() {
     let mock = Mock::start().await;
-    let proxy = Proxy::start(
-        &mock.url("/v1"),
-        "[upstream]\nresponses_websocket = \"bridge\"\n",
-    );
-    let handshake = json!({"path": "/v1/responses", "headers": {"openai-beta": "responses_websockets=2026-02-06"}});
-    let mut ws = connect(
+    let proxy = bridging(&mock, "");
+    let mut ws = bridged(
         &proxy,
-        &handshake,
         &[
             ("x-mock", "window"),
             ("x-mock-window", "6000"),
@@ -514,10 +510,7 @@ async fn with_compaction_off_a_refusal_for_length_reaches_codex() {
 #[tokio::test]
 async fn a_handshake_without_a_key_is_refused_by_the_bridge() {
     let mock = Mock::start().await;
-    let proxy = Proxy::start(
-        &mock.url("/v1"),
-        "[upstream]\nresponses_websocket = \"bridge\"\n",
-    );
+    let proxy = bridging(&mock, "");
     let keyless = b"GET /v1/responses HTTP/1.1\r\nhost: proxy\r\nconnection: Upgrade\r\n\
         upgrade: websocket\r\nsec-websocket-version: 13\r\nopenai-beta: responses_websockets=2026-02-06\r\n\r\n";
     let answer = support::raw(proxy.addr, keyless, Duration::from_millis(500)).await;

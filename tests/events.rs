@@ -55,47 +55,13 @@ struct Session {
 }
 
 async fn session(config: &str) -> Session {
-    let mock = Mock::start().await;
-    let proxy = Proxy::start(&mock.url("/v1"), config);
-    let window = WINDOW.to_string();
-    let delay = SUMMARY_DELAY_MS.to_string();
-    let headers = [
-        ("authorization", "Bearer k"),
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary", "ok"),
-        ("x-mock-summary-delay-ms", delay.as_str()),
-    ];
-    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
-    let mut turns = Vec::new();
-    let mut events = 0;
-    let mut before: Option<String> = None;
-    for n in 0..TURNS {
-        history.extend(turn(n));
-        let request = json!({"model": "mock-agent-model", "messages": history});
-        let started = Instant::now();
-        let (status, x) = post_chat(&proxy, &headers, &request).await;
-        assert_eq!(status, 200, "turn {n}: {x}");
-        turns.push((x, started.elapsed()));
-        // An event: the messages sent do not extend the last ones sent, byte for byte.
-        let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
-        let messages = sent["messages"].to_string();
-        if let Some(before) = &before {
-            if !messages.starts_with(before.trim_end_matches(']')) {
-                events += 1;
-            }
-        }
-        before = Some(messages);
-        // The agent's account of the fix, in prose: what only a summary can shorten.
-        let reply = format!("Module {n}: the fix and why it holds. ").repeat(40);
-        history.push(json!({"role": "assistant", "content": reply}));
-        tokio::time::sleep(Duration::from_millis(THINK_MS)).await;
-    }
+    // The agent's account of the fix, in prose: what only a summary can shorten.
+    let reply = |n| format!("Module {n}: the fix and why it holds. ").repeat(40);
+    let taken = drive(config, TURNS, turn, reply).await;
     Session {
-        turns,
-        summaries: mock.summaries().len(),
-        events,
+        turns: taken.turns,
+        summaries: taken.summaries,
+        events: taken.events.len(),
     }
 }
 
@@ -177,17 +143,31 @@ fn tool_turn(n: usize) -> Vec<Value> {
     ]
 }
 
-/// What the upstream took on each turn of a tool session of `turns` turns: the size of
-/// the request in the mock's tokens, and whether it was an event (its messages do not
-/// extend the last ones sent, byte for byte); with each turn's `x-compaction` and answer
-/// time.
+/// What the upstream took on each turn of a session: the size of the request in the
+/// mock's tokens, and whether it was an event (its messages do not extend the last ones
+/// sent, byte for byte); with each turn's `x-compaction` and answer time, and the
+/// summariser calls the upstream saw.
 struct Taken {
     sizes: Vec<u64>,
     events: Vec<usize>,
     turns: Vec<(String, Duration)>,
+    summaries: usize,
 }
 
+/// A tool session of `turns` turns, the agent's replies short.
 async fn tool_session(config: &str, turns: usize) -> Taken {
+    drive(config, turns, tool_turn, |n| format!("Module {n} passes.")).await
+}
+
+/// A session of `turns` turns through a proxy with `config`, against an upstream of
+/// `WINDOW` with a slow summariser: `turn(n)` gives turn `n`'s messages, `reply(n)` the
+/// agent's answer to them, and the agent thinks `THINK_MS` between turns.
+async fn drive(
+    config: &str,
+    turns: usize,
+    turn: impl Fn(usize) -> Vec<Value>,
+    reply: impl Fn(usize) -> String,
+) -> Taken {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), config);
     let window = WINDOW.to_string();
@@ -205,10 +185,11 @@ async fn tool_session(config: &str, turns: usize) -> Taken {
         sizes: Vec::new(),
         events: Vec::new(),
         turns: Vec::new(),
+        summaries: 0,
     };
     let mut before: Option<String> = None;
     for n in 0..turns {
-        history.extend(tool_turn(n));
+        history.extend(turn(n));
         let request = json!({"model": "mock-agent-model", "messages": history});
         let started = Instant::now();
         let (status, x) = post_chat(&proxy, &headers, &request).await;
@@ -224,9 +205,10 @@ async fn tool_session(config: &str, turns: usize) -> Taken {
             taken.events.push(n);
         }
         before = Some(messages);
-        history.push(json!({"role": "assistant", "content": format!("Module {n} passes.")}));
+        history.push(json!({"role": "assistant", "content": reply(n)}));
         tokio::time::sleep(Duration::from_millis(THINK_MS)).await;
     }
+    taken.summaries = mock.summaries().len();
     taken
 }
 

@@ -206,15 +206,7 @@ fn the_example_config_is_valid() {
 async fn sigterm_drains_in_flight_requests_then_exits_zero() {
     let mock = Mock::start().await;
     let mut proxy = Proxy::start(&mock.url("/v1"), "");
-    let response = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .header("x-mock", "sse-gated")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    let mut stream = response.bytes_stream();
-    stream.next().await.unwrap().unwrap();
+    let (mut stream, _) = support::gated_stream(&proxy, "/v1/chat/completions").await;
     let status = Command::new("kill")
         .args(["-TERM", &proxy.child.id().to_string()])
         .status()

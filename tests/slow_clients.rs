@@ -72,18 +72,7 @@ async fn the_keep_alive_timeout_never_cuts_a_request_in_progress() {
         .await
         .unwrap();
     assert_eq!(slow.text().await.unwrap(), "{}");
-    let response = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .header("x-mock", "sse-gated")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    let mut stream = response.bytes_stream();
-    let first = futures_util::StreamExt::next(&mut stream)
-        .await
-        .unwrap()
-        .unwrap();
+    let (mut stream, first) = support::gated_stream(&proxy, "/v1/chat/completions").await;
     assert_eq!(first, support::SSE_FIRST);
     tokio::time::sleep(Duration::from_millis(600)).await;
     mock.state.gate.notify_one();

@@ -72,19 +72,7 @@ async fn client_disconnect_mid_stream_ends_the_upstream_request() {
 async fn passthrough_routes_stream_too() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
-    let response = client()
-        .post(proxy.url("/v1/responses"))
-        .header("x-mock", "sse-gated")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    let mut stream = response.bytes_stream();
-    let first = tokio::time::timeout(Duration::from_secs(10), stream.next())
-        .await
-        .expect("first event was held back")
-        .unwrap()
-        .unwrap();
+    let (_stream, first) = support::gated_stream(&proxy, "/v1/responses").await;
     assert!(SSE_FIRST.as_bytes().starts_with(&first));
     mock.state.gate.notify_one();
 }

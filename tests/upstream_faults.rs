@@ -2,6 +2,9 @@
 //! answer, framed as the proxy relays it, or an OpenAI-style error; never a truncated
 //! body framed as complete, nor an empty reply.
 
+// Test code: a failed step should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use futures_util::StreamExt;
@@ -12,15 +15,19 @@ const ROUTES: [&str; 2] = ["/v1/chat/completions", "/v1/embeddings"];
 
 const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
 
-#[tokio::test]
-async fn a_content_length_beside_transfer_encoding_is_dropped_not_relayed() {
-    // RFC 9112 section 6.3: chunked framing wins, and an intermediary must remove the
-    // Content-Length; relaying it would cut the decoded body to its first 3 bytes.
-    let upstream = RawUpstream::start(|_| {
-        Some(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\nb\r\nhello world\r\n0\r\n\r\n")
-    })
-    .await;
+/// What the client gets on each of `ROUTES` for a chat body, from an upstream that
+/// answers as `answer` says: the path, the status, the headers and the whole body.
+async fn on_each_route(
+    answer: fn(usize) -> Option<&'static [u8]>,
+) -> Vec<(
+    &'static str,
+    reqwest::StatusCode,
+    reqwest::header::HeaderMap,
+    String,
+)> {
+    let upstream = RawUpstream::start(answer).await;
     let proxy = Proxy::start(&upstream.url("/v1"), "");
+    let mut answers = Vec::new();
     for path in ROUTES {
         let response = client()
             .post(proxy.url(path))
@@ -28,16 +35,28 @@ async fn a_content_length_beside_transfer_encoding_is_dropped_not_relayed() {
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), 200, "{path}");
+        let (status, headers) = (response.status(), response.headers().clone());
+        answers.push((path, status, headers, response.text().await.unwrap()));
+    }
+    answers
+}
+
+#[tokio::test]
+async fn a_content_length_beside_transfer_encoding_is_dropped_not_relayed() {
+    // RFC 9112 section 6.3: chunked framing wins, and an intermediary must remove the
+    // Content-Length; relaying it would cut the decoded body to its first 3 bytes.
+    let answers = on_each_route(|_| {
+        Some(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\nb\r\nhello world\r\n0\r\n\r\n")
+    })
+    .await;
+    for (path, status, headers, body) in answers {
+        assert_eq!(status, 200, "{path}");
         assert_ne!(
-            response
-                .headers()
-                .get("content-length")
-                .map(|v| v.as_bytes()),
+            headers.get("content-length").map(|v| v.as_bytes()),
             Some(&b"3"[..]),
             "{path}"
         );
-        assert_eq!(response.text().await.unwrap(), "hello world", "{path}");
+        assert_eq!(body, "hello world", "{path}");
     }
 }
 
@@ -46,20 +65,13 @@ async fn a_transfer_coding_the_proxy_cannot_relay_is_a_502() {
     // `gzip` alone means "until close, gzip-coded"; the coding describes the hop, so
     // relaying the bytes without it would hand the client gzip as the body. nginx and
     // Envoy refuse such answers too.
-    let upstream = RawUpstream::start(|_| {
+    let answers = on_each_route(|_| {
         Some(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: gzip\r\n\r\nhello world")
     })
     .await;
-    let proxy = Proxy::start(&upstream.url("/v1"), "");
-    for path in ROUTES {
-        let response = client()
-            .post(proxy.url(path))
-            .body(CHAT)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 502, "{path}");
-        let error: serde_json::Value = response.json().await.unwrap();
+    for (path, status, _, body) in answers {
+        assert_eq!(status, 502, "{path}");
+        let error: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(error["error"]["code"], "upstream_unreachable");
         assert!(
             error["error"]["message"].as_str().unwrap().contains("gzip"),

@@ -1226,6 +1226,33 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// A `POST` of `{}` to `path` through `proxy`, which the mock answers with its gated
+/// stream: the answer's stream and its first chunk, which comes within 10 s (the rest
+/// waits for `mock.state.gate`).
+pub async fn gated_stream(
+    proxy: &Proxy,
+    path: &str,
+) -> (
+    impl futures_util::Stream<Item = reqwest::Result<Bytes>>,
+    Bytes,
+) {
+    use futures_util::StreamExt;
+    let response = client()
+        .post(proxy.url(path))
+        .header("x-mock", "sse-gated")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let mut stream = response.bytes_stream();
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("the first event was held back")
+        .unwrap()
+        .unwrap();
+    (stream, first)
+}
+
 /// The proxy's `/metrics` text.
 pub async fn metrics(proxy: &Proxy) -> String {
     let response = client().get(proxy.url("/metrics")).send().await.unwrap();
