@@ -13,6 +13,7 @@ use crate::config::{Config, ConfigError};
 use crate::growth::Growth;
 use crate::limits::Buffers;
 use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
 use crate::summarize::Summarizer;
 use crate::telemetry::Telemetry;
 use crate::upstream::{Upstream, UpstreamInitError};
@@ -51,6 +52,8 @@ pub struct App {
     pub buffers: Arc<Buffers>,
     /// The trace exporter; `None` unless traces are on.
     pub telemetry: Option<Arc<Telemetry>>,
+    /// The graceful shutdown every connection watches.
+    pub shutdown: Shutdown,
     next_id: AtomicU64,
 }
 
@@ -91,6 +94,7 @@ impl App {
             remote_compaction_missing: AtomicBool::new(false),
             responses_websocket_missing: AtomicBool::new(false),
             growth: Growth::default(),
+            shutdown: Shutdown::default(),
             next_id: AtomicU64::new(1),
         })
     }

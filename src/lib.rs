@@ -14,7 +14,8 @@
 //!   `checkpoint` (the stores), `windows` (context windows), `growth` (how fast each
 //!   conversation grows), `redact`, `metrics`, `telemetry` (OpenTelemetry traces),
 //!   `compaction_report` (what the header and the metrics say of a compaction), `body`,
-//!   `cause` (errors with their causes), `units`.
+//!   `cause` (errors with their causes), `units`, `shutdown` (what a connection is asked
+//!   to do when the server stops).
 
 pub mod app;
 pub(crate) mod auth;
@@ -41,6 +42,7 @@ pub(crate) mod passthrough;
 pub(crate) mod redact;
 pub(crate) mod router;
 pub mod server;
+pub(crate) mod shutdown;
 pub(crate) mod summarize;
 pub(crate) mod telemetry;
 pub(crate) mod units;

@@ -1,8 +1,8 @@
 //! Listening: accept connections (at most `server.max_connections` at once), serve
 //! HTTP/1.1 on each, and on SIGINT/SIGTERM stop accepting and let in-flight requests
-//! finish (bounded by the grace period). A connection the upstream switched to another
-//! protocol (see `upgrade`) keeps its place under the cap while it is relayed, and is
-//! not waited for at shutdown: it has no request to finish.
+//! finish (bounded by the grace period). A connection switched to another protocol (see
+//! `upgrade`) keeps its place under the cap while it is relayed or bridged, and is closed
+//! cleanly at shutdown (see `shutdown`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,12 +16,13 @@ use hyper::server::conn::http1;
 use hyper::service::{service_fn, HttpService};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::app::App;
 use crate::body::ProxyBody;
 use crate::cause::BoxError;
 use crate::router;
+use crate::shutdown::Watch;
 
 /// Binds, prints the start-up line and serves until a shutdown signal.
 pub async fn run(app: App) -> std::io::Result<()> {
@@ -64,10 +65,9 @@ pub async fn serve(
         // head: it is the keep-alive idle timeout, and it also drops a client that opens
         // a connection and never finishes its headers.
         .header_read_timeout(app.config.keep_alive_timeout());
-    // Each connection holds a receiver until it ends; a send asks them to finish, and
-    // the sender sees the last one go. (hyper-util's `GracefulShutdown` does the same, but
-    // does not take a connection that can be upgraded.)
-    let (drain, draining) = watch::channel(());
+    // Each connection holds a watch of the shutdown until it ends, so the server sees the
+    // last one go. (hyper-util's `GracefulShutdown` does the same, but does not take a
+    // connection that can be upgraded.)
     let slots = Arc::new(Semaphore::new(app.config.server.max_connections));
     let mut full = false;
     tokio::pin!(shutdown);
@@ -84,7 +84,7 @@ pub async fn serve(
                     let slot = Arc::new(slot);
                     let io = TokioIo::new(stream_nodelay(stream, peer));
                     let conn = builder.serve_connection(io, service(&app, &slot)).with_upgrades();
-                    tokio::spawn(until_drained(conn, draining.clone()));
+                    tokio::spawn(until_drained(conn, app.shutdown.watch()));
                 }
                 // Out of file descriptors and the like: pause instead of spinning.
                 Err(e) => {
@@ -97,14 +97,27 @@ pub async fn serve(
     }
     drop(listener);
     tracing::info!("shutting down: draining in-flight requests");
-    drop(draining);
-    // Every receiver is gone already when no connection is open.
-    let _ = drain.send(());
+    app.shutdown.drain();
     tokio::select! {
-        () = drain.closed() => tracing::info!("all connections closed"),
-        () = tokio::time::sleep(grace) => tracing::warn!("grace period over; exiting with requests in flight"),
+        () = app.shutdown.all_closed() => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(grace) => {
+            // Switched connections close now, each side with a close of its own; HTTP
+            // requests still in flight are cut by the exit.
+            app.shutdown.close();
+            let closed = tokio::time::timeout(SWITCHED_CLOSE, app.shutdown.switched_closed());
+            let _ = closed.await;
+            if app.shutdown.all_ended() {
+                tracing::info!("all connections closed");
+            } else {
+                tracing::warn!("grace period over; exiting with requests in flight");
+            }
+        }
     }
 }
+
+/// How long, past the grace period, connections switched to another protocol get to send
+/// their close: a write to a socket, which a live peer takes at once.
+const SWITCHED_CLOSE: Duration = Duration::from_secs(1);
 
 /// A slot for one more connection, waiting for one to close when all are taken: new
 /// connections then wait in the listen backlog, as at nginx's `worker_connections`.
@@ -121,11 +134,11 @@ async fn connection_slot(slots: &Arc<Semaphore>, full: &mut bool) -> Option<Owne
     Arc::clone(slots).acquire_owned().await.ok()
 }
 
-/// Serves `conn` to its end; once `draining` changes, lets its request in flight finish
+/// Serves `conn` to its end; once the server drains, lets its request in flight finish
 /// and then closes it.
 async fn until_drained<S>(
     conn: http1::UpgradeableConnection<TokioIo<TcpStream>, S>,
-    mut draining: watch::Receiver<()>,
+    mut shutdown: Watch,
 ) where
     S: HttpService<Incoming, ResBody = ProxyBody>,
     S::Error: Into<BoxError>,
@@ -133,7 +146,7 @@ async fn until_drained<S>(
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => {}
-        _ = draining.changed() => {
+        () = shutdown.draining() => {
             conn.as_mut().graceful_shutdown();
             let _ = conn.await;
         }

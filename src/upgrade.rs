@@ -1,12 +1,14 @@
 //! Protocol upgrades (a WebSocket's handshake, on any route): the request goes to the
 //! upstream with its `Upgrade` header; a 101 goes back to the client, and from then on
 //! the two connections are relayed byte for byte both ways, unread, until both sides
-//! have closed or neither has sent a byte for the upstream idle timeout. Any other
+//! have closed, neither has sent a byte for the upstream idle timeout, or the server's
+//! shutdown grace period is over (each side is then closed cleanly). Any other
 //! answer (a refusal) is the client's as the upstream sent it, but for Codex's Responses
 //! WebSocket refused by an upstream that does not speak it: that one the proxy answers
 //! itself and bridges onto the compaction path (see [`crate::codex_ws`] and
 //! `upstream.responses_websocket`).
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +20,7 @@ use http::{header, Request, Response, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -86,6 +88,7 @@ pub async fn forward(
     };
     app.metrics.upgrade();
     let idle = app.upstream.idle_timeout();
+    let mut shutdown = app.shutdown.watch_switched();
     tokio::spawn(async move {
         let _slot = slot;
         // Resolves once hyper has written the 101 and handed over the client's connection.
@@ -96,7 +99,7 @@ pub async fn forward(
                 return;
             }
         };
-        match relay(client, tunnel, idle).await {
+        match relay(client, tunnel, idle, shutdown.closing()).await {
             Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
             Err(e) => tracing::debug!(error = %e, "upgraded connection ended"),
         }
@@ -111,12 +114,21 @@ enum RelayError {
     Idle(Duration),
     #[error("a connection failed")]
     Io(#[source] io::Error),
+    #[error("the server's shutdown grace period is over")]
+    ShuttingDown,
 }
 
 /// Copies bytes both ways until both sides have closed (each close is passed on as a
-/// shutdown of the other side's writing) or neither sends anything for `idle`. Returns
-/// the bytes sent upstream and down.
-async fn relay<C, U>(client: C, upstream: U, idle: Duration) -> Result<(u64, u64), RelayError>
+/// shutdown of the other side's writing), neither sends anything for `idle`, or `closing`
+/// completes: both sides are then shut down for writing, so each reads the end of the
+/// stream rather than a reset when the process exits. Returns the bytes sent upstream
+/// and down.
+async fn relay<C, U>(
+    client: C,
+    upstream: U,
+    idle: Duration,
+    closing: impl Future<Output = ()>,
+) -> Result<(u64, u64), RelayError>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
@@ -132,11 +144,19 @@ where
     };
     tokio::select! {
         copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
-            copied.map_err(RelayError::Io)
+            return copied.map_err(RelayError::Io);
         }
-        () = activity.silent_for(idle) => Err(RelayError::Idle(idle)),
+        () = activity.silent_for(idle) => return Err(RelayError::Idle(idle)),
+        () = closing => {}
     }
+    // A peer that stopped reading must not hold the exit: the shutdown is best effort.
+    let both = async { tokio::join!(client.shutdown(), upstream.shutdown()) };
+    let _ = tokio::time::timeout(CLOSE_WAIT, both).await;
+    Err(RelayError::ShuttingDown)
 }
+
+/// How long each side of a relay closed at shutdown gets to take the close.
+const CLOSE_WAIT: Duration = Duration::from_millis(500);
 
 /// When either side last sent a byte, as milliseconds since the relay began. A read only
 /// stores the time; the one timer moves only when it fires early, as in the body's
@@ -250,7 +270,12 @@ mod tests {
     async fn bytes_pass_both_ways_and_each_close_is_passed_on() {
         let (client, mut client_end) = tokio::io::duplex(64);
         let (upstream, mut upstream_end) = tokio::io::duplex(64);
-        let relay = tokio::spawn(relay(client, upstream, Duration::from_secs(5)));
+        let relay = tokio::spawn(relay(
+            client,
+            upstream,
+            Duration::from_secs(5),
+            std::future::pending(),
+        ));
         client_end.write_all(b"ping").await.unwrap();
         let mut buf = [0; 4];
         upstream_end.read_exact(&mut buf).await.unwrap();
@@ -264,12 +289,39 @@ mod tests {
         assert_eq!(relay.await.unwrap().unwrap(), (4, 4));
     }
 
+    #[tokio::test]
+    async fn a_relay_ends_when_told_the_server_is_closing() {
+        let (client, mut client_end) = tokio::io::duplex(64);
+        let (upstream, mut upstream_end) = tokio::io::duplex(64);
+        let (close, closing) = tokio::sync::oneshot::channel::<()>();
+        let closing = async {
+            let _ = closing.await;
+        };
+        let relay = tokio::spawn(relay(client, upstream, Duration::from_secs(5), closing));
+        client_end.write_all(b"ping").await.unwrap();
+        let mut buf = [0; 4];
+        upstream_end.read_exact(&mut buf).await.unwrap();
+        close.send(()).unwrap();
+        let ended = relay.await.unwrap();
+        assert!(matches!(ended, Err(RelayError::ShuttingDown)), "{ended:?}");
+        // Each side reads the end of its stream.
+        let mut rest = Vec::new();
+        client_end.read_to_end(&mut rest).await.unwrap();
+        upstream_end.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_relay_silent_both_ways_ends_after_the_idle_timeout() {
         let (client, mut client_end) = tokio::io::duplex(64);
         let (upstream, _upstream_end) = tokio::io::duplex(64);
         let began = Instant::now();
-        let relay = tokio::spawn(relay(client, upstream, Duration::from_secs(5)));
+        let relay = tokio::spawn(relay(
+            client,
+            upstream,
+            Duration::from_secs(5),
+            std::future::pending(),
+        ));
         // Traffic one way keeps it open past the timeout.
         for _ in 0..3 {
             tokio::time::sleep(Duration::from_secs(3)).await;

@@ -521,3 +521,54 @@ async fn a_handshake_without_a_key_is_refused_by_the_bridge() {
     assert!(answer.contains("invalid_websocket_handshake"), "{answer}");
     assert!(mock.recorded().is_empty(), "the upstream was asked");
 }
+
+#[tokio::test]
+async fn at_shutdown_the_response_in_flight_finishes_then_the_connection_goes_away() {
+    let mock = Mock::start().await;
+    let proxy = bridging(&mock, "[server]\nshutdown_grace_ms = 10000\n");
+    let mut busy = bridged(&proxy, &[("x-mock", "responses-gated")]).await;
+    let mut idle = bridged(&proxy, &[]).await;
+    let frame = json!({"type": "response.create", "model": "gpt-5", "input": "hi"});
+    busy.send(Message::text(frame.to_string())).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), busy.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        first.to_text().unwrap().contains("response.created"),
+        "{first}"
+    );
+    proxy.terminate().await;
+
+    // A connection between two responses goes away at once, long before the grace ends.
+    let goodbye = |message: Option<Result<Message, _>>| match message {
+        Some(Ok(Message::Close(Some(frame)))) => (frame.code, frame.reason.to_string()),
+        other => panic!("expected a close frame, got {other:?}"),
+    };
+    let closed = tokio::time::timeout(Duration::from_secs(2), idle.next()).await;
+    let expected = (CloseCode::Away, "going away".to_owned());
+    assert_eq!(
+        goodbye(closed.expect("the idle connection stayed open")),
+        expected
+    );
+
+    // The response in flight is finished first.
+    mock.state.gate.notify_one();
+    let events = response_events(&mut busy).await;
+    assert_eq!(
+        events.last().unwrap()["type"],
+        "response.completed",
+        "{events:?}"
+    );
+    let closed = tokio::time::timeout(Duration::from_secs(2), busy.next()).await;
+    assert_eq!(
+        goodbye(closed.expect("no close after the response")),
+        expected
+    );
+    // Both connections answered the close, so the proxy is not held to the grace period.
+    let exit = tokio::time::timeout(Duration::from_secs(5), proxy.exited())
+        .await
+        .expect("the proxy waited past its connections");
+    assert!(exit.success(), "{exit:?}");
+}

@@ -13,7 +13,7 @@
 mod support;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use support::{client, metrics, raw, Proxy, RawUpstream};
@@ -94,6 +94,20 @@ fn handshake(url: &str) -> http::Request<()> {
     );
     headers.insert("sec-websocket-protocol", "chat".parse().unwrap());
     request
+}
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Asserts the proxy ends the relayed `ws` within `wait`, with no further message.
+async fn ends_within(ws: &mut Ws, wait: Duration) {
+    let end = tokio::time::timeout(wait, ws.next())
+        .await
+        .expect("the relay was not closed");
+    assert!(
+        !matches!(end, Some(Ok(Message::Text(_) | Message::Binary(_)))),
+        "{end:?}"
+    );
 }
 
 #[tokio::test]
@@ -222,13 +236,7 @@ async fn a_relay_silent_both_ways_is_closed_after_the_idle_timeout() {
         );
     }
     // Then silence: the proxy closes both connections.
-    let end = tokio::time::timeout(Duration::from_secs(3), ws.next())
-        .await
-        .expect("the relay was not closed");
-    assert!(
-        !matches!(end, Some(Ok(Message::Text(_) | Message::Binary(_)))),
-        "{end:?}"
-    );
+    ends_within(&mut ws, Duration::from_secs(3)).await;
 }
 
 #[tokio::test]
@@ -262,4 +270,34 @@ async fn a_relayed_connection_keeps_its_place_under_max_connections() {
     .expect("the slot was not freed when the relay ended")
     .unwrap();
     assert_eq!(health.status(), 200);
+}
+
+#[tokio::test]
+async fn at_shutdown_a_relay_goes_on_for_the_grace_period_then_is_closed() {
+    let server = EchoServer::start().await;
+    let proxy = Proxy::start(
+        &format!("{}/v1", server.url),
+        "[server]\nshutdown_grace_ms = 1000\n",
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url(&proxy, "/v1/responses"))
+        .await
+        .unwrap();
+    proxy.terminate().await;
+    let stopped = Instant::now();
+    // Within the grace period the relay still carries the conversation.
+    ws.send(Message::text("still there")).await.unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::text("still there")
+    );
+    // Then the proxy closes it, and exits.
+    ends_within(&mut ws, Duration::from_secs(3)).await;
+    assert!(
+        stopped.elapsed() >= Duration::from_millis(900),
+        "closed before the grace ended"
+    );
+    let exit = tokio::time::timeout(Duration::from_secs(5), proxy.exited())
+        .await
+        .expect("the proxy did not exit after closing the relay");
+    assert!(exit.success(), "{exit:?}");
 }

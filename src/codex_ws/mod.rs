@@ -12,7 +12,10 @@
 //!
 //! Frames are read one at a time: Codex sends its next request only once the last
 //! response has completed. tungstenite answers pings and the close handshake, refuses
-//! frames and messages over `limits.max_body_bytes`, and joins fragmented ones.
+//! frames and messages over `limits.max_body_bytes`, and joins fragmented ones. When the
+//! server drains, the response in flight is finished and the connection then closed with
+//! 1001 ("going away"), as between two responses; at the end of the grace period a
+//! response still in flight is given up and the connection closed the same way.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +45,7 @@ use crate::compaction_path;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::limits::Reservation;
+use crate::shutdown::Watch;
 use crate::upstream::own_body_headers;
 
 mod conversation;
@@ -101,6 +105,7 @@ pub fn bridge(
     headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
     app.metrics.websocket_bridged();
     let limit = usize::try_from(app.config.limits.max_body_bytes).unwrap_or(usize::MAX);
+    let shutdown = app.shutdown.watch_switched();
     let session = Session {
         app: Arc::clone(app),
         parts: http_parts(handshake),
@@ -122,7 +127,7 @@ pub fn bridge(
             .max_message_size(Some(limit))
             .max_frame_size(Some(limit));
         let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
-        session.run(ws).await;
+        session.run(ws, shutdown).await;
     });
     Ok(response)
 }
@@ -173,12 +178,24 @@ struct Session {
 }
 
 impl Session {
-    /// Serves frames until the client closes, the connection fails, or the client sends
-    /// nothing for the upstream idle timeout between two responses.
-    async fn run<S: AsyncRead + AsyncWrite + Unpin>(mut self, mut ws: WebSocketStream<S>) {
+    /// Serves frames until the client closes, the connection fails, the client sends
+    /// nothing for the upstream idle timeout between two responses, or the server shuts
+    /// down.
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+        mut self,
+        mut ws: WebSocketStream<S>,
+        mut shutdown: Watch,
+    ) {
         let idle = self.app.upstream.idle_timeout();
         loop {
-            let message = match tokio::time::timeout(idle, ws.next()).await {
+            let next = tokio::select! {
+                // Between two responses a drain closes at once, even with a frame waiting:
+                // its response could not be finished within the grace period for sure.
+                biased;
+                () = shutdown.draining() => return going_away(ws).await,
+                next = tokio::time::timeout(idle, ws.next()) => next,
+            };
+            let message = match next {
                 Ok(Some(Ok(message))) => message,
                 Ok(None) => return,
                 Ok(Some(Err(WsError::Capacity(e)))) => {
@@ -202,7 +219,10 @@ impl Session {
                 }
             };
             let served = match message {
-                Message::Text(text) => self.frame(&mut ws, text.as_str()).await,
+                Message::Text(text) => tokio::select! {
+                    served = self.frame(&mut ws, text.as_str()) => served,
+                    () = shutdown.closing() => return going_away(ws).await,
+                },
                 Message::Binary(_) => {
                     let _ = ws
                         .close(Some(close(CloseCode::Unsupported, "text frames only")))
@@ -498,6 +518,20 @@ fn error_event(status: StatusCode, message: &str) -> Message {
     let frame = serde_json::json!({"type": "error", "status": status.as_u16(),
         "error": {"message": message, "type": "proxy_error", "code": null}});
     Message::text(frame.to_string())
+}
+
+/// Closes the connection for the server's shutdown, and waits a moment for the client's
+/// close in answer, so that neither side's close meets a reset.
+async fn going_away<S: AsyncRead + AsyncWrite + Unpin>(mut ws: WebSocketStream<S>) {
+    if ws
+        .close(Some(close(CloseCode::Away, "going away")))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let answered = async { while let Some(Ok(_)) = ws.next().await {} };
+    let _ = tokio::time::timeout(Duration::from_millis(500), answered).await;
 }
 
 fn close(code: CloseCode, reason: &'static str) -> CloseFrame {

@@ -186,6 +186,7 @@ async fn respond(
         "media" => media_capped(&parts.headers, &body),
         "error" => error_answer(&parts.headers),
         "sse-gated" => sse_gated(state),
+        "responses-gated" => responses_gated(state),
         "sse-forever" => sse_forever(state),
         "silent" => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -859,6 +860,29 @@ fn sse_gated(state: Arc<MockState>) -> Response<MockBody> {
     sse_response(body)
 }
 
+/// A Responses stream that opens at once, with its first output item (what the proxy
+/// waits for before answering), and completes only when the test opens the gate.
+fn responses_gated(state: Arc<MockState>) -> Response<MockBody> {
+    let (tx, body) = channel_body();
+    tokio::spawn(async move {
+        let created = r#"{"type":"response.created","response":{"id":"resp_gated","status":"in_progress","output":[]}}"#;
+        let added = r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"message","role":"assistant","content":[]}}"#;
+        let _ = tx
+            .send(Bytes::from(format!(
+                "event: response.created\ndata: {created}\n\nevent: response.output_item.added\ndata: {added}\n\n"
+            )))
+            .await;
+        state.gate.notified().await;
+        let completed = r#"{"type":"response.completed","response":{"id":"resp_gated","status":"completed","output":[]}}"#;
+        let _ = tx
+            .send(Bytes::from(format!(
+                "event: response.completed\ndata: {completed}\n\n"
+            )))
+            .await;
+    });
+    sse_response(body)
+}
+
 /// Streams an event every 20 ms until the reader goes away, then says so.
 fn sse_forever(state: Arc<MockState>) -> Response<MockBody> {
     let (tx, body) = channel_body();
@@ -1107,6 +1131,36 @@ impl Proxy {
             std::thread::sleep(Duration::from_millis(10));
         }
         false
+    }
+}
+
+impl Proxy {
+    /// Sends SIGTERM, as a service manager stops the proxy, and returns once it has begun
+    /// to shut down: new connections are refused.
+    pub async fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(self.addr).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the proxy still accepts connections after SIGTERM");
+    }
+
+    /// Waits for the proxy to exit.
+    pub async fn exited(self) -> std::process::ExitStatus {
+        tokio::task::spawn_blocking(move || {
+            let mut proxy = self;
+            proxy.child.wait()
+        })
+        .await
+        .unwrap()
+        .unwrap()
     }
 }
 
