@@ -119,18 +119,26 @@ async fn post(proxy: &Proxy, request: &Value, traceparent: Option<&str>) -> (u16
     (status, x)
 }
 
-#[tokio::test]
-async fn a_compacted_request_is_one_span_with_a_child_per_call() {
-    let Some(python) = support::python_with("opentelemetry.proto") else {
-        return;
-    };
+/// The OTLP receiver, and a proxy in front of `upstream` exporting to it, with `config`
+/// before its `[telemetry]`; `None`, and the test is skipped, without Python's
+/// OpenTelemetry protos.
+fn traced(upstream: &str, config: &str) -> Option<(Receiver, Proxy)> {
+    let python = support::python_with("opentelemetry.proto")?;
     let receiver = Receiver::start(&python);
-    let mock = Mock::start().await;
     let config = format!(
-        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\n",
+        "{config}[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\n",
         receiver.port
     );
-    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let proxy = Proxy::start(upstream, &config);
+    Some((receiver, proxy))
+}
+
+#[tokio::test]
+async fn a_compacted_request_is_one_span_with_a_child_per_call() {
+    let mock = Mock::start().await;
+    let Some((receiver, proxy)) = traced(&mock.url("/v1"), "") else {
+        return;
+    };
     let traceparent = format!("00-{TRACE_ID}-{CLIENT_SPAN}-01");
     let (status, x) = post(&proxy, &long_request(12), Some(&traceparent)).await;
     assert_eq!(status, 200, "{x}");
@@ -325,16 +333,10 @@ async fn a_failed_request_names_its_error() {
 /// summariser call under it.
 #[tokio::test]
 async fn a_codex_compaction_request_is_a_span_with_its_summariser_call() {
-    let Some(python) = support::python_with("opentelemetry.proto") else {
+    let mock = Mock::start().await;
+    let Some((receiver, proxy)) = traced(&mock.url("/v1"), "") else {
         return;
     };
-    let receiver = Receiver::start(&python);
-    let mock = Mock::start().await;
-    let config = format!(
-        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\n",
-        receiver.port
-    );
-    let proxy = Proxy::start(&mock.url("/v1"), &config);
     let input = json!([
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "make the build pass"}]},
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Fixed src/main.rs."}]},
@@ -391,17 +393,12 @@ async fn a_codex_compaction_request_is_a_span_with_its_summariser_call() {
 /// request's, with its summariser call under it, though it may end after the answer.
 #[tokio::test]
 async fn a_prepared_compaction_is_in_the_trace_of_the_request_that_started_it() {
-    let Some(python) = support::python_with("opentelemetry.proto") else {
+    const WINDOW: u64 = 20_000;
+    let mock = Mock::start().await;
+    let models = format!("[[models]]\nmatch = \"{MODEL}\"\ncontext_window = {WINDOW}\n\n");
+    let Some((receiver, proxy)) = traced(&mock.url("/v1"), &models) else {
         return;
     };
-    const WINDOW: u64 = 20_000;
-    let receiver = Receiver::start(&python);
-    let mock = Mock::start().await;
-    let config = format!(
-        "[[models]]\nmatch = \"{MODEL}\"\ncontext_window = {WINDOW}\n\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\n",
-        receiver.port
-    );
-    let proxy = Proxy::start(&mock.url("/v1"), &config);
     // Past the prepare mark (75% of the window), short of the threshold (90%).
     let mut messages = vec![json!({"role": "system", "content": "You are a coding agent."})];
     for n in 0..13 {
