@@ -190,7 +190,8 @@ impl Session {
         loop {
             let next = tokio::select! {
                 // Between two responses a drain closes at once, even with a frame waiting:
-                // its response could not be finished within the grace period for sure.
+                // a request not yet begun is better sent again, by the client, to a
+                // server that is not going away.
                 biased;
                 () = shutdown.draining() => return going_away(ws).await,
                 next = tokio::time::timeout(idle, ws.next()) => next,
