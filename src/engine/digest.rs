@@ -49,6 +49,8 @@ const OLD_HEADINGS: &[(&str, Section)] = &[
     ("## Files touched", Section::Files),
 ];
 
+/// A digest written in fewer characters than this uses the short headings.
+const SHORT_HEADINGS_BELOW: usize = 1000;
 /// The previews of the last turns before the cut.
 const LAST_TURNS: usize = 6;
 const LAST_TURN_CHARS: usize = 200;
@@ -95,6 +97,28 @@ const SECTIONS: [Section; 6] = [
 ];
 
 impl Section {
+    /// The heading written: the short form in a small digest.
+    fn heading_in(self, short: bool) -> &'static str {
+        if short {
+            self.short_heading()
+        } else {
+            self.heading()
+        }
+    }
+
+    /// Headings for a digest of a few lines, where the long ones would take a fifth of it
+    /// (at a 256-token window an item's worth: the decision or the error line).
+    fn short_heading(self) -> &'static str {
+        match self {
+            Section::Asks => "## Requests",
+            Section::Decisions => "## Decisions",
+            Section::Errors => "## Errors",
+            Section::Tools => "## Calls",
+            Section::Files => "## Files",
+            Section::Last => "## Last turns",
+        }
+    }
+
     fn heading(self) -> &'static str {
         match self {
             Section::Asks => "## User requests and constraints, oldest first",
@@ -110,7 +134,7 @@ impl Section {
         let line = line.trim_end();
         SECTIONS
             .into_iter()
-            .find(|s| s.heading() == line)
+            .find(|s| s.heading() == line || s.short_heading() == line)
             .or_else(|| {
                 OLD_HEADINGS
                     .iter()
@@ -249,6 +273,8 @@ struct Digest {
     error_lines: HashMap<String, usize>,
     /// Whether a request is listed yet: the first one ranks as a rule.
     has_ask: bool,
+    /// Written with the short headings.
+    short: bool,
     ask_head: usize,
     ask_tail: usize,
 }
@@ -262,6 +288,7 @@ impl Digest {
             last_call: None,
             error_lines: HashMap::new(),
             has_ask: false,
+            short: budget < SHORT_HEADINGS_BELOW,
             // However large the budget, one message may not take most of it.
             ask_head: ASK_HEAD.min(budget / 3),
             ask_tail: ASK_TAIL.min(budget / 6),
@@ -686,6 +713,7 @@ impl Digest {
             size,
             per_section,
             standing: per_section.iter().sum(),
+            short: self.short,
         };
         left.drop(&mut self.items, &order, |_, item| {
             item.tier <= Tier::Preview
@@ -764,7 +792,7 @@ impl Digest {
             let s = item.section as usize;
             if !headed[s] {
                 headed[s] = true;
-                len += item.section.heading().len() + 2;
+                len += item.section.heading_in(self.short).len() + 2;
             }
         }
         len
@@ -786,7 +814,7 @@ impl Digest {
             if items.is_empty() {
                 continue;
             }
-            out.push_str(s.heading());
+            out.push_str(s.heading_in(self.short));
             out.push('\n');
             for item in items {
                 item.render(&mut out);
@@ -803,6 +831,7 @@ struct Left {
     size: usize,
     per_section: [usize; SECTIONS.len()],
     standing: usize,
+    short: bool,
 }
 
 impl Left {
@@ -826,7 +855,7 @@ impl Left {
         let n = &mut self.per_section[item.section as usize];
         *n -= 1;
         if *n == 0 {
-            self.size -= item.section.heading().len() + 2;
+            self.size -= item.section.heading_in(self.short).len() + 2;
         }
     }
 }
