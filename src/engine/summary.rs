@@ -124,4 +124,17 @@ mod tests {
         assert_eq!(found, body);
         assert_eq!(rest, "before\n\nplease continue");
     }
+
+    #[test]
+    fn a_summary_of_a_few_lines_gets_the_short_frame_and_either_reads_back() {
+        let small = "## Errors\n- bash: error: boom".to_string();
+        let large = format!("## Errors seen\n- {}", "x".repeat(SHORT_FRAME_BELOW));
+        for body in [small, large] {
+            let wrapped = wrap(&body);
+            let short = body.len() < SHORT_FRAME_BELOW;
+            assert_eq!(wrapped.contains(PREAMBLE_SHORT.trim()), short);
+            assert_eq!(wrapped.contains(PREAMBLE.trim()), !short);
+            assert_eq!(extract(&wrapped).unwrap().0, body);
+        }
+    }
 }
