@@ -631,7 +631,7 @@ fn regrow_summary(d: &mut Draft, best: &mut Best, body: &str, fits: usize, whole
             return;
         }
         let mid = lo + (hi - lo) / 2;
-        let shorter = std::mem::replace(&mut d.body, Some(shorten(body, chars_for(mid))));
+        let shorter = d.body.replace(shorten(body, chars_for(mid)));
         let (candidate, notes) = d.build();
         let tokens = d.plan.total(&candidate);
         if tokens <= d.target {
