@@ -60,6 +60,8 @@ const ASK_TAIL: usize = 600;
 /// A fenced block pasted into a user message longer than this keeps its ends.
 const FENCE_MAX: usize = 700;
 const DECISION_CHARS: usize = 300;
+/// What a decision keeps when the digest would otherwise drop a fact.
+const DENSE_DECISION: usize = 160;
 const ERROR_CHARS: usize = 300;
 const LABEL_CHARS: usize = 160;
 /// The call an error came from names where it happened, not what failed: kept short.
@@ -681,7 +683,9 @@ impl Digest {
     /// 3. the other items below [`Tier::Finding`], lowest tier and oldest first, sparing the
     ///    newest few of each section so the call log and the paths keep their latest
     ///    entries;
-    /// 4. any item, lowest tier and oldest first.
+    /// 4. what a rule-setting user message says besides its rules and numbers;
+    /// 5. the end of a long decision, beyond its first [`DENSE_DECISION`] characters;
+    /// 6. any item, lowest tier and oldest first.
     ///
     /// The last item standing is cut rather than dropped, so the digest is never empty.
     fn fit(&mut self, budget: usize) {
@@ -764,6 +768,20 @@ impl Digest {
                 item.text = rules;
                 left.size += item.rendered_len();
             }
+        }
+        // A long decision gives up its end before a fact is dropped whole: its first
+        // words state it (the rest is mostly the reasoning, or the next sentence run on
+        // without a space), and the room pays for another fact.
+        for item in self.items.iter_mut().filter(|i| i.alive) {
+            if left.size <= budget {
+                break;
+            }
+            if item.section != Section::Decisions || item.text.len() <= DENSE_DECISION {
+                continue;
+            }
+            left.size -= item.rendered_len();
+            item.text = one_line(&item.text, DENSE_DECISION);
+            left.size += item.rendered_len();
         }
         left.drop(&mut self.items, &order, |_, _| true);
         size = left.size;
@@ -1432,6 +1450,32 @@ mod tests {
             "{again}"
         );
         assert_eq!(items(&again), items(&small));
+    }
+
+    #[test]
+    fn a_long_decision_gives_up_its_end_before_a_fact_is_dropped() {
+        let long = format!(
+            "Decision: we move the importer to streaming reads. {}",
+            "It holds the whole file in memory today, which is why the nightly run dies. "
+                .repeat(3)
+        );
+        let turns = parse(json!([
+            {"role": "assistant", "content": long},
+            {"role": "user", "content": "ok"},
+            {"role": "assistant", "content": "We will store timestamps as UTC in events_q1 from now on."},
+        ]));
+        let whole = digest(None, &turns, 10_000);
+        let budget = whole.len() - 80;
+        let d = digest(None, &turns, budget);
+        assert!(d.len() <= budget, "{d}");
+        assert!(
+            d.contains("Decision: we move the importer to streaming reads."),
+            "{d}"
+        );
+        assert!(
+            d.contains("We will store timestamps as UTC in events_q1 from now on."),
+            "{d}"
+        );
     }
 
     #[test]
