@@ -340,7 +340,8 @@ impl Digest {
         };
         match section {
             Section::Asks => {
-                self.push_ask(text);
+                let whole = text.clone();
+                self.push_ask(text, &whole);
             }
             Section::Decisions => {
                 self.push(section, decision_tier(&text), &text);
@@ -467,7 +468,7 @@ impl Digest {
         let cut = |t: &str| tidy(&cut_ask(t, self.ask_head, self.ask_tail));
         let ask = cut(&scan::shorten_fences(text, Some(FENCE_MAX)));
         let words = cut(&scan::shorten_fences(text, None));
-        let at = self.push_ask(ask);
+        let at = self.push_ask(ask, text);
         if let Some(item) = at.and_then(|at| self.items.get_mut(at)) {
             if words.len() < item.text.len() {
                 item.short = Some(redact(&words).into_owned());
@@ -475,6 +476,13 @@ impl Digest {
             if item.tier == Tier::Rule {
                 let rules = rules_and_numbers(&scan::shorten_fences(text, None));
                 item.rules = (!rules.is_empty()).then(|| redact(&rules).into_owned());
+                // Cut to its ends, the message may no longer say the rule it sets (one
+                // sentence inside a long line): its rules and numbers stand for it.
+                if !scan::is_constraint(&item.text) {
+                    if let Some(rules) = item.rules.take() {
+                        item.text = rules;
+                    }
+                }
             }
         }
     }
@@ -482,10 +490,11 @@ impl Digest {
     /// A user message, ranked by what its own words say: a constraint, and the oldest
     /// request, above other requests; a message that mostly hands over material ("I ran
     /// it:" and a log) with the paths, since its error and paths are listed on their own.
-    /// Returns where a new item went.
-    fn push_ask(&mut self, ask: String) -> Option<usize> {
+    /// Ranked by the `whole` message, since a cut to its ends may have left out the
+    /// sentence that sets the rule. Returns where a new item went.
+    fn push_ask(&mut self, ask: String, whole: &str) -> Option<usize> {
         let first = !std::mem::replace(&mut self.has_ask, true);
-        let (own, pasted) = scan::own_words(&ask);
+        let (own, pasted) = scan::own_words(whole);
         let tier = if scan::is_constraint(&own) {
             Tier::Rule
         } else if pasted && own.split_whitespace().count() < HANDOVER_WORDS {
@@ -1473,6 +1482,31 @@ mod tests {
         );
         assert!(
             d.contains("We will store timestamps as UTC in events_q1 from now on."),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn a_long_message_cut_to_its_ends_still_ranks_and_reads_as_its_rule() {
+        // A question, a pasted line, then the rule inside a long line: cut to the
+        // message's ends at a small budget, the rule is left out of what is kept.
+        let message =
+            "how does the scoring work?\nGITHUB_TOKEN=ghp_Sd5EtHvDzyxtXqOjoGdoNrMfPmKQeDmLlDbO\n\
+            Quick note before you go on. Never push to the release/zb62 branch, only open pull \
+            requests against it. For context: the nightly import handles 749540 rows, so \
+            anything quadratic will time out. Carry on.";
+        let turns = parse(json!([
+            {"role": "user", "content": message},
+            {"role": "assistant", "content": "I'll replace the hand-written retry loop with backoff_rh51() instead of patching each call site."},
+            {"role": "user", "content": "ok"},
+        ]));
+        let budget = 200;
+        let d = digest(None, &turns, budget);
+        assert!(d.len() <= budget, "{d}");
+        assert!(
+            d.contains(
+                "Never push to the release/zb62 branch, only open pull requests against it."
+            ),
             "{d}"
         );
     }
