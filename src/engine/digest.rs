@@ -49,6 +49,8 @@ const OLD_HEADINGS: &[(&str, Section)] = &[
     ("## Files touched", Section::Files),
 ];
 
+/// A digest written in fewer characters than this uses the short headings.
+const SHORT_HEADINGS_BELOW: usize = 1000;
 /// The previews of the last turns before the cut.
 const LAST_TURNS: usize = 6;
 const LAST_TURN_CHARS: usize = 200;
@@ -58,6 +60,8 @@ const ASK_TAIL: usize = 600;
 /// A fenced block pasted into a user message longer than this keeps its ends.
 const FENCE_MAX: usize = 700;
 const DECISION_CHARS: usize = 300;
+/// What a decision keeps when the digest would otherwise drop a fact.
+const DENSE_DECISION: usize = 160;
 const ERROR_CHARS: usize = 300;
 const LABEL_CHARS: usize = 160;
 /// The call an error came from names where it happened, not what failed: kept short.
@@ -95,6 +99,28 @@ const SECTIONS: [Section; 6] = [
 ];
 
 impl Section {
+    /// The heading written: the short form in a small digest.
+    fn heading_in(self, short: bool) -> &'static str {
+        if short {
+            self.short_heading()
+        } else {
+            self.heading()
+        }
+    }
+
+    /// Headings for a digest of a few lines, where the long ones would take a fifth of it
+    /// (at a 256-token window an item's worth: the decision or the error line).
+    fn short_heading(self) -> &'static str {
+        match self {
+            Section::Asks => "## Requests",
+            Section::Decisions => "## Decisions",
+            Section::Errors => "## Errors",
+            Section::Tools => "## Calls",
+            Section::Files => "## Files",
+            Section::Last => "## Last turns",
+        }
+    }
+
     fn heading(self) -> &'static str {
         match self {
             Section::Asks => "## User requests and constraints, oldest first",
@@ -110,7 +136,7 @@ impl Section {
         let line = line.trim_end();
         SECTIONS
             .into_iter()
-            .find(|s| s.heading() == line)
+            .find(|s| s.heading() == line || s.short_heading() == line)
             .or_else(|| {
                 OLD_HEADINGS
                     .iter()
@@ -249,6 +275,8 @@ struct Digest {
     error_lines: HashMap<String, usize>,
     /// Whether a request is listed yet: the first one ranks as a rule.
     has_ask: bool,
+    /// Written with the short headings.
+    short: bool,
     ask_head: usize,
     ask_tail: usize,
 }
@@ -262,6 +290,7 @@ impl Digest {
             last_call: None,
             error_lines: HashMap::new(),
             has_ask: false,
+            short: budget < SHORT_HEADINGS_BELOW,
             // However large the budget, one message may not take most of it.
             ask_head: ASK_HEAD.min(budget / 3),
             ask_tail: ASK_TAIL.min(budget / 6),
@@ -311,7 +340,8 @@ impl Digest {
         };
         match section {
             Section::Asks => {
-                self.push_ask(text);
+                let whole = text.clone();
+                self.push_ask(text, &whole);
             }
             Section::Decisions => {
                 self.push(section, decision_tier(&text), &text);
@@ -438,7 +468,7 @@ impl Digest {
         let cut = |t: &str| tidy(&cut_ask(t, self.ask_head, self.ask_tail));
         let ask = cut(&scan::shorten_fences(text, Some(FENCE_MAX)));
         let words = cut(&scan::shorten_fences(text, None));
-        let at = self.push_ask(ask);
+        let at = self.push_ask(ask, text);
         if let Some(item) = at.and_then(|at| self.items.get_mut(at)) {
             if words.len() < item.text.len() {
                 item.short = Some(redact(&words).into_owned());
@@ -446,6 +476,13 @@ impl Digest {
             if item.tier == Tier::Rule {
                 let rules = rules_and_numbers(&scan::shorten_fences(text, None));
                 item.rules = (!rules.is_empty()).then(|| redact(&rules).into_owned());
+                // Cut to its ends, the message may no longer say the rule it sets (one
+                // sentence inside a long line): its rules and numbers stand for it.
+                if !scan::is_constraint(&item.text) {
+                    if let Some(rules) = item.rules.take() {
+                        item.text = rules;
+                    }
+                }
             }
         }
     }
@@ -453,10 +490,11 @@ impl Digest {
     /// A user message, ranked by what its own words say: a constraint, and the oldest
     /// request, above other requests; a message that mostly hands over material ("I ran
     /// it:" and a log) with the paths, since its error and paths are listed on their own.
-    /// Returns where a new item went.
-    fn push_ask(&mut self, ask: String) -> Option<usize> {
+    /// Ranked by the `whole` message, since a cut to its ends may have left out the
+    /// sentence that sets the rule. Returns where a new item went.
+    fn push_ask(&mut self, ask: String, whole: &str) -> Option<usize> {
         let first = !std::mem::replace(&mut self.has_ask, true);
-        let (own, pasted) = scan::own_words(&ask);
+        let (own, pasted) = scan::own_words(whole);
         let tier = if scan::is_constraint(&own) {
             Tier::Rule
         } else if pasted && own.split_whitespace().count() < HANDOVER_WORDS {
@@ -654,7 +692,9 @@ impl Digest {
     /// 3. the other items below [`Tier::Finding`], lowest tier and oldest first, sparing the
     ///    newest few of each section so the call log and the paths keep their latest
     ///    entries;
-    /// 4. any item, lowest tier and oldest first.
+    /// 4. what a rule-setting user message says besides its rules and numbers;
+    /// 5. the end of a long decision, beyond its first [`DENSE_DECISION`] characters;
+    /// 6. any item, lowest tier and oldest first.
     ///
     /// The last item standing is cut rather than dropped, so the digest is never empty.
     fn fit(&mut self, budget: usize) {
@@ -686,6 +726,7 @@ impl Digest {
             size,
             per_section,
             standing: per_section.iter().sum(),
+            short: self.short,
         };
         left.drop(&mut self.items, &order, |_, item| {
             item.tier <= Tier::Preview
@@ -737,6 +778,20 @@ impl Digest {
                 left.size += item.rendered_len();
             }
         }
+        // A long decision gives up its end before a fact is dropped whole: its first
+        // words state it (the rest is mostly the reasoning, or the next sentence run on
+        // without a space), and the room pays for another fact.
+        for item in self.items.iter_mut().filter(|i| i.alive) {
+            if left.size <= budget {
+                break;
+            }
+            if item.section != Section::Decisions || item.text.len() <= DENSE_DECISION {
+                continue;
+            }
+            left.size -= item.rendered_len();
+            item.text = one_line(&item.text, DENSE_DECISION);
+            left.size += item.rendered_len();
+        }
         left.drop(&mut self.items, &order, |_, _| true);
         size = left.size;
         if size > budget && !self.earlier.is_empty() {
@@ -764,7 +819,7 @@ impl Digest {
             let s = item.section as usize;
             if !headed[s] {
                 headed[s] = true;
-                len += item.section.heading().len() + 2;
+                len += item.section.heading_in(self.short).len() + 2;
             }
         }
         len
@@ -786,7 +841,7 @@ impl Digest {
             if items.is_empty() {
                 continue;
             }
-            out.push_str(s.heading());
+            out.push_str(s.heading_in(self.short));
             out.push('\n');
             for item in items {
                 item.render(&mut out);
@@ -803,6 +858,7 @@ struct Left {
     size: usize,
     per_section: [usize; SECTIONS.len()],
     standing: usize,
+    short: bool,
 }
 
 impl Left {
@@ -826,7 +882,7 @@ impl Left {
         let n = &mut self.per_section[item.section as usize];
         *n -= 1;
         if *n == 0 {
-            self.size -= item.section.heading().len() + 2;
+            self.size -= item.section.heading_in(self.short).len() + 2;
         }
     }
 }
@@ -1361,7 +1417,7 @@ mod tests {
             {"role": "assistant", "content": "Decision: we keep the existing cache and drop the prefetch_q7 layer."},
         ]));
         // Room for the rule and the decision, not for the whole message beside it.
-        let budget = 350;
+        let budget = 280;
         let d = digest(None, &turns, budget);
         assert!(d.len() <= budget, "{d}");
         for fact in [
@@ -1375,14 +1431,92 @@ mod tests {
     }
 
     #[test]
+    fn a_small_digest_has_short_headings_and_reads_back_with_its_items() {
+        let items = |d: &str| -> Vec<String> {
+            d.lines()
+                .filter(|l| !l.starts_with("## "))
+                .map(str::to_string)
+                .collect()
+        };
+        let headings = |d: &str| -> Vec<String> {
+            d.lines()
+                .filter(|l| l.starts_with("## "))
+                .map(str::to_string)
+                .collect()
+        };
+        let small = digest(None, &session(), SHORT_HEADINGS_BELOW - 1);
+        let long: Vec<&str> = SECTIONS.iter().map(|s| s.heading()).collect();
+        let short: Vec<&str> = SECTIONS.iter().map(|s| s.short_heading()).collect();
+        assert!(headings(&small).len() > 1, "{small}");
+        assert!(
+            headings(&small).iter().all(|h| short.contains(&h.as_str())),
+            "{small}"
+        );
+        // Read back with room to spare, the same items come under the long headings.
+        let again = shorten(&small, 10_000);
+        assert!(
+            headings(&again).iter().all(|h| long.contains(&h.as_str())),
+            "{again}"
+        );
+        assert_eq!(items(&again), items(&small));
+    }
+
+    #[test]
+    fn a_long_decision_gives_up_its_end_before_a_fact_is_dropped() {
+        // One sentence, as agents write them: the statement, then the reasons run on.
+        let long = "Decision: we move the importer to streaming reads, because it holds the \
+            whole file in memory today, which is why the nightly run dies at the memory limit \
+            on the smaller runners and why the retries pile up behind it every night.";
+        let turns = parse(json!([
+            {"role": "assistant", "content": long},
+            {"role": "user", "content": "ok"},
+            {"role": "assistant", "content": "We will store timestamps as UTC in events_q1 from now on."},
+        ]));
+        // Room for both with the long one cut to its statement, not whole.
+        let budget = 280;
+        let d = digest(None, &turns, budget);
+        assert!(d.len() <= budget, "{d}");
+        assert!(
+            d.contains("Decision: we move the importer to streaming reads, because"),
+            "{d}"
+        );
+        assert!(
+            d.contains("We will store timestamps as UTC in events_q1 from now on."),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn a_long_message_cut_to_its_ends_still_ranks_and_reads_as_its_rule() {
+        // A question, a pasted line, then the rule inside a long line: cut to the
+        // message's ends at a small budget, the rule is left out of what is kept.
+        let message =
+            "how does the scoring work?\nGITHUB_TOKEN=ghp_Sd5EtHvDzyxtXqOjoGdoNrMfPmKQeDmLlDbO\n\
+            Quick note before you go on. Never push to the release/zb62 branch, only open pull \
+            requests against it. For context: the nightly import handles 749540 rows, so \
+            anything quadratic will time out. Carry on.";
+        let turns = parse(json!([
+            {"role": "user", "content": message},
+            {"role": "assistant", "content": "I'll replace the hand-written retry loop with backoff_rh51() instead of patching each call site."},
+            {"role": "user", "content": "ok"},
+        ]));
+        let budget = 200;
+        let d = digest(None, &turns, budget);
+        assert!(d.len() <= budget, "{d}");
+        assert!(
+            d.contains(
+                "Never push to the release/zb62 branch, only open pull requests against it."
+            ),
+            "{d}"
+        );
+    }
+
+    #[test]
     fn shorten_keeps_the_format() {
         let d = digest(None, &session(), 10_000);
         let short = shorten(&d, 250);
         assert!(short.len() <= 250, "{short}");
-        assert!(
-            short.starts_with("## User requests and constraints"),
-            "{short}"
-        );
+        assert!(short.starts_with("## Requests"), "{short}");
         let foreign = "x".repeat(1000);
         assert!(shorten(&foreign, 300).contains("omitted by compaction"));
     }

@@ -1169,6 +1169,37 @@ mod tests {
     }
 
     #[test]
+    fn a_shortened_digest_takes_back_the_room_its_cut_left() {
+        // Decisions of about twenty-five tokens each in the middle and tight targets: the
+        // digest is shortened, and leaves unused less than two items' worth of room.
+        let mut msgs = vec![json!({"role": "user", "content": "Refactor the billing module."})];
+        for i in 0..12 {
+            msgs.push(json!({"role": "assistant", "content": format!(
+                "Decision: we keep ledger_{i} as the source of truth and drop cache layer {i}.")}));
+            msgs.push(json!({"role": "user", "content": format!("ok, next {i}")}));
+        }
+        msgs.push(json!({"role": "assistant", "content": "done"}));
+        msgs.push(json!({"role": "user", "content": "finish up"}));
+        let request = json!({"model": "gpt-4o", "messages": msgs});
+        let mut shortened = 0;
+        for target in (120..300).step_by(15) {
+            let opts = Options {
+                target_tokens: Some(target),
+                ..Options::default()
+            };
+            let report = compact(&request, &opts).unwrap().report;
+            if !report.notes.iter().any(|n| n.contains("summary shortened")) {
+                continue;
+            }
+            shortened += 1;
+            assert!(report.fits, "{report}");
+            // Without the regrowth up to 78 tokens were left unused here.
+            assert!(report.tokens_after + 40 > target, "{report}");
+        }
+        assert!(shortened > 3, "{shortened}");
+    }
+
+    #[test]
     fn an_unreachable_target_is_reported_not_hidden() {
         let request = session(6, 2000);
         let opts = Options {

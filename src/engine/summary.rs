@@ -15,6 +15,12 @@ pub const MARKER: &str = "[compaction-proxy: summary of earlier turns]";
 pub const END_MARKER: &str = "[end of summary; the conversation continues below]";
 
 const PREAMBLE: &str = include_str!("summary_preamble.md");
+/// The preamble of a summary of a few lines, where the full one would take a fifth of
+/// what a small window leaves it (at a 256-token window, the room of a decision or an
+/// error line).
+const PREAMBLE_SHORT: &str = include_str!("summary_preamble_short.md");
+/// A summary body shorter than this is framed with [`PREAMBLE_SHORT`].
+const SHORT_FRAME_BELOW: usize = 800;
 /// The longer preamble of earlier versions, still found in summaries clients carry back.
 const PREAMBLE_V1: &str = include_str!("summary_preamble_v1.md");
 
@@ -75,11 +81,13 @@ pub fn has_marker(text: &str) -> bool {
 
 /// The full message text for a summary body.
 pub fn wrap(body: &str) -> String {
-    format!(
-        "{MARKER}\n{}\n{}\n\n{END_MARKER}",
-        PREAMBLE.trim(),
-        body.trim()
-    )
+    let body = body.trim();
+    let preamble = if body.len() < SHORT_FRAME_BELOW {
+        PREAMBLE_SHORT
+    } else {
+        PREAMBLE
+    };
+    format!("{MARKER}\n{}\n{body}\n\n{END_MARKER}", preamble.trim())
 }
 
 /// Splits a text holding a summary into (summary body, the rest of the text).
@@ -90,6 +98,7 @@ pub fn extract(text: &str) -> Option<(String, String)> {
     let after = after.trim_start();
     let after = after
         .strip_prefix(PREAMBLE.trim())
+        .or_else(|| after.strip_prefix(PREAMBLE_SHORT.trim()))
         .or_else(|| after.strip_prefix(PREAMBLE_V1.trim()))
         .unwrap_or(after);
     let (body, rest) = match after.find(END_MARKER) {
@@ -114,5 +123,18 @@ mod tests {
         let (found, rest) = extract(&merged).unwrap();
         assert_eq!(found, body);
         assert_eq!(rest, "before\n\nplease continue");
+    }
+
+    #[test]
+    fn a_summary_of_a_few_lines_gets_the_short_frame_and_either_reads_back() {
+        let small = "## Errors\n- bash: error: boom".to_string();
+        let large = format!("## Errors seen\n- {}", "x".repeat(SHORT_FRAME_BELOW));
+        for body in [small, large] {
+            let wrapped = wrap(&body);
+            let short = body.len() < SHORT_FRAME_BELOW;
+            assert_eq!(wrapped.contains(PREAMBLE_SHORT.trim()), short);
+            assert_eq!(wrapped.contains(PREAMBLE.trim()), !short);
+            assert_eq!(extract(&wrapped).unwrap().0, body);
+        }
     }
 }
