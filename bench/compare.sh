@@ -439,18 +439,36 @@ rate_run() { # name rate seconds
     END { if (!found) print "0 0 0 1" }' <<<"$out"
 }
 
-# Per round and target: the closed-loop maximum with wrk (32 connections), then fixed
-# rates at falling fractions of it until one holds p99 under the bound with no errors
-# and is actually delivered (within 3%).
+# CPU time (user + system, clock ticks) a process and its descendants have used.
+tree_ticks() { # pid
+  local total=0 p
+  for p in $(proc_tree "$1"); do
+    # Fields 14 and 15 of /proc/PID/stat, counted after the command name's ")".
+    total=$((total + $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{ print $12 + $13 }' || echo 0)))
+  done
+  echo "$total"
+}
+clk_tck=$(getconf CLK_TCK)
+
+# Per round and target: the closed-loop maximum with wrk (32 connections), with the CPU
+# the target used for it (issue 28: requests per CPU-second against nginx's on the
+# same pinned core), then fixed rates at falling fractions of it until one holds p99
+# under the bound with no errors and is actually delivered (within 3%).
 echo -e "round\ttarget\tkind\tparam\trps\tp50_us\tp99_us\terrors" >"$raw/throughput.tsv"
 n=${#measured[@]}
 ((have_wrk)) || tp_rounds=0 inflight_rounds=0
 for ((round = 0; round < tp_rounds; round++)); do
   for ((i = 0; i < n; i++)); do
     name=${measured[(i + round) % n]}
+    ticks=$(tree_ticks "${pid_of[$name]}")
     read -r rps p50 p99 errors < <(wrk_run "$name" 32 "$tp_seconds" "$small_body")
+    ticks=$(($(tree_ticks "${pid_of[$name]}") - ticks))
+    # wrk's rate times its duration is the requests it made; over the CPU seconds used.
+    per_cpu=$(awk -v r="$rps" -v s="$tp_seconds" -v t="$ticks" -v hz="$clk_tck" \
+      'BEGIN { if (t > 0) printf "%d", r * s * hz / t; else print "" }')
     echo -e "$round\t$name\tmax\t32\t$rps\t$p50\t$p99\t$errors" >>"$raw/throughput.tsv"
-    log "throughput round $((round + 1))/$tp_rounds, $name: closed-loop max $rps requests/s (p99 $p99 µs, $errors errors)"
+    echo -e "$round\t$name\tcpu\t\t$per_cpu\t\t\t" >>"$raw/throughput.tsv"
+    log "throughput round $((round + 1))/$tp_rounds, $name: closed-loop max $rps requests/s (p99 $p99 µs, $errors errors), ${per_cpu:-?} requests per CPU-second"
     best=0 sustained=0
     # A peer whose median one request at a time is already over the bound cannot hold
     # it at any rate (LiteLLM here): only the highest delivered rate is looked for.
@@ -481,6 +499,23 @@ for ((round = 0; round < tp_rounds; round++)); do
     log "  highest fixed rate with p99 < ${p99_bound_ms} ms: $best requests/s (highest delivered: $sustained)"
   done
 done
+
+# Requests per CPU-second, medians over rounds, against nginx's.
+cpu_median() { # target
+  awk -F'\t' -v t="$1" '$2 == t && $3 == "cpu" && $5 != "" { print $5 }' "$raw/throughput.tsv" | sort -n |
+    awk '{ a[NR] = $1 } END { if (NR) print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+if ((tp_rounds > 0)); then
+  nginx_cpu=$(cpu_median nginx)
+  for name in "${measured[@]}"; do
+    # direct is the mock itself, on the other core: its CPU is not a proxy's.
+    [[ $name == direct ]] && continue
+    median=$(cpu_median "$name")
+    [[ -n $median ]] || continue
+    log "requests per CPU-second, $name: $median (median of $tp_rounds rounds)$(awk -v m="$median" \
+      -v g="${nginx_cpu:-0}" 'BEGIN { if (g > 0) printf ", %.2fx nginx", m / g }')"
+  done
+fi
 
 # In-flight capacity: the 20 ms mock holds every answer, so a peer that keeps C
 # requests in flight delivers C / 20 ms; rps x 20 ms is how many it actually held.

@@ -360,6 +360,11 @@ pub struct ServerConfig {
     /// Client connections served at once. At the cap the proxy stops accepting (new
     /// connections wait in the listen backlog) until one closes, as nginx does.
     pub max_connections: usize,
+    /// Threads that serve connections; 0 means one per CPU the process may run on.
+    /// With one, the proxy runs on a single-threaded runtime: no hand-offs between
+    /// threads (nginx's one worker), and a large body's parsing and counting then holds
+    /// up the other connections for its milliseconds.
+    pub worker_threads: usize,
 }
 
 impl Default for ServerConfig {
@@ -369,6 +374,7 @@ impl Default for ServerConfig {
             body_read_timeout_ms: 60_000,
             keep_alive_timeout_ms: 30_000,
             max_connections: 16_384,
+            worker_threads: 0,
         }
     }
 }
@@ -655,6 +661,15 @@ impl Config {
         Duration::from_millis(self.server.keep_alive_timeout_ms)
     }
 
+    /// `server.worker_threads` resolved: 0 becomes the CPUs this process may run on
+    /// (its affinity mask, so a proxy pinned with `taskset -c 0` counts one).
+    pub fn worker_threads(&self) -> usize {
+        match self.server.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        }
+    }
+
     /// The effective settings as TOML, for `check`. Client keys are never printed.
     pub fn to_toml(&self) -> String {
         toml::to_string(self).unwrap_or_else(|e| format!("# cannot render settings: {e}\n"))
@@ -857,6 +872,16 @@ mod tests {
         let config = Config::from_toml("[server]\nmax_connections = 0\n").unwrap();
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("server.max_connections"), "{err}");
+    }
+
+    #[test]
+    fn worker_threads_default_to_the_cpus_the_process_may_use() {
+        let config = Config::default();
+        assert_eq!(config.server.worker_threads, 0);
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(config.worker_threads(), cpus);
+        let config = Config::from_toml("[server]\nworker_threads = 3\n").unwrap();
+        assert_eq!(config.worker_threads(), 3);
     }
 
     #[test]

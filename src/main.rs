@@ -31,16 +31,26 @@ fn serve(args: &ServeArgs) -> ExitCode {
         Ok(app) => app,
         Err(e) => return fail(EXIT_BAD_CONFIG, &e),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(app.config.worker_threads()).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(1, &e),
     };
     match runtime.block_on(server::run(app)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(1, &e),
+    }
+}
+
+/// One thread serves everything on a single-threaded runtime: a multi-threaded one
+/// with one worker would still accept on the main thread and hand every connection, and
+/// every wake-up of its task, across threads.
+fn runtime(threads: usize) -> tokio::runtime::Builder {
+    if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
     }
 }
 

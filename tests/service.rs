@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::process::Command;
 
 use futures_util::StreamExt;
-use support::{client, Mock, Proxy};
+use support::{client, post_chat, Mock, Proxy};
 
 #[tokio::test]
 async fn healthz_and_metrics() {
@@ -199,6 +199,31 @@ fn the_example_config_is_valid() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// One worker thread runs the proxy on a single-threaded runtime, where the large body's
+/// parse and count cannot be moved off the runtime (`block_in_place` panics there): it
+/// runs in place, and the request and a small one beside it are answered.
+#[tokio::test]
+async fn one_worker_thread_serves_a_large_body_and_others_beside_it() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(
+        &mock.url("/v1"),
+        "[server]\nworker_threads = 1\n[[models]]\nmatch = \"*\"\ncontext_window = 2000000\n",
+    );
+    let large = serde_json::json!({
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "word ".repeat(80_000)}],
+    });
+    let small =
+        serde_json::json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+    let (large, small) = tokio::join!(
+        post_chat(&proxy, &[], &large),
+        post_chat(&proxy, &[], &small)
+    );
+    assert_eq!((large.0, small.0), (200, 200));
+    let sizes: Vec<usize> = mock.recorded().iter().map(|r| r.body.len()).collect();
+    assert!(sizes.iter().any(|&n| n > 256 * 1024), "{sizes:?}");
 }
 
 #[tokio::test]

@@ -28,13 +28,25 @@ const LARGE_BODY: usize = 256 * 1024;
 /// Built once: building a searcher costs more than running it on a small body.
 static IMAGE_URL: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("image_url"));
 
+/// Runs `work`, which may take milliseconds, off the runtime's other tasks where it can:
+/// a multi-threaded runtime first hands them to another thread. A single-threaded one
+/// (`server.worker_threads = 1`) has no other thread, and `block_in_place` would panic
+/// there, so the work runs in place, as a single nginx worker would.
+fn may_block<T>(work: impl FnOnce() -> T) -> T {
+    let flavor = tokio::runtime::Handle::try_current().map(|handle| handle.runtime_flavor());
+    match flavor {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
 impl Attempt<'_> {
     pub(super) async fn preflight(&mut self) {
         self.resume().await;
         // Parsing, hashing and counting a large body takes milliseconds: off the threads
         // that move other requests' bytes.
         let decision = if self.work.original().len() > LARGE_BODY {
-            tokio::task::block_in_place(|| self.decide())
+            may_block(|| self.decide())
         } else {
             self.decide()
         };
@@ -215,7 +227,7 @@ impl Attempt<'_> {
         }
         let dialect = self.ctx.dialect;
         let hashed = if self.work.original().len() > LARGE_BODY {
-            tokio::task::block_in_place(|| self.work.hashes(dialect, partition).is_some())
+            may_block(|| self.work.hashes(dialect, partition).is_some())
         } else {
             self.work.hashes(dialect, partition).is_some()
         };
