@@ -895,9 +895,25 @@ fn decision_tier(sentence: &str) -> Tier {
         Some(false) if scan::is_narration(sentence) => Tier::Narration,
         // A step announced that is not exploring ("I'll replace the retry loop with
         // backoff()") decides how the work goes on.
-        Some(false) => Tier::Fact,
+        Some(false) if names_something(sentence) => Tier::Fact,
+        // One that names nothing ("I will suggest the necessary changes") the next turns
+        // say again in their own words; it ranks with the steps announced.
+        Some(false) => Tier::Seen,
         None => Tier::Seen,
     }
+}
+
+/// Whether a sentence names something the model could not guess: a word holding a
+/// digit, `_`, `/`, a backtick, a call's `(`, a capital past its first letter
+/// (`ContextCompressor`) or a `.` between letters (`config.yaml`).
+fn names_something(sentence: &str) -> bool {
+    sentence.split_whitespace().any(|word| {
+        let word = word.trim_matches(|c: char| ",.;:!?\"'()[]".contains(c));
+        let inner_dot = word.split('.').filter(|part| !part.is_empty()).count() > 1;
+        word.contains(|c: char| c.is_ascii_digit() || "_/`(".contains(c))
+            || word.chars().skip(1).any(|c| c.is_ascii_uppercase())
+            || inner_dot
+    })
 }
 
 /// Error lines taken from one output; more are one failure told several ways.
@@ -1459,6 +1475,24 @@ mod tests {
             "{again}"
         );
         assert_eq!(items(&again), items(&small));
+    }
+
+    #[test]
+    fn a_step_announced_that_names_nothing_ranks_below_the_facts() {
+        // The next turns say it again in their own words; a named function or file
+        // cannot be guessed.
+        assert_eq!(
+            decision_tier("I will suggest the necessary changes to add the bounce animation."),
+            Tier::Seen
+        );
+        for named in [
+            "I'll replace the hand-written retry loop with backoff() instead.",
+            "I will move the settings into config.yaml for the next release.",
+            "I will rename the class to ContextCompressor everywhere.",
+            "I will cap the batch at 500 rows per request.",
+        ] {
+            assert_eq!(decision_tier(named), Tier::Fact, "{named}");
+        }
     }
 
     #[test]
