@@ -482,6 +482,9 @@ def measure(binary, session, configured, args):
         "slowest_turn": slowest + 1,
         "tokens_sent": sent,
         "times_ms": [round(t * 1000, 1) for t in times],
+        # Per accepted request after the first: where each event's share is lost.
+        "shares": [round(share, 4) for share in shares],
+        "sizes": [count for _, count in log],
     }
 
 

@@ -126,10 +126,11 @@ async fn with_the_window_learned_from_a_refusal_no_later_turn_waits() {
 }
 
 /// Turn `n` of a tool session without prose: the ask, one command, and its output of
-/// about 3,000 tokens (15% of the window), all of it prunable once the turn is past.
-fn tool_turn(n: usize) -> Vec<Value> {
+/// `lines` lines (150: about 3,000 tokens, 15% of the window), all of it prunable once
+/// the turn is past.
+fn tool_turn(n: usize, lines: usize) -> Vec<Value> {
     let id = format!("run_{n}");
-    let output: String = (0..150)
+    let output: String = (0..lines)
         .map(|i| {
             format!("test module_{n}::case_{i:03} ... ok (took {i:03} ms, seed {n:04}{i:03})\n")
         })
@@ -152,11 +153,15 @@ struct Taken {
     events: Vec<usize>,
     turns: Vec<(String, Duration)>,
     summaries: usize,
+    /// The messages the upstream took on each turn.
+    sent: Vec<Vec<Value>>,
 }
 
-/// A tool session of `turns` turns, the agent's replies short.
-async fn tool_session(config: &str, turns: usize) -> Taken {
-    drive(config, turns, tool_turn, |n| format!("Module {n} passes.")).await
+/// A tool session of `turns` turns of `lines` output lines; the agent's reply to each is
+/// a line, and `prose` sentences more of what no pruning shortens.
+async fn tool_session(config: &str, turns: usize, lines: usize, prose: usize) -> Taken {
+    let reply = |n| format!("Module {n} passes.{}", " The fix holds.".repeat(prose));
+    drive(config, turns, |n| tool_turn(n, lines), reply).await
 }
 
 /// A session of `turns` turns through a proxy with `config`, against an upstream of
@@ -186,6 +191,7 @@ async fn drive(
         events: Vec::new(),
         turns: Vec::new(),
         summaries: 0,
+        sent: Vec::new(),
     };
     let mut before: Option<String> = None;
     for n in 0..turns {
@@ -205,6 +211,9 @@ async fn drive(
             taken.events.push(n);
         }
         before = Some(messages);
+        taken
+            .sent
+            .push(sent["messages"].as_array().unwrap().clone());
         history.push(json!({"role": "assistant", "content": reply(n)}));
         tokio::time::sleep(Duration::from_millis(THINK_MS)).await;
     }
@@ -238,13 +247,13 @@ async fn with_the_window_configured_an_event_buys_several_turns() {
     let config = format!(
         "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
     );
-    let taken = tool_session(&config, 24).await;
+    let taken = tool_session(&config, 24, 150, 0).await;
     each_event_buys_several_turns(&taken);
 }
 
 #[tokio::test]
 async fn with_the_window_learned_an_event_buys_several_turns() {
-    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 24).await;
+    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 24, 150, 0).await;
     let learned = taken
         .turns
         .iter()
@@ -259,7 +268,7 @@ async fn with_the_window_learned_an_event_buys_several_turns() {
 /// known), and neither does any later turn.
 #[tokio::test]
 async fn with_the_window_learned_the_refused_turn_does_not_wait_for_the_summariser() {
-    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 12).await;
+    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 12, 150, 0).await;
     let learned = taken
         .turns
         .iter()
@@ -270,4 +279,150 @@ async fn with_the_window_learned_the_refused_turn_does_not_wait_for_the_summaris
         .filter(|(_, took)| took.as_millis() >= SUMMARY_DELAY_MS.into())
         .collect();
     assert!(slow.is_empty(), "{:#?}", taken.turns);
+}
+
+/// An event that prunes (alone, or on from a summary made before), after the first, keeps what the event before it pruned
+/// byte for byte when the outputs since give most of the room it aims at: reaching past
+/// them for the rest would rewrite every message since that event, and the upstream's
+/// prompt cache with them. Here each turn leaves a reply no pruning shortens, so the
+/// outputs since an event seldom give all of the room: most later events keep the earlier
+/// one's bytes (measured: 3 of 4 and 4 of 5; reaching past them for all of the room, 0 of
+/// 3 and 1 of 4), the others reach past them when what came since gives too little.
+fn later_events_keep_what_earlier_ones_pruned(taken: &Taken) {
+    let stub = |m: &Value| {
+        m["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("[output of"))
+    };
+    let (mut kept, mut checked) = (0, 0);
+    for &n in taken.events.iter().skip(1) {
+        let x = &taken.turns[n].0;
+        // A new summary rewrites what it replaces: only events that prune are checked.
+        if x.contains("summary=llm") || x.contains("summary=fallback") {
+            continue;
+        }
+        let (before, now) = (&taken.sent[n - 1], &taken.sent[n]);
+        let Some(k) = before.iter().rposition(stub) else {
+            continue;
+        };
+        kept += usize::from(before[..=k] == now[..=k]);
+        checked += 1;
+    }
+    assert!(
+        kept * 2 > checked,
+        "{kept} of {checked} later events kept what an earlier one pruned: events at {:?}, {:#?}",
+        taken.events,
+        taken.turns
+    );
+}
+
+#[tokio::test]
+async fn with_the_window_configured_a_later_event_keeps_what_an_earlier_one_pruned() {
+    let config = format!(
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
+    );
+    let taken = tool_session(&config, 40, 50, 8).await;
+    later_events_keep_what_earlier_ones_pruned(&taken);
+}
+
+#[tokio::test]
+async fn with_the_window_learned_a_later_event_keeps_what_an_earlier_one_pruned() {
+    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 40, 50, 8).await;
+    later_events_keep_what_earlier_ones_pruned(&taken);
+}
+
+/// Turn `n` of a chat session: a paragraph to review, about 800 of the mock's tokens,
+/// and nothing a pruning can shorten: every event needs a summary.
+fn chat_turn(n: usize) -> Value {
+    let paragraph =
+        format!("Paragraph {n}: the reviewer's notes on section {n} of the draft. ").repeat(36);
+    json!({"role": "user", "content": format!("Review this, briefly.\n{paragraph}")})
+}
+
+/// A chat session of `turns` turns through a proxy with `config`: each turn's
+/// `x-compaction` and answer time, and the summariser calls the upstream saw.
+async fn chat_session(config: &str, turns: usize) -> Session {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), config);
+    let window = WINDOW.to_string();
+    let delay = SUMMARY_DELAY_MS.to_string();
+    let headers = [
+        ("authorization", "Bearer k"),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary", "ok"),
+        ("x-mock-summary-delay-ms", delay.as_str()),
+    ];
+    let mut history = vec![json!({"role": "system", "content": "You review drafts."})];
+    let mut session = Session {
+        turns: Vec::new(),
+        summaries: 0,
+        events: 0,
+    };
+    for n in 0..turns {
+        history.push(chat_turn(n));
+        let request = json!({"model": "mock-chat-model", "messages": history});
+        let started = Instant::now();
+        let (status, x) = post_chat(&proxy, &headers, &request).await;
+        assert_eq!(status, 200, "turn {n}: {x}");
+        session.turns.push((x, started.elapsed()));
+        let reply = format!("Section {n} reads well; two sentences could go. ").repeat(12);
+        history.push(json!({"role": "assistant", "content": reply}));
+        tokio::time::sleep(Duration::from_millis(THINK_MS)).await;
+    }
+    session.summaries = mock.summaries().len();
+    session
+}
+
+/// No turn took the summariser's delay: every summary was made ahead of its event, or
+/// the digest stood in for it.
+fn no_chat_turn_waited(session: &Session) {
+    let slow: Vec<_> = session
+        .turns
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, took))| took.as_millis() >= SUMMARY_DELAY_MS.into())
+        .collect();
+    assert!(slow.is_empty(), "{slow:#?}\n{:#?}", session.turns);
+}
+
+/// With the window configured, a chat session's events are prepared: each is a summary
+/// (nothing else shortens prose) and none is waited for.
+#[tokio::test]
+async fn with_the_window_configured_no_chat_turn_waits_for_its_summary() {
+    let config = format!(
+        "[[models]]\nmatch = \"mock-chat-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
+    );
+    let session = chat_session(&config, 36).await;
+    assert!(
+        session.turns.iter().any(|(x, _)| x.contains("summary=llm")),
+        "{:#?}",
+        session.turns
+    );
+    no_chat_turn_waited(&session);
+}
+
+/// With the window learned, the refused turn that teaches it cannot have been prepared
+/// for: it is answered at once with the digest standing in for the summary, and the
+/// conversation's next event, prepared in the background, brings the LLM's summary; no
+/// turn waits for the summariser.
+#[tokio::test]
+async fn with_the_window_learned_the_refused_chat_turn_takes_the_digest_at_once() {
+    let session = chat_session("[summarizer]\ncontext_window = 128000\n", 36).await;
+    let learned = session
+        .turns
+        .iter()
+        .position(|(x, _)| x.contains("trigger=error"))
+        .expect("the window was never learned");
+    let refused = &session.turns[learned].0;
+    assert!(refused.contains("summary=fallback"), "{refused}");
+    assert!(
+        session.turns[learned + 1..]
+            .iter()
+            .any(|(x, _)| x.contains("summary=llm")),
+        "the next event brought no summary: {:#?}",
+        session.turns
+    );
+    no_chat_turn_waited(&session);
 }

@@ -92,6 +92,7 @@ impl Attempt<'_> {
             ceiling: tokens,
             window: self.ctx.window(),
             relaxed: None,
+            settle: None,
         };
         self.rewrite(goal).await
     }

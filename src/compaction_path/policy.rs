@@ -25,6 +25,14 @@ const LOOKAHEAD: u64 = 1;
 /// However fast a conversation grows, an event does not aim below this share of the
 /// window: what it keeps (the task, the summary, the turn in progress) needs room too.
 const LEAST_FILL: f64 = 0.25;
+/// Share of an event's room (from its fill to the threshold) that an event pruning alone
+/// may settle for, to keep what an earlier event pruned as it was. Reaching past that for
+/// the rest rewrites every message since the earlier event: in bench/events.py's roomy
+/// session (90k), events that did shared 61-79% of their bytes with the previous request,
+/// those that settled 84-87%, the turns between events 91-95%. Each settling leaves the
+/// next event less room: at 0.75 the fill crept up enough over three events to bring a
+/// fifth event into that session's 40 turns; at 0.85 it had four, as before.
+const SETTLE: f64 = 0.85;
 
 /// What a compaction aims at: prompt tokens by our count, the most it may keep when the
 /// answer's room is cut to its minimum, and the model's window when known.
@@ -36,6 +44,9 @@ pub(super) struct Goal {
     /// A higher target an event may stop at when pruning alone reaches it: a summary is
     /// paid for only when it must be, and then it goes deep (`target`).
     pub relaxed: Option<Ours>,
+    /// Where an event that prunes alone may settle rather than rewrite what an earlier
+    /// event pruned (see [`engine::Options::prune_settle`]).
+    pub settle: Option<Ours>,
 }
 
 impl Goal {
@@ -49,6 +60,7 @@ impl Goal {
             ceiling_tokens: Some(self.ceiling.max(self.target).usize()),
             // An event prunes the newest outputs first, keeping the prefix before them.
             prune_to: Some(self.target.usize()),
+            prune_settle: self.settle.map(Ours::usize),
             ..engine::Options::default()
         }
     }
@@ -173,11 +185,15 @@ pub(super) fn decide(
     let usable = window.0 as f64 - budget::margin(window.0) as f64;
     let fill = marks.fill(now, growth, window);
     let low_water = window.share(marks.low_water);
+    let settle = limit.saturating_sub(Theirs(
+        (limit.saturating_sub(fill).0 as f64 * SETTLE) as u64,
+    ));
     let goal = Goal {
         target: fill.saturating_sub(budget).ours(factor),
         ceiling: Ours((room.ceiling(usable, window) / factor.0) as u64),
         window: Some(window),
         relaxed: Some(low_water.saturating_sub(budget).ours(factor)),
+        settle: Some(settle.saturating_sub(budget).ours(factor)),
     };
     if now > limit {
         return Decision::Compact(goal);
@@ -263,6 +279,7 @@ pub(super) fn blind_step(refused: Blind, reserve: u64, factor: Factor, marks: Ma
             ceiling: Ours(0),
             window: Some(refused.bound),
             relaxed: None,
+            settle: None,
         };
         return BlindStep {
             cap,
@@ -330,6 +347,7 @@ pub(super) fn retry_goal(
             ceiling: blind,
             window: None,
             relaxed: None,
+            settle: None,
         });
     };
     let budget = room.budget(window);
@@ -351,6 +369,7 @@ pub(super) fn retry_goal(
         ceiling,
         window: Some(window),
         relaxed: refused.sent.filter(|&sent| relaxed < sent).map(|_| relaxed),
+        settle: None,
     };
     Some(match (refused.kind, blind) {
         (Kind::BodyTooLarge, Some(blind)) => Goal {
@@ -746,6 +765,8 @@ mod growth {
         };
         // 27,000 at the threshold less four turns of 3,000, less the answer's 1,000.
         assert_eq!(goal.target, Ours(27_000 - 12_000 - 1_000));
+        // Pruning alone may settle for 85% of that room.
+        assert_eq!(goal.settle, Some(Ours(27_000 - 10_200 - 1_000)));
         // However fast it grows, the event keeps a quarter of the window.
         let Decision::Compact(goal) = decide(
             Theirs(27_000),

@@ -69,6 +69,25 @@ impl Attempt<'_> {
         true
     }
 
+    /// Whether this compaction may wait for the LLM summariser. Not when the request is
+    /// past asking for one; nor on a retry after a refusal in a conversation followed from
+    /// turn to turn whose events can be prepared: the refused turn (often the one that
+    /// teaches the window, when nothing could be prepared yet) takes the digest at once,
+    /// and the summariser's turn comes with the conversation's next event, prepared in the
+    /// background from the checkpoint this one makes, so that no turn waits for it.
+    fn asks_summariser(&self) -> bool {
+        let app = self.ctx.app;
+        let compaction = &app.config.compaction;
+        let prepared = compaction.prepare_at < compaction.threshold
+            && app
+                .checkpoints
+                .as_ref()
+                .is_some_and(|c| c.prepared.is_some());
+        // The refused turn of a conversation whose next event can be prepared.
+        let stands_in = self.done.calls > 0 && prepared && self.ctx.growth.is_some();
+        !self.done.digest_only && !stands_in
+    }
+
     /// The compactor's work on the base towards `goal`, with an LLM summary unless this
     /// request is past asking for one. `None` when it made nothing.
     async fn compact(&mut self, goal: Goal) -> Option<Compaction> {
@@ -99,7 +118,7 @@ impl Attempt<'_> {
             options: with_cap(goal.engine_options()),
             relaxed: goal.relaxed_options().map(with_cap),
             window: goal.window,
-            summariser: (!self.done.digest_only).then_some(&caller),
+            summariser: self.asks_summariser().then_some(&caller),
             keys,
         };
         let (base, result) = self.ctx.app.compactor().compact(base, order).await;

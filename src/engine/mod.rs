@@ -132,6 +132,12 @@ pub struct Options {
     /// the bytes before what it prunes. `None`: pruning stops at the target, oldest
     /// first.
     pub prune_to: Option<usize>,
+    /// With `prune_to`: when pruning what came after the newest output an earlier
+    /// compaction pruned brings the request down to this many tokens, pruning stops there
+    /// ([`Pruner::since_pruned`]) instead of reaching past that output for more room.
+    /// Reaching past it rewrites every message after it, and the upstream's prompt cache
+    /// with them: most of a session's history once it has had a few events.
+    pub prune_settle: Option<usize>,
 }
 
 impl Default for Options {
@@ -151,6 +157,7 @@ impl Default for Options {
             summary_max_tokens: 4000,
             max_messages: None,
             prune_to: None,
+            prune_settle: None,
         }
     }
 }
@@ -609,10 +616,26 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     let prunes = match opts.prune_to {
         Some(deep) => {
             let deeper = total.saturating_sub(deep).max(over);
-            pruner.newest_block(&plan.messages, 0..turn_start, deeper, verbatim)
+            let block = pruner.newest_block(&plan.messages, 0..turn_start, deeper, verbatim);
+            let settled = opts.prune_settle.and_then(|level| {
+                let settle = total.saturating_sub(level);
+                let range = 0..turn_start;
+                let settled =
+                    pruner.since_pruned(&plan.messages, range, settle, deeper, verbatim)?;
+                (settled.first() > block.first()).then_some((settled, level))
+            });
+            match settled {
+                // The target it settles for is its level.
+                Some((settled, level)) => {
+                    plan.target = plan.target.max(level);
+                    settled
+                }
+                None => block,
+            }
         }
         None => pruner.oldest_first(&plan.messages, 0..turn_start, over, verbatim),
     };
+    let over = total.saturating_sub(plan.target);
     if prunes.saved >= over && plan.messages.len() <= plan.max_messages {
         let stats = prunes.apply(&mut plan.messages);
         note_prunes(&mut plan.notes, "prune", stats);

@@ -73,6 +73,12 @@ pub struct Prunes {
 }
 
 impl Prunes {
+    /// The oldest message pruned, `None` when none is: every message before it keeps its
+    /// bytes.
+    pub fn first(&self) -> Option<usize> {
+        self.edits.first().map(|(i, _, _)| *i)
+    }
+
     /// Puts the pruned forms in place.
     pub fn apply(self, messages: &mut [Message]) -> PruneStats {
         let mut stats = PruneStats::default();
@@ -157,6 +163,25 @@ impl<'a> Pruner<'a> {
         self.oldest_first(messages, start..range.end, over, verbatim)
     }
 
+    /// Prunes the messages of `range` after the newest output an earlier compaction
+    /// pruned, oldest first until `over` tokens are saved, when that saves at least
+    /// `settle`: the prefix up to that output, which the upstream's prompt cache has held
+    /// since that compaction, keeps its bytes. `None` when no output of the range was
+    /// pruned before, or what came after it saves less than `settle`.
+    pub fn since_pruned(
+        &self,
+        messages: &[Message],
+        range: std::ops::Range<usize>,
+        settle: usize,
+        over: usize,
+        verbatim: impl Fn(usize) -> bool,
+    ) -> Option<Prunes> {
+        let start = range.start;
+        let newest = messages[range.clone()].iter().rposition(was_pruned)? + start;
+        let prunes = self.oldest_first(messages, newest + 1..range.end, over, verbatim);
+        (prunes.saved >= settle && prunes.first().is_some()).then_some(prunes)
+    }
+
     /// A form of `msg` about `need` tokens smaller: an output cut to its ends, or call
     /// arguments shortened no more than that takes.
     fn partly(&self, msg: &Message, need: usize) -> Option<(Message, OutputKind)> {
@@ -222,6 +247,14 @@ impl<'a> Pruner<'a> {
         let mut m = msg.clone();
         m.set_content(Value::String(line), self.counter);
         (m.tokens < msg.tokens).then_some((m, kind))
+    }
+}
+
+/// Whether `msg` is a tool output an earlier compaction pruned to one line.
+fn was_pruned(msg: &Message) -> bool {
+    msg.role.is_result() && {
+        let text = msg.text();
+        text.starts_with(PRUNED_PREFIX) || text.starts_with(DUPLICATE_PREFIX)
     }
 }
 
@@ -480,6 +513,55 @@ mod tests {
             .newest_block(&msgs, 0..13, usize::MAX, |j| j >= 13)
             .apply(&mut all);
         assert!((1..7).all(|i| all[2 * i].text().starts_with("[output of bash")));
+    }
+
+    #[test]
+    fn an_event_settles_after_what_an_earlier_one_pruned() {
+        let outputs = |i: usize| format!("output line {i}\n").repeat(100);
+        let mut input = vec![json!({"role": "user", "content": "go"})];
+        for i in 0..6 {
+            let id = format!("c{i}");
+            // The first three outputs were pruned by an earlier event.
+            let content = if i < 3 {
+                format!(
+                    "[output of bash command=step {i} pruned by compaction: 1500 chars, 100 lines]"
+                )
+            } else {
+                outputs(i)
+            };
+            input.push(json!({"role": "assistant", "content": null,
+                "tool_calls": [call(&id, "bash", json!({"command": format!("step {i}")}))]}));
+            input.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+        }
+        let msgs = parse(&Value::Array(input));
+        let c = Counter::new(Encoding::O200k);
+        let opts = Options::default();
+        let pruner = Pruner::new(&msgs, &opts, &c);
+        let one = msgs[12].tokens - 40;
+        // The three outputs since the earlier event save about three outputs' worth:
+        // enough to settle for two, not for four.
+        let prunes = pruner
+            .since_pruned(&msgs, 0..13, 2 * one, usize::MAX, |j| j >= 13)
+            .expect("settled");
+        assert_eq!(prunes.first(), Some(8));
+        let mut some = msgs.clone();
+        prunes.apply(&mut some);
+        let texts = |ms: &[Message]| ms.iter().map(|m| m.text().into_owned()).collect::<Vec<_>>();
+        assert_eq!(texts(&some[..8]), texts(&msgs[..8]));
+        assert!((4..7).all(|i| some[2 * i].text().starts_with("[output of bash")));
+        assert!(pruner
+            .since_pruned(&msgs, 0..13, 4 * one, usize::MAX, |j| j >= 13)
+            .is_none());
+        // Nothing pruned before: nothing to settle after.
+        let fresh = parse(&json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": null, "tool_calls": [call("a", "bash", json!({"command": "ls"}))]},
+            {"role": "tool", "tool_call_id": "a", "content": outputs(0)},
+        ]));
+        let pruner = Pruner::new(&fresh, &opts, &c);
+        assert!(pruner
+            .since_pruned(&fresh, 0..3, 1, usize::MAX, |_| false)
+            .is_none());
     }
 
     #[test]
