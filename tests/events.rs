@@ -45,29 +45,15 @@ fn turn(n: usize) -> Vec<Value> {
     ]
 }
 
-/// What a session through the proxy showed: each turn's `x-compaction` and answer time,
-/// and the summariser calls the upstream saw.
-struct Session {
-    turns: Vec<(String, Duration)>,
-    summaries: usize,
-    /// Turns whose request did not extend the one sent the turn before: events.
-    events: usize,
-}
-
-async fn session(config: &str) -> Session {
+async fn session(config: &str) -> Taken {
     // The agent's account of the fix, in prose: what only a summary can shorten.
     let reply = |n| format!("Module {n}: the fix and why it holds. ").repeat(40);
-    let taken = drive(config, TURNS, turn, reply).await;
-    Session {
-        turns: taken.turns,
-        summaries: taken.summaries,
-        events: taken.events.len(),
-    }
+    drive(CODING_AGENT, config, TURNS, turn, reply).await
 }
 
 /// Every turn that brought a new summary after the first `skip` turns took less than the
 /// summariser's delay: the summary was made ahead of it.
-fn no_turn_waited(session: &Session, skip: usize) {
+fn no_turn_waited(session: &Taken, skip: usize) {
     let waited: Vec<_> = session.turns[skip..]
         .iter()
         .filter(|(x, took)| {
@@ -81,7 +67,7 @@ fn no_turn_waited(session: &Session, skip: usize) {
 /// on at most two turns of three, and each event costs at most one summariser call
 /// (prepared or not). Here the agent's prose replies, which no pruning shortens, pile up
 /// between events: an event that goes down to its fill needs a summary about every time.
-fn events_buy_room(session: &Session) {
+fn events_buy_room(session: &Taken) {
     let first = session
         .turns
         .iter()
@@ -89,16 +75,16 @@ fn events_buy_room(session: &Session) {
         .expect("no compaction at all");
     let after = TURNS - first;
     assert!(
-        session.events * 3 <= after * 2,
+        session.events.len() * 3 <= after * 2,
         "{} events in the {after} turns from the first compaction: {:#?}",
-        session.events,
+        session.events.len(),
         session.turns
     );
     assert!(
-        session.summaries <= session.events,
+        session.summaries <= session.events.len(),
         "{} summaries for {} events",
         session.summaries,
-        session.events
+        session.events.len()
     );
 }
 
@@ -161,13 +147,30 @@ struct Taken {
 /// a line, and `prose` sentences more of what no pruning shortens.
 async fn tool_session(config: &str, turns: usize, lines: usize, prose: usize) -> Taken {
     let reply = |n| format!("Module {n} passes.{}", " The fix holds.".repeat(prose));
-    drive(config, turns, |n| tool_turn(n, lines), reply).await
+    drive(CODING_AGENT, config, turns, |n| tool_turn(n, lines), reply).await
 }
 
-/// A session of `turns` turns through a proxy with `config`, against an upstream of
-/// `WINDOW` with a slow summariser: `turn(n)` gives turn `n`'s messages, `reply(n)` the
-/// agent's answer to them, and the agent thinks `THINK_MS` between turns.
+/// Who talks to the proxy: the model it names and its system prompt.
+struct Agent {
+    model: &'static str,
+    system: &'static str,
+}
+
+const CODING_AGENT: Agent = Agent {
+    model: "mock-agent-model",
+    system: "You are a coding agent.",
+};
+
+const REVIEWER: Agent = Agent {
+    model: "mock-chat-model",
+    system: "You review drafts.",
+};
+
+/// A session of `turns` turns of `agent` through a proxy with `config`, against an
+/// upstream of `WINDOW` with a slow summariser: `turn(n)` gives turn `n`'s messages,
+/// `reply(n)` the agent's answer to them, and the agent thinks `THINK_MS` between turns.
 async fn drive(
+    agent: Agent,
     config: &str,
     turns: usize,
     turn: impl Fn(usize) -> Vec<Value>,
@@ -185,7 +188,7 @@ async fn drive(
         ("x-mock-summary", "ok"),
         ("x-mock-summary-delay-ms", delay.as_str()),
     ];
-    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let mut history = vec![json!({"role": "system", "content": agent.system})];
     let mut taken = Taken {
         sizes: Vec::new(),
         events: Vec::new(),
@@ -196,7 +199,7 @@ async fn drive(
     let mut before: Option<String> = None;
     for n in 0..turns {
         history.extend(turn(n));
-        let request = json!({"model": "mock-agent-model", "messages": history});
+        let request = json!({"model": agent.model, "messages": history});
         let started = Instant::now();
         let (status, x) = post_chat(&proxy, &headers, &request).await;
         assert_eq!(status, 200, "turn {n}: {x}");
@@ -341,43 +344,15 @@ fn chat_turn(n: usize) -> Value {
 
 /// A chat session of `turns` turns through a proxy with `config`: each turn's
 /// `x-compaction` and answer time, and the summariser calls the upstream saw.
-async fn chat_session(config: &str, turns: usize) -> Session {
-    let mock = Mock::start().await;
-    let proxy = Proxy::start(&mock.url("/v1"), config);
-    let window = WINDOW.to_string();
-    let delay = SUMMARY_DELAY_MS.to_string();
-    let headers = [
-        ("authorization", "Bearer k"),
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary", "ok"),
-        ("x-mock-summary-delay-ms", delay.as_str()),
-    ];
-    let mut history = vec![json!({"role": "system", "content": "You review drafts."})];
-    let mut session = Session {
-        turns: Vec::new(),
-        summaries: 0,
-        events: 0,
-    };
-    for n in 0..turns {
-        history.push(chat_turn(n));
-        let request = json!({"model": "mock-chat-model", "messages": history});
-        let started = Instant::now();
-        let (status, x) = post_chat(&proxy, &headers, &request).await;
-        assert_eq!(status, 200, "turn {n}: {x}");
-        session.turns.push((x, started.elapsed()));
-        let reply = format!("Section {n} reads well; two sentences could go. ").repeat(12);
-        history.push(json!({"role": "assistant", "content": reply}));
-        tokio::time::sleep(Duration::from_millis(THINK_MS)).await;
-    }
-    session.summaries = mock.summaries().len();
-    session
+async fn chat_session(config: &str, turns: usize) -> Taken {
+    let turn = |n| vec![chat_turn(n)];
+    let reply = |n| format!("Section {n} reads well; two sentences could go. ").repeat(12);
+    drive(REVIEWER, config, turns, turn, reply).await
 }
 
 /// No turn took the summariser's delay: every summary was made ahead of its event, or
 /// the digest stood in for it.
-fn no_chat_turn_waited(session: &Session) {
+fn no_chat_turn_waited(session: &Taken) {
     let slow: Vec<_> = session
         .turns
         .iter()
