@@ -49,8 +49,9 @@ impl TrimPolicy {
     }
 
     /// The load and resident memory (`None`: unknown, then growth is assumed) at this
-    /// tick; true means trim now. Once the load has fallen, the peaks start again from
-    /// it, trimmed or not: that fall has been judged.
+    /// tick; true means trim now, and the peaks start again from this load. A fall
+    /// without growth keeps the peaks: the memory a burst takes can show only after its
+    /// connections started to go (a burst in waves), and the fall still counts then.
     pub(crate) fn tick(&mut self, load: Load, resident_kb: Option<u64>) -> bool {
         let requests = load.requests.saturating_sub(self.requests_seen);
         self.requests_seen = load.requests;
@@ -67,11 +68,12 @@ impl TrimPolicy {
             (Some(now), Some(low)) => Some(now.min(low)),
             (now, low) => now.or(low),
         };
-        if fallen {
+        if fallen && grown {
             self.peak_connections = load.connections;
             self.peak_requests_per_tick = requests;
+            return true;
         }
-        fallen && grown
+        false
     }
 
     /// A trim has run: growth is measured from what it left resident.
@@ -225,6 +227,21 @@ mod tests {
             policy.tick(load(0, 2), Some(16_000)),
             "6 MB grown, load fell"
         );
+    }
+
+    #[test]
+    fn a_fall_seen_before_the_growth_still_counts_once_memory_grew() {
+        let mut policy = TrimPolicy::new(load(0, 0), Some(10_000));
+        assert!(!policy.tick(load(16, 16), Some(12_000)));
+        assert!(
+            !policy.tick(load(4, 32), Some(13_000)),
+            "fallen, not grown yet"
+        );
+        assert!(
+            !policy.tick(load(12, 48), Some(18_000)),
+            "grown, load above half the peak"
+        );
+        assert!(policy.tick(load(0, 48), Some(18_000)));
     }
 
     #[test]

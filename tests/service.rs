@@ -253,14 +253,15 @@ async fn memory_trims(proxy: &Proxy) -> Option<u64> {
         .and_then(|count| count.parse().ok())
 }
 
-/// Sixteen chat requests at once, each of 400 KB on its own connection, all closed after.
+/// Thirty-two chat requests at once, each of 400 KB on its own connection, all closed
+/// after: over 4 MB of bodies alive at once, the growth the trimmer waits for.
 async fn burst(proxy: &Proxy) {
     let request = serde_json::json!({
         "model": "gpt-4o",
         "messages": [{"role": "user", "content": "word ".repeat(80_000)}],
     });
     let answers =
-        futures_util::future::join_all((0..16).map(|_| post_chat(proxy, &[], &request))).await;
+        futures_util::future::join_all((0..32).map(|_| post_chat(proxy, &[], &request))).await;
     assert!(
         answers.iter().all(|(status, _)| *status == 200),
         "{answers:?}"
