@@ -365,6 +365,10 @@ pub struct ServerConfig {
     /// threads (nginx's one worker), and a large body's parsing and counting then holds
     /// up the other connections for its milliseconds.
     pub worker_threads: usize,
+    /// How often the load is checked to decide whether to return freed heap to the OS
+    /// (`malloc_trim`, glibc builds), which happens only after the load fell; 0 turns
+    /// trimming off.
+    pub memory_trim_interval_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -375,6 +379,7 @@ impl Default for ServerConfig {
             keep_alive_timeout_ms: 30_000,
             max_connections: 16_384,
             worker_threads: 0,
+            memory_trim_interval_ms: 1_000,
         }
     }
 }
@@ -668,6 +673,12 @@ impl Config {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
             n => n,
         }
+    }
+
+    /// The memory trimmer's tick; `None` when it is off.
+    pub fn memory_trim_interval(&self) -> Option<Duration> {
+        let ms = self.server.memory_trim_interval_ms;
+        (ms > 0).then(|| Duration::from_millis(ms))
     }
 
     /// The effective settings as TOML, for `check`. Client keys are never printed.

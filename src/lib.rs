@@ -15,7 +15,7 @@
 //!   conversation grows), `redact`, `metrics`, `telemetry` (OpenTelemetry traces),
 //!   `compaction_report` (what the header and the metrics say of a compaction), `body`,
 //!   `cause` (errors with their causes), `units`, `shutdown` (what a connection is asked
-//!   to do when the server stops).
+//!   to do when the server stops), `memory_trim` (freed heap back to the OS after a burst).
 
 pub mod app;
 pub(crate) mod auth;
@@ -36,6 +36,7 @@ pub(crate) mod error;
 pub(crate) mod growth;
 pub(crate) mod limits;
 pub mod logging;
+pub(crate) mod memory_trim;
 pub(crate) mod metrics;
 pub(crate) mod model_record;
 pub(crate) mod passthrough;

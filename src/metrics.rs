@@ -50,11 +50,22 @@ pub struct Metrics {
     /// Summaries not asked for: the summariser's window cannot hold its prompt and turns.
     summarizer_skipped: AtomicU64,
     compaction_time: Histogram,
+    /// `malloc_trim` calls, each after a fall in load.
+    memory_trims: AtomicU64,
 }
 
 impl Metrics {
     pub fn request(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests received so far: the memory trimmer's measure of load.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    pub fn memory_trim(&self) {
+        self.memory_trims.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn upstream_attempt(&self) {
@@ -194,6 +205,12 @@ impl Metrics {
             "compaction_proxy_tokens_saved_total",
             "Prompt tokens removed by compaction (by the proxy's own count).",
             self.tokens_saved.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "compaction_proxy_memory_trims_total",
+            "Times the freed heap was returned to the OS (malloc_trim, glibc builds), each after a fall in load.",
+            self.memory_trims.load(Ordering::Relaxed),
         );
         labelled(
             &mut out,

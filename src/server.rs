@@ -21,6 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::app::App;
 use crate::body::ProxyBody;
 use crate::cause::BoxError;
+use crate::memory_trim;
 use crate::router;
 use crate::shutdown::Watch;
 
@@ -69,6 +70,7 @@ pub async fn serve(
     // last one go. (hyper-util's `GracefulShutdown` does the same, but does not take a
     // connection that can be upgraded.)
     let slots = Arc::new(Semaphore::new(app.config.server.max_connections));
+    let trimmer = start_memory_trim(&app, &slots);
     let mut full = false;
     tokio::pin!(shutdown);
     loop {
@@ -96,6 +98,9 @@ pub async fn serve(
         }
     }
     drop(listener);
+    if let Some(trimmer) = trimmer {
+        trimmer.abort();
+    }
     tracing::info!("shutting down: draining in-flight requests");
     app.shutdown.drain();
     tokio::select! {
@@ -113,6 +118,25 @@ pub async fn serve(
             }
         }
     }
+}
+
+/// Starts the timer that returns freed heap to the OS after a burst, where the build can.
+fn start_memory_trim(
+    app: &Arc<App>,
+    slots: &Arc<Semaphore>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let every = app
+        .config
+        .memory_trim_interval()
+        .filter(|_| memory_trim::AVAILABLE)?;
+    let max = app.config.server.max_connections;
+    let (slots, load_app, app) = (Arc::clone(slots), Arc::clone(app), Arc::clone(app));
+    let load = move || memory_trim::Load {
+        connections: max.saturating_sub(slots.available_permits()),
+        requests: load_app.metrics.requests(),
+    };
+    let trimmed = move || app.metrics.memory_trim();
+    Some(tokio::spawn(memory_trim::run(every, load, trimmed)))
 }
 
 /// How long, past the grace period, connections switched to another protocol get to send

@@ -244,3 +244,58 @@ async fn sigterm_drains_in_flight_requests_then_exits_zero() {
     let exit = proxy.exited().await;
     assert!(exit.success(), "{exit:?}");
 }
+
+/// `compaction_proxy_memory_trims_total` at `proxy`, read over a fresh connection.
+async fn memory_trims(proxy: &Proxy) -> Option<u64> {
+    let text = support::metrics(proxy).await;
+    text.lines()
+        .find_map(|line| line.strip_prefix("compaction_proxy_memory_trims_total "))
+        .and_then(|count| count.parse().ok())
+}
+
+/// Thirty-two chat requests at once, each of 400 KB on its own connection, all closed
+/// after: over 4 MB of bodies alive at once, the growth the trimmer waits for.
+async fn burst(proxy: &Proxy) {
+    let request = serde_json::json!({
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "word ".repeat(80_000)}],
+    });
+    let answers =
+        futures_util::future::join_all((0..32).map(|_| post_chat(proxy, &[], &request))).await;
+    assert!(
+        answers.iter().all(|(status, _)| *status == 200),
+        "{answers:?}"
+    );
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[tokio::test]
+async fn the_heap_is_trimmed_after_a_burst_and_not_while_idle() {
+    let mock = Mock::start().await;
+    let config = "[server]\nmemory_trim_interval_ms = 20\n[[models]]\nmatch = \"*\"\ncontext_window = 2000000\n";
+    let proxy = Proxy::start(&mock.url("/v1"), config);
+    burst(&proxy).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while memory_trims(&proxy).await.unwrap() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no trim after the burst"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Idle now: 25 more ticks, and no more trims (the metrics reads' own connections
+    // make the load fall, but free nothing worth a trim).
+    let settled = memory_trims(&proxy).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(memory_trims(&proxy).await.unwrap(), settled);
+}
+
+#[tokio::test]
+async fn memory_trim_interval_zero_turns_trimming_off() {
+    let mock = Mock::start().await;
+    let config = "[server]\nmemory_trim_interval_ms = 0\n[[models]]\nmatch = \"*\"\ncontext_window = 2000000\n";
+    let proxy = Proxy::start(&mock.url("/v1"), config);
+    burst(&proxy).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(memory_trims(&proxy).await.unwrap(), 0);
+}
