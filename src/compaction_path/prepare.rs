@@ -19,6 +19,7 @@ use crate::compactor::{messages_of, Base, Caller, Keys, Order, Resumed};
 use crate::dialect::Dialect;
 use crate::engine::{self, SummarySource};
 use crate::telemetry;
+use crate::units::Ours;
 
 impl Attempt<'_> {
     /// Starts the background compaction of this request towards `goal`, unless the
@@ -58,8 +59,11 @@ impl Attempt<'_> {
         let Some(ticket) = prepared.start(key) else {
             return;
         };
+        // Half a turn of the conversation's growth: turns vary about that much about it.
+        let spare = Ours(self.growth().ours(self.ctx.factor()).0 / 2);
         let job = Preparation {
             conversation,
+            spare,
             app: Arc::clone(app),
             parts: copy(self.ctx.parts),
             model: self.ctx.head.model.clone(),
@@ -233,6 +237,9 @@ struct Preparation {
     resumed: Option<Resumed>,
     /// The conversation is past asking the summariser.
     digest_only: bool,
+    /// How far below the goal's relaxed target pruning must reach for the event to be
+    /// left to prune alone ([`event_prunes_alone`]).
+    spare: Ours,
 }
 
 impl Preparation {
@@ -252,8 +259,9 @@ impl Preparation {
     /// The compaction itself, with the prefix hash its checkpoint replaces.
     async fn compact(&self, base: Base, goal: Goal) -> Option<(u128, Checkpoint)> {
         // Planning a large conversation takes milliseconds: off the runtime's threads.
+        let spare = self.spare;
         let (base, alone) = tokio::task::spawn_blocking(move || {
-            let alone = event_prunes_alone(&base, goal);
+            let alone = event_prunes_alone(&base, goal, spare);
             (base, alone)
         })
         .await
@@ -311,13 +319,20 @@ impl Preparation {
 /// later, with that turn whole, and prunes the one in progress now as history; a
 /// preparation that kept this turn whole too would find pruning a turn's outputs short,
 /// and pay for a summary the event then goes without (the goal's relaxed target already
-/// leaves room for the turn the event comes with).
-fn event_prunes_alone(base: &Base, goal: Goal) -> bool {
+/// leaves room for the turn the event comes with, of the conversation's usual growth).
+/// Pruning must reach `spare` below that target: a turn larger than usual would otherwise
+/// leave the event short of it, to wait for a summary nobody prepared (measured: 3 s, in
+/// bench/events.py's tight session, with no margin).
+fn event_prunes_alone(base: &Base, goal: Goal, spare: Ours) -> bool {
+    let options = goal
+        .relaxed_options()
+        .unwrap_or_else(|| goal.engine_options());
+    let lower = |tokens: usize| tokens.saturating_sub(spare.usize());
     let options = engine::Options {
         prune_turn: true,
-        ..goal
-            .relaxed_options()
-            .unwrap_or_else(|| goal.engine_options())
+        target_tokens: options.target_tokens.map(lower),
+        prune_settle: options.prune_settle.map(lower),
+        ..options
     };
     let counts = base.counts.as_deref();
     engine::plan_with_counts(&base.view, counts, &options).is_ok_and(|plan| !plan.needs_summary())
@@ -338,7 +353,7 @@ fn copy(parts: &Parts) -> Parts {
 mod tests {
     use super::*;
     use crate::engine::count_request;
-    use crate::units::{Ours, Window};
+    use crate::units::Window;
     use serde_json::{json, Value};
 
     /// A tool turn: the ask, the call, and its output of `lines` lines of a log.
@@ -399,7 +414,10 @@ mod tests {
         let plan = engine::plan(&conversation(200), &options).unwrap();
         assert!(plan.needs_summary());
         // The event, a turn later, prunes that turn too: nothing to prepare.
-        assert!(event_prunes_alone(&base(conversation(200)), goal));
+        assert!(event_prunes_alone(&base(conversation(200)), goal, Ours(0)));
+        // Unless a larger turn than usual would leave the event short.
+        let spare = Ours(((whole - small) / 2) as u64);
+        assert!(!event_prunes_alone(&base(conversation(200)), goal, spare));
     }
 
     #[test]
@@ -407,6 +425,6 @@ mod tests {
         let small = count_request(&conversation(0));
         // Below what the conversation is with every output pruned.
         let goal = goal(small / 2);
-        assert!(!event_prunes_alone(&base(conversation(200)), goal));
+        assert!(!event_prunes_alone(&base(conversation(200)), goal, Ours(0)));
     }
 }
