@@ -228,7 +228,8 @@ async fn drive(
 /// window (its fill, sized by the conversation's growth, is far below the low-water mark
 /// at 15% a turn, and pruning every output before the turn in progress gets there), so
 /// at least two turns go as they are between two events (pruning only down to the
-/// low-water mark leaves room for one); and no turn waited for the summariser.
+/// low-water mark leaves room for one); no turn waited for the summariser, and none was
+/// asked.
 fn each_event_buys_several_turns(taken: &Taken) {
     let report = || format!("events at {:?}, sizes {:?}", taken.events, taken.sizes);
     assert!(taken.events.len() >= 2, "{}", report());
@@ -243,6 +244,10 @@ fn each_event_buys_several_turns(taken: &Taken) {
         .filter(|(_, took)| took.as_millis() >= SUMMARY_DELAY_MS.into())
         .collect();
     assert!(slow.is_empty(), "{slow:?}\n{}", report());
+    // Every output is prunable once its turn is past, so every event prunes alone: no
+    // summariser call is paid for, not even by a preparation (one that kept the turn in
+    // progress whole asked for a summary the event then went without).
+    assert_eq!(taken.summaries, 0, "{}", report());
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ use crate::compactor::{messages_of, Base, Caller, Keys, Order, Resumed};
 use crate::dialect::Dialect;
 use crate::engine::{self, SummarySource};
 use crate::telemetry;
+use crate::units::Ours;
 
 impl Attempt<'_> {
     /// Starts the background compaction of this request towards `goal`, unless the
@@ -58,8 +59,11 @@ impl Attempt<'_> {
         let Some(ticket) = prepared.start(key) else {
             return;
         };
+        // Half a turn of the conversation's growth: turns vary about that much about it.
+        let spare = Ours(self.growth().ours(self.ctx.factor()).0 / 2);
         let job = Preparation {
             conversation,
+            spare,
             app: Arc::clone(app),
             parts: copy(self.ctx.parts),
             model: self.ctx.head.model.clone(),
@@ -233,6 +237,9 @@ struct Preparation {
     resumed: Option<Resumed>,
     /// The conversation is past asking the summariser.
     digest_only: bool,
+    /// How far below the goal's relaxed target pruning must reach for the event to be
+    /// left to prune alone ([`event_prunes_alone`]).
+    spare: Ours,
 }
 
 impl Preparation {
@@ -251,6 +258,21 @@ impl Preparation {
 
     /// The compaction itself, with the prefix hash its checkpoint replaces.
     async fn compact(&self, base: Base, goal: Goal) -> Option<(u128, Checkpoint)> {
+        // Planning a large conversation takes milliseconds: off the runtime's threads.
+        let spare = self.spare;
+        let (base, alone) = tokio::task::spawn_blocking(move || {
+            let alone = event_prunes_alone(&base, goal, spare);
+            (base, alone)
+        })
+        .await
+        .ok()?;
+        if alone {
+            tracing::debug!(
+                id = self.id,
+                "the event will prune alone: nothing to prepare"
+            );
+            return None;
+        }
         let caller = Caller::new(
             &self.parts,
             &self.model,
@@ -293,6 +315,29 @@ impl Preparation {
     }
 }
 
+/// Whether the event `goal` is prepared for will need no summary. The event comes a turn
+/// later, with that turn whole, and prunes the one in progress now as history; a
+/// preparation that kept this turn whole too would find pruning a turn's outputs short,
+/// and pay for a summary the event then goes without (the goal's relaxed target already
+/// leaves room for the turn the event comes with, of the conversation's usual growth).
+/// Pruning must reach `spare` below that target: a turn larger than usual would otherwise
+/// leave the event short of it, to wait for a summary nobody prepared (measured: 3 s, in
+/// bench/events.py's tight session, with no margin).
+fn event_prunes_alone(base: &Base, goal: Goal, spare: Ours) -> bool {
+    let options = goal
+        .relaxed_options()
+        .unwrap_or_else(|| goal.engine_options());
+    let lower = |tokens: usize| tokens.saturating_sub(spare.usize());
+    let options = engine::Options {
+        prune_turn: true,
+        target_tokens: options.target_tokens.map(lower),
+        prune_settle: options.prune_settle.map(lower),
+        ..options
+    };
+    let counts = base.counts.as_deref();
+    engine::plan_with_counts(&base.view, counts, &options).is_ok_and(|plan| !plan.needs_summary())
+}
+
 /// A copy of the client's request head, for the summariser's calls made after the
 /// request itself is answered.
 fn copy(parts: &Parts) -> Parts {
@@ -302,4 +347,84 @@ fn copy(parts: &Parts) -> Parts {
     *request.version_mut() = parts.version;
     *request.headers_mut() = parts.headers.clone();
     request.into_parts().0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::count_request;
+    use crate::units::Window;
+    use serde_json::{json, Value};
+
+    /// A tool turn: the ask, the call, and its output of `lines` lines of a log.
+    fn turn(n: usize, lines: usize) -> Vec<Value> {
+        let output: String = (0..lines)
+            .map(|i| format!("turn {n} line {i}: warning: unused variable `value_{i}`\n"))
+            .collect();
+        let id = format!("call_{n}");
+        vec![
+            json!({"role": "user", "content": format!("Turn {n}: run the tests.")}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function",
+                "function": {"name": "run", "arguments": "{\"cmd\":\"cargo test\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": id, "content": output}),
+        ]
+    }
+
+    fn conversation(lines: usize) -> Value {
+        let mut messages = vec![
+            json!({"role": "system", "content": "You are a coding agent."}),
+            json!({"role": "user", "content": "Fix the failing tests."}),
+            json!({"role": "assistant", "content": "I will run them."}),
+        ];
+        messages.extend(turn(1, lines));
+        messages.push(json!({"role": "assistant", "content": "One left."}));
+        // The turn in progress: its output is the model's to read now, history a turn later.
+        messages.extend(turn(2, lines));
+        json!({"model": "gpt-4o", "messages": messages})
+    }
+
+    fn goal(relaxed: usize) -> Goal {
+        Goal {
+            target: Ours(relaxed as u64 / 2),
+            ceiling: Ours(relaxed as u64),
+            window: Some(Window(100_000)),
+            relaxed: Some(Ours(relaxed as u64)),
+            settle: None,
+        }
+    }
+
+    fn base(view: Value) -> Base {
+        Base {
+            view,
+            source: None,
+            counts: None,
+            tokens: None,
+        }
+    }
+
+    #[test]
+    fn a_preparation_counts_the_turn_in_progress_as_what_its_event_prunes() {
+        let whole = count_request(&conversation(200));
+        let small = count_request(&conversation(0));
+        // Pruning one output leaves more than this, pruning both far less.
+        let relaxed = small + (whole - small) / 2;
+        let goal = goal(relaxed);
+        // Kept whole, the turn in progress leaves pruning short: a summary is needed.
+        let options = goal.relaxed_options().unwrap();
+        let plan = engine::plan(&conversation(200), &options).unwrap();
+        assert!(plan.needs_summary());
+        // The event, a turn later, prunes that turn too: nothing to prepare.
+        assert!(event_prunes_alone(&base(conversation(200)), goal, Ours(0)));
+        // Unless a larger turn than usual would leave the event short.
+        let spare = Ours(((whole - small) / 2) as u64);
+        assert!(!event_prunes_alone(&base(conversation(200)), goal, spare));
+    }
+
+    #[test]
+    fn a_preparation_is_made_when_the_event_cannot_prune_alone() {
+        let small = count_request(&conversation(0));
+        // Below what the conversation is with every output pruned.
+        let goal = goal(small / 2);
+        assert!(!event_prunes_alone(&base(conversation(200)), goal, Ours(0)));
+    }
 }

@@ -138,6 +138,10 @@ pub struct Options {
     /// Reaching past it rewrites every message after it, and the upstream's prompt cache
     /// with them: most of a session's history once it has had a few events.
     pub prune_settle: Option<usize>,
+    /// Prune the turn in progress as history too. A compaction prepared a turn ahead asks
+    /// what its event could prune: by then the turn in progress is history, and only the
+    /// turn after it is kept whole.
+    pub prune_turn: bool,
 }
 
 impl Default for Options {
@@ -158,6 +162,7 @@ impl Default for Options {
             max_messages: None,
             prune_to: None,
             prune_settle: None,
+            prune_turn: false,
         }
     }
 }
@@ -607,19 +612,24 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
         }
     }
     let turn_start = plan.regions.turn_start;
+    let pruned_end = if opts.prune_turn {
+        plan.messages.len()
+    } else {
+        turn_start
+    };
     let pruner = Pruner::new(&plan.messages, opts, &counter);
     // Pruning the history is enough: no summary, nothing else lost (when the messages
     // are not too many: pruning keeps every one).
     let total = plan.total(&plan.messages);
     let over = total.saturating_sub(plan.target);
-    let verbatim = |j| j >= turn_start;
+    let verbatim = |j| j >= pruned_end;
     let prunes = match opts.prune_to {
         Some(deep) => {
             let deeper = total.saturating_sub(deep).max(over);
-            let block = pruner.newest_block(&plan.messages, 0..turn_start, deeper, verbatim);
+            let block = pruner.newest_block(&plan.messages, 0..pruned_end, deeper, verbatim);
             let settled = opts.prune_settle.and_then(|level| {
                 let settle = total.saturating_sub(level);
-                let range = 0..turn_start;
+                let range = 0..pruned_end;
                 let settled =
                     pruner.since_pruned(&plan.messages, range, settle, deeper, verbatim)?;
                 (settled.first() > block.first()).then_some((settled, level))
@@ -633,7 +643,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
                 None => block,
             }
         }
-        None => pruner.oldest_first(&plan.messages, 0..turn_start, over, verbatim),
+        None => pruner.oldest_first(&plan.messages, 0..pruned_end, over, verbatim),
     };
     let over = total.saturating_sub(plan.target);
     if prunes.saved >= over && plan.messages.len() <= plan.max_messages {
