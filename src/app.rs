@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::auth::Auth;
-use crate::checkpoint::Checkpoints;
+use crate::checkpoint::{Checkpoints, Prepared};
 use crate::compactor::Compactor;
 use crate::config::OtlpEndpoint;
 use crate::config::{Config, ConfigError};
@@ -97,6 +97,19 @@ impl App {
             shutdown: Shutdown::default(),
             next_id: AtomicU64::new(1),
         })
+    }
+
+    /// Where compactions prepared ahead of their event are kept; `None` when this process
+    /// prepares none (no store, `prepare_concurrency = 0`, or `prepare_at` not below the
+    /// threshold).
+    pub fn prepared(&self) -> Option<&Prepared> {
+        let compaction = &self.config.compaction;
+        let preparing = compaction.prepare_at < compaction.threshold;
+        self.checkpoints
+            .as_ref()?
+            .prepared
+            .as_ref()
+            .filter(|_| preparing)
     }
 
     /// A process-unique id for log lines of one request.

@@ -156,7 +156,7 @@ impl Attempt<'_> {
     /// has no partition yet.
     fn preparation(&mut self) -> Option<(&Prepared, Partition, &[u128])> {
         let app = self.ctx.app;
-        let prepared = app.checkpoints.as_ref()?.prepared.as_ref()?;
+        let prepared = app.prepared()?;
         let partition = self.work.partition?;
         let hashes = self.work.hashes(self.ctx.dialect, partition)?;
         Some((prepared, partition, hashes))

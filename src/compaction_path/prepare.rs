@@ -26,7 +26,7 @@ impl Attempt<'_> {
     /// conversation has one prepared or running, or every preparation slot is busy.
     pub(super) fn prepare(&mut self, goal: Goal) {
         let app = self.ctx.app;
-        let Some(prepared) = app.checkpoints.as_ref().and_then(|c| c.prepared.as_ref()) else {
+        let Some(prepared) = app.prepared() else {
             return;
         };
         let dialect = self.ctx.dialect;
@@ -85,7 +85,7 @@ impl Attempt<'_> {
                 }
                 None => job.run(base, goal).await,
             };
-            if let Some(prepared) = app.checkpoints.as_ref().and_then(|c| c.prepared.as_ref()) {
+            if let Some(prepared) = app.prepared() {
                 prepared.finish(ticket, checkpoint);
             }
         });
@@ -99,7 +99,7 @@ impl Attempt<'_> {
     /// on from it, without a second summariser call).
     pub(super) async fn use_prepared(&mut self, goal: Goal) -> bool {
         let app = self.ctx.app;
-        let Some(prepared) = app.checkpoints.as_ref().and_then(|c| c.prepared.as_ref()) else {
+        let Some(prepared) = app.prepared() else {
             return false;
         };
         let dialect = self.ctx.dialect;

@@ -76,13 +76,7 @@ impl Attempt<'_> {
     /// and the summariser's turn comes with the conversation's next event, prepared in the
     /// background from the checkpoint this one makes, so that no turn waits for it.
     fn asks_summariser(&self) -> bool {
-        let app = self.ctx.app;
-        let compaction = &app.config.compaction;
-        let prepared = compaction.prepare_at < compaction.threshold
-            && app
-                .checkpoints
-                .as_ref()
-                .is_some_and(|c| c.prepared.is_some());
+        let prepared = self.ctx.app.prepared().is_some();
         // The refused turn of a conversation whose next event can be prepared.
         let stands_in = self.done.calls > 0 && prepared && self.ctx.growth.is_some();
         !self.done.digest_only && !stands_in
