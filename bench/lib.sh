@@ -79,7 +79,7 @@ http {
 CONF
 }
 
-# Ends every process in the caller's `pids` and removes its `$tmp`: the trap both scripts
+# Ends every process in the caller's `pids` and removes its `$tmp`: the trap the scripts
 # set on EXIT. A process started with setsid leads its own group, so the whole group
 # (workers a peer forked) is signalled; for the others the group kill fails and the
 # process alone is.

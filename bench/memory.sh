@@ -27,12 +27,7 @@ source "$root/bench/lib.sh"
 
 tmp=$(mktemp -d -t memory.XXXXXX)
 pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
+# lib.sh's cleanup ends every process in `pids` and removes `$tmp`.
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
