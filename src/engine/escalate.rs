@@ -711,19 +711,35 @@ fn shorten_summary(d: &mut Draft, best: &mut Best, floor: usize, cut: Shorten) -
         return false;
     };
     let tokens = counter.text(&body);
-    let keep = tokens.saturating_sub(d.over(best)).max(floor);
-    if keep >= tokens {
+    let (mut size, mut over) = (tokens, d.over(best));
+    // The request does not shrink token for token with the summary (the frame, a join
+    // with the next message, whole items given up): a try that is still over cuts again
+    // by what is left and a margin, so that a smaller summary never fails where a larger
+    // one, cut deeper by its larger excess, fitted.
+    for tried in 0..SHORTEN_TRIES {
+        let keep = size.saturating_sub(over).max(floor);
+        if keep >= size {
+            break;
+        }
+        d.body = Some(cut(&body, chars_for(keep)));
+        if tried == 0 {
+            d.notes.push("escalate: summary shortened".into());
+        }
+        let now = d.measure(best);
+        if now <= d.target {
+            regrow_summary(d, best, &body, (keep, tokens), cut);
+            return true;
+        }
+        (size, over) = (keep, now - d.target + ROUND_MARGIN);
+    }
+    if d.body.is_none() {
         d.body = Some(body);
-        return false;
     }
-    d.body = Some(cut(&body, chars_for(keep)));
-    d.notes.push("escalate: summary shortened".into());
-    if !d.offer(best) {
-        return false;
-    }
-    regrow_summary(d, best, &body, (keep, tokens), cut);
-    true
+    false
 }
+
+/// Cuts [`shorten_summary`] makes at most.
+const SHORTEN_TRIES: usize = 3;
 
 /// Halvings [`regrow_summary`] tries: each costs a digest and a count of the request.
 const REGROW_STEPS: usize = 4;
@@ -784,6 +800,102 @@ mod tests {
         let out = put_back(&messages, &[1, 2, 4], 1, &[m("b cut"), m("d cut")]);
         let texts: Vec<String> = out.iter().map(|m| m.text().into_owned()).collect();
         assert_eq!(texts, ["task", "b cut", "c", "d cut"]);
+    }
+
+    /// An agent session of the given sizes in words: the task, then rounds of a rule the
+    /// user sets, a decision and a command whose output fails, as tool calls or as a
+    /// plain-text agent's commands and observations, then the latest message.
+    fn session(
+        task: usize,
+        rounds: &[(usize, usize)],
+        latest: usize,
+        plain: bool,
+    ) -> serde_json::Value {
+        use serde_json::json;
+        let words = |n: usize, seed: usize| -> String {
+            let pool = [
+                "build",
+                "the",
+                "parser",
+                "src/net.rs",
+                "retry",
+                "with",
+                "日本語",
+                "42",
+            ];
+            let words: Vec<&str> = (0..n).map(|i| pool[(i * 7 + seed) % pool.len()]).collect();
+            words.join(" ")
+        };
+        let mut msgs = vec![
+            json!({"role": "system", "content": "You are a careful agent."}),
+            json!({"role": "user", "content": format!("Port the importer. {}", words(task, 1))}),
+        ];
+        for (i, &(said, output)) in rounds.iter().enumerate() {
+            let decision = format!("Decision: we keep ledger_{i}. {}", words(said, i + 3));
+            let output = format!(
+                "{}\nKeyError: 'tenant_{i}'\nWrote build/reports/run_{i}/index.html",
+                words(output, i)
+            );
+            if plain {
+                msgs.push(json!({"role": "assistant",
+                    "content": format!("THOUGHT: {decision}\n\n```bash\nmake test\n```")}));
+                msgs.push(json!({"role": "user", "content": format!("OBSERVATION:\n{output}")}));
+                continue;
+            }
+            let id = format!("c{i}");
+            msgs.push(json!({"role": "user", "content": format!(
+                "Never modify config/prod_{i}.yaml; ops deploys it. {}", words(said, i))}));
+            msgs.push(
+                json!({"role": "assistant", "content": decision, "tool_calls": [{"id": id,
+                "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}),
+            );
+            msgs.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+        }
+        if !plain {
+            msgs.push(json!({"role": "assistant", "content": "done"}));
+        }
+        let latest = format!("OBSERVATION:\n{}", words(latest, 5));
+        msgs.push(json!({"role": "user", "content": latest}));
+        json!({"model": "gpt-4o", "messages": msgs})
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 64, ..proptest::prelude::ProptestConfig::default()
+        })]
+        /// Escalation is monotonic in the summary's size: where a digest fitted, any
+        /// smaller digest of the same turns fits too.
+        #[test]
+        fn a_smaller_digest_fits_wherever_a_larger_one_did(
+            task in 0usize..300,
+            rounds in proptest::collection::vec((0usize..60, 0usize..400), 1..12),
+            latest in 0usize..300,
+            plain: bool,
+            target in 120usize..1200,
+        ) {
+            let request = session(task, &rounds, latest, plain);
+            let opts = Options { target_tokens: Some(target), ..Options::default() };
+            let plan = crate::engine::plan(&request, &opts).unwrap();
+            proptest::prop_assume!(plan.needs_summary());
+            let full = crate::engine::summarize_deterministic(&plan, &opts).text.len();
+            let mut fitted: Option<usize> = None;
+            let mut size = full;
+            loop {
+                let body = digest(plan.previous_summary(), plan.turns(), size);
+                let out = build_fitting(&plan, Some(body), &opts);
+                let fits = plan.total(&out.messages) <= out.target;
+                if let Some(larger) = fitted {
+                    proptest::prop_assert!(fits, "fits at {larger} chars, not at {size}: {:?}", out.notes);
+                }
+                if fits {
+                    fitted = Some(size);
+                }
+                if size == 0 {
+                    break;
+                }
+                size -= size / 8 + 1;
+            }
+        }
     }
 
     #[test]
