@@ -84,7 +84,32 @@ struct Best {
     notes: Vec<String>,
 }
 
-impl Draft<'_> {
+impl<'p> Draft<'p> {
+    /// The plan's parts with `body` as the summary, and the candidate they make.
+    fn start(plan: &'p Plan, body: Option<String>) -> (Draft<'p>, Best) {
+        let msgs = &plan.messages;
+        let d = Draft {
+            plan,
+            head: msgs[..plan.head_end].to_vec(),
+            kept: plan.kept_instructions.clone(),
+            body,
+            tail: msgs[plan.tail_start..].to_vec(),
+            turn: plan.regions.turn_start - plan.tail_start,
+            target: plan.target,
+            notes: Vec::new(),
+            summarised: false,
+            replaced: plan.turns.iter().map(|m| m.tokens).sum::<usize>()
+                + plan.previous_summary().map_or(0, |p| plan.counter.text(p)),
+        };
+        let (first, notes) = d.build();
+        let best = Best {
+            tokens: plan.total(&first),
+            messages: first,
+            notes,
+        };
+        (d, best)
+    }
+
     /// The candidate these parts make, with the notes on the steps that led to it.
     fn build(&self) -> (Vec<Message>, Vec<String>) {
         let mut notes = self.notes.clone();
@@ -373,26 +398,7 @@ fn water_level(sizes: &[usize], over: usize, floor: usize) -> usize {
 
 /// Returns the assembled messages and notes on the steps taken.
 pub fn build_fitting(plan: &Plan, body: Option<String>, opts: &Options) -> Fitted {
-    let msgs = &plan.messages;
-    let mut d = Draft {
-        plan,
-        head: msgs[..plan.head_end].to_vec(),
-        kept: plan.kept_instructions.clone(),
-        body,
-        tail: msgs[plan.tail_start..].to_vec(),
-        turn: plan.regions.turn_start - plan.tail_start,
-        target: plan.target,
-        notes: Vec::new(),
-        summarised: false,
-        replaced: plan.turns.iter().map(|m| m.tokens).sum::<usize>()
-            + plan.previous_summary().map_or(0, |p| plan.counter.text(p)),
-    };
-    let (first, notes) = d.build();
-    let mut best = Best {
-        tokens: plan.total(&first),
-        messages: first,
-        notes,
-    };
+    let (mut d, mut best) = Draft::start(plan, body);
     if best.tokens > d.target && !escalate(&mut d, &mut best, opts) {
         best.notes.push("escalate: no form fits".into());
     }
@@ -566,6 +572,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     //     a request that stays over its target anyway keeps its facts.
     let mut shorter = d.clone();
     let mut trial = best.clone();
+    let whole = d.body.clone();
     if shorten_summary(&mut shorter, &mut trial, SUMMARY_FLOOR, shorten) {
         *best = trial;
         return true;
@@ -574,8 +581,12 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     //     task keeps its first lines while that is enough; then the summary's items give
     //     way before its opening (what the work is outranks any line of what was done);
     //     the last round lets the opening go.
+    //     Whichever fits, the summary then takes back what room is left, up to its size
+    //     before step 10.
+    let whole = whole.as_deref();
     for round in 0..2 {
         if last_cut(&mut shorter, &mut trial, round, TASK_LEAST, is_task) {
+            regrow_to(&mut shorter, &mut trial, whole);
             *best = trial;
             return true;
         }
@@ -586,11 +597,16 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     let mut last_best = trial.clone();
     let last_fits = last_cut(&mut last, &mut last_best, 2, 0, is_task);
     let keeps_task = |d: &Draft| task.as_ref().is_none_or(|t| t.stated_in(d, is_task));
-    if !(last_fits && keeps_task(&last)) && summary_gives_way(&shorter, &mut trial, is_task) {
-        *best = trial;
-        return true;
+    if !(last_fits && keeps_task(&last)) {
+        let (mut giving, mut given) = (shorter.clone(), trial.clone());
+        if summary_gives_way(&mut giving, &mut given, is_task) {
+            regrow_to(&mut giving, &mut given, whole);
+            *best = given;
+            return true;
+        }
     }
     if last_fits {
+        regrow_to(&mut last, &mut last_best, whole);
         *best = last_best;
         return true;
     }
@@ -677,27 +693,34 @@ fn last_cut(
 }
 
 /// The summary's items give way, all of them if need be, before the task's statement.
-/// Whether the request then fits; only a fitting candidate reaches `best`.
-fn summary_gives_way(d: &Draft, best: &mut Best, is_task: impl Fn(&Message) -> bool) -> bool {
-    let mut d = d.clone();
-    let mut trial = best.clone();
+/// Whether the request then fits.
+fn summary_gives_way(d: &mut Draft, best: &mut Best, is_task: impl Fn(&Message) -> bool) -> bool {
     let counter = d.plan.counter;
     // The task down to its statement first: what the summary holds is worth more than
     // the rest of the task's text.
     if let Some(m) = d.task(is_task) {
         if cut_to_opening(m, TASK_STATEMENT, TASK_STATEMENT, &counter) {
             d.notes.push("escalate: task cut to its statement".into());
-            if d.offer(&mut trial) {
-                *best = trial;
+            if d.offer(best) {
                 return true;
             }
         }
     }
-    if !shorten_summary(&mut d, &mut trial, 0, shorten_to_items) {
-        return false;
+    shorten_summary(d, best, 0, shorten_to_items)
+}
+
+/// A request that fits with a summary shortened from `whole`: the summary takes back, in
+/// whole items, the room left under the target (the last cuts leave it where step 10's
+/// shortening for a request that did not fit yet put it).
+fn regrow_to(d: &mut Draft, best: &mut Best, whole: Option<&str>) {
+    let (Some(whole), Some(now)) = (whole, d.body.as_deref()) else {
+        return;
+    };
+    let counter = d.plan.counter;
+    let (fits, size) = (counter.text(now), counter.text(whole));
+    if fits < size {
+        regrow_summary(d, best, whole, (fits, size), shorten_to_items);
     }
-    *best = trial;
-    true
 }
 
 /// A way to shorten a summary to a number of characters.
@@ -896,6 +919,33 @@ mod tests {
                 size -= size / 8 + 1;
             }
         }
+    }
+
+    #[test]
+    fn the_last_cuts_give_the_summary_back_the_room_they_left() {
+        let request = session(40, &[(20, 100); 6], 30, false);
+        let opts = Options {
+            target_tokens: Some(400),
+            ..Options::default()
+        };
+        let plan = crate::engine::plan(&request, &opts).unwrap();
+        assert!(plan.needs_summary());
+        let whole = crate::engine::summarize_deterministic(&plan, &opts).text;
+        let (_, with_whole) = Draft::start(&plan, Some(whole.clone()));
+        let (mut d, mut best) = Draft::start(&plan, Some(shorten_to_items(&whole, 0)));
+        let empty = best.tokens;
+        // Room for about half of what the summary's items take.
+        d.target = (with_whole.tokens + empty) / 2;
+        regrow_to(&mut d, &mut best, Some(&whole));
+        assert!(best.tokens <= d.target, "{} > {}", best.tokens, d.target);
+        assert!(
+            d.target - best.tokens < (with_whole.tokens - empty) / 4,
+            "{} of {}: {} to {}",
+            best.tokens,
+            d.target,
+            empty,
+            with_whole.tokens
+        );
     }
 
     #[test]
