@@ -883,8 +883,10 @@ mod tests {
     }
 
     proptest::proptest! {
+        // 64 cases unless PROPTEST_CASES asks for more, as in tests/.
         #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: 64, ..proptest::prelude::ProptestConfig::default()
+            cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(64),
+            ..proptest::prelude::ProptestConfig::default()
         })]
         /// Escalation is monotonic in the summary's size: where a digest fitted, any
         /// smaller digest of the same turns fits too.
