@@ -25,6 +25,10 @@ was dropped (the holder counts as kept when a tool result with its call id, or a
 holding a 60-character stretch unique to the holder, is still there). Facts lost from a
 holder that was kept but shortened are counted apart.
 
+The facts and the task are also counted over the runs whose request fits its target only:
+the upstream refuses a request over its target, so what it holds reaches no model (a change
+that makes such a request fit by giving up facts shows as a loss in the raw figure).
+
 Also: the task statement (the opening 200 characters of the first user message) survives;
 a secret leaks (a 12-character substring of it, outside a whole copy, in text the compactor
 wrote, i.e. in an output message that is not byte-identical to an input one: a cut went
@@ -346,6 +350,9 @@ def floor_tokens(binary, body):
 
 def run_corpus(name, corpus, args, details):
     ours, hermes, shown = Tally(), Tally(), Tally()
+    # The same runs less those whose request stays over its target: the upstream refuses
+    # such a request, so the facts it holds reach no model.
+    fitting = Tally()
     shown_secret = [0, 0]
     by_window = {}
     jobs = []
@@ -362,6 +369,8 @@ def run_corpus(name, corpus, args, details):
             t.count_over(rc == 3, floor, target)
             rec = score(body["messages"], facts, out, ours, details, f"{name}/{tname}/ours/{wname}")
             score(body["messages"], facts, out, t, [], "")
+            if rc == 0:
+                score(body["messages"], facts, out, fitting, [], "")
             rec.update(window=w, tokens=tokens, after=after, target=target, rc=rc, floor=floor)
             jobs.append({"messages": body["messages"], "window": w, "facts": facts, "name": tname,
                          "wname": wname, "target": target, "floor": floor})
@@ -408,7 +417,7 @@ def run_corpus(name, corpus, args, details):
             _, _, size, _, _ = compact(args.binary, {"model": "gpt-4o", "messages": res["messages"]}, 10_000_000)
             hermes.count_over(size > j["target"], j["floor"], j["target"])
             rec.update(after=size, target=j["target"], fallback=res.get("fallback"))
-    return ours, hermes, shown, shown_secret, by_window
+    return ours, fitting, hermes, shown, shown_secret, by_window
 
 
 def frac(pair):
@@ -416,11 +425,13 @@ def frac(pair):
     return f"{100 * a // n}% ({a}/{n})" if n else "n/a"
 
 
-def print_tables(name, count, ours, hermes, shown, shown_secret, by_window, have_hermes):
+def print_tables(name, count, ours, fitting, hermes, shown, shown_secret, by_window, have_hermes):
     print(f"### {name} corpus: {count} transcripts, windows 25/50/75% of each and 1,024 tokens\n")
     print("| kept when its message was dropped | " + " | ".join(HEAD) + " |")
     print("| --- |" + " --- |" * len(HEAD))
     print("| our deterministic digest | " + " | ".join(ours.pct(k) for k in KINDS) + " |")
+    print("| our deterministic digest, requests that fit only | "
+          + " | ".join(fitting.pct(k) for k in KINDS) + " |")
     if have_hermes:
         print("| Hermes Agent's compressor (no model, its static fallback), same transcripts | "
               + " | ".join(hermes.pct(k) for k in KINDS) + " |")
@@ -431,6 +442,7 @@ def print_tables(name, count, ours, hermes, shown, shown_secret, by_window, have
     print("| --- | --- | --- |")
     h = (lambda p: frac(p)) if have_hermes else (lambda p: "not run")
     print(f"| task statement (opening of the first user message) survives | {frac(ours.task)} | {h(hermes.task)} |")
+    print(f"| task statement survives, requests that fit only | {frac(fitting.task)} | |")
     print(f"| runs where a secret's 12+ chars reach text the compactor wrote | {frac(ours.leak)} | {h(hermes.leak)} |")
     print(f"| requests over target | {frac(ours.over)} | {h(hermes.over)} |")
     print(f"| requests over target where a fitting request existed | {frac(ours.over_fitting)} | "

@@ -61,6 +61,47 @@ pub fn cut_keeping(msg: &mut Message, tokens: usize, least: usize, counter: &Cou
     msg.tokens < before
 }
 
+/// `msg` down to its first `chars` characters (after leading blank space), the lines of
+/// the rest that set a rule within `rules` characters (one the user added in a message
+/// joined to it: the digest ranks a rule above all else), and a note of the cut: what
+/// states the work when nothing else of the task has room. Whether it got smaller.
+pub fn cut_to_opening(msg: &mut Message, chars: usize, rules: usize, counter: &Counter) -> bool {
+    let Some(Value::String(original)) = msg.content().cloned() else {
+        return false;
+    };
+    let masked = redact(&original);
+    let lead = masked.len() - masked.trim_start().len();
+    let end = masked[lead..]
+        .char_indices()
+        .nth(chars)
+        .map_or(masked.len(), |(at, _)| lead + at);
+    let rest = &masked[end..];
+    let kept: Vec<String> = fact_lines(rest, rest.len(), rules, |score| score == RULE)
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect();
+    let shown: usize = kept.iter().map(String::len).sum();
+    let cut = rest.len().saturating_sub(shown);
+    let mut shorter = format!(
+        "{}\n[... {cut} characters omitted by compaction ...]",
+        &masked[..end]
+    );
+    for line in kept {
+        shorter.push('\n');
+        shorter.push_str(&line);
+    }
+    if shorter.len() >= original.len() {
+        return false;
+    }
+    let before = msg.tokens;
+    msg.set_content(Value::String(shorter), counter);
+    if msg.tokens < before {
+        return true;
+    }
+    msg.set_content(Value::String(original), counter);
+    false
+}
+
 /// `text` in about `keep` characters: its beginning, the lines of the part left out that
 /// state facts (as many as a third of `keep` holds, the most telling first, written in
 /// their order), a note of what was cut, and its end.
@@ -71,7 +112,7 @@ pub fn keep_facts(text: &str, keep: usize) -> String {
     let opening = clip(text, OPENING_CHARS.min(keep - keep / 6)).len();
     let b = kept_end(text, opening, keep / 6);
     let middle_end = text.len() - b.len();
-    let facts = fact_lines(&text[opening..], middle_end - opening, keep / 3);
+    let facts = fact_lines(&text[opening..], middle_end - opening, keep / 3, |_| true);
     let facts_len: usize = facts.iter().map(|(_, l)| l.len() + 1).sum();
     let head = keep
         .saturating_sub(b.len() + facts_len)
@@ -126,7 +167,12 @@ fn kept_end(text: &str, opening: usize, about: usize) -> &str {
 /// characters, with where each starts: a rule the user set, an error that names what
 /// failed, a file an output says it wrote, a decision. Ranked by how much they say;
 /// returned in their order in the text.
-fn fact_lines(text: &str, before: usize, room: usize) -> Vec<(usize, String)> {
+fn fact_lines(
+    text: &str,
+    before: usize,
+    room: usize,
+    wanted: impl Fn(u8) -> bool,
+) -> Vec<(usize, String)> {
     let mut found: Vec<(u8, usize, String)> = Vec::new();
     let mut at = 0;
     for line in text.split_inclusive('\n') {
@@ -140,14 +186,14 @@ fn fact_lines(text: &str, before: usize, room: usize) -> Vec<(usize, String)> {
             continue;
         }
         let score = fact_score(t);
-        if score > 0 {
+        if score > 0 && wanted(score) {
             found.push((score, start, one_line(t, FACT_LINE_CHARS)));
         }
         // A long line's sentences may be kept alone when the line does not fit.
         if t.len() > LONG_LINE {
             for sentence in scan::sentences(t) {
                 let score = fact_score(sentence);
-                if score > 0 && sentence.len() < t.len() {
+                if score > 0 && wanted(score) && sentence.len() < t.len() {
                     found.push((score, start, one_line(sentence, FACT_LINE_CHARS)));
                 }
             }
@@ -174,11 +220,14 @@ fn fact_lines(text: &str, before: usize, room: usize) -> Vec<(usize, String)> {
 /// The lines of `text` that state facts, within `room` characters, in their order: what
 /// to keep of a text that has room for little else.
 pub fn facts_within(text: &str, room: usize) -> Vec<String> {
-    fact_lines(text, text.len(), room)
+    fact_lines(text, text.len(), room, |_| true)
         .into_iter()
         .map(|(_, l)| l)
         .collect()
 }
+
+/// The score of a line that sets a rule.
+const RULE: u8 = 5;
 
 /// How much a line says that a model could not get back: 0 nothing.
 fn fact_score(line: &str) -> u8 {
@@ -187,7 +236,7 @@ fn fact_score(line: &str) -> u8 {
         return 6;
     }
     if scan::is_constraint(line) && line.split_whitespace().count() >= 4 {
-        return 5;
+        return RULE;
     }
     if scan::announces_file(line) && has_path(line) {
         return 4;
@@ -252,6 +301,51 @@ mod tests {
             let cut = keep_facts(&text, keep);
             assert!(cut.contains(path), "{keep}: {cut}");
         }
+    }
+
+    #[test]
+    fn a_task_cut_to_its_opening_keeps_the_rules_joined_to_it() {
+        let c = Counter::new(super::super::tokens::Encoding::O200k);
+        let task = format!(
+            "\n  Port the importer to the queue API. {}",
+            "Background on the importer. ".repeat(30)
+        );
+        let rule = "Quick note: never modify config/prod_7.yaml; ops deploys it by hand.";
+        let text = format!("{task}\nKeyError: 'tenant_9'\n\n{rule} Carry on.");
+        let mut m = Message::parse(0, &serde_json::json!({"role": "user", "content": text}), &c)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(cut_to_opening(&mut m, 60, 200, &c));
+        let out = m.text();
+        let opening: String = task.trim_start().chars().take(60).collect();
+        assert!(out.starts_with(&format!("\n  {opening}\n[... ")), "{out}");
+        assert!(out.contains(rule), "{out}");
+        // Only rules: the rest of the task's own lines go.
+        assert!(!out.contains("KeyError"), "{out}");
+        // No room for rules: the opening and the note alone.
+        let mut m = Message::parse(0, &serde_json::json!({"role": "user", "content": text}), &c)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(cut_to_opening(&mut m, 60, 0, &c));
+        assert!(m.text().ends_with("characters omitted by compaction ...]"));
+        // A key the cut would go through is masked first.
+        let key = "sk-proj-Rrts0lHcijTHTqAzheh5Blf8saLp5ZN6lE7iag0Jy7lhmjWP";
+        let text = format!("{}{key} {}", "a ".repeat(20), "b ".repeat(200));
+        let mut m = Message::parse(0, &serde_json::json!({"role": "user", "content": text}), &c)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(cut_to_opening(&mut m, 60, 200, &c));
+        let out = m.text();
+        assert!(
+            (0..key.len() - 11).all(|i| !out.contains(&key[i..i + 12])),
+            "{out}"
+        );
+        // A text no longer than its opening and the note is left as it was.
+        let mut m = Message::parse(
+            0,
+            &serde_json::json!({"role": "user", "content": "short task"}),
+            &c,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!cut_to_opening(&mut m, 60, 200, &c));
+        assert_eq!(m.text(), "short task");
     }
 
     #[test]

@@ -251,6 +251,19 @@ pub fn digest(previous: Option<&str>, turns: &[Message], budget_chars: usize) ->
     redact(&d.render()).into_owned()
 }
 
+/// [`shorten`], giving up whole items only: no item at all when none fits whole. For a
+/// summary giving way to the task, where the last item cut to its first words ("Don't add
+/// new dependencies to") would say what the user did not.
+pub fn shorten_to_items(body: &str, budget_chars: usize) -> String {
+    if !body.lines().any(|l| Section::of_heading(l).is_some()) {
+        return shorten(body, budget_chars);
+    }
+    let mut d = Digest::new(budget_chars);
+    d.read_previous(body);
+    d.fit_items(budget_chars, 0);
+    redact(&d.render()).into_owned()
+}
+
 /// A summary cut to about `budget_chars`: the digest's own format drops its least
 /// valuable items and stays parseable; any other text keeps its beginning and end.
 pub fn shorten(body: &str, budget_chars: usize) -> String {
@@ -698,6 +711,17 @@ impl Digest {
     ///
     /// The last item standing is cut rather than dropped, so the digest is never empty.
     fn fit(&mut self, budget: usize) {
+        if let Some(size) = self.fit_items(budget, 1) {
+            if let Some(item) = self.items.iter_mut().find(|i| i.alive) {
+                let room = (budget + item.text.len()).saturating_sub(size);
+                item.text = cut_to(&item.text, room);
+            }
+        }
+    }
+
+    /// [`Digest::fit`] by dropping items whole, down to `least` of them; the size when
+    /// the digest is still over `budget`.
+    fn fit_items(&mut self, budget: usize, least: usize) -> Option<usize> {
         let earlier_len: usize = self.earlier.iter().map(|e| e.len() + 2).sum();
         if earlier_len > budget / 2 {
             let joined = self.earlier.join("\n\n");
@@ -705,7 +729,7 @@ impl Digest {
         }
         let mut size = self.rendered_len();
         if size <= budget {
-            return;
+            return None;
         }
         let mut spared = vec![false; self.items.len()];
         let mut per_section = [0; SECTIONS.len()];
@@ -726,6 +750,7 @@ impl Digest {
             size,
             per_section,
             standing: per_section.iter().sum(),
+            least,
             short: self.short,
         };
         left.drop(&mut self.items, &order, |_, item| {
@@ -799,12 +824,7 @@ impl Digest {
             self.earlier = vec![super::cut::keep_facts(&joined, budget / 3)];
             size = self.rendered_len();
         }
-        if size > budget {
-            if let Some(item) = self.items.iter_mut().find(|i| i.alive) {
-                let room = (budget + item.text.len()).saturating_sub(size);
-                item.text = cut_to(&item.text, room);
-            }
-        }
+        (size > budget).then_some(size)
     }
 
     /// An upper bound on the length of [`Digest::render`]'s text.
@@ -858,14 +878,16 @@ struct Left {
     size: usize,
     per_section: [usize; SECTIONS.len()],
     standing: usize,
+    /// Items never dropped.
+    least: usize,
     short: bool,
 }
 
 impl Left {
-    /// Drops the items in `order` that `may` allows until the digest fits, keeping one.
+    /// Drops the items in `order` that `may` allows until the digest fits, keeping `least`.
     fn drop(&mut self, items: &mut [Item], order: &[usize], may: impl Fn(usize, &Item) -> bool) {
         for &i in order {
-            if self.size <= self.budget || self.standing <= 1 {
+            if self.size <= self.budget || self.standing <= self.least {
                 return;
             }
             let item = &mut items[i];
@@ -1173,6 +1195,37 @@ mod tests {
             {"role": "tool", "tool_call_id": "b", "content": "warning: unused\nerror[E0425]: cannot find value `addr`\nerror: could not compile `net`"},
             {"role": "assistant", "content": "The root cause is a missing variable; adding it."},
         ]))
+    }
+
+    #[test]
+    fn shortened_to_items_a_digest_gives_up_whole_items_down_to_none() {
+        let d = digest(None, &session(), 10_000);
+        let items = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter_map(|l| l.strip_prefix("- "))
+                .map(str::to_string)
+                .collect()
+        };
+        let all = items(&d);
+        let mut seen = Vec::new();
+        for budget in (0..d.len()).step_by(7) {
+            let short = shorten_to_items(&d, budget);
+            assert!(
+                short.len() <= budget.max(1) || short.is_empty(),
+                "{budget}: {short}"
+            );
+            for item in items(&short) {
+                assert!(
+                    all.contains(&item),
+                    "{budget}: {item:?} is not an item of\n{d}"
+                );
+            }
+            seen.push(items(&short).len());
+        }
+        assert!(shorten_to_items(&d, 10).is_empty());
+        // [`shorten`] cuts the last item instead.
+        assert!(!shorten(&d, 10).is_empty());
+        assert!(seen.iter().any(|&n| n > 0 && n < all.len()), "{seen:?}");
     }
 
     #[test]

@@ -13,7 +13,11 @@
 //! 7. fold the turn's earlier rounds of calls into the summary;
 //! 8. shorten the summary;
 //! 9. cut the latest tool results and what else the turn holds, largest first, keeping
-//!    each one's beginning and end. The latest user message is never cut.
+//!    each one's beginning and end. The latest user message is never cut;
+//! 10. only if that makes the request fit: the summary to its floor; then the turn's
+//!     messages to theirs and the task to its first lines; then the task to its
+//!     statement (its opening) and the summary's items, all of them if need be; last, the
+//!     task below its statement.
 //!
 //! Folding takes the fewest groups that make the rest fit; when a little is over, less
 //! than a quarter of the next group to fold, the unfolded messages are cut that little
@@ -21,8 +25,8 @@
 
 use serde_json::Value;
 
-use super::cut::{cut_keeping, cut_task, cut_to};
-use super::digest::{digest, shorten};
+use super::cut::{cut_keeping, cut_task, cut_to, cut_to_opening};
+use super::digest::{digest, shorten, shorten_to_items};
 use super::message::{clip, Message, Role};
 use super::prune::Pruner;
 use super::roles::OPENING;
@@ -41,6 +45,10 @@ const DIGEST_KEEP: usize = 300;
 const ROUND_MARGIN: usize = 16;
 /// Characters of the task kept by the last cuts but one: its first sentences.
 const TASK_LEAST: usize = 264;
+/// The opening of the task that states the work, a sentence or two: the last cut lets
+/// it go only when the summary's items giving way does not make the request fit.
+/// (bench/fidelity.py counts the task as kept by the same 200 characters.)
+const TASK_STATEMENT: usize = 200;
 
 /// The messages to send, with the notes on the steps taken.
 pub struct Fitted {
@@ -53,6 +61,7 @@ pub struct Fitted {
 }
 
 /// The parts of a candidate: `tail[turn..]` is the turn in progress.
+#[derive(Clone)]
 struct Draft<'p> {
     plan: &'p Plan,
     head: Vec<Message>,
@@ -68,13 +77,39 @@ struct Draft<'p> {
     replaced: usize,
 }
 
+#[derive(Clone)]
 struct Best {
     messages: Vec<Message>,
     tokens: usize,
     notes: Vec<String>,
 }
 
-impl Draft<'_> {
+impl<'p> Draft<'p> {
+    /// The plan's parts with `body` as the summary, and the candidate they make.
+    fn start(plan: &'p Plan, body: Option<String>) -> (Draft<'p>, Best) {
+        let msgs = &plan.messages;
+        let d = Draft {
+            plan,
+            head: msgs[..plan.head_end].to_vec(),
+            kept: plan.kept_instructions.clone(),
+            body,
+            tail: msgs[plan.tail_start..].to_vec(),
+            turn: plan.regions.turn_start - plan.tail_start,
+            target: plan.target,
+            notes: Vec::new(),
+            summarised: false,
+            replaced: plan.turns.iter().map(|m| m.tokens).sum::<usize>()
+                + plan.previous_summary().map_or(0, |p| plan.counter.text(p)),
+        };
+        let (first, notes) = d.build();
+        let best = Best {
+            tokens: plan.total(&first),
+            messages: first,
+            notes,
+        };
+        (d, best)
+    }
+
     /// The candidate these parts make, with the notes on the steps that led to it.
     fn build(&self) -> (Vec<Message>, Vec<String>) {
         let mut notes = self.notes.clone();
@@ -123,6 +158,26 @@ impl Draft<'_> {
     /// Index in the tail of the latest user message, which is never cut.
     fn latest_user(&self) -> Option<usize> {
         self.tail.iter().rposition(|m| m.role == Role::User)
+    }
+
+    /// The task when it stands in the head: its last user message.
+    fn head_task(&mut self) -> Option<&mut Message> {
+        let t = self.head.iter().rposition(|m| m.role == Role::User)?;
+        Some(&mut self.head[t])
+    }
+
+    /// The task in the head, or in the tail unless it is the latest user message.
+    fn task(&mut self, is_task: impl Fn(&Message) -> bool) -> Option<&mut Message> {
+        let latest = self.latest_user();
+        if self.head.iter().any(|m| m.role == Role::User) {
+            return self.head_task();
+        }
+        let t = self
+            .tail
+            .iter()
+            .position(is_task)
+            .filter(|&t| Some(t) != latest)?;
+        Some(&mut self.tail[t])
     }
 
     /// Folds `messages` into the summary (instructions among them are kept instead).
@@ -343,26 +398,7 @@ fn water_level(sizes: &[usize], over: usize, floor: usize) -> usize {
 
 /// Returns the assembled messages and notes on the steps taken.
 pub fn build_fitting(plan: &Plan, body: Option<String>, opts: &Options) -> Fitted {
-    let msgs = &plan.messages;
-    let mut d = Draft {
-        plan,
-        head: msgs[..plan.head_end].to_vec(),
-        kept: plan.kept_instructions.clone(),
-        body,
-        tail: msgs[plan.tail_start..].to_vec(),
-        turn: plan.regions.turn_start - plan.tail_start,
-        target: plan.target,
-        notes: Vec::new(),
-        summarised: false,
-        replaced: plan.turns.iter().map(|m| m.tokens).sum::<usize>()
-            + plan.previous_summary().map_or(0, |p| plan.counter.text(p)),
-    };
-    let (first, notes) = d.build();
-    let mut best = Best {
-        tokens: plan.total(&first),
-        messages: first,
-        notes,
-    };
+    let (mut d, mut best) = Draft::start(plan, body);
     if best.tokens > d.target && !escalate(&mut d, &mut best, opts) {
         best.notes.push("escalate: no form fits".into());
     }
@@ -445,15 +481,8 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     //    of every kind of fact, and the task's opening as often; bench/fidelity.py.)
     // The first user message states the work, also when it is inside the turn (an
     // agent whose only request is the task).
-    let task = d.plan.messages.iter().find(|m| m.role == Role::User);
-    // Known by its opening, which every cut keeps.
-    let opening = task.map(|t| clip(&t.text(), 60).to_string());
-    let is_task = |m: &Message| {
-        m.role == Role::User
-            && opening
-                .as_deref()
-                .is_some_and(|o| !o.is_empty() && m.text().starts_with(o))
-    };
+    let task = Task::of(d.plan);
+    let is_task = |m: &Message| task.as_ref().is_some_and(|t| t.is(m));
     let over = d.over(best);
     let target = d.target;
     let at = match d.head.iter().rposition(|m| m.role == Role::User) {
@@ -523,7 +552,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
 
     // 8. A shorter summary, though not below what holds the facts of a long stretch
     //    (the digest's floor) while the turn still has something to give.
-    if shorten_summary(d, best, DIGEST_KEEP) {
+    if shorten_summary(d, best, DIGEST_KEEP, shorten) {
         return true;
     }
 
@@ -541,51 +570,47 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
 
     // 10. The summary down to its smallest size, but only if that makes the request fit:
     //     a request that stays over its target anyway keeps its facts.
-    let mut shorter = Draft {
-        head: d.head.clone(),
-        kept: d.kept.clone(),
-        body: d.body.clone(),
-        tail: d.tail.clone(),
-        notes: d.notes.clone(),
-        ..*d
-    };
-    let mut trial = Best {
-        messages: best.messages.clone(),
-        tokens: best.tokens,
-        notes: best.notes.clone(),
-    };
-    if shorten_summary(&mut shorter, &mut trial, SUMMARY_FLOOR) {
+    let mut shorter = d.clone();
+    let mut trial = best.clone();
+    let whole = d.body.clone();
+    if shorten_summary(&mut shorter, &mut trial, SUMMARY_FLOOR, shorten) {
         *best = trial;
         return true;
     }
-    // 11. Then the task below its opening, with the rest of the turn: still only if that
-    //     makes it fit.
-    let latest = shorter.latest_user();
-    let all: Vec<usize> = (0..shorter.tail.len())
-        .filter(|&i| Some(i) != latest && !shorter.tail[i].role.is_instruction())
-        .collect();
-    // A second round makes up for what joining the summary to a message costs.
-    // The task keeps its first lines while that is enough; the last round lets them go.
-    let least = [TASK_LEAST, TASK_LEAST, 0];
-    for (round, least) in least.into_iter().enumerate() {
-        let over = shorter.over(&trial) + round.min(1) * ROUND_MARGIN;
-        let mut cut = level(&mut shorter.tail, &all, over, &counter);
-        if let Some(t) = shorter.head.iter().rposition(|m| m.role == Role::User) {
-            let over = shorter.over(&trial) + round.min(1) * ROUND_MARGIN;
-            let keep = shorter.head[t].tokens.saturating_sub(over).max(CUT_FLOOR);
-            cut += usize::from(cut_keeping(&mut shorter.head[t], keep, least, &counter));
-        }
-        if cut == 0 {
-            continue;
-        }
-        shorter
-            .notes
-            .push(format!("escalate: {cut} messages cut, the task too"));
-        if shorter.offer(&mut trial) {
+    // 11. Then the rest of the turn and the task, still only if that makes it fit. The
+    //     task keeps its first lines while that is enough; then the summary's items give
+    //     way before its opening (what the work is outranks any line of what was done);
+    //     the last round lets the opening go.
+    //     Whichever fits, the summary then takes back what room is left, up to its size
+    //     before step 10.
+    let whole = whole.as_deref();
+    for round in 0..2 {
+        if last_cut(&mut shorter, &mut trial, round, TASK_LEAST, is_task) {
+            regrow_to(&mut shorter, &mut trial, whole);
             *best = trial;
             return true;
         }
     }
+    // The last round, tried on a copy: one that keeps the task's statement anyway (a
+    // short task) costs the summary nothing.
+    let mut last = shorter.clone();
+    let mut last_best = trial.clone();
+    let last_fits = last_cut(&mut last, &mut last_best, 2, 0, is_task);
+    let keeps_task = |d: &Draft| task.as_ref().is_none_or(|t| t.stated_in(d, is_task));
+    if !(last_fits && keeps_task(&last)) {
+        let (mut giving, mut given) = (shorter.clone(), trial.clone());
+        if summary_gives_way(&mut giving, &mut given, is_task) {
+            regrow_to(&mut giving, &mut given, whole);
+            *best = given;
+            return true;
+        }
+    }
+    if last_fits {
+        regrow_to(&mut last, &mut last_best, whole);
+        *best = last_best;
+        return true;
+    }
+    trial = last_best;
     // Nothing fits. The facts are kept only in a form smaller than the request as it came:
     // one no smaller would be sent unchanged, the summariser's work thrown away.
     if best.tokens >= d.plan.tokens_before && trial.tokens < best.tokens {
@@ -594,27 +619,150 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     false
 }
 
-/// Shortens the summary by the excess, down to `floor` tokens; whether the request then
-/// fits.
-fn shorten_summary(d: &mut Draft, best: &mut Best, floor: usize) -> bool {
+/// The task: the first user message, which states the work. It may stand in the tail
+/// (an agent whose only request is the task).
+struct Task {
+    /// Its first characters, which every cut keeps: how it is known once cut.
+    known_by: String,
+    /// Its opening that says what the work is.
+    statement: String,
+}
+
+impl Task {
+    fn of(plan: &Plan) -> Option<Task> {
+        let text = plan.messages.iter().find(|m| m.role == Role::User)?.text();
+        let known_by = clip(&text, 60);
+        // Of the message the client sent: user messages joined to it state no more of
+        // the work.
+        let sent = plan.task.as_deref().unwrap_or(&text);
+        (!known_by.is_empty()).then(|| Task {
+            known_by: known_by.to_string(),
+            statement: sent.trim_start().chars().take(TASK_STATEMENT).collect(),
+        })
+    }
+
+    fn is(&self, m: &Message) -> bool {
+        m.role == Role::User && m.text().starts_with(&self.known_by)
+    }
+
+    /// Whether the draft still holds the task's statement whole (or no task at all, as
+    /// when it was folded into the summary).
+    fn stated_in(&self, d: &Draft, is_task: impl Fn(&Message) -> bool) -> bool {
+        let head = d.head.iter().rev().find(|m| m.role == Role::User);
+        match head.or_else(|| d.tail.iter().find(|m| is_task(m))) {
+            Some(m) => m.text().trim_start().starts_with(&self.statement),
+            None => true,
+        }
+    }
+}
+
+/// One round of the last cuts: the turn's messages but the latest user message, and the
+/// task, never below `least` characters (in the tail too, when `least` is set), by the
+/// excess; the `round`s after the first take [`ROUND_MARGIN`] more for what joining the
+/// summary to a message costs. Whether the request then fits.
+fn last_cut(
+    d: &mut Draft,
+    best: &mut Best,
+    round: usize,
+    least: usize,
+    is_task: impl Fn(&Message) -> bool,
+) -> bool {
+    let counter = d.plan.counter;
+    let latest = d.latest_user();
+    let spared = |m: &Message| m.role.is_instruction() || (least > 0 && is_task(m));
+    let all: Vec<usize> = (0..d.tail.len())
+        .filter(|&i| Some(i) != latest && !spared(&d.tail[i]))
+        .collect();
+    let over = d.over(best) + round.min(1) * ROUND_MARGIN;
+    let mut cut = level(&mut d.tail, &all, over, &counter);
+    // In the tail, the last round levels the task with the rest.
+    let task = match least {
+        0 => d.head_task(),
+        _ => d.task(is_task),
+    };
+    if let Some(m) = task {
+        let keep = m.tokens.saturating_sub(over).max(CUT_FLOOR);
+        cut += usize::from(cut_keeping(m, keep, least, &counter));
+    }
+    if cut == 0 {
+        return false;
+    }
+    d.notes
+        .push(format!("escalate: {cut} messages cut, the task too"));
+    d.offer(best)
+}
+
+/// The summary's items give way, all of them if need be, before the task's statement.
+/// Whether the request then fits.
+fn summary_gives_way(d: &mut Draft, best: &mut Best, is_task: impl Fn(&Message) -> bool) -> bool {
+    let counter = d.plan.counter;
+    // The task down to its statement first: what the summary holds is worth more than
+    // the rest of the task's text.
+    if let Some(m) = d.task(is_task) {
+        if cut_to_opening(m, TASK_STATEMENT, TASK_STATEMENT, &counter) {
+            d.notes.push("escalate: task cut to its statement".into());
+            if d.offer(best) {
+                return true;
+            }
+        }
+    }
+    shorten_summary(d, best, 0, shorten_to_items)
+}
+
+/// A request that fits with a summary shortened from `whole`: the summary takes back, in
+/// whole items, the room left under the target (the last cuts leave it where step 10's
+/// shortening for a request that did not fit yet put it).
+fn regrow_to(d: &mut Draft, best: &mut Best, whole: Option<&str>) {
+    let (Some(whole), Some(now)) = (whole, d.body.as_deref()) else {
+        return;
+    };
+    let counter = d.plan.counter;
+    let (fits, size) = (counter.text(now), counter.text(whole));
+    if fits < size {
+        regrow_summary(d, best, whole, (fits, size), shorten_to_items);
+    }
+}
+
+/// A way to shorten a summary to a number of characters.
+type Shorten = fn(&str, usize) -> String;
+
+/// Shortens the summary with `cut` by the excess, down to `floor` tokens; whether the
+/// request then fits.
+fn shorten_summary(d: &mut Draft, best: &mut Best, floor: usize, cut: Shorten) -> bool {
     let counter = d.plan.counter;
     let Some(body) = d.body.take() else {
         return false;
     };
     let tokens = counter.text(&body);
-    let keep = tokens.saturating_sub(d.over(best)).max(floor);
-    if keep >= tokens {
+    let (mut size, mut over) = (tokens, d.over(best));
+    // The request does not shrink token for token with the summary (the frame, a join
+    // with the next message, whole items given up): a try that is still over cuts again
+    // by what is left and a margin, so that a smaller summary never fails where a larger
+    // one, cut deeper by its larger excess, fitted.
+    for tried in 0..SHORTEN_TRIES {
+        let keep = size.saturating_sub(over).max(floor);
+        if keep >= size {
+            break;
+        }
+        d.body = Some(cut(&body, chars_for(keep)));
+        if tried == 0 {
+            d.notes.push("escalate: summary shortened".into());
+        }
+        let now = d.measure(best);
+        if now <= d.target {
+            regrow_summary(d, best, &body, (keep, tokens), cut);
+            return true;
+        }
+        (size, over) = (keep, now - d.target + ROUND_MARGIN);
+    }
+    if d.body.is_none() {
         d.body = Some(body);
-        return false;
     }
-    d.body = Some(shorten(&body, chars_for(keep)));
-    d.notes.push("escalate: summary shortened".into());
-    if !d.offer(best) {
-        return false;
-    }
-    regrow_summary(d, best, &body, keep, tokens);
-    true
+    false
 }
+
+/// Cuts [`shorten_summary`] makes at most.
+const SHORTEN_TRIES: usize = 3;
 
 /// Halvings [`regrow_summary`] tries: each costs a digest and a count of the request.
 const REGROW_STEPS: usize = 4;
@@ -624,14 +772,20 @@ const REGROW_STEPS: usize = 4;
 /// characters a token is a low guess, so the first cut often left the request well under
 /// its target (on the real corpus a tenth of the target at small windows), a decision or
 /// an error line dropped for nothing. The largest size that still fits is kept.
-fn regrow_summary(d: &mut Draft, best: &mut Best, body: &str, fits: usize, whole: usize) {
+fn regrow_summary(
+    d: &mut Draft,
+    best: &mut Best,
+    body: &str,
+    (fits, whole): (usize, usize),
+    cut: Shorten,
+) {
     let (mut lo, mut hi) = (fits, whole);
     for _ in 0..REGROW_STEPS {
         if d.target.saturating_sub(best.tokens) < REGROW_ROOM || hi <= lo + 1 {
             return;
         }
         let mid = lo + (hi - lo) / 2;
-        let shorter = d.body.replace(shorten(body, chars_for(mid)));
+        let shorter = d.body.replace(cut(body, chars_for(mid)));
         let (candidate, notes) = d.build();
         let tokens = d.plan.total(&candidate);
         if tokens <= d.target {
@@ -669,6 +823,131 @@ mod tests {
         let out = put_back(&messages, &[1, 2, 4], 1, &[m("b cut"), m("d cut")]);
         let texts: Vec<String> = out.iter().map(|m| m.text().into_owned()).collect();
         assert_eq!(texts, ["task", "b cut", "c", "d cut"]);
+    }
+
+    /// An agent session of the given sizes in words: the task, then rounds of a rule the
+    /// user sets, a decision and a command whose output fails, as tool calls or as a
+    /// plain-text agent's commands and observations, then the latest message.
+    fn session(
+        task: usize,
+        rounds: &[(usize, usize)],
+        latest: usize,
+        plain: bool,
+    ) -> serde_json::Value {
+        use serde_json::json;
+        let words = |n: usize, seed: usize| -> String {
+            let pool = [
+                "build",
+                "the",
+                "parser",
+                "src/net.rs",
+                "retry",
+                "with",
+                "日本語",
+                "42",
+            ];
+            let words: Vec<&str> = (0..n).map(|i| pool[(i * 7 + seed) % pool.len()]).collect();
+            words.join(" ")
+        };
+        let mut msgs = vec![
+            json!({"role": "system", "content": "You are a careful agent."}),
+            json!({"role": "user", "content": format!("Port the importer. {}", words(task, 1))}),
+        ];
+        for (i, &(said, output)) in rounds.iter().enumerate() {
+            let decision = format!("Decision: we keep ledger_{i}. {}", words(said, i + 3));
+            let output = format!(
+                "{}\nKeyError: 'tenant_{i}'\nWrote build/reports/run_{i}/index.html",
+                words(output, i)
+            );
+            if plain {
+                msgs.push(json!({"role": "assistant",
+                    "content": format!("THOUGHT: {decision}\n\n```bash\nmake test\n```")}));
+                msgs.push(json!({"role": "user", "content": format!("OBSERVATION:\n{output}")}));
+                continue;
+            }
+            let id = format!("c{i}");
+            msgs.push(json!({"role": "user", "content": format!(
+                "Never modify config/prod_{i}.yaml; ops deploys it. {}", words(said, i))}));
+            msgs.push(
+                json!({"role": "assistant", "content": decision, "tool_calls": [{"id": id,
+                "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}),
+            );
+            msgs.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+        }
+        if !plain {
+            msgs.push(json!({"role": "assistant", "content": "done"}));
+        }
+        let latest = format!("OBSERVATION:\n{}", words(latest, 5));
+        msgs.push(json!({"role": "user", "content": latest}));
+        json!({"model": "gpt-4o", "messages": msgs})
+    }
+
+    proptest::proptest! {
+        // 64 cases unless PROPTEST_CASES asks for more, as in tests/.
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(64),
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+        /// Escalation is monotonic in the summary's size: where a digest fitted, any
+        /// smaller digest of the same turns fits too.
+        #[test]
+        fn a_smaller_digest_fits_wherever_a_larger_one_did(
+            task in 0usize..300,
+            rounds in proptest::collection::vec((0usize..60, 0usize..400), 1..12),
+            latest in 0usize..300,
+            plain: bool,
+            target in 120usize..1200,
+        ) {
+            let request = session(task, &rounds, latest, plain);
+            let opts = Options { target_tokens: Some(target), ..Options::default() };
+            let plan = crate::engine::plan(&request, &opts).unwrap();
+            proptest::prop_assume!(plan.needs_summary());
+            let full = crate::engine::summarize_deterministic(&plan, &opts).text.len();
+            let mut fitted: Option<usize> = None;
+            let mut size = full;
+            loop {
+                let body = digest(plan.previous_summary(), plan.turns(), size);
+                let out = build_fitting(&plan, Some(body), &opts);
+                let fits = plan.total(&out.messages) <= out.target;
+                if let Some(larger) = fitted {
+                    proptest::prop_assert!(fits, "fits at {larger} chars, not at {size}: {:?}", out.notes);
+                }
+                if fits {
+                    fitted = Some(size);
+                }
+                if size == 0 {
+                    break;
+                }
+                size -= size / 8 + 1;
+            }
+        }
+    }
+
+    #[test]
+    fn the_last_cuts_give_the_summary_back_the_room_they_left() {
+        let request = session(40, &[(20, 100); 6], 30, false);
+        let opts = Options {
+            target_tokens: Some(400),
+            ..Options::default()
+        };
+        let plan = crate::engine::plan(&request, &opts).unwrap();
+        assert!(plan.needs_summary());
+        let whole = crate::engine::summarize_deterministic(&plan, &opts).text;
+        let (_, with_whole) = Draft::start(&plan, Some(whole.clone()));
+        let (mut d, mut best) = Draft::start(&plan, Some(shorten_to_items(&whole, 0)));
+        let empty = best.tokens;
+        // Room for about half of what the summary's items take.
+        d.target = (with_whole.tokens + empty) / 2;
+        regrow_to(&mut d, &mut best, Some(&whole));
+        assert!(best.tokens <= d.target, "{} > {}", best.tokens, d.target);
+        assert!(
+            d.target - best.tokens < (with_whole.tokens - empty) / 4,
+            "{} of {}: {} to {}",
+            best.tokens,
+            d.target,
+            empty,
+            with_whole.tokens
+        );
     }
 
     #[test]

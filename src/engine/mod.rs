@@ -356,6 +356,9 @@ pub struct Plan {
     /// The messages as merged, before any was pruned or cut: what escalation digests when
     /// it folds a message it had pruned or cut first.
     originals: Vec<Message>,
+    /// The first user message as the client sent it, before a run of user messages was
+    /// joined to it: the task, which escalation keeps the opening of.
+    task: Option<String>,
 }
 
 impl Plan {
@@ -576,6 +579,7 @@ pub fn plan_with_counts(
         notes: Vec::new(),
         digest_extra: 0,
         originals: Vec::new(),
+        task: None,
     };
     if tokens_before <= target && raw.len() <= plan.max_messages {
         return Ok(plan);
@@ -591,6 +595,11 @@ pub fn plan_with_counts(
 
 fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     let counter = plan.counter;
+    plan.task = plan
+        .messages
+        .iter()
+        .find(|m| m.role == Role::User)
+        .map(|m| m.text().into_owned());
     let merged = merge::merge_same_role(&mut plan.messages, &counter);
     if merged > 0 {
         plan.notes.push(format!("merge: joined {merged}"));
@@ -1230,6 +1239,64 @@ mod tests {
             assert!(report.tokens_after + 40 > target, "{report}");
         }
         assert!(shortened > 3, "{shortened}");
+    }
+
+    #[test]
+    fn the_task_statement_outlasts_every_line_of_the_digest() {
+        // A long task, rules and decisions in the middle, a long latest message: at small
+        // targets the room is for the task's statement or for a line of the digest.
+        let task = format!(
+            "Port the importer to the new queue API and keep the old CLI flags working. {}",
+            "Some background on how the importer came to be follows here. ".repeat(12)
+        );
+        let statement: String = task.chars().take(200).collect();
+        let mut msgs = vec![
+            json!({"role": "system", "content": "You are a careful agent."}),
+            json!({"role": "user", "content": task}),
+        ];
+        for i in 0..4 {
+            msgs.push(json!({"role": "assistant", "content": format!(
+                "Decision: we keep ledger_{i} as the source of truth and drop cache layer {i}.")}));
+            msgs.push(json!({"role": "user", "content": format!(
+                "Never modify config/prod_{i}.yaml; the ops team deploys it by hand.")}));
+        }
+        msgs.push(json!({"role": "assistant", "content": "done"}));
+        let latest = "Now run the whole test suite and report what failed. ".repeat(10);
+        msgs.push(json!({"role": "user", "content": latest}));
+        let request = json!({"model": "gpt-4o", "messages": msgs});
+        // The least a request keeping the statement needs: the instructions, the task cut
+        // to its statement, the summary's frame alone and the latest message.
+        let note = format!(
+            "\n[... {} characters omitted by compaction ...]",
+            task.len() - statement.len()
+        );
+        let least = json!({"model": "gpt-4o", "messages": [
+            msgs[0],
+            {"role": "user", "content": format!("{statement}{note}")},
+            {"role": "assistant", "content": summary::wrap("")},
+            {"role": "user", "content": latest},
+        ]});
+        let least = count_request(&least);
+        let mut gave_way = 0;
+        for target in (least..least + 120).step_by(4) {
+            let opts = Options {
+                target_tokens: Some(target),
+                ..Options::default()
+            };
+            let outcome = compact(&request, &opts).unwrap();
+            let report = &outcome.report;
+            assert!(report.fits, "{report}");
+            let body = outcome.rewritten.unwrap();
+            let text: Vec<&str> = body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|m| m["content"].as_str())
+                .collect();
+            assert!(text.concat().contains(&statement), "{report}\n{text:#?}");
+            gave_way += usize::from(report.notes.iter().any(|n| n.contains("its statement")));
+        }
+        assert!(gave_way > 0);
     }
 
     #[test]
