@@ -1,0 +1,212 @@
+//! The client's socket and what has been read from it, shared by the connection (which
+//! reads heads and writes answers), the request body (which reads itself from the socket
+//! while the handler polls it, in the connection's own task) and, after a switch of
+//! protocols, whoever takes the connection over.
+//!
+//! The socket is used through `&TcpStream` (readiness, then `try_read`/`try_write`), so
+//! the body needs no channel and no task of its own. Reads go into one buffer, allocated
+//! only when bytes are ready: an idle connection holds none.
+
+use std::future::poll_fn;
+use std::io::{self, IoSlice};
+use std::net::Shutdown;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{ready, Context, Poll};
+
+use bytes::BytesMut;
+use tokio::net::TcpStream;
+
+use crate::upstream::http1::BodyDecoder;
+
+/// Bytes asked of the socket per read. Requests of API clients are heads of a few
+/// hundred bytes and bodies of a few KB to a few MB.
+const READ_SIZE: usize = 8 * 1024;
+
+/// The interim answer to `Expect: 100-continue`.
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+pub struct Shared {
+    pub stream: TcpStream,
+    inbound: Mutex<Inbound>,
+}
+
+/// What has been read and where the request in flight is in it. Locked by one party at
+/// a time, within one poll, so never contended but by a body moved to another task.
+pub struct Inbound {
+    /// Bytes read and not yet consumed: the rest of a head, body bytes, pipelined
+    /// requests. Empty and unallocated between requests, unless a request is pipelined.
+    pub buf: BytesMut,
+    /// The request body's framing state; `Done` once it has been read to its end (or
+    /// there was none).
+    pub body: BodyDecoder,
+    /// Whether `100 Continue` is still owed, and how much of it was written.
+    pub expect: Continue,
+    /// The client closed its side (or the socket failed): no more bytes will come.
+    pub eof: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Continue {
+    /// Not asked for, already sent, or moot since the final answer's head went out.
+    No,
+    /// Asked for; this many of its bytes written so far.
+    Due(usize),
+}
+
+impl Shared {
+    pub fn new(stream: TcpStream) -> Arc<Self> {
+        Arc::new(Shared {
+            stream,
+            inbound: Mutex::new(Inbound {
+                buf: BytesMut::new(),
+                body: BodyDecoder::Done,
+                expect: Continue::No,
+                eof: false,
+            }),
+        })
+    }
+
+    /// The socket and the bytes read from it but not consumed.
+    pub fn into_parts(self) -> (TcpStream, BytesMut) {
+        let inbound = self
+            .inbound
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        (self.stream, inbound.buf)
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Inbound> {
+        // A panic while the lock was held leaves plain bytes and states behind.
+        self.inbound.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads what the socket has into `inbound.buf`, waiting for readiness first so that
+    /// the buffer is allocated only when bytes are there. `Ok(0)` at the end of the stream.
+    pub fn poll_read(
+        &self,
+        inbound: &mut Inbound,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        if inbound.eof {
+            return Poll::Ready(Ok(0));
+        }
+        loop {
+            ready!(self.stream.poll_read_ready(cx))?;
+            if inbound.buf.capacity() - inbound.buf.len() < READ_SIZE / 4 {
+                inbound.buf.reserve(READ_SIZE);
+            }
+            match self.stream.try_read_buf(&mut inbound.buf) {
+                Ok(n) => {
+                    inbound.eof = n == 0;
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => {
+                    inbound.eof = true;
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+    }
+
+    /// Writes `100 Continue` if it is owed; `Ready(Ok)` once it is out (or was not owed).
+    pub fn poll_continue(
+        &self,
+        inbound: &mut Inbound,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        while let Continue::Due(written) = inbound.expect {
+            let n = ready!(self.poll_write(cx, &[IoSlice::new(&CONTINUE[written..])]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            inbound.expect = match written + n {
+                all if all >= CONTINUE.len() => Continue::No,
+                some => Continue::Due(some),
+            };
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    pub fn poll_write(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.stream.poll_write_ready(cx))?;
+            match self.stream.try_write_vectored(bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                written => return Poll::Ready(written),
+            }
+        }
+    }
+
+    /// Writes all of `parts`, in one `writev` when the socket takes them.
+    pub async fn write_all(&self, parts: &[&[u8]]) -> io::Result<()> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut written = 0;
+        while written < total {
+            let n = poll_fn(|cx| {
+                let (slices, count) = remaining(parts, written);
+                self.poll_write(cx, &slices[..count])
+            })
+            .await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            written += n;
+        }
+        Ok(())
+    }
+
+    /// Sends the end of the stream: the client reads the answer to its end, then EOF.
+    pub fn shutdown(&self) {
+        let _ = socket2::SockRef::from(&self.stream).shutdown(Shutdown::Write);
+    }
+}
+
+/// At most this many parts per write: a chunk's size line, its data, its CRLF and the
+/// last chunk, or a head and a body.
+const MAX_PARTS: usize = 4;
+
+/// The parts of `parts` past the first `skip` bytes, as slices for `writev`.
+fn remaining<'a>(parts: &[&'a [u8]], mut skip: usize) -> ([IoSlice<'a>; MAX_PARTS], usize) {
+    let mut slices = [IoSlice::new(&[]); MAX_PARTS];
+    let mut count = 0;
+    for part in parts {
+        if skip >= part.len() {
+            skip -= part.len();
+            continue;
+        }
+        if count == MAX_PARTS {
+            break;
+        }
+        slices[count] = IoSlice::new(&part[skip..]);
+        skip = 0;
+        count += 1;
+    }
+    (slices, count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partial_write_resumes_where_it_stopped() {
+        let parts: [&[u8]; 3] = [b"head", b"", b"body"];
+        let joined = |skip| {
+            let (slices, count) = remaining(&parts, skip);
+            slices[..count]
+                .iter()
+                .flat_map(|s| s.to_vec())
+                .collect::<Vec<u8>>()
+        };
+        assert_eq!(joined(0), b"headbody");
+        assert_eq!(joined(3), b"dbody");
+        assert_eq!(joined(4), b"body");
+        assert_eq!(joined(7), b"y");
+        assert_eq!(joined(8), b"");
+    }
+}
