@@ -33,8 +33,10 @@ pub enum HeadError {
     Header,
     #[error("invalid or conflicting Content-Length")]
     ContentLength,
-    #[error("a transfer coding other than chunked alone, or one beside Content-Length")]
+    #[error("a transfer coding other than chunked alone")]
     TransferCoding,
+    #[error("Transfer-Encoding beside Content-Length, or in HTTP/1.0")]
+    Framing,
 }
 
 impl HeadError {
@@ -162,9 +164,12 @@ fn body_framing(version: Version, headers: &HeaderMap) -> Result<Option<BodyFram
             (Some(coding), None) => coding.eq_ignore_ascii_case(b"chunked"),
             _ => false,
         };
-        // HTTP/1.0 has no transfer codings.
-        if !chunked || version == Version::HTTP_10 || headers.contains_key(header::CONTENT_LENGTH) {
+        if !chunked {
             return Err(HeadError::TransferCoding);
+        }
+        // HTTP/1.0 has no transfer codings.
+        if version == Version::HTTP_10 || headers.contains_key(header::CONTENT_LENGTH) {
+            return Err(HeadError::Framing);
         }
         return Ok(Some(BodyFraming::Chunked));
     }
@@ -289,14 +294,16 @@ mod tests {
             None
         );
         assert_eq!(framing("GET / HTTP/1.1\r\n\r\n"), None);
+        let gzip = "POST / HTTP/1.1\r\ntransfer-encoding: gzip, chunked\r\n\r\n";
+        let error = parse_str(gzip).unwrap_err();
+        assert_eq!(error.status(), StatusCode::NOT_IMPLEMENTED);
         for refused in [
-            "POST / HTTP/1.1\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
             "POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n",
             "POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n",
         ] {
             assert_eq!(
                 parse_str(refused).unwrap_err(),
-                HeadError::TransferCoding,
+                HeadError::Framing,
                 "{refused:?}"
             );
         }
