@@ -22,6 +22,10 @@ use crate::upstream::http1::BodyDecoder;
 /// hundred bytes and bodies of a few KB to a few MB.
 const READ_SIZE: usize = 8 * 1024;
 
+/// Bytes read onto the stack by a connection that holds no buffer: a typical request
+/// head, whole.
+const FIRST_READ: usize = 2048;
+
 /// The interim answer to `Expect: 100-continue`.
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -80,8 +84,8 @@ impl Shared {
         self.inbound.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Reads what the socket has into `inbound.buf`, waiting for readiness first so that
-    /// the buffer is allocated only when bytes are there. `Ok(0)` at the end of the stream.
+    /// Reads what the socket has into `inbound.buf`, allocating it only when bytes are
+    /// there. `Ok(0)` at the end of the stream.
     pub fn poll_read(
         &self,
         inbound: &mut Inbound,
@@ -92,10 +96,19 @@ impl Shared {
         }
         loop {
             ready!(self.stream.poll_read_ready(cx))?;
-            if inbound.buf.capacity() - inbound.buf.len() < READ_SIZE / 4 {
-                inbound.buf.reserve(READ_SIZE);
-            }
-            match self.stream.try_read_buf(&mut inbound.buf) {
+            let read = match inbound.buf.capacity() {
+                // Readiness is only cleared by a read that would block, so it is still set
+                // after the last request's bytes: a buffer reserved now would be held for
+                // the whole idle time. The first bytes go to the stack instead.
+                0 => self.read_first(&mut inbound.buf),
+                _ => {
+                    if inbound.buf.capacity() - inbound.buf.len() < READ_SIZE / 4 {
+                        inbound.buf.reserve(READ_SIZE);
+                    }
+                    self.stream.try_read_buf(&mut inbound.buf)
+                }
+            };
+            match read {
                 Ok(n) => {
                     inbound.eof = n == 0;
                     return Poll::Ready(Ok(n));
@@ -107,6 +120,17 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Reads onto the stack, and copies what came into `buf`, allocated for it.
+    fn read_first(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        let mut first = [0; FIRST_READ];
+        let n = self.stream.try_read(&mut first)?;
+        if n > 0 {
+            buf.reserve(READ_SIZE);
+            buf.extend_from_slice(&first[..n]);
+        }
+        Ok(n)
     }
 
     /// Writes `100 Continue` if it is owed; `Ready(Ok)` once it is out (or was not owed).
@@ -192,6 +216,29 @@ fn remaining<'a>(parts: &[&'a [u8]], mut skip: usize) -> ([IoSlice<'a>; MAX_PART
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    #[tokio::test]
+    async fn an_idle_connection_holds_no_read_buffer() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let shared = Shared::new(listener.accept().await.unwrap().0);
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let read = poll_fn(|cx| shared.poll_read(&mut shared.lock(), cx)).await;
+        assert_eq!(read.unwrap(), 18);
+        // The request consumed, the connection falls idle with its readiness still set.
+        shared.lock().buf = BytesMut::new();
+        let idle = poll_fn(|cx| Poll::Ready(shared.poll_read(&mut shared.lock(), cx))).await;
+        assert!(idle.is_pending());
+        assert_eq!(shared.lock().buf.capacity(), 0);
+        client.write_all(b"GET").await.unwrap();
+        let read = poll_fn(|cx| shared.poll_read(&mut shared.lock(), cx)).await;
+        assert_eq!(read.unwrap(), 3);
+        assert_eq!(&shared.lock().buf[..], b"GET");
+    }
 
     #[test]
     fn a_partial_write_resumes_where_it_stopped() {
