@@ -85,7 +85,7 @@ where
             break;
         }
     }
-    shared.shutdown();
+    shared.shutdown().await;
 }
 
 /// Waits for the next request head (idle, then head phase) until the timer fires, the
@@ -113,7 +113,7 @@ async fn next_head(
         };
         tokio::select! {
             biased;
-            read = poll_fn(|cx| shared.poll_read(&mut shared.lock(), cx)) => {
+            read = poll_fn(|cx| shared.lock().poll_read(cx)) => {
                 if !matches!(read, Ok(1..)) {
                     return Ok(None);
                 }
@@ -178,7 +178,7 @@ fn poll_peer_gone(shared: &Shared, cx: &mut Context<'_>) -> Poll<()> {
     if !inbound.buf.is_empty() || inbound.body != BodyDecoder::Done {
         return Poll::Pending;
     }
-    match shared.poll_read(&mut inbound, cx) {
+    match inbound.poll_read(cx) {
         Poll::Ready(Ok(1..)) | Poll::Pending => Poll::Pending,
         Poll::Ready(_) => Poll::Ready(()),
     }

@@ -3,17 +3,21 @@
 //! while the handler polls it, in the connection's own task) and, after a switch of
 //! protocols, whoever takes the connection over.
 //!
-//! The socket is used through `&TcpStream` (readiness, then `try_read`/`try_write`), so
-//! the body needs no channel and no task of its own. Reads go into one buffer, allocated
-//! only when bytes are ready: an idle connection holds none.
+//! Both live behind one lock, taken within a single poll, so the body needs no channel
+//! and no task of its own. The socket is read and written through tokio's `AsyncRead`
+//! and `AsyncWrite`, which clear its readiness after a short read or write: a request
+//! costs no read that finds nothing. Reads go into one buffer, allocated only when bytes
+//! have come: an idle connection holds none.
 
 use std::future::poll_fn;
 use std::io::{self, IoSlice};
-use std::net::Shutdown;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{ready, Context, Poll};
 
 use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::upstream::http1::BodyDecoder;
@@ -30,13 +34,14 @@ const FIRST_READ: usize = 2048;
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 pub struct Shared {
-    pub stream: TcpStream,
     inbound: Mutex<Inbound>,
 }
 
-/// What has been read and where the request in flight is in it. Locked by one party at
-/// a time, within one poll, so never contended but by a body moved to another task.
+/// The socket, what has been read and where the request in flight is in it. Locked by
+/// one party at a time, within one poll, so never contended but by a body moved to
+/// another task.
 pub struct Inbound {
+    stream: TcpStream,
     /// Bytes read and not yet consumed: the rest of a head, body bytes, pipelined
     /// requests. Empty and unallocated between requests, unless a request is pipelined.
     pub buf: BytesMut,
@@ -60,8 +65,8 @@ pub enum Continue {
 impl Shared {
     pub fn new(stream: TcpStream) -> Arc<Self> {
         Arc::new(Shared {
-            stream,
             inbound: Mutex::new(Inbound {
+                stream,
                 buf: BytesMut::new(),
                 body: BodyDecoder::Done,
                 expect: Continue::No,
@@ -76,94 +81,12 @@ impl Shared {
             .inbound
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);
-        (self.stream, inbound.buf)
+        (inbound.stream, inbound.buf)
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Inbound> {
         // A panic while the lock was held leaves plain bytes and states behind.
         self.inbound.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Reads what the socket has into `inbound.buf`, allocating it only when bytes are
-    /// there. `Ok(0)` at the end of the stream.
-    pub fn poll_read(
-        &self,
-        inbound: &mut Inbound,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<usize>> {
-        if inbound.eof {
-            return Poll::Ready(Ok(0));
-        }
-        loop {
-            ready!(self.stream.poll_read_ready(cx))?;
-            let read = match inbound.buf.capacity() {
-                // Readiness is only cleared by a read that would block, so it is still set
-                // after the last request's bytes: a buffer reserved now would be held for
-                // the whole idle time. The first bytes go to the stack instead.
-                0 => self.read_first(&mut inbound.buf),
-                _ => {
-                    if inbound.buf.capacity() - inbound.buf.len() < READ_SIZE / 4 {
-                        inbound.buf.reserve(READ_SIZE);
-                    }
-                    self.stream.try_read_buf(&mut inbound.buf)
-                }
-            };
-            match read {
-                Ok(n) => {
-                    inbound.eof = n == 0;
-                    return Poll::Ready(Ok(n));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => {
-                    inbound.eof = true;
-                    return Poll::Ready(Err(e));
-                }
-            }
-        }
-    }
-
-    /// Reads onto the stack, and copies what came into `buf`, allocated for it.
-    fn read_first(&self, buf: &mut BytesMut) -> io::Result<usize> {
-        let mut first = [0; FIRST_READ];
-        let n = self.stream.try_read(&mut first)?;
-        if n > 0 {
-            buf.reserve(READ_SIZE);
-            buf.extend_from_slice(&first[..n]);
-        }
-        Ok(n)
-    }
-
-    /// Writes `100 Continue` if it is owed; `Ready(Ok)` once it is out (or was not owed).
-    pub fn poll_continue(
-        &self,
-        inbound: &mut Inbound,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<()>> {
-        while let Continue::Due(written) = inbound.expect {
-            let n = ready!(self.poll_write(cx, &[IoSlice::new(&CONTINUE[written..])]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            inbound.expect = match written + n {
-                all if all >= CONTINUE.len() => Continue::No,
-                some => Continue::Due(some),
-            };
-        }
-        Poll::Ready(Ok(()))
-    }
-
-    pub fn poll_write(
-        &self,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        loop {
-            ready!(self.stream.poll_write_ready(cx))?;
-            match self.stream.try_write_vectored(bufs) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                written => return Poll::Ready(written),
-            }
-        }
     }
 
     /// Writes all of `parts`, in one `writev` when the socket takes them.
@@ -173,7 +96,7 @@ impl Shared {
         while written < total {
             let n = poll_fn(|cx| {
                 let (slices, count) = remaining(parts, written);
-                self.poll_write(cx, &slices[..count])
+                self.lock().poll_write(cx, &slices[..count])
             })
             .await?;
             if n == 0 {
@@ -185,8 +108,67 @@ impl Shared {
     }
 
     /// Sends the end of the stream: the client reads the answer to its end, then EOF.
-    pub fn shutdown(&self) {
-        let _ = socket2::SockRef::from(&self.stream).shutdown(Shutdown::Write);
+    pub async fn shutdown(&self) {
+        let _ = poll_fn(|cx| Pin::new(&mut self.lock().stream).poll_shutdown(cx)).await;
+    }
+}
+
+impl Inbound {
+    /// Reads what the socket has into `buf`, allocating it only when bytes have come.
+    /// `Ok(0)` at the end of the stream.
+    pub fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.eof {
+            return Poll::Ready(Ok(0));
+        }
+        let read = match self.buf.capacity() {
+            // A buffer reserved before the bytes come would be held for the whole idle
+            // time: the first bytes go to the stack instead.
+            0 => self.read_first(cx),
+            _ => {
+                if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
+                    self.buf.reserve(READ_SIZE);
+                }
+                tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf)
+            }
+        };
+        let read = ready!(read);
+        self.eof = !matches!(read, Ok(1..));
+        Poll::Ready(read)
+    }
+
+    /// Reads onto the stack, and copies what came into `buf`, allocated for it.
+    fn read_first(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let mut first = [MaybeUninit::uninit(); FIRST_READ];
+        let mut read = ReadBuf::uninit(&mut first);
+        ready!(Pin::new(&mut self.stream).poll_read(cx, &mut read))?;
+        if !read.filled().is_empty() {
+            self.buf.reserve(READ_SIZE);
+            self.buf.extend_from_slice(read.filled());
+        }
+        Poll::Ready(Ok(read.filled().len()))
+    }
+
+    /// Writes `100 Continue` if it is owed; `Ready(Ok)` once it is out (or was not owed).
+    pub fn poll_continue(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Continue::Due(written) = self.expect {
+            let n = ready!(self.poll_write(cx, &[IoSlice::new(&CONTINUE[written..])]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.expect = match written + n {
+                all if all >= CONTINUE.len() => Continue::No,
+                some => Continue::Due(some),
+            };
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
     }
 }
 
@@ -227,15 +209,15 @@ mod tests {
             .unwrap();
         let shared = Shared::new(listener.accept().await.unwrap().0);
         client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
-        let read = poll_fn(|cx| shared.poll_read(&mut shared.lock(), cx)).await;
+        let read = poll_fn(|cx| shared.lock().poll_read(cx)).await;
         assert_eq!(read.unwrap(), 18);
         // The request consumed, the connection falls idle with its readiness still set.
         shared.lock().buf = BytesMut::new();
-        let idle = poll_fn(|cx| Poll::Ready(shared.poll_read(&mut shared.lock(), cx))).await;
+        let idle = poll_fn(|cx| Poll::Ready(shared.lock().poll_read(cx))).await;
         assert!(idle.is_pending());
         assert_eq!(shared.lock().buf.capacity(), 0);
         client.write_all(b"GET").await.unwrap();
-        let read = poll_fn(|cx| shared.poll_read(&mut shared.lock(), cx)).await;
+        let read = poll_fn(|cx| shared.lock().poll_read(cx)).await;
         assert_eq!(read.unwrap(), 3);
         assert_eq!(&shared.lock().buf[..], b"GET");
     }

@@ -66,10 +66,10 @@ impl Body for RequestBody {
                 Err(_) => return Poll::Ready(Some(Err(BodyReadError::Chunked))),
             }
             // The client waits for leave to send: given only now that the body is read.
-            if let Err(e) = ready!(shared.poll_continue(inbound, cx)) {
+            if let Err(e) = ready!(inbound.poll_continue(cx)) {
                 return Poll::Ready(Some(Err(BodyReadError::Io(e))));
             }
-            match ready!(shared.poll_read(inbound, cx)) {
+            match ready!(inbound.poll_read(cx)) {
                 Ok(0) => return Poll::Ready(Some(Err(BodyReadError::Truncated))),
                 Ok(_) => {}
                 Err(e) => return Poll::Ready(Some(Err(BodyReadError::Io(e)))),
