@@ -136,16 +136,24 @@ impl Inbound {
         Poll::Ready(read)
     }
 
-    /// Reads onto the stack, and copies what came into `buf`, allocated for it.
+    /// Reads onto the stack, and copies what came into `buf`, allocated for it: the
+    /// whole request, most often, which then costs a small allocation rather than a
+    /// read buffer's (one that malloc serves from its per-thread cache).
     fn read_first(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let mut first = [MaybeUninit::uninit(); FIRST_READ];
         let mut read = ReadBuf::uninit(&mut first);
         ready!(Pin::new(&mut self.stream).poll_read(cx, &mut read))?;
-        if !read.filled().is_empty() {
-            self.buf.reserve(READ_SIZE);
-            self.buf.extend_from_slice(read.filled());
+        let filled = read.filled();
+        if !filled.is_empty() {
+            // A full stack buffer says more is waiting.
+            let room = match filled.len() {
+                FIRST_READ => READ_SIZE,
+                n => n,
+            };
+            self.buf.reserve(room);
+            self.buf.extend_from_slice(filled);
         }
-        Poll::Ready(Ok(read.filled().len()))
+        Poll::Ready(Ok(filled.len()))
     }
 
     /// Writes `100 Continue` if it is owed; `Ready(Ok)` once it is out (or was not owed).
