@@ -16,5 +16,4 @@ pub mod request_body;
 mod response;
 pub mod upgrade;
 
-pub use request_body::{BodyReadError, RequestBody};
-pub use upgrade::{OnUpgrade, Upgraded};
+pub use request_body::RequestBody;
