@@ -12,6 +12,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use crate::body::{self, ProxyBody};
 use crate::cause::{BoxError, Chain};
 use crate::limits::{BodyError, Overloaded};
+use crate::server::http1::request_body::BodyReadError;
 use crate::upstream::path::PathError;
 
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +89,7 @@ impl ProxyError {
     /// The error for a client's body that failed: too slow, over the memory bound, or
     /// unreadable (cut off, badly framed).
     pub fn client_body(error: BoxError) -> Self {
-        match error.downcast::<BodyError<hyper::Error>>().map(|e| *e) {
+        match error.downcast::<BodyError<BodyReadError>>().map(|e| *e) {
             Ok(BodyError::Timeout(idle)) => Self::ClientTimeout(idle),
             Ok(BodyError::Overloaded(overloaded)) => Self::Overloaded(overloaded),
             Ok(BodyError::Read(e)) => Self::ClientBody(Box::new(e)),

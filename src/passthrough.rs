@@ -3,16 +3,16 @@
 
 use http::{Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::body::ProxyBody;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
+use crate::server::http1::request_body::RequestBody;
 
 pub async fn forward(
     app: &App,
-    request: Request<ClientBody<Incoming>>,
+    request: Request<ClientBody<RequestBody>>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, body) = request.into_parts();
     let body = body.map_err(Into::into).boxed_unsync();

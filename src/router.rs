@@ -2,12 +2,11 @@
 //! completions, the Responses API and Anthropic's Messages API, or plain pass-through. Also the one place a request is counted, its
 //! client key checked and its outcome logged.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use hyper::body::{Body, Incoming};
+use http_body::Body;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::app::App;
@@ -17,6 +16,7 @@ use crate::checkpoint::cache::Health;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
+use crate::server::http1::request_body::RequestBody;
 use crate::summarize::ClientFocus;
 use crate::{codex_ws, compaction_path, passthrough, upgrade, upstream};
 
@@ -55,9 +55,9 @@ impl Route {
 /// which a switched connection keeps for as long as it is relayed.
 pub async fn handle(
     app: Arc<App>,
-    mut request: Request<Incoming>,
+    mut request: Request<RequestBody>,
     slot: Arc<OwnedSemaphorePermit>,
-) -> Result<Response<ProxyBody>, Infallible> {
+) -> Response<ProxyBody> {
     let started = Instant::now();
     let id = app.next_request_id();
     let method = request.method().clone();
@@ -98,7 +98,7 @@ pub async fn handle(
         ms = started.elapsed().as_secs_f64() * 1000.0,
         "answered"
     );
-    Ok(response)
+    response
 }
 
 /// `ok`, always with 200: the proxy serves whatever its store's state (a load balancer
@@ -124,7 +124,7 @@ fn health(app: &App) -> String {
 async fn dispatch(
     app: &Arc<App>,
     route: Route,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
     id: u64,
     slot: Arc<OwnedSemaphorePermit>,
 ) -> Response<ProxyBody> {
@@ -191,7 +191,7 @@ fn take_focus<B>(request: &mut Request<B>) {
 async fn forward(
     app: &Arc<App>,
     route: Route,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
     id: u64,
     slot: Arc<OwnedSemaphorePermit>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -203,7 +203,7 @@ async fn forward(
             // declared length is reserved before any of the body is read; one over
             // `max_body_bytes` is refused unread by the chat path instead.
             let reservation = Arc::new(app.buffers.reservation());
-            // hyper has read `Content-Length` into the body's size already.
+            // The server has read `Content-Length` into the body's size already.
             let declared = request.body().size_hint().exact();
             if let Some(len) = declared.filter(|&len| len <= app.config.limits.max_body_bytes) {
                 reservation.grow_to(len)?;

@@ -91,6 +91,11 @@ impl Watch {
         self.reached(Phase::Draining).await;
     }
 
+    /// Whether the server drains (or closes) already.
+    pub fn is_draining(&self) -> bool {
+        *self.phase.borrow() >= Phase::Draining
+    }
+
     /// Completes once the grace period is over (at once if it already is).
     pub async fn closing(&mut self) {
         self.reached(Phase::Closing).await;

@@ -16,10 +16,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{header, Request, Response, Version};
+use http::{Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -30,19 +28,15 @@ use crate::codex_ws;
 use crate::config::ResponsesWebsocket;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
+use crate::server::http1::head::asks_upgrade;
+use crate::server::http1::request_body::RequestBody;
+use crate::server::http1::upgrade::OnUpgrade;
 use crate::upstream::Upgrade;
 
 /// Whether `request` asks to switch protocols: HTTP/1.1 (the only version with
 /// upgrades), an `Upgrade` header, and `upgrade` among the `Connection` options.
 pub fn asked<B>(request: &Request<B>) -> bool {
-    let headers = request.headers();
-    request.version() == Version::HTTP_11
-        && headers.contains_key(header::UPGRADE)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .flat_map(|value| value.as_bytes().split(|&b| b == b','))
-            .any(|option| option.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+    asks_upgrade(request.version(), request.headers())
 }
 
 /// Sends the handshake upstream and answers the client with what came back. On a 101,
@@ -50,10 +44,13 @@ pub fn asked<B>(request: &Request<B>) -> bool {
 /// `server.max_connections` until it ends: a switched connection counts as any other.
 pub async fn forward(
     app: &Arc<App>,
-    mut request: Request<ClientBody<Incoming>>,
+    mut request: Request<ClientBody<RequestBody>>,
     slot: Arc<OwnedSemaphorePermit>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let client = hyper::upgrade::on(&mut request);
+    let client = request
+        .extensions_mut()
+        .remove::<OnUpgrade>()
+        .ok_or(ProxyError::WebSocketHandshake)?;
     let bridged = codex_ws::asked(&request).then_some(app.config.upstream.responses_websocket);
     let known_missing = app.responses_websocket_missing.load(Ordering::Relaxed);
     let (parts, body) = request.into_parts();
@@ -91,9 +88,10 @@ pub async fn forward(
     let mut shutdown = app.shutdown.watch_switched();
     tokio::spawn(async move {
         let _slot = slot;
-        // Resolves once hyper has written the 101 and handed over the client's connection.
+        // Resolves once the server has written the 101 and handed over the client's
+        // connection.
         let client = match client.await {
-            Ok(client) => TokioIo::new(client),
+            Ok(client) => client,
             Err(e) => {
                 tracing::debug!(error = %e, "the client's connection was not handed over after 101");
                 return;
@@ -234,6 +232,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::{header, Version};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn request(version: Version, connection: &str, upgrade: Option<&str>) -> Request<()> {

@@ -26,8 +26,6 @@ use http::header::{self, HeaderValue};
 use http::request::Parts;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::OwnedSemaphorePermit;
@@ -45,6 +43,7 @@ use crate::compaction_path;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::limits::Reservation;
+use crate::server::http1::upgrade::OnUpgrade;
 use crate::shutdown::Watch;
 use crate::upstream::own_body_headers;
 
@@ -115,9 +114,9 @@ pub fn bridge(
     };
     tokio::spawn(async move {
         let _slot = slot;
-        // Resolves once hyper has written the 101 and handed over the connection.
+        // Resolves once the server has written the 101 and handed over the connection.
         let io = match client.await {
-            Ok(io) => TokioIo::new(io),
+            Ok(io) => io,
             Err(e) => {
                 tracing::debug!(error = %e, "the client's connection was not handed over after 101");
                 return;

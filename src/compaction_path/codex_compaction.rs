@@ -17,7 +17,6 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::Value;
 
 use super::inspect::read_to_end;
@@ -34,6 +33,7 @@ use crate::dialect::{codex_items as items, responses, Dialect};
 use crate::engine::{summary, Counter, Message};
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
+use crate::server::http1::request_body::RequestBody;
 use crate::units::Ours;
 
 /// The API name of these requests in traces: their span is "responses.compact {model}".
@@ -72,7 +72,7 @@ impl Ask {
 /// `POST .../responses/compact`.
 pub async fn handle_endpoint(
     app: &App,
-    request: Request<ClientBody<Incoming>>,
+    request: Request<ClientBody<RequestBody>>,
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, incoming) = request.into_parts();

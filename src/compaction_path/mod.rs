@@ -28,7 +28,6 @@ use http::header::{self, HeaderMap};
 use http::request::Parts;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
@@ -40,6 +39,7 @@ use crate::engine;
 use crate::error::ProxyError;
 use crate::growth::Growth;
 use crate::limits::ClientBody;
+use crate::server::http1::request_body::RequestBody;
 use crate::telemetry;
 use crate::units::{Factor, Window};
 
@@ -61,7 +61,7 @@ use work::Work;
 
 pub async fn handle(
     app: &Arc<App>,
-    request: Request<ClientBody<Incoming>>,
+    request: Request<ClientBody<RequestBody>>,
     dialect: Dialect,
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {

@@ -4,26 +4,21 @@
 //! `upgrade`) keeps its place under the cap while it is relayed or bridged, and is closed
 //! cleanly at shutdown (see `shutdown`).
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::{service_fn, HttpService};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::app::App;
 use crate::body::ProxyBody;
-use crate::cause::BoxError;
 use crate::memory_trim;
 use crate::router;
-use crate::shutdown::Watch;
+
+pub mod http1;
 
 /// Binds, prints the start-up line and serves until a shutdown signal.
 pub async fn run(app: App) -> std::io::Result<()> {
@@ -59,16 +54,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) {
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        // hyper starts this timer whenever a connection is ready for its next request
-        // head: it is the keep-alive idle timeout, and it also drops a client that opens
-        // a connection and never finishes its headers.
-        .header_read_timeout(app.config.keep_alive_timeout());
+    // The connection waits this long for each request head, from the end of the last
+    // answer: it is the keep-alive idle timeout, and it also drops a client that opens a
+    // connection and never finishes its headers.
+    let keep_alive = app.config.keep_alive_timeout();
     // Each connection holds a watch of the shutdown until it ends, so the server sees the
-    // last one go. (hyper-util's `GracefulShutdown` does the same, but does not take a
-    // connection that can be upgraded.)
+    // last one go.
     let slots = Arc::new(Semaphore::new(app.config.server.max_connections));
     let trimmer = start_memory_trim(&app, &slots);
     let mut full = false;
@@ -84,9 +75,10 @@ pub async fn serve(
                     // The slot is free again when the connection ends, or its relay if it
                     // is switched to another protocol.
                     let slot = Arc::new(slot);
-                    let io = TokioIo::new(stream_nodelay(stream, peer));
-                    let conn = builder.serve_connection(io, service(&app, &slot)).with_upgrades();
-                    tokio::spawn(until_drained(conn, app.shutdown.watch()));
+                    let stream = stream_nodelay(stream, peer);
+                    let watch = app.shutdown.watch();
+                    let handler = handler(&app, slot);
+                    tokio::spawn(http1::conn::serve(stream, keep_alive, watch, handler));
                 }
                 // Out of file descriptors and the like: pause instead of spinning.
                 Err(e) => {
@@ -158,48 +150,22 @@ async fn connection_slot(slots: &Arc<Semaphore>, full: &mut bool) -> Option<Owne
     Arc::clone(slots).acquire_owned().await.ok()
 }
 
-/// Serves `conn` to its end; once the server drains, lets its request in flight finish
-/// and then closes it.
-async fn until_drained<S>(
-    conn: http1::UpgradeableConnection<TokioIo<TcpStream>, S>,
-    mut shutdown: Watch,
-) where
-    S: HttpService<Incoming, ResBody = ProxyBody>,
-    S::Error: Into<BoxError>,
-{
-    let mut conn = std::pin::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        () = shutdown.draining() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
-    }
-}
-
-fn service(
+/// Answers each request of a connection; `slot` is the connection's place under
+/// `server.max_connections`, which a switched connection keeps for as long as it is
+/// relayed.
+fn handler(
     app: &Arc<App>,
-    slot: &Arc<OwnedSemaphorePermit>,
-) -> impl hyper::service::Service<
-    hyper::Request<hyper::body::Incoming>,
-    Response = hyper::Response<crate::body::ProxyBody>,
-    Error = Infallible,
-    Future = Handling,
-> + Clone {
+    slot: Arc<OwnedSemaphorePermit>,
+) -> impl FnMut(http::Request<http1::RequestBody>) -> Handling {
     let app = Arc::clone(app);
-    let slot = Arc::clone(slot);
-    service_fn(move |request| -> Handling {
-        Box::pin(router::handle(Arc::clone(&app), request, Arc::clone(&slot)))
-    })
+    move |request| Box::pin(router::handle(Arc::clone(&app), request, Arc::clone(&slot)))
 }
 
-/// One request's handling, boxed. hyper allocates a box the size of the service's future
-/// with every connection (its `Option<S::Future>` for the request in flight) and keeps it
-/// for the connection's life; the whole request path inline is 23.6 KB in a debug build,
-/// which every idle keep-alive connection would hold. Boxed, an idle connection holds a pointer,
-/// and each request pays one allocation.
-type Handling =
-    Pin<Box<dyn Future<Output = Result<hyper::Response<ProxyBody>, Infallible>> + Send>>;
+/// One request's handling, boxed: the connection's task holds a pointer to it while it
+/// runs, and nothing once it has answered. The whole request path inline is 23.6 KB in a
+/// debug build, which every idle keep-alive connection's task would hold; boxed, each
+/// request pays one allocation.
+type Handling = Pin<Box<dyn Future<Output = http::Response<ProxyBody>> + Send>>;
 
 /// Small SSE events must leave as soon as they are written, not wait for Nagle.
 fn stream_nodelay(stream: tokio::net::TcpStream, peer: SocketAddr) -> tokio::net::TcpStream {
