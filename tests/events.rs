@@ -444,7 +444,12 @@ fn events_prune_all_after_their_first_change(taken: &Taken) {
         );
         checked += 1;
     }
-    assert!(checked >= 2, "events at {:?}, {:#?}", taken.events, taken.turns);
+    assert!(
+        checked >= 2,
+        "events at {:?}, {:#?}",
+        taken.events,
+        taken.turns
+    );
 }
 
 #[tokio::test]

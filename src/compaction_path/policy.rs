@@ -792,8 +792,11 @@ mod growth {
         };
         // 27,000 at the threshold less four turns of 3,000, less the answer's 1,000.
         assert_eq!(goal.target, Ours(27_000 - 12_000 - 1_000));
-        // Pruning alone may settle for 85% of that room.
+        // Pruning alone may settle for 85% of that room; one that cannot settle after an
+        // earlier event's outputs prunes as far below the target as that settles above.
         assert_eq!(goal.settle, Some(Ours(27_000 - 10_200 - 1_000)));
+        let deep = goal.engine_options().prune_to;
+        assert_eq!(deep, Some(27_000 - 12_000 - 1_000 - 1_800));
         // However fast it grows, the event keeps a quarter of the window.
         let Decision::Compact(goal) = decide(
             Theirs(27_000),
@@ -806,6 +809,34 @@ mod growth {
             panic!("not compacted")
         };
         assert_eq!(goal.target, Ours(7_500 - 1_000));
+    }
+
+    #[test]
+    fn the_refused_turn_that_teaches_the_window_prunes_as_deep_as_a_first_event() {
+        let refused = Refused {
+            kind: Kind::ContextOverflow,
+            window: Some(WINDOW),
+            sent: Some(Ours(28_000)),
+            growth: Theirs(3_000),
+            rewrites: 0,
+        };
+        let goal = retry_goal(refused, ROOM, Factor(1.0), MARKS).unwrap();
+        let Decision::Compact(before) = decide(
+            Theirs(28_000),
+            Theirs(3_000),
+            ROOM,
+            WINDOW,
+            Factor(1.0),
+            MARKS,
+        ) else {
+            panic!("not compacted")
+        };
+        assert_eq!(goal.target, before.target);
+        assert_eq!(goal.settle, before.settle);
+        assert_eq!(
+            goal.engine_options().prune_to,
+            before.engine_options().prune_to
+        );
     }
 
     #[test]
