@@ -406,3 +406,63 @@ async fn with_the_window_learned_the_refused_chat_turn_takes_the_digest_at_once(
     );
     no_chat_turn_waited(&session);
 }
+
+/// An event that prunes alone leaves no output whole or cut between the first message it
+/// changes and the turn in progress: every byte from that message on is new to the
+/// upstream's prompt cache, pruned or not, and an output left there whole would be pruned
+/// by the next event, which would then start its rewrite at it, before what this event
+/// wrote. Each turn's reply here is prose no pruning shortens, so events often need less
+/// than all the outputs since the last one (before: the newest were left whole, or cut to
+/// what was still needed).
+fn events_prune_all_after_their_first_change(taken: &Taken) {
+    let output = |m: &Value| m["role"] == "tool";
+    let pruned = |m: &Value| {
+        m["content"].as_str().is_some_and(|c| {
+            (c.starts_with("[output of") || c.starts_with("[duplicate output of"))
+                && !c.contains('\n')
+        })
+    };
+    let mut checked = 0;
+    for &n in &taken.events {
+        if !taken.turns[n].0.contains("summary=none") {
+            continue;
+        }
+        let (before, now) = (&taken.sent[n - 1], &taken.sent[n]);
+        let first = before
+            .iter()
+            .zip(now)
+            .position(|(a, b)| a != b)
+            .unwrap_or(before.len());
+        let turn = now.iter().rposition(|m| m["role"] == "user").unwrap();
+        let whole: Vec<usize> = (first..turn)
+            .filter(|&i| output(&now[i]) && !pruned(&now[i]))
+            .collect();
+        assert!(
+            whole.is_empty(),
+            "turn {n}: messages {whole:?} after the first changed, {first}, are not pruned: events at {:?}",
+            taken.events
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 2,
+        "events at {:?}, {:#?}",
+        taken.events,
+        taken.turns
+    );
+}
+
+#[tokio::test]
+async fn with_the_window_configured_an_event_prunes_every_output_after_its_first_change() {
+    let config = format!(
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
+    );
+    let taken = tool_session(&config, 40, 50, 8).await;
+    events_prune_all_after_their_first_change(&taken);
+}
+
+#[tokio::test]
+async fn with_the_window_learned_an_event_prunes_every_output_after_its_first_change() {
+    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 40, 50, 8).await;
+    events_prune_all_after_their_first_change(&taken);
+}

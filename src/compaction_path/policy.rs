@@ -59,10 +59,26 @@ impl Goal {
             target_tokens: Some(self.target.usize()),
             ceiling_tokens: Some(self.ceiling.max(self.target).usize()),
             // An event prunes the newest outputs first, keeping the prefix before them.
-            prune_to: Some(self.target.usize()),
+            prune_to: Some(self.deep().usize()),
             prune_settle: self.settle.map(Ours::usize),
             ..engine::Options::default()
         }
+    }
+
+    /// How deep an event pruning alone goes when it cannot settle after what an earlier
+    /// event pruned (the conversation's first event, or one whose outputs since give too
+    /// little): below the target by as much as a settling event may stop above it. Such
+    /// an event rewrites the history it reaches into and everything after it; the events
+    /// after it settle, rewriting only what came since, each leaving the request up to
+    /// that much above the target and the pruned lines of its outputs behind, so that
+    /// without this reserve they soon cannot settle and reach into old history again,
+    /// rewriting all of it (measured in bench/events.py's roomy session: such an event
+    /// shares 61-65% of its bytes with the previous request, one that settles 85-87%).
+    fn deep(self) -> Ours {
+        let band = self
+            .settle
+            .map_or(0, |settle| settle.0.saturating_sub(self.target.0));
+        Ours(self.target.0.saturating_sub(band))
     }
 
     /// The engine's limits for the relaxed target, if there is one above the target:
@@ -115,6 +131,14 @@ impl Marks {
     /// compacted.
     pub fn limit(self, window: Window) -> Theirs {
         window.share(self.threshold)
+    }
+
+    /// Where an event that aims at `fill` may settle when it prunes alone: [`SETTLE`] of
+    /// the way from the threshold down to its fill.
+    pub fn settle(self, fill: Theirs, window: Window) -> Theirs {
+        let limit = self.limit(window);
+        let room = limit.saturating_sub(fill).0 as f64;
+        limit.saturating_sub(Theirs((room * SETTLE) as u64))
     }
 }
 
@@ -185,9 +209,7 @@ pub(super) fn decide(
     let usable = window.0 as f64 - budget::margin(window.0) as f64;
     let fill = marks.fill(now, growth, window);
     let low_water = window.share(marks.low_water);
-    let settle = limit.saturating_sub(Theirs(
-        (limit.saturating_sub(fill).0 as f64 * SETTLE) as u64,
-    ));
+    let settle = marks.settle(fill, window);
     let goal = Goal {
         target: fill.saturating_sub(budget).ours(factor),
         ceiling: Ours((room.ceiling(usable, window) / factor.0) as u64),
@@ -364,18 +386,23 @@ pub(super) fn retry_goal(
     // that teaches the window then does not wait for a summariser.
     let low_water = usable.min(window.share(marks.low_water).0 as f64);
     let relaxed = Ours(((low_water - budget).max(0.0) / factor.0 * tightening) as u64);
+    // The turn whose refusal taught the window is the conversation's first event: it
+    // prunes as deep as one before the first call would ([`Goal::deep`]).
+    let settle = marks.settle(Theirs(fill as u64), window).0 as f64;
+    let settle = Ours(((settle - budget).max(0.0) / factor.0 * tightening) as u64);
     let goal = Goal {
         target,
         ceiling,
         window: Some(window),
         relaxed: refused.sent.filter(|&sent| relaxed < sent).map(|_| relaxed),
-        settle: None,
+        settle: Some(settle),
     };
     Some(match (refused.kind, blind) {
         (Kind::BodyTooLarge, Some(blind)) => Goal {
             target: target.min(blind),
             ceiling: ceiling.min(blind),
             relaxed: None,
+            settle: None,
             ..goal
         },
         _ => goal,
@@ -765,8 +792,11 @@ mod growth {
         };
         // 27,000 at the threshold less four turns of 3,000, less the answer's 1,000.
         assert_eq!(goal.target, Ours(27_000 - 12_000 - 1_000));
-        // Pruning alone may settle for 85% of that room.
+        // Pruning alone may settle for 85% of that room; one that cannot settle after an
+        // earlier event's outputs prunes as far below the target as that settles above.
         assert_eq!(goal.settle, Some(Ours(27_000 - 10_200 - 1_000)));
+        let deep = goal.engine_options().prune_to;
+        assert_eq!(deep, Some(27_000 - 12_000 - 1_000 - 1_800));
         // However fast it grows, the event keeps a quarter of the window.
         let Decision::Compact(goal) = decide(
             Theirs(27_000),
@@ -779,6 +809,34 @@ mod growth {
             panic!("not compacted")
         };
         assert_eq!(goal.target, Ours(7_500 - 1_000));
+    }
+
+    #[test]
+    fn the_refused_turn_that_teaches_the_window_prunes_as_deep_as_a_first_event() {
+        let refused = Refused {
+            kind: Kind::ContextOverflow,
+            window: Some(WINDOW),
+            sent: Some(Ours(28_000)),
+            growth: Theirs(3_000),
+            rewrites: 0,
+        };
+        let goal = retry_goal(refused, ROOM, Factor(1.0), MARKS).unwrap();
+        let Decision::Compact(before) = decide(
+            Theirs(28_000),
+            Theirs(3_000),
+            ROOM,
+            WINDOW,
+            Factor(1.0),
+            MARKS,
+        ) else {
+            panic!("not compacted")
+        };
+        assert_eq!(goal.target, before.target);
+        assert_eq!(goal.settle, before.settle);
+        assert_eq!(
+            goal.engine_options().prune_to,
+            before.engine_options().prune_to
+        );
     }
 
     #[test]

@@ -127,10 +127,10 @@ pub struct Options {
     pub max_messages: Option<usize>,
     /// When pruning alone brings the request under its target, it goes on down to this
     /// many tokens, as far as pruning can, newest prunable messages before the turn in
-    /// progress first ([`Pruner::newest_block`]): a compaction event that breaks the
-    /// upstream's prompt cache clears room for many turns without a summary, and keeps
-    /// the bytes before what it prunes. `None`: pruning stops at the target, oldest
-    /// first.
+    /// progress first ([`Pruner::newest_block`]), and prunes every message after the
+    /// first it changes: a compaction event that breaks the upstream's prompt cache clears
+    /// room for many turns without a summary, and keeps the bytes before what it prunes.
+    /// `None`: pruning stops at the target, oldest first.
     pub prune_to: Option<usize>,
     /// With `prune_to`: when pruning what came after the newest output an earlier
     /// compaction pruned brings the request down to this many tokens, pruning stops there
@@ -639,8 +639,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
             let settled = opts.prune_settle.and_then(|level| {
                 let settle = total.saturating_sub(level);
                 let range = 0..pruned_end;
-                let settled =
-                    pruner.since_pruned(&plan.messages, range, settle, deeper, verbatim)?;
+                let settled = pruner.since_pruned(&plan.messages, range, settle, verbatim)?;
                 (settled.first() > block.first()).then_some((settled, level))
             });
             match settled {

@@ -139,12 +139,15 @@ impl<'a> Pruner<'a> {
         prunes
     }
 
-    /// Prunes the newest messages of `range` until `over` tokens are saved: the shortest
-    /// block of messages ending at the range's end whose pruning saves that much (or the
-    /// whole range), pruned oldest first within it. Every message before the block keeps
-    /// its bytes, and with them the prefix the upstream's prompt cache holds from the last
-    /// request; an event after this one finds this block already pruned and prunes the
-    /// messages after it, extending what this one wrote instead of rewriting it.
+    /// Prunes the newest messages of `range`: the shortest block of messages ending at the
+    /// range's end whose pruning saves `over` tokens (or the whole range), every message in
+    /// it. Every message before the block keeps its bytes, and with them the prefix the
+    /// upstream's prompt cache holds from the last request; an event after this one finds
+    /// this block already pruned and prunes the messages after it, extending what this one
+    /// wrote instead of rewriting it. Within the block nothing is left whole or cut to
+    /// what was still needed: from its first message on the request is a new prefix to
+    /// the cache, pruned or not, and an output left whole there would be pruned by the next
+    /// event, which would then start its rewrite at it.
     pub fn newest_block(
         &self,
         messages: &[Message],
@@ -160,26 +163,36 @@ impl<'a> Pruner<'a> {
                 saved += messages[start].tokens.saturating_sub(m.tokens);
             }
         }
-        self.oldest_first(messages, start..range.end, over, verbatim)
+        self.all(messages, start..range.end, verbatim)
     }
 
-    /// Prunes the messages of `range` after the newest output an earlier compaction
-    /// pruned, oldest first until `over` tokens are saved, when that saves at least
-    /// `settle`: the prefix up to that output, which the upstream's prompt cache has held
-    /// since that compaction, keeps its bytes. `None` when no output of the range was
-    /// pruned before, or what came after it saves less than `settle`.
+    /// Prunes every message of `range` after the newest output an earlier compaction
+    /// pruned, when that saves at least `settle`: the prefix up to that output, which the
+    /// upstream's prompt cache has held since that compaction, keeps its bytes, and every
+    /// message after it, new to the cache either way, is pruned (as in
+    /// [`Pruner::newest_block`]). `None` when no output of the range was pruned before, or
+    /// what came after it saves less than `settle`.
     pub fn since_pruned(
         &self,
         messages: &[Message],
         range: std::ops::Range<usize>,
         settle: usize,
-        over: usize,
         verbatim: impl Fn(usize) -> bool,
     ) -> Option<Prunes> {
         let start = range.start;
         let newest = messages[range.clone()].iter().rposition(was_pruned)? + start;
-        let prunes = self.oldest_first(messages, newest + 1..range.end, over, verbatim);
+        let prunes = self.all(messages, newest + 1..range.end, verbatim);
         (prunes.saved >= settle && prunes.first().is_some()).then_some(prunes)
+    }
+
+    /// Prunes every message of `range` that pruning shortens, each to its pruned form.
+    fn all(
+        &self,
+        messages: &[Message],
+        range: std::ops::Range<usize>,
+        verbatim: impl Fn(usize) -> bool,
+    ) -> Prunes {
+        self.oldest_first(messages, range, usize::MAX, verbatim)
     }
 
     /// A form of `msg` about `need` tokens smaller: an output cut to its ends, or call
@@ -501,12 +514,13 @@ mod tests {
         let prunes = pruner.newest_block(&msgs, 0..13, 2 * one, |j| j >= 13);
         assert!(prunes.saved >= 2 * one);
         prunes.apply(&mut some);
-        // The two newest outputs went (the newer cut only as far as still needed);
-        // everything before them is as it was.
+        // The two newest outputs went, both whole to their line although the newer was
+        // not all needed: after the first message changed, the cache reads nothing anyway.
+        // Everything before them is as it was.
         let texts = |ms: &[Message]| ms.iter().map(|m| m.text().into_owned()).collect::<Vec<_>>();
         assert_eq!(texts(&some[..10]), texts(&msgs[..10]));
-        assert!(some[12].tokens < msgs[12].tokens);
         assert!(some[10].text().starts_with("[output of bash"));
+        assert!(some[12].text().starts_with("[output of bash"));
         // Asked for more than pruning can give, it prunes the whole range.
         let mut all = msgs.clone();
         pruner
@@ -539,9 +553,9 @@ mod tests {
         let pruner = Pruner::new(&msgs, &opts, &c);
         let one = msgs[12].tokens - 40;
         // The three outputs since the earlier event save about three outputs' worth:
-        // enough to settle for two, not for four.
+        // enough to settle for two, not for four; settling for two, it prunes all three.
         let prunes = pruner
-            .since_pruned(&msgs, 0..13, 2 * one, usize::MAX, |j| j >= 13)
+            .since_pruned(&msgs, 0..13, 2 * one, |j| j >= 13)
             .expect("settled");
         assert_eq!(prunes.first(), Some(8));
         let mut some = msgs.clone();
@@ -550,7 +564,7 @@ mod tests {
         assert_eq!(texts(&some[..8]), texts(&msgs[..8]));
         assert!((4..7).all(|i| some[2 * i].text().starts_with("[output of bash")));
         assert!(pruner
-            .since_pruned(&msgs, 0..13, 4 * one, usize::MAX, |j| j >= 13)
+            .since_pruned(&msgs, 0..13, 4 * one, |j| j >= 13)
             .is_none());
         // Nothing pruned before: nothing to settle after.
         let fresh = parse(&json!([
@@ -559,9 +573,7 @@ mod tests {
             {"role": "tool", "tool_call_id": "a", "content": outputs(0)},
         ]));
         let pruner = Pruner::new(&fresh, &opts, &c);
-        assert!(pruner
-            .since_pruned(&fresh, 0..3, 1, usize::MAX, |_| false)
-            .is_none());
+        assert!(pruner.since_pruned(&fresh, 0..3, 1, |_| false).is_none());
     }
 
     #[test]
