@@ -2,8 +2,12 @@
 //! completions, the Responses API and Anthropic's Messages API, or plain pass-through. Also the one place a request is counted, its
 //! client key checked and its outcome logged.
 
+use std::future::{ready, Future};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use futures_util::future::{Either, FutureExt};
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body::Body;
@@ -15,7 +19,7 @@ use crate::cause::Chain;
 use crate::checkpoint::cache::Health;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
-use crate::limits::ClientBody;
+use crate::limits::{ClientBody, Reservation};
 use crate::server::http1::request_body::RequestBody;
 use crate::summarize::ClientFocus;
 use crate::{codex_ws, compaction_path, passthrough, upgrade, upstream};
@@ -121,28 +125,23 @@ fn health(app: &App) -> String {
     text
 }
 
-async fn dispatch(
+/// The proxy's own endpoints are answered at once; every other request is forwarded.
+/// Not an `async fn`, and neither is [`forward`]: each would keep the request in its own
+/// state beside the future it awaits, and move that future once more per request (see
+/// docs/performance.md).
+fn dispatch(
     app: &Arc<App>,
     route: Route,
     request: Request<RequestBody>,
     id: u64,
     slot: Arc<OwnedSemaphorePermit>,
-) -> Response<ProxyBody> {
-    match route {
-        Route::Health => text(StatusCode::OK, "text/plain; charset=utf-8", health(app)),
-        Route::Metrics => {
-            let mut metrics = app
-                .metrics
-                .render(app.checkpoints.as_ref(), app.upstream.stale_retries());
-            if let Some(telemetry) = &app.telemetry {
-                telemetry.render(&mut metrics);
-            }
-            text(
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                metrics,
-            )
+) -> impl Future<Output = Response<ProxyBody>> + Send + '_ {
+    let forwarding = match route {
+        Route::Health => {
+            let health = text(StatusCode::OK, "text/plain; charset=utf-8", health(app));
+            return Either::Left(ready(health));
         }
+        Route::Metrics => return Either::Left(ready(metrics(app))),
         Route::Compact(_)
         | Route::RemoteCompaction
         | Route::Passthrough
@@ -150,13 +149,32 @@ async fn dispatch(
         | Route::Connect => {
             app.metrics.request();
             forward(app, route, request, id, slot)
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::warn!(id, error = %Chain(&e), "proxy error");
-                    e.into_response()
-                })
         }
+    };
+    let answer = match forwarding {
+        Ok(forwarding) => Either::Left(forwarding),
+        Err(e) => Either::Right(ready(Err(e))),
+    };
+    Either::Right(answer.map(move |answer| {
+        answer.unwrap_or_else(|e| {
+            tracing::warn!(id, error = %Chain(&e), "proxy error");
+            e.into_response()
+        })
+    }))
+}
+
+fn metrics(app: &App) -> Response<ProxyBody> {
+    let mut metrics = app
+        .metrics
+        .render(app.checkpoints.as_ref(), app.upstream.stale_retries());
+    if let Some(telemetry) = &app.telemetry {
+        telemetry.render(&mut metrics);
     }
+    text(
+        StatusCode::OK,
+        "text/plain; version=0.0.4; charset=utf-8",
+        metrics,
+    )
 }
 
 /// The request header a client turns compaction off with, for one request.
@@ -186,52 +204,70 @@ fn take_focus<B>(request: &mut Request<B>) {
     }
 }
 
+/// A rare path's answer, boxed where it is taken: inline, its state would be moved with
+/// every request's future.
+type Boxed<'a> = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, ProxyError>> + Send + 'a>>;
+
 /// A client's request on its way upstream: its key checked, its body bounded (see
-/// [`ClientBody`]), then the compaction path or pass-through.
-async fn forward(
+/// [`ClientBody`]), then the compaction path or pass-through, still to be awaited.
+fn forward(
     app: &Arc<App>,
     route: Route,
     request: Request<RequestBody>,
     id: u64,
     slot: Arc<OwnedSemaphorePermit>,
-) -> Result<Response<ProxyBody>, ProxyError> {
+) -> Result<impl Future<Output = Result<Response<ProxyBody>, ProxyError>> + Send + '_, ProxyError> {
     app.auth.check(request.headers())?;
     let timeout = app.config.body_read_timeout();
-    match route {
-        Route::Compact(_) | Route::RemoteCompaction => {
-            // Held until the answer is ready, as the body stays in memory that long. A
-            // declared length is reserved before any of the body is read; one over
-            // `max_body_bytes` is refused unread by the chat path instead.
-            let reservation = Arc::new(app.buffers.reservation());
-            // The server has read `Content-Length` into the body's size already.
-            let declared = request.body().size_hint().exact();
-            if let Some(len) = declared.filter(|&len| len <= app.config.limits.max_body_bytes) {
-                reservation.grow_to(len)?;
-            }
-            let held = Some(Arc::clone(&reservation));
-            let request = request.map(|body| ClientBody::new(body, timeout, held));
-            match route {
-                Route::Compact(dialect) => compaction_path::handle(app, request, dialect, id).await,
-                // Boxed, as the rarer path: inline, its state would be moved with every
-                // chat request's future (see docs/performance.md).
-                _ => {
-                    Box::pin(compaction_path::codex_compaction::handle_endpoint(
-                        app, request, id,
-                    ))
-                    .await
-                }
-            }
+    let forwarding = match route {
+        Route::Compact(dialect) => {
+            let (request, reservation) = reserved(app, request, timeout)?;
+            let answer = compaction_path::handle(app, request, dialect, id);
+            Either::Left(Either::Left(answer.map(move |answer| {
+                drop(reservation);
+                answer
+            })))
         }
-        Route::Connect => Err(ProxyError::Connect),
+        Route::RemoteCompaction => {
+            let (request, reservation) = reserved(app, request, timeout)?;
+            let answer = compaction_path::codex_compaction::handle_endpoint(app, request, id);
+            let answer = answer.map(move |answer| {
+                drop(reservation);
+                answer
+            });
+            Either::Right(Box::pin(answer) as Boxed)
+        }
+        Route::Connect => return Err(ProxyError::Connect),
         Route::Upgrade => {
             let request = request.map(|body| ClientBody::new(body, timeout, None));
-            Box::pin(upgrade::forward(app, request, slot)).await
+            Either::Right(Box::pin(upgrade::forward(app, request, slot)) as Boxed)
         }
         Route::Health | Route::Metrics | Route::Passthrough => {
             let request = request.map(|body| ClientBody::new(body, timeout, None));
-            passthrough::forward(app, request).await
+            Either::Left(Either::Right(passthrough::forward(app, request)))
         }
+    };
+    Ok(forwarding)
+}
+
+/// The request with its body bounded, and the reservation of memory for it, which the
+/// caller holds until the answer is ready, as the body stays in memory that long. A
+/// declared length is reserved before any of the body is read; one over
+/// `max_body_bytes` is refused unread by the chat path instead.
+fn reserved(
+    app: &App,
+    request: Request<RequestBody>,
+    timeout: Duration,
+) -> Result<(Request<ClientBody<RequestBody>>, Arc<Reservation>), ProxyError> {
+    let reservation = Arc::new(app.buffers.reservation());
+    // The server has read `Content-Length` into the body's size already.
+    let declared = request.body().size_hint().exact();
+    if let Some(len) = declared.filter(|&len| len <= app.config.limits.max_body_bytes) {
+        reservation.grow_to(len)?;
     }
+    let held = Some(Arc::clone(&reservation));
+    let request = request.map(|body| ClientBody::new(body, timeout, held));
+    Ok((request, reservation))
 }
 
 fn text(status: StatusCode, content_type: &'static str, text: String) -> Response<ProxyBody> {

@@ -21,9 +21,11 @@
 //!
 //! `work.rs` holds the request as it is being rewritten; [`Done`] what has been done to it.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::future::Either;
 use http::header::{self, HeaderMap};
 use http::request::Parts;
 use http::{Request, Response};
@@ -31,7 +33,7 @@ use http_body_util::{BodyExt, Limited};
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
-use crate::checkpoint::{Checkpoints, Key, Partition, Seal};
+use crate::checkpoint::{Checkpoint, Checkpoints, Key, Partition, Seal};
 use crate::compaction_report::{Outcome, Trigger, XCompaction};
 use crate::compactor::{Caller, NewCheckpoint, Resumed};
 use crate::dialect::{self, Dialect, Head};
@@ -104,20 +106,28 @@ pub async fn handle_body(
 }
 
 /// Runs one client request of `api` inside its span when traces are on. A body that names
-/// no model still gets its span: the compaction it asks for is worth seeing.
-async fn with_span(
+/// no model still gets its span: the compaction it asks for is worth seeing. Not an
+/// `async fn`: one would hold `future`, and the future awaiting it, side by side in its
+/// own state, which tripled the size of every request's future (see docs/performance.md).
+fn with_span<F>(
     app: &App,
     api: &str,
     model: Option<String>,
     headers: &http::HeaderMap,
-    future: impl std::future::Future<Output = Result<Response<ProxyBody>, ProxyError>>,
-) -> Result<Response<ProxyBody>, ProxyError> {
+    future: F,
+) -> impl Future<Output = Result<Response<ProxyBody>, ProxyError>>
+where
+    F: Future<Output = Result<Response<ProxyBody>, ProxyError>>,
+{
     match &app.telemetry {
         Some(tracer) => {
             let span = tracer.request(api, model.as_deref().unwrap_or(""), headers);
-            traced(span.clone(), telemetry::scope(span, future).await)
+            // Boxed, as traces are the rarer setting: inline, the traced future would be
+            // moved with every request's.
+            let in_span = async move { traced(span.clone(), telemetry::scope(span, future).await) };
+            Either::Left(Box::pin(in_span))
         }
-        None => future.await,
+        None => Either::Right(future),
     }
 }
 
@@ -271,6 +281,20 @@ impl Ctx<'_> {
         cache.seal(&self.parts.headers)
     }
 
+    /// Stores `checkpoint` sealed for this request's credential. The seal is made here,
+    /// inside the boxed future that awaits this: a key schedule is hundreds of bytes,
+    /// which every request's future would otherwise carry (see docs/performance.md).
+    async fn put(
+        &self,
+        cache: &Checkpoints,
+        key: Key,
+        checkpoint: Arc<Checkpoint>,
+        replaces: Option<Key>,
+    ) {
+        let seal = self.seal(cache);
+        cache.put(&seal, key, checkpoint, replaces).await;
+    }
+
     /// The request as the summariser's caller, in `partition`.
     fn caller(&self, partition: Partition) -> Caller<'_> {
         Caller::new(
@@ -377,15 +401,16 @@ impl Attempt<'_> {
                 (Engine::Rewrote { pending, .. }, _, _) => {
                     if let Some(pending) = pending.take().map(|p| *p) {
                         let checkpoint = Arc::new(pending.checkpoint);
-                        let seal = self.ctx.seal(cache);
                         // Boxed, as the rare path (see `run`).
-                        Box::pin(cache.put(&seal, pending.key, checkpoint, pending.replaces)).await;
+                        let put = self
+                            .ctx
+                            .put(cache, pending.key, checkpoint, pending.replaces);
+                        Box::pin(put).await;
                     }
                 }
                 (_, Some(promote), Some(hit)) => {
                     let checkpoint = Arc::clone(&hit.checkpoint);
-                    let seal = self.ctx.seal(cache);
-                    Box::pin(cache.put(&seal, hit.key, checkpoint, promote.replaces)).await;
+                    Box::pin(self.ctx.put(cache, hit.key, checkpoint, promote.replaces)).await;
                 }
                 _ => {}
             }

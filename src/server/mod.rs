@@ -197,3 +197,23 @@ async fn shutdown_signal() {
         () = term => {},
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// Every request's handling is built, moved into its box and moved again by each
+    /// future that awaits it, so the rare paths (compaction, upgrades, Codex's endpoints,
+    /// traces) are boxed where they are taken. One awaited inline grows it by its whole
+    /// state: the traced path's wrapper alone made it 10.7 KB (4.9 KB without).
+    #[test]
+    fn a_request_s_handling_stays_small() {
+        let app = Arc::new(App::new(Config::default()).unwrap());
+        let slot = Arc::new(Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap());
+        let request = http::Request::new(http1::request_body::RequestBody::empty());
+        let handling = handler(&app, slot)(request);
+        let size = std::mem::size_of_val(&*handling);
+        assert!(size <= 6 * 1024, "a request's handling is {size} bytes");
+    }
+}

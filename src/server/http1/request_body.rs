@@ -31,7 +31,7 @@ pub struct RequestBody {
 }
 
 impl RequestBody {
-    pub(super) fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         RequestBody { shared: None }
     }
 
