@@ -1,6 +1,8 @@
 //! HTTP/1.1 to the upstream as bytes: the request head written out, the response head
 //! parsed, and the response body delimited (RFC 9112). No I/O here: the connection in
-//! `pool` feeds these functions what it reads and writes what they make.
+//! `pool` feeds these functions what it reads and writes what they make. The rules that
+//! belong to the message rather than to a side (what frames a body, whether the connection
+//! is kept, chunk lines, the body's decoder) serve the server side (`server::http1`) too.
 //!
 //! Answers are framed as hyper's client frames them (`tests/wire.rs` holds
 //! the two side by side), except that a transfer coding other than `chunked` is refused
@@ -237,20 +239,7 @@ fn framing(
         }
         return only_chunked(headers).map(|()| Framing::Chunked);
     }
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for part in value.as_bytes().split(|&b| b == b',') {
-            let n = std::str::from_utf8(part.trim_ascii())
-                .ok()
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or(WireError::ContentLength)?;
-            if length.is_some_and(|l| l != n) {
-                return Err(WireError::ContentLength);
-            }
-            length = Some(n);
-        }
-    }
+    let length = declared_length(headers).map_err(|BadLength| WireError::ContentLength)?;
     Ok(match length {
         Some(0) => Framing::Empty,
         Some(n) => Framing::Length(n),
@@ -263,6 +252,43 @@ fn framing(
 /// the client coded bytes as the body, so such an answer is refused, as nginx and Envoy
 /// refuse it.
 fn only_chunked(headers: &HeaderMap) -> Result<(), WireError> {
+    if chunked_alone(headers) {
+        return Ok(());
+    }
+    let all = headers.get_all(header::TRANSFER_ENCODING).iter();
+    let listed: Vec<_> = all.map(|v| String::from_utf8_lossy(v.as_bytes())).collect();
+    Err(WireError::TransferCoding(listed.join(", ")))
+}
+
+// The rules below are the message's, not one side's: the server side
+// (`server::http1::head`) reads a request's head by them too.
+
+/// A `Content-Length` that is not a number, or lists two different ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadLength;
+
+/// The length `Content-Length` declares, if any. RFC 9110 section 8.6: a list of equal
+/// values (`5, 5`) is one length; anything else that is not a decimal number is an error.
+pub fn declared_length(headers: &HeaderMap) -> Result<Option<u64>, BadLength> {
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for part in value.as_bytes().split(|&b| b == b',') {
+            let n = std::str::from_utf8(part.trim_ascii())
+                .ok()
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or(BadLength)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(BadLength);
+            }
+            length = Some(n);
+        }
+    }
+    Ok(length)
+}
+
+/// Whether `Transfer-Encoding` names `chunked` and nothing else.
+pub fn chunked_alone(headers: &HeaderMap) -> bool {
     let mut codings = headers
         .get_all(header::TRANSFER_ENCODING)
         .iter()
@@ -270,24 +296,26 @@ fn only_chunked(headers: &HeaderMap) -> Result<(), WireError> {
         .map(<[u8]>::trim_ascii)
         .filter(|coding| !coding.is_empty());
     match (codings.next(), codings.next()) {
-        (Some(coding), None) if coding.eq_ignore_ascii_case(b"chunked") => Ok(()),
-        _ => {
-            let all = headers.get_all(header::TRANSFER_ENCODING).iter();
-            let listed: Vec<_> = all.map(|v| String::from_utf8_lossy(v.as_bytes())).collect();
-            Err(WireError::TransferCoding(listed.join(", ")))
-        }
+        (Some(coding), None) => coding.eq_ignore_ascii_case(b"chunked"),
+        _ => false,
     }
 }
 
-fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
-    let mut close = false;
-    let mut keep_alive = false;
-    for value in headers.get_all(header::CONNECTION) {
-        for token in value.as_bytes().split(|&b| b == b',') {
-            let token = token.trim_ascii();
-            close |= token.eq_ignore_ascii_case(b"close");
-            keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
-        }
+/// The options listed in `Connection`.
+pub fn connection_options(headers: &HeaderMap) -> impl Iterator<Item = &[u8]> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+}
+
+/// HTTP/1.1 keeps the connection unless `close` is said; HTTP/1.0 only with `keep-alive`.
+pub fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+    let (mut close, mut keep_alive) = (false, false);
+    for token in connection_options(headers) {
+        close |= token.eq_ignore_ascii_case(b"close");
+        keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
     }
     match version {
         Version::HTTP_10 => keep_alive && !close,
@@ -483,9 +511,19 @@ fn take_line(buf: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
 
 /// The chunk-size line that precedes `len` bytes of data.
 pub fn chunk_header(out: &mut Vec<u8>, len: usize) {
-    use std::io::Write;
-    // Writing to a `Vec` cannot fail.
-    let _ = write!(out, "{len:x}\r\n");
+    out.extend_from_slice(chunk_size_line(&mut [0; 18], len));
+}
+
+/// `len` in lowercase hex and CRLF, in `buf`: the chunk-size line, without allocating.
+pub fn chunk_size_line(buf: &mut [u8; 18], len: usize) -> &[u8] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
+    for (i, slot) in buf[..digits].iter_mut().enumerate() {
+        let shift = 4 * (digits - 1 - i);
+        *slot = HEX[(len >> shift) & 0xf];
+    }
+    buf[digits..digits + 2].copy_from_slice(b"\r\n");
+    &buf[..digits + 2]
 }
 
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
@@ -493,6 +531,21 @@ pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunk_sizes_are_lowercase_hex() {
+        let mut buf = [0; 18];
+        for (len, line) in [
+            (1, "1\r\n"),
+            (15, "f\r\n"),
+            (16, "10\r\n"),
+            (255, "ff\r\n"),
+            (0x1234abc, "1234abc\r\n"),
+        ] {
+            assert_eq!(chunk_size_line(&mut buf, len), line.as_bytes());
+        }
+        assert_eq!(chunk_size_line(&mut buf, usize::MAX).len(), 18);
+    }
 
     fn head(raw: &str, method: &Method) -> Result<Option<ResponseHead>, WireError> {
         parse_head(&mut BytesMut::from(raw.as_bytes()), method)

@@ -281,7 +281,7 @@ impl Outgoing {
         match &mut self.framing {
             Framing::Chunked => {
                 let mut line = [0; 18];
-                let size = chunk_size_line(&mut line, data.len());
+                let size = wire::chunk_size_line(&mut line, data.len());
                 let end: &[u8] = if last { LAST_CHUNK } else { b"\r\n" };
                 shared.write_all(&[&head[..], size, &data[..], end]).await
             }
@@ -312,18 +312,6 @@ impl Outgoing {
     }
 }
 
-/// `len` in hex and CRLF, in `buf`.
-fn chunk_size_line(buf: &mut [u8; 18], len: usize) -> &[u8] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
-    for (i, slot) in buf[..digits].iter_mut().enumerate() {
-        let shift = 4 * (digits - 1 - i);
-        *slot = HEX[(len >> shift) & 0xf];
-    }
-    buf[digits..digits + 2].copy_from_slice(b"\r\n");
-    &buf[..digits + 2]
-}
-
 /// Answers a head that could not be taken, then the connection closes.
 async fn refuse(shared: &Shared, status: StatusCode) {
     let mut out = Vec::with_capacity(128);
@@ -337,25 +325,5 @@ fn hand_over(shared: Arc<Shared>, upgrade: Pending) {
     if let Ok(shared) = Arc::try_unwrap(shared) {
         let (stream, read) = shared.into_parts();
         upgrade.fulfil(Upgraded::new(stream, read.freeze()));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunk_sizes_are_lowercase_hex() {
-        let mut buf = [0; 18];
-        for (len, line) in [
-            (1, "1\r\n"),
-            (15, "f\r\n"),
-            (16, "10\r\n"),
-            (255, "ff\r\n"),
-            (0x1234abc, "1234abc\r\n"),
-        ] {
-            assert_eq!(chunk_size_line(&mut buf, len), line.as_bytes());
-        }
-        assert_eq!(chunk_size_line(&mut buf, usize::MAX).len(), 18);
     }
 }

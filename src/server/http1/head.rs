@@ -13,6 +13,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
 
+use crate::upstream::http1 as wire;
+
 /// Request heads longer than this are refused with 431. Far above what API clients send
 /// (nginx's default allows 32 KiB of header lines), and a bound on what a client can make
 /// a connection hold before it is answered.
@@ -119,7 +121,7 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<Head>, HeadError> {
     *request.uri_mut() = uri;
     *request.version_mut() = version;
     let body = body_framing(version, &headers)?;
-    let keep_alive = keeps_alive(version, &headers);
+    let keep_alive = wire::keeps_alive(version, &headers);
     let expect_continue = version == Version::HTTP_11
         && headers
             .get(header::EXPECT)
@@ -154,17 +156,7 @@ fn header_map(
 /// decode to frame.
 fn body_framing(version: Version, headers: &HeaderMap) -> Result<Option<BodyFraming>, HeadError> {
     if headers.contains_key(header::TRANSFER_ENCODING) {
-        let mut codings = headers
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .flat_map(|value| value.as_bytes().split(|&b| b == b','))
-            .map(<[u8]>::trim_ascii)
-            .filter(|coding| !coding.is_empty());
-        let chunked = match (codings.next(), codings.next()) {
-            (Some(coding), None) => coding.eq_ignore_ascii_case(b"chunked"),
-            _ => false,
-        };
-        if !chunked {
+        if !wire::chunked_alone(headers) {
             return Err(HeadError::TransferCoding);
         }
         // HTTP/1.0 has no transfer codings.
@@ -173,43 +165,9 @@ fn body_framing(version: Version, headers: &HeaderMap) -> Result<Option<BodyFram
         }
         return Ok(Some(BodyFraming::Chunked));
     }
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for part in value.as_bytes().split(|&b| b == b',') {
-            let part = part.trim_ascii();
-            let n = std::str::from_utf8(part)
-                .ok()
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or(HeadError::ContentLength)?;
-            if length.is_some_and(|l| l != n) {
-                return Err(HeadError::ContentLength);
-            }
-            length = Some(n);
-        }
-    }
+    let length =
+        wire::declared_length(headers).map_err(|wire::BadLength| HeadError::ContentLength)?;
     Ok(length.filter(|&n| n > 0).map(BodyFraming::Length))
-}
-
-/// HTTP/1.1 keeps the connection unless `close` is said; HTTP/1.0 only with `keep-alive`.
-fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
-    let (mut close, mut keep_alive) = (false, false);
-    for token in connection_options(headers) {
-        close |= token.eq_ignore_ascii_case(b"close");
-        keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
-    }
-    match version {
-        Version::HTTP_10 => keep_alive && !close,
-        _ => !close,
-    }
-}
-
-fn connection_options(headers: &HeaderMap) -> impl Iterator<Item = &[u8]> {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
-        .map(<[u8]>::trim_ascii)
 }
 
 /// Whether a request asks to switch protocols: HTTP/1.1 (the only version with
@@ -217,7 +175,7 @@ fn connection_options(headers: &HeaderMap) -> impl Iterator<Item = &[u8]> {
 pub fn asks_upgrade(version: Version, headers: &HeaderMap) -> bool {
     version == Version::HTTP_11
         && headers.contains_key(header::UPGRADE)
-        && connection_options(headers).any(|option| option.eq_ignore_ascii_case(b"upgrade"))
+        && wire::connection_options(headers).any(|option| option.eq_ignore_ascii_case(b"upgrade"))
 }
 
 #[cfg(test)]
