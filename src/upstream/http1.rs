@@ -114,13 +114,14 @@ pub struct ResponseHead {
     pub keep_alive: bool,
 }
 
+/// How a body follows its head, on either side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
-    /// No body at all (a response to HEAD, 204, 304).
+    /// No body at all (an answer to HEAD, a 1xx, 204 or 304).
     Empty,
     Length(u64),
     Chunked,
-    /// Everything until the upstream closes the connection.
+    /// Everything until the sender closes the connection.
     UntilClose,
 }
 

@@ -12,16 +12,7 @@ use http::header::{self, HeaderMap};
 use http::{response, Method, StatusCode, Version};
 use http_body::SizeHint;
 
-/// How the body follows the head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// Nothing follows.
-    Empty,
-    Length(u64),
-    Chunked,
-    /// The body ends where the connection does.
-    UntilClose,
-}
+pub use crate::upstream::http1::Framing;
 
 /// What the answer's head depends on in the request.
 #[derive(Debug, Clone, Copy)]
