@@ -304,9 +304,11 @@ impl Preparation {
         let (dialect, original) = (self.dialect, self.anew.as_ref().map(|a| a.original.clone()));
         let (base, alone, client) = tokio::task::spawn_blocking(move || {
             let alone = event_prunes_alone(&base, goal, spare);
-            // The client's own messages, counted, once a summary is known to be needed.
+            // The client's own messages, counted, once the compaction of the conversation
+            // as resumed is known to need a summary: what pruning alone does, it does
+            // from the form in place, without a summariser call.
             let client = original
-                .filter(|_| !alone)
+                .filter(|_| !alone && needs_summary(&base, goal))
                 .and_then(|original| dialect.view(&original))
                 .map(|(view, source)| {
                     let mut client = Base::new(view, source);
@@ -394,6 +396,17 @@ fn event_prunes_alone(base: &Base, goal: Goal, spare: Ours) -> bool {
     engine::plan_with_counts(&base.view, counts, &options).is_ok_and(|plan| !plan.needs_summary())
 }
 
+/// Whether the compactor, given `base` and `goal`, makes a summary: its plan needs one,
+/// and so does its plan with the goal's relaxed target, where pruning alone is taken
+/// instead when it reaches that ([`crate::compactor::Compactor::compact`]).
+fn needs_summary(base: &Base, goal: Goal) -> bool {
+    let counts = base.counts.as_deref();
+    let needs = |options: &engine::Options| {
+        engine::plan_with_counts(&base.view, counts, options).is_ok_and(|p| p.needs_summary())
+    };
+    needs(&goal.engine_options()) && goal.relaxed_options().is_none_or(|o| needs(&o))
+}
+
 /// A copy of the client's request head, for the summariser's calls made after the
 /// request itself is answered.
 fn copy(parts: &Parts) -> Parts {
@@ -474,6 +487,25 @@ mod tests {
         // Unless a larger turn than usual would leave the event short.
         let spare = Ours(((whole - small) / 2) as u64);
         assert!(!event_prunes_alone(&base(conversation(200)), goal, spare));
+    }
+
+    #[test]
+    fn a_summary_is_needed_only_where_the_compactor_would_make_one() {
+        let whole = count_request(&conversation(200));
+        let small = count_request(&conversation(0));
+        // Pruning the output before the turn in progress reaches the relaxed target, not
+        // the deeper one.
+        let relaxed = small + (whole - small) * 3 / 4;
+        let mut goal = goal(relaxed);
+        goal.target = Ours(small as u64 / 2);
+        let deeper = engine::plan(&conversation(200), &goal.engine_options()).unwrap();
+        assert!(deeper.needs_summary());
+        assert!(!needs_summary(&base(conversation(200)), goal));
+        // Below what pruning reaches, a summary is needed either way.
+        assert!(needs_summary(
+            &base(conversation(200)),
+            self::goal(small / 2)
+        ));
     }
 
     #[test]
