@@ -139,6 +139,8 @@ struct Taken {
     events: Vec<usize>,
     turns: Vec<(String, Duration)>,
     summaries: usize,
+    /// The bodies of the summariser's requests, in the order they came.
+    summarised: Vec<String>,
     /// The messages the upstream took on each turn.
     sent: Vec<Vec<Value>>,
 }
@@ -194,6 +196,7 @@ async fn drive(
         events: Vec::new(),
         turns: Vec::new(),
         summaries: 0,
+        summarised: Vec::new(),
         sent: Vec::new(),
     };
     let mut before: Option<String> = None;
@@ -220,7 +223,12 @@ async fn drive(
         history.push(json!({"role": "assistant", "content": reply(n)}));
         tokio::time::sleep(Duration::from_millis(THINK_MS)).await;
     }
-    taken.summaries = mock.summaries().len();
+    let summaries = mock.summaries();
+    taken.summaries = summaries.len();
+    taken.summarised = summaries
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
     taken
 }
 
@@ -405,6 +413,62 @@ async fn with_the_window_learned_the_refused_chat_turn_takes_the_digest_at_once(
         session.turns
     );
     no_chat_turn_waited(&session);
+}
+
+/// A fact in the middle of a long early turn: what the digest, cutting each message to
+/// its ends, leaves out.
+const PLANTED: &str = "The release codename is HERON-7731.";
+
+/// With the window learned, the LLM summary prepared after the refused turn is made from
+/// the client's own messages, not from the digest that stood in: the client still sends
+/// every message the digest replaced, and what the digest left out of them reaches the
+/// summariser (before: it was given the digest to update, and the planted fact was lost).
+#[tokio::test]
+async fn with_the_window_learned_the_summary_after_the_digest_reads_the_clients_messages() {
+    let turn = |n: usize| {
+        let paragraph = |m: usize| {
+            format!("Paragraph {n}: the reviewer's notes on section {n} of the draft. ").repeat(m)
+        };
+        let content = match n {
+            3 => format!(
+                "Review this, briefly.\n{}{PLANTED} {}",
+                paragraph(18),
+                paragraph(18)
+            ),
+            _ => format!("Review this, briefly.\n{}", paragraph(36)),
+        };
+        vec![json!({"role": "user", "content": content})]
+    };
+    let reply = |n| format!("Section {n} reads well; two sentences could go. ").repeat(12);
+    let config = "[summarizer]\ncontext_window = 128000\n";
+    let session = drive(REVIEWER, config, 36, turn, reply).await;
+    let learned = session
+        .turns
+        .iter()
+        .position(|(x, _)| x.contains("trigger=error"))
+        .expect("the window was never learned");
+    assert!(session.turns[learned].0.contains("summary=fallback"));
+    // The digest that stood in left the fact out: only the client's messages hold it.
+    let refused = serde_json::to_string(&session.sent[learned]).unwrap();
+    assert!(!refused.contains(PLANTED), "the digest kept the fact");
+    assert!(
+        !session.summarised.is_empty(),
+        "the summariser was never asked"
+    );
+    assert!(
+        session.summarised[0].contains(PLANTED),
+        "the summary after the digest was not given the client's messages: {}",
+        session.summarised[0]
+    );
+    // The digest is the checkpoint the summary updates: the answer is held to its facts.
+    assert!(session.summarised[0].contains("<previous-checkpoint>"));
+    assert!(
+        session.turns[learned + 1..]
+            .iter()
+            .any(|(x, _)| x.contains("summary=llm")),
+        "the prepared summary was never used: {:#?}",
+        session.turns
+    );
 }
 
 /// An event that prunes alone leaves no output whole or cut between the first message it

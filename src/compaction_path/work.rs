@@ -8,7 +8,6 @@ use serde_json::Value;
 use crate::checkpoint::{self, Partition};
 use crate::compactor::{messages_of, Base};
 use crate::dialect::{Dialect, Head};
-use crate::engine;
 use crate::units::Ours;
 
 pub(super) struct Work {
@@ -50,12 +49,7 @@ impl Work {
     pub fn base(&mut self, dialect: Dialect) -> Option<&mut Base> {
         if self.base.is_none() {
             let (view, source) = dialect.view(&self.original)?;
-            self.base = Some(Base {
-                view,
-                source,
-                counts: None,
-                tokens: None,
-            });
+            self.base = Some(Base::new(view, source));
         }
         self.base.as_mut()
     }
@@ -93,14 +87,7 @@ impl Work {
 
     /// Our token count of the base, counted on first use.
     pub fn tokens(&mut self, dialect: Dialect) -> Option<Ours> {
-        let base = self.base(dialect)?;
-        if base.tokens.is_none() {
-            let counts = engine::count_messages(&base.view);
-            let overhead = engine::Counter::for_request(&base.view).request_overhead(&base.view);
-            base.tokens = Some(Ours((counts.iter().sum::<usize>() + overhead) as u64));
-            base.counts = Some(counts);
-        }
-        base.tokens
+        self.base(dialect).map(Base::count)
     }
 
     /// The hash of every prefix of the base's messages in `partition`, computed once.

@@ -87,6 +87,31 @@ pub struct Base {
     pub tokens: Option<Ours>,
 }
 
+impl Base {
+    /// A request's view, not yet counted.
+    pub fn new(view: Value, source: Option<Value>) -> Base {
+        Base {
+            view,
+            source,
+            counts: None,
+            tokens: None,
+        }
+    }
+
+    /// Our token count of the whole, counting each message on first use.
+    pub fn count(&mut self) -> Ours {
+        if let Some(tokens) = self.tokens {
+            return tokens;
+        }
+        let counts = engine::count_messages(&self.view);
+        let overhead = engine::Counter::for_request(&self.view).request_overhead(&self.view);
+        let tokens = Ours((counts.iter().sum::<usize>() + overhead) as u64);
+        self.counts = Some(counts);
+        self.tokens = Some(tokens);
+        tokens
+    }
+}
+
 /// A stored checkpoint put in place of the client's prefix.
 #[derive(Clone)]
 pub struct Resumed {
@@ -109,6 +134,11 @@ pub struct Order<'a> {
     pub window: Option<Window>,
     /// Who may be asked for an LLM summary; `None`: the digest only.
     pub summariser: Option<&'a Caller<'a>>,
+    /// A digest that stood in for the conversation's summary, whose messages the base
+    /// holds again as the client sent them: the summariser is given it as the checkpoint
+    /// to update, so that its answer is held to every fact of it, as an update of an
+    /// earlier summary is, while reading the messages the digest cut.
+    pub carried: Option<&'a str>,
     /// The conversation's checkpoint keys, when the result should make a checkpoint.
     pub keys: Option<Keys<'a>>,
 }
@@ -194,7 +224,8 @@ impl Compactor<'_> {
         let mut summariser_failed = false;
         let summary = match order.summariser {
             Some(caller) if plan.needs_summary() => {
-                let middle = Middle::of_plan(&plan, &options);
+                let mut middle = Middle::of_plan(&plan, &options);
+                middle.previous = middle.previous.or(order.carried);
                 let summary = self.llm_summary(&middle, caller, order.window).await;
                 summariser_failed = summary.is_none() && self.summarizer.is_some();
                 summary
