@@ -1110,6 +1110,20 @@ impl Proxy {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// A `POST` of `body` to `path` with `headers` added, on a fresh connection.
+    pub async fn post(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        let mut request = client().post(self.url(path));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(body).send().await.unwrap()
+    }
+
     pub fn logs(&self) -> String {
         self.stderr.lock().unwrap().join("\n")
     }
@@ -1341,10 +1355,34 @@ pub fn x_compaction(response: &reqwest::Response) -> String {
 /// Sends raw bytes on a new connection and returns everything read until the server
 /// closes it or `wait` passes.
 pub async fn raw(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = send_raw(addr, request).await;
+    read_to_close(&mut stream, wait)
+        .await
+        .unwrap_or_else(|so_far| so_far)
+}
+
+/// A new connection to `addr` with `bytes` written on it: a request, or the start of one
+/// whose rest the test sends (or withholds) itself.
+pub async fn send_raw(addr: SocketAddr, bytes: &[u8]) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(request).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    stream
+}
+
+/// Reads until the server closes the connection: all it sent, or `Err` with what it had
+/// sent when the connection is still open after `wait`. A reset ends it as a close does:
+/// a server that closes with bytes of the request unread may reset rather than close.
+pub async fn read_to_close(
+    stream: &mut tokio::net::TcpStream,
+    wait: Duration,
+) -> Result<String, String> {
+    use tokio::io::AsyncReadExt;
     let mut out = Vec::new();
-    let _ = tokio::time::timeout(wait, stream.read_to_end(&mut out)).await;
-    String::from_utf8_lossy(&out).into_owned()
+    let read = tokio::time::timeout(wait, stream.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    match read {
+        Ok(_) => Ok(text),
+        Err(_) => Err(text),
+    }
 }
