@@ -1078,11 +1078,19 @@ impl Proxy {
             .env_remove("RUST_LOG")
             // Each proxy keeps its embedded cache in its own folder.
             .env("XDG_STATE_HOME", &dir)
-            .envs(env)
+            .envs(env);
+        Self::spawn(&mut command)
+    }
+
+    /// Runs `command` (the proxy's `serve`, however it is started) with its stderr kept,
+    /// and waits for the address it listens on.
+    pub fn spawn(command: &mut Command) -> Self {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("start compaction-proxy");
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start compaction-proxy");
         let stderr = child.stderr.take().unwrap();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let lines = Arc::new(Mutex::new(Vec::new()));
@@ -1242,6 +1250,18 @@ pub fn compacted_part(body: &[u8]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(body).unwrap();
     let end = text.find(END_MARKER)? + END_MARKER.len();
     Some(body[..end].to_vec())
+}
+
+/// Asserts that the request sent after `sent[turn]` repeats its compacted part byte for
+/// byte, as a conversation resumed from a checkpoint must.
+pub fn assert_compacted_part_kept(sent: &[Recorded], turn: usize) {
+    let before = compacted_part(&sent[turn].body).expect("a compacted turn");
+    let after = compacted_part(&sent[turn + 1].body).expect("a compacted turn");
+    assert!(
+        before == after,
+        "turn {}: the compacted part changed",
+        turn + 1
+    );
 }
 
 /// One round of an agent session after the user's ask `n`: a tool call, its output and the
