@@ -142,13 +142,8 @@ async fn oversized_chat_body_is_413_json_with_or_without_length() {
 
     let chunks =
         futures_util::stream::iter((0..8).map(|_| Ok::<_, std::io::Error>("y".repeat(512))));
-    let response = proxy
-        .post(
-            "/v1/chat/completions",
-            &[],
-            reqwest::Body::wrap_stream(chunks),
-        )
-        .await;
+    let body = reqwest::Body::wrap_stream(chunks);
+    let response = proxy.post("/v1/chat/completions", &[], body).await;
     assert_eq!(response.status(), 413);
     json_error(response).await;
 

@@ -88,13 +88,8 @@ async fn chat_bodies_held_in_memory_share_one_bound_and_get_503_past_it() {
     assert_eq!(error["error"]["code"], "overloaded");
     // Without a declared length, the bytes count as they arrive.
     let chunks = futures_util::stream::iter((0..5).map(move |_| Ok::<_, std::io::Error>(chat)));
-    let streamed = proxy
-        .post(
-            "/v1/chat/completions",
-            &[],
-            reqwest::Body::wrap_stream(chunks),
-        )
-        .await;
+    let body = reqwest::Body::wrap_stream(chunks);
+    let streamed = proxy.post("/v1/chat/completions", &[], body).await;
     assert_eq!(streamed.status(), 503);
     // What fits still goes, and the slow body's share is given back when it ends.
     let small = proxy.post("/v1/chat/completions", &[], chat).await;
