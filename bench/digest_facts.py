@@ -43,9 +43,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "fixtures", "transcripts"))
-# The facts a user states, the ids that make facts unique and the reading of a message's text
-# are plant.py's, so generated transcripts say them as planted real ones do.
-from plant import constraint as fact_constraint, number as fact_number, text_of, uid  # noqa: E402
+# The facts a user states, and the ids that make facts unique, are plant.py's: generated
+# transcripts say them as planted real ones do.
+from plant import constraint as fact_constraint, number as fact_number, uid  # noqa: E402
 
 MARKER = "[compaction-proxy: summary of earlier turns]"
 END_MARKER = "[end of summary; the conversation continues below]"
@@ -382,6 +382,15 @@ BUILDERS = {"plain": build_plain, "swe": build_swe, "tools": build_tools}
 
 
 # --- measuring ---------------------------------------------------------------------------
+
+def text_of(m):
+    c = m.get("content")
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):
+        return "\n".join(p.get("text", "") for p in c if isinstance(p, dict))
+    return ""
+
 
 def outside_summary(text):
     start = text.find(MARKER)

@@ -151,7 +151,10 @@ HERMES_MARKER = "[CONTEXT COMPACTION"
 def outside_summary(text):
     """The text of an output message less any summary in it (ours between its markers,
     Hermes' from its marker to the end of the message)."""
-    text = digest_facts.outside_summary(text)
+    start = text.find(MARKER)
+    if start >= 0:
+        end = text.find(END_MARKER, start)
+        text = text[:start] + ("" if end < 0 else text[end + len(END_MARKER):])
     start = text.find(HERMES_MARKER)
     return text if start < 0 else text[:start]
 
