@@ -36,9 +36,16 @@ Python 3 standard library only.
 """
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "fixtures", "transcripts"))
+# The facts a user states, and the ids that make facts unique, are plant.py's: generated
+# transcripts say them as planted real ones do.
+from plant import constraint as fact_constraint, number as fact_number, uid  # noqa: E402
 
 MARKER = "[compaction-proxy: summary of earlier turns]"
 END_MARKER = "[end of summary; the conversation continues below]"
@@ -56,33 +63,6 @@ FUNCS = ["parse_rows", "load_config", "apply_discount", "round_money", "flush_ba
 
 
 # --- the facts ---------------------------------------------------------------------------
-
-def uid(rng):
-    return "".join(rng.choice("abcdefghjkmnpqrstuvwxyz") for _ in range(2)) + str(rng.randint(10, 99))
-
-
-def fact_constraint(rng):
-    u = uid(rng)
-    return rng.choice([
-        f"Never modify config/prod_{u}.yaml; the ops team deploys it by hand.",
-        f"Do not touch the migrations in db/migrations_{u}/, they are already applied in production.",
-        f"Always run `make lint-{u}` before you tell me something is done.",
-        f"Don't add new dependencies to requirements-{u}.txt; we are frozen until the next release.",
-        f"Never push to the release/{u} branch, only open pull requests against it.",
-        f"Keep the public function signatures in api_{u}.py unchanged, other teams import them.",
-    ])
-
-
-def fact_number(rng):
-    n = rng.randint(100000, 999999)
-    text = rng.choice([
-        f"For context: the nightly import handles {n} rows, so anything quadratic will time out.",
-        f"The staging database currently holds {n} orders; use that when you estimate the run time.",
-        f"Our monthly API quota is {n} calls and we are close to it.",
-        f"The flaky case shows up after about {n} iterations of the stress loop.",
-    ])
-    return str(n), text
-
 
 def fact_decision(rng):
     a, b = rng.sample(MODS, 2)

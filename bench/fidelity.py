@@ -159,6 +159,15 @@ def outside_summary(text):
     return text if start < 0 else text[:start]
 
 
+def held_facts(facts):
+    """(kind, index of the message that held it, text) of each fact a transcript carries,
+    in KINDS order."""
+    for k in KINDS:
+        i, fact = facts.get(k, (None, None))
+        if i is not None:
+            yield k, i, fact
+
+
 def unique_probe(msgs, i, fact):
     """Up to 60 characters of message i, clear of the fact, found in no other message,
     as near its start as can be (a shortened message keeps its start); the fact itself
@@ -290,12 +299,7 @@ def score(src, facts, out, tally, details, label):
     written = "\n".join(text_of(m) for m in out if text_of(m) not in src_texts)
     digest = "\n".join(summary_part(text_of(m)) for m in out)
     rec = {"run": label, "dropped": {}, "cut": {}}
-    for k in KINDS:
-        if k not in facts:
-            continue
-        i, fact = facts[k]
-        if i is None:
-            continue
+    for k, i, fact in held_facts(facts):
         probe = unique_probe(src, i, fact)
         present = fact in text
         if holder_kept(src, i, out, probe):
@@ -382,12 +386,7 @@ def run_corpus(name, corpus, args, details):
                         "dropped": {}}
                 if Recorder.requests:
                     # What was dropped in this run; were its facts in what the summariser saw?
-                    for k in KINDS:
-                        if k not in facts:
-                            continue
-                        i, fact = facts[k]
-                        if i is None:
-                            continue
+                    for k, i, fact in held_facts(facts):
                         if not holder_kept(body["messages"], i, sout, unique_probe(body["messages"], i, fact)):
                             seen = fact in shown_text
                             shown.kept[k][1] += 1

@@ -11,28 +11,12 @@ aims at what compaction-proxy aims at in the same run.
 """
 import copy
 import json
-import os
-import socket
 import sys
-import tempfile
 import time
 
+import hermes_offline  # beside this script
 
-def refuse(*_args, **_kwargs):
-    raise ConnectionRefusedError("network disabled by the benchmark: no summary model")
-
-
-socket.socket.connect = refuse
-socket.socket.connect_ex = refuse
-socket.create_connection = refuse
-os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="hermes-fidelity-")
-for key in list(os.environ):
-    if key.endswith("_API_KEY") or key.endswith("_BASE_URL"):
-        del os.environ[key]
-
-import logging  # noqa: E402
-
-logging.disable(logging.CRITICAL)
+hermes_offline.sandbox("fidelity")
 
 from agent.context_compressor import ContextCompressor  # noqa: E402
 

@@ -2,7 +2,8 @@
 //! [`Ours`] is what our tokenizer counts, [`Theirs`] what the upstream counts (its window,
 //! its refusals, its `usage`), and a [`Factor`] learned per model turns one into the other.
 //! A [`Window`] is a model's context window (prompt plus completion) in the upstream's
-//! tokens; a window that is not known is `None`, never a sentinel.
+//! tokens; a window that is not known is `None`, never a sentinel. A [`Limit`] is a bound
+//! on a count that may have none, such as a model's messages per request.
 
 /// Tokens as our tokenizer counts them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -69,6 +70,48 @@ impl Window {
     }
 }
 
+/// The most of something (messages, tokens) allowed. "No limit" is a value of its own, not
+/// `usize::MAX`, so no sum or difference can run into a sentinel and wrap or saturate
+/// into a limit nobody set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    Unbounded,
+    At(usize),
+}
+
+impl Limit {
+    /// Whether `n` stays within the limit.
+    pub fn admits(self, n: usize) -> bool {
+        match self {
+            Limit::Unbounded => true,
+            Limit::At(most) => n <= most,
+        }
+    }
+
+    /// What is left of the limit once `used` is spent: never below zero, and no limit
+    /// stays none.
+    pub fn less(self, used: usize) -> Limit {
+        match self {
+            Limit::Unbounded => Limit::Unbounded,
+            Limit::At(most) => Limit::At(most.saturating_sub(used)),
+        }
+    }
+
+    /// `n`, or the limit where `n` is above it.
+    pub fn clamp(self, n: usize) -> usize {
+        match self {
+            Limit::Unbounded => n,
+            Limit::At(most) => n.min(most),
+        }
+    }
+}
+
+impl From<Option<usize>> for Limit {
+    fn from(most: Option<usize>) -> Limit {
+        most.map_or(Limit::Unbounded, Limit::At)
+    }
+}
+
 impl Default for Factor {
     fn default() -> Factor {
         Factor(1.0)
@@ -85,5 +128,31 @@ mod tests {
         assert_eq!(Ours(1000).theirs(factor), Theirs(1250));
         assert_eq!(Theirs(1250).ours(factor), Ours(1000));
         assert_eq!(Window(10_000).share(0.6), Theirs(6000));
+    }
+
+    #[test]
+    fn a_limit_admits_up_to_itself_and_no_limit_admits_anything() {
+        assert!(Limit::At(3).admits(3));
+        assert!(!Limit::At(3).admits(4));
+        assert!(!Limit::At(0).admits(1));
+        assert!(Limit::Unbounded.admits(usize::MAX));
+        assert_eq!(Limit::from(Some(5)), Limit::At(5));
+        assert_eq!(Limit::from(None), Limit::Unbounded);
+    }
+
+    #[test]
+    fn spending_a_limit_stops_at_zero_and_no_limit_stays_none() {
+        assert_eq!(Limit::At(5).less(2), Limit::At(3));
+        assert_eq!(Limit::At(2).less(5), Limit::At(0));
+        // Where `usize::MAX` stood for "none", spending from it made a limit of its own.
+        assert_eq!(Limit::Unbounded.less(usize::MAX), Limit::Unbounded);
+        assert!(Limit::Unbounded.less(7).admits(usize::MAX));
+    }
+
+    #[test]
+    fn clamping_to_a_limit_lowers_only_what_is_above_it() {
+        assert_eq!(Limit::At(10).clamp(4), 4);
+        assert_eq!(Limit::At(10).clamp(40), 10);
+        assert_eq!(Limit::Unbounded.clamp(40), 40);
     }
 }

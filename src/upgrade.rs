@@ -86,17 +86,7 @@ pub async fn forward(
     app.metrics.upgrade();
     let idle = app.upstream.idle_timeout();
     let mut shutdown = app.shutdown.watch_switched();
-    tokio::spawn(async move {
-        let _slot = slot;
-        // Resolves once the server has written the 101 and handed over the client's
-        // connection.
-        let client = match client.await {
-            Ok(client) => client,
-            Err(e) => {
-                tracing::debug!(error = %e, "the client's connection was not handed over after 101");
-                return;
-            }
-        };
+    client.serve(slot, move |client| async move {
         match relay(client, tunnel, idle, shutdown.closing()).await {
             Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
             Err(e) => tracing::debug!(error = %e, "upgraded connection ended"),

@@ -10,7 +10,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{agent_round, client, compacted_part, metrics, post_chat, Mock, Proxy};
+use support::{agent_round, assert_compacted_part_kept, client, metrics, post_chat, Mock, Proxy};
 
 /// The upstream's window, in the mock's tokens; the proxy is told the same.
 const WINDOW: u64 = 6000;
@@ -142,13 +142,7 @@ async fn a_long_session_pays_for_a_few_summaries_and_resends_the_same_bytes() {
     let mut compared = 0;
     for (turn, pair) in headers.windows(2).enumerate() {
         if pair[1].contains("summary=cache") {
-            let before = compacted_part(&sent[turn].body).expect("a compacted turn");
-            let after = compacted_part(&sent[turn + 1].body).expect("a compacted turn");
-            assert!(
-                before == after,
-                "turn {}: the compacted part changed",
-                turn + 1
-            );
+            assert_compacted_part_kept(&sent, turn);
             compared += 1;
         }
     }

@@ -13,20 +13,15 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use support::{raw, Mock, Proxy};
+use support::{raw, send_raw, Mock, Proxy};
 
 const WAIT: Duration = Duration::from_secs(5);
 
 /// Reads until the proxy closes the connection; panics if it is still open after `WAIT`.
 async fn read_to_close(stream: &mut TcpStream) -> String {
-    let mut out = Vec::new();
-    let read = tokio::time::timeout(WAIT, stream.read_to_end(&mut out)).await;
-    assert!(
-        read.is_ok(),
-        "still open after: {}",
-        String::from_utf8_lossy(&out)
-    );
-    String::from_utf8_lossy(&out).into_owned()
+    support::read_to_close(stream, WAIT)
+        .await
+        .unwrap_or_else(|so_far| panic!("still open after: {so_far}"))
 }
 
 /// Reads until `end` has been seen.
@@ -76,11 +71,11 @@ async fn pipelined_requests_are_answered_in_order() {
 async fn a_chunked_upload_streams_to_the_upstream_as_it_comes() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream
-        .write_all(b"POST /v1/files HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n")
-        .await
-        .unwrap();
+    let mut stream = send_raw(
+        proxy.addr,
+        b"POST /v1/files HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n",
+    )
+    .await;
     for piece in [
         "5;ext=1\r\nhello\r\n",
         "1\r\n \r\n",
@@ -117,11 +112,11 @@ async fn a_malformed_chunk_size_is_the_clients_400_and_the_connection_closes() {
 async fn expect_continue_is_answered_before_the_body_is_sent() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream
-        .write_all(b"POST /v1/files HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 4\r\n\r\n")
-        .await
-        .unwrap();
+    let mut stream = send_raw(
+        proxy.addr,
+        b"POST /v1/files HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 4\r\n\r\n",
+    )
+    .await;
     let interim = read_until(&mut stream, "\r\n\r\n").await;
     assert_eq!(interim, "HTTP/1.1 100 Continue\r\n\r\n");
     stream.write_all(b"body").await.unwrap();
@@ -133,11 +128,11 @@ async fn expect_continue_is_answered_before_the_body_is_sent() {
     );
     // Refused before its body is read: no 100, and the connection closes after the answer.
     let proxy = Proxy::start(&mock.url("/v1"), "[auth]\nkeys = [\"k\"]\n");
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream
-        .write_all(b"POST /v1/files HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 4\r\n\r\n")
-        .await
-        .unwrap();
+    let mut stream = send_raw(
+        proxy.addr,
+        b"POST /v1/files HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 4\r\n\r\n",
+    )
+    .await;
     let answer = read_to_close(&mut stream).await;
     assert!(answer.starts_with("HTTP/1.1 401 "), "{answer}");
     assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
@@ -195,11 +190,11 @@ async fn http_1_0_gets_http_1_0_answers_and_keep_alive_only_when_asked() {
         answer.to_ascii_lowercase().contains("\r\ncontent-length: "),
         "{answer}"
     );
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream
-        .write_all(b"GET /healthz HTTP/1.0\r\nconnection: keep-alive\r\n\r\n")
-        .await
-        .unwrap();
+    let mut stream = send_raw(
+        proxy.addr,
+        b"GET /healthz HTTP/1.0\r\nconnection: keep-alive\r\n\r\n",
+    )
+    .await;
     let first = read_until(&mut stream, "ok\n").await;
     assert!(first.contains("\r\nconnection: keep-alive\r\n"), "{first}");
     // A body of unknown length ends with the connection: no chunks for HTTP/1.0.
@@ -223,12 +218,12 @@ async fn http_1_0_gets_http_1_0_answers_and_keep_alive_only_when_asked() {
 async fn a_body_left_unread_closes_the_connection_after_the_answer() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
     // The health check reads no body; what is left of it cannot be told from a request.
-    stream
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n")
-        .await
-        .unwrap();
+    let mut stream = send_raw(
+        proxy.addr,
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n",
+    )
+    .await;
     let answer = read_to_close(&mut stream).await;
     assert_eq!(statuses(&answer), ["200"], "{answer}");
     assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
@@ -238,11 +233,11 @@ async fn a_body_left_unread_closes_the_connection_after_the_answer() {
 async fn a_client_that_closes_its_side_mid_request_has_gone() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream
-        .write_all(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-mock-delay-ms: 3000\r\n\r\n")
-        .await
-        .unwrap();
+    let mut stream = send_raw(
+        proxy.addr,
+        b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-mock-delay-ms: 3000\r\n\r\n",
+    )
+    .await;
     // Wait until the request is upstream, then close the sending side.
     let deadline = Instant::now() + WAIT;
     while mock.recorded().is_empty() {

@@ -9,13 +9,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use compaction_proxy::dialect::messages::{encode, to_chat, validate};
-use compaction_proxy::engine::{self, count_request, Options};
+use compaction_proxy::engine;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
 #[path = "support/props.rs"]
 mod props;
-use props::{config, text};
+use props::{aim_at, config, text};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -180,11 +180,7 @@ proptest! {
         validate(&request).expect("the generator makes valid requests");
         let view = to_chat(&request).unwrap();
         engine::validate(view["messages"].as_array().unwrap()).expect("the view is valid chat");
-        let before = count_request(&view);
-        let opts = Options {
-            target_tokens: Some(before * ratio / 100),
-            ..Options::with_window(before * 2)
-        };
+        let opts = aim_at(&view, ratio);
         let outcome = engine::compact(&view, &opts).unwrap();
         let bytes = encode(outcome.body(&view), &request)
             .unwrap_or_else(|| panic!("the compacted view is not a valid request: {}", outcome.report));

@@ -13,13 +13,13 @@ async fn json_body_is_byte_identical_both_ways() {
     let proxy = Proxy::start(&mock.url("/v1"), "");
     // Odd spacing, key order and escapes must survive: nothing re-serialises it.
     let body = "{ \"model\":\"m\",  \"input\": \"caf\\u00e9 \u{1F600}\", \"z\":1,\"a\":[ ] }";
-    let response = client()
-        .post(proxy.url("/v1/embeddings"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let response = proxy
+        .post(
+            "/v1/embeddings",
+            &[("content-type", "application/json")],
+            body,
+        )
+        .await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.text().await.unwrap(), body);
     assert_eq!(mock.last().body, body.as_bytes());
@@ -30,12 +30,7 @@ async fn chat_body_is_forwarded_as_the_original_bytes() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
     let body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],   \"model\":\"gpt-4o\",\"unknown_field\":{\"x\":1.50}}";
-    let response = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let response = proxy.post("/v1/chat/completions", &[], body).await;
     assert_eq!(response.status(), 200);
     assert!(response.headers().get("x-compaction").is_none());
     assert_eq!(response.text().await.unwrap(), body);
@@ -59,13 +54,13 @@ async fn binary_multipart_upload_is_byte_identical() {
     body.extend_from_slice(&payload);
     body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
     let content_type = format!("multipart/form-data; boundary={boundary}");
-    let response = client()
-        .post(proxy.url("/v1/files"))
-        .header("content-type", &content_type)
-        .body(body.clone())
-        .send()
-        .await
-        .unwrap();
+    let response = proxy
+        .post(
+            "/v1/files",
+            &[("content-type", content_type.as_str())],
+            body.clone(),
+        )
+        .await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.bytes().await.unwrap(), body);
     let seen = mock.last();
@@ -114,13 +109,13 @@ async fn huge_upload_streams_without_being_held_in_memory() {
     let stream = futures_util::stream::iter(
         (0..CHUNKS).map(move |_| Ok::<_, std::io::Error>(bytes::Bytes::from(chunk.clone()))),
     );
-    let response = client()
-        .post(proxy.url("/v1/files"))
-        .header("x-mock", "sink")
-        .body(reqwest::Body::wrap_stream(stream))
-        .send()
-        .await
-        .unwrap();
+    let response = proxy
+        .post(
+            "/v1/files",
+            &[("x-mock", "sink")],
+            reqwest::Body::wrap_stream(stream),
+        )
+        .await;
     assert_eq!(response.status(), 200);
     let answer = response.text().await.unwrap();
     assert_eq!(answer, format!("{} {expected}", CHUNKS * CHUNK as u64));
@@ -170,14 +165,16 @@ async fn compressed_bodies_pass_as_they_are() {
     let proxy = Proxy::start(&mock.url("/v1"), "");
     // Not real gzip: the proxy must neither decode nor re-encode what it is given.
     let body: Vec<u8> = vec![0x1f, 0x8b, 0x08, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xfe];
-    let response = client()
-        .post(proxy.url("/v1/embeddings"))
-        .header("content-encoding", "gzip")
-        .header("content-type", "application/json")
-        .body(body.clone())
-        .send()
-        .await
-        .unwrap();
+    let response = proxy
+        .post(
+            "/v1/embeddings",
+            &[
+                ("content-encoding", "gzip"),
+                ("content-type", "application/json"),
+            ],
+            body.clone(),
+        )
+        .await;
     assert_eq!(response.bytes().await.unwrap(), body);
     assert_eq!(mock.last().headers["content-encoding"], "gzip");
 }
@@ -211,22 +208,22 @@ async fn upstream_connections_are_kept_alive_and_reused() {
     // Every kind of answer hands its connection back: streamed through untouched,
     // read whole by the chat path (an error), and with an empty body.
     for _ in 0..5 {
-        let chat = client()
-            .post(proxy.url("/v1/chat/completions"))
-            .body("{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}")
-            .send()
-            .await
-            .unwrap();
+        let chat = proxy
+            .post(
+                "/v1/chat/completions",
+                &[],
+                "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+            )
+            .await;
         assert_eq!(chat.status(), 200);
         chat.bytes().await.unwrap();
-        let error = client()
-            .post(proxy.url("/v1/chat/completions"))
-            .header("x-mock", "error")
-            .header("x-mock-status", "400")
-            .body("{\"model\":\"m\",\"messages\":[]}")
-            .send()
-            .await
-            .unwrap();
+        let error = proxy
+            .post(
+                "/v1/chat/completions",
+                &[("x-mock", "error"), ("x-mock-status", "400")],
+                "{\"model\":\"m\",\"messages\":[]}",
+            )
+            .await;
         assert_eq!(error.status(), 400);
         error.bytes().await.unwrap();
         let models = client().get(proxy.url("/v1/models")).send().await.unwrap();
@@ -245,14 +242,13 @@ async fn upstream_errors_pass_through_unchanged() {
     let proxy = Proxy::start(&mock.url("/v1"), "");
     for status in [400u16, 401, 404, 413, 429, 500, 503] {
         for path in ["/v1/chat/completions", "/v1/models"] {
-            let response = client()
-                .post(proxy.url(path))
-                .header("x-mock", "error")
-                .header("x-mock-status", status.to_string())
-                .body("{\"model\":\"m\",\"messages\":[]}")
-                .send()
-                .await
-                .unwrap();
+            let response = proxy
+                .post(
+                    path,
+                    &[("x-mock", "error"), ("x-mock-status", &status.to_string())],
+                    "{\"model\":\"m\",\"messages\":[]}",
+                )
+                .await;
             assert_eq!(response.status().as_u16(), status);
             assert_eq!(response.headers()["retry-after"], "7");
             assert_eq!(response.headers()["x-upstream-marker"], "kept");

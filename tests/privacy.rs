@@ -10,12 +10,9 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::process::Command;
 
 use serde_json::{json, Value};
 use support::{agent_round, post_chat, tempdir, Mock, Proxy};
@@ -37,7 +34,8 @@ fn start_permissive(upstream: &str, state: &Path) -> Proxy {
     let dir = tempdir();
     let config = dir.join("proxy.toml");
     std::fs::write(&config, "[summarizer]\ncontext_window = 128000\n").unwrap();
-    let mut child = Command::new("sh")
+    let mut command = Command::new("sh");
+    command
         .args(["-c", "umask 000 && exec \"$0\" \"$@\""])
         .arg(env!("CARGO_BIN_EXE_compaction-proxy"))
         .args(["serve", "--listen", "127.0.0.1:0", "--upstream", upstream])
@@ -45,32 +43,8 @@ fn start_permissive(upstream: &str, state: &Path) -> Proxy {
         .arg(&config)
         .current_dir(&dir)
         .env_remove("RUST_LOG")
-        .env("XDG_STATE_HOME", state)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let kept = Arc::clone(&lines);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix("listening on http://") {
-                let _ = addr_tx.send(rest.split(' ').next().unwrap_or_default().to_owned());
-            }
-            kept.lock().unwrap().push(line);
-        }
-    });
-    let addr: String = addr_rx
-        .recv_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|_| panic!("proxy did not start: {:?}", lines.lock().unwrap()));
-    Proxy {
-        addr: addr.parse().unwrap(),
-        child,
-        stderr: lines,
-    }
+        .env("XDG_STATE_HOME", state);
+    Proxy::spawn(&mut command)
 }
 
 fn ask(n: usize) -> Value {

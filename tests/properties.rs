@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 #[path = "support/props.rs"]
 mod props;
-use props::config;
+use props::{aim_at, config};
 
 const WORDS: &[&str] = &[
     "the",
@@ -295,11 +295,7 @@ proptest! {
     ) {
         let request = build(system, &steps, end_with_user);
         validate(request["messages"].as_array().unwrap()).expect("generator makes valid input");
-        let before = count_request(&request);
-        let opts = Options {
-            target_tokens: Some(before * ratio / 100),
-            ..Options::with_window(before * 2)
-        };
+        let opts = aim_at(&request, ratio);
         let outcome = engine::compact(&request, &opts).unwrap();
         let out = outcome.body(&request).clone();
         let report = &outcome.report;
@@ -394,11 +390,7 @@ proptest! {
         ratio in 10usize..90,
     ) {
         let request = build(true, &steps, true);
-        let before = count_request(&request);
-        let opts = Options {
-            target_tokens: Some(before * ratio / 100),
-            ..Options::with_window(before * 2)
-        };
+        let opts = aim_at(&request, ratio);
         let Some(out) = engine::compact(&request, &opts).unwrap().rewritten else { return Ok(()) };
         let (input, output) = (request["messages"].as_array().unwrap(), out["messages"].as_array().unwrap());
         let Some((replaced, form)) = checkpoint::derive(input, output, None) else { return Ok(()) };

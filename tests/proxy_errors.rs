@@ -27,12 +27,7 @@ fn free_port() -> u16 {
 async fn upstream_down_is_502_json() {
     let proxy = Proxy::start(&format!("http://127.0.0.1:{}/v1", free_port()), "");
     for path in ["/v1/chat/completions", "/v1/models"] {
-        let response = client()
-            .post(proxy.url(path))
-            .body("{}")
-            .send()
-            .await
-            .unwrap();
+        let response = proxy.post(path, &[], "{}").await;
         assert_eq!(response.status(), 502);
         let error = json_error(response).await;
         assert_eq!(error["error"]["code"], "upstream_unreachable");
@@ -43,13 +38,9 @@ async fn upstream_down_is_502_json() {
 async fn upstream_silent_past_idle_timeout_is_504_json() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "[upstream]\nidle_timeout_ms = 300\n");
-    let response = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .header("x-mock", "silent")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let response = proxy
+        .post("/v1/chat/completions", &[("x-mock", "silent")], "{}")
+        .await;
     assert_eq!(response.status(), 504);
     assert_eq!(
         json_error(response).await["error"]["code"],
@@ -112,12 +103,7 @@ async fn invalid_json_on_the_chat_route_is_forwarded_unchanged() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");
     for body in ["{not json", "[1,2,3]", "{\"messages\":\"nope\"}", ""] {
-        let response = client()
-            .post(proxy.url("/v1/chat/completions"))
-            .body(body)
-            .send()
-            .await
-            .unwrap();
+        let response = proxy.post("/v1/chat/completions", &[], body).await;
         assert_eq!(response.status(), 200);
         assert_eq!(mock.last().body, body.as_bytes());
     }
@@ -147,12 +133,7 @@ async fn oversized_chat_body_is_413_json_with_or_without_length() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "[limits]\nmax_body_bytes = 1024\n");
     let big = "x".repeat(4096);
-    let response = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .body(big.clone())
-        .send()
-        .await
-        .unwrap();
+    let response = proxy.post("/v1/chat/completions", &[], big.clone()).await;
     assert_eq!(response.status(), 413);
     assert_eq!(
         json_error(response).await["error"]["code"],
@@ -161,22 +142,13 @@ async fn oversized_chat_body_is_413_json_with_or_without_length() {
 
     let chunks =
         futures_util::stream::iter((0..8).map(|_| Ok::<_, std::io::Error>("y".repeat(512))));
-    let response = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .body(reqwest::Body::wrap_stream(chunks))
-        .send()
-        .await
-        .unwrap();
+    let body = reqwest::Body::wrap_stream(chunks);
+    let response = proxy.post("/v1/chat/completions", &[], body).await;
     assert_eq!(response.status(), 413);
     json_error(response).await;
 
     // The limit is the chat route's: other routes stream whatever size they get.
-    let response = client()
-        .post(proxy.url("/v1/files"))
-        .body(big)
-        .send()
-        .await
-        .unwrap();
+    let response = proxy.post("/v1/files", &[], big).await;
     assert_eq!(response.status(), 200);
     assert_eq!(mock.recorded().len(), 1);
 }

@@ -4,13 +4,13 @@
 //! every field but `input` (and a lowered cap) as the client sent it.
 
 use compaction_proxy::dialect::responses::{from_chat, to_chat, validate};
-use compaction_proxy::engine::{self, count_request, Options};
+use compaction_proxy::engine;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
 #[path = "support/props.rs"]
 mod props;
-use props::{config, text};
+use props::{aim_at, config, text};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -117,11 +117,7 @@ proptest! {
         validate(original).expect("the generator makes valid input");
         let view = to_chat(&request).unwrap();
         engine::validate(view["messages"].as_array().unwrap()).expect("the view is valid chat");
-        let before = count_request(&view);
-        let opts = Options {
-            target_tokens: Some(before * ratio / 100),
-            ..Options::with_window(before * 2)
-        };
+        let opts = aim_at(&view, ratio);
         let outcome = engine::compact(&view, &opts).unwrap();
         let out = from_chat(outcome.body(&view), &request);
         let items = out["input"].as_array().unwrap();

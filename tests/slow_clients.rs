@@ -13,30 +13,20 @@ use tokio::net::TcpStream;
 
 use std::sync::LazyLock;
 
-use support::{client, Mock, Proxy, RawUpstream};
-
-/// Reads until the proxy closes the connection or `wait` passes; `None` if it was
-/// still open then.
-async fn read_to_close(stream: &mut TcpStream, wait: Duration) -> Option<String> {
-    let mut out = Vec::new();
-    let read = tokio::time::timeout(wait, stream.read_to_end(&mut out)).await;
-    read.ok()
-        .map(|_| String::from_utf8_lossy(&out).into_owned())
-}
+use support::{read_to_close, send_raw, Mock, Proxy, RawUpstream};
 
 #[tokio::test]
 async fn a_request_body_that_goes_silent_gets_408_and_its_connection_closed() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "[server]\nbody_read_timeout_ms = 300\n");
     for path in ["/v1/chat/completions", "/v1/files"] {
-        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
         let head = format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n");
-        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut stream = send_raw(proxy.addr, head.as_bytes()).await;
         stream.write_all(b"{\"model\":").await.unwrap();
         let started = Instant::now();
         let answer = read_to_close(&mut stream, Duration::from_secs(10))
             .await
-            .unwrap_or_else(|| panic!("{path}: still open after 10 s"));
+            .unwrap_or_else(|_| panic!("{path}: still open after 10 s"));
         assert!(answer.starts_with("HTTP/1.1 408 "), "{path}: {answer}");
         assert!(answer.contains("\"code\":\"request_timeout\""), "{answer}");
         assert!(started.elapsed() >= Duration::from_millis(300));
@@ -47,11 +37,7 @@ async fn a_request_body_that_goes_silent_gets_408_and_its_connection_closed() {
 async fn an_idle_keep_alive_connection_is_closed_after_the_keep_alive_timeout() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "[server]\nkeep_alive_timeout_ms = 300\n");
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await
-        .unwrap();
+    let mut stream = send_raw(proxy.addr, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await;
     let answer = read_to_close(&mut stream, Duration::from_secs(5))
         .await
         .expect("the idle connection was still open after 5 s");
@@ -64,13 +50,9 @@ async fn the_keep_alive_timeout_never_cuts_a_request_in_progress() {
     let proxy = Proxy::start(&mock.url("/v1"), "[server]\nkeep_alive_timeout_ms = 200\n");
     // The timer runs only while the connection waits for a request head: not while the
     // upstream thinks, nor while the answer streams.
-    let slow = client()
-        .post(proxy.url("/v1/embeddings"))
-        .header("x-mock-delay-ms", "600")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let slow = proxy
+        .post("/v1/embeddings", &[("x-mock-delay-ms", "600")], "{}")
+        .await;
     assert_eq!(slow.text().await.unwrap(), "{}");
     let (mut stream, first) = support::gated_stream(&proxy, "/v1/chat/completions").await;
     assert_eq!(first, support::SSE_FIRST);
@@ -91,48 +73,32 @@ async fn chat_bodies_held_in_memory_share_one_bound_and_get_503_past_it() {
         "[limits]\nmax_body_bytes = 1000\nmax_buffered_bytes = 1000\n",
     );
     // A body declared at 800 bytes holds them while it trickles in.
-    let mut slow = TcpStream::connect(proxy.addr).await.unwrap();
-    slow.write_all(
+    let slow = send_raw(
+        proxy.addr,
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 800\r\n\r\n{",
     )
-    .await
-    .unwrap();
+    .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let chat = r#"{"model":"m","messages":[{"role":"user","content":"hi there, how are you"}]}"#;
-    let declared = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .body(chat.repeat(5))
-        .send()
-        .await
-        .unwrap();
+    let declared = proxy
+        .post("/v1/chat/completions", &[], chat.repeat(5))
+        .await;
     assert_eq!(declared.status(), 503);
     let error: serde_json::Value = declared.json().await.unwrap();
     assert_eq!(error["error"]["code"], "overloaded");
     // Without a declared length, the bytes count as they arrive.
     let chunks = futures_util::stream::iter((0..5).map(move |_| Ok::<_, std::io::Error>(chat)));
-    let streamed = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .body(reqwest::Body::wrap_stream(chunks))
-        .send()
-        .await
-        .unwrap();
+    let body = reqwest::Body::wrap_stream(chunks);
+    let streamed = proxy.post("/v1/chat/completions", &[], body).await;
     assert_eq!(streamed.status(), 503);
     // What fits still goes, and the slow body's share is given back when it ends.
-    let small = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .body(chat)
-        .send()
-        .await
-        .unwrap();
+    let small = proxy.post("/v1/chat/completions", &[], chat).await;
     assert_eq!(small.status(), 200);
     drop(slow);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let large = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .body(chat.repeat(5))
-        .send()
-        .await
-        .unwrap();
+    let large = proxy
+        .post("/v1/chat/completions", &[], chat.repeat(5))
+        .await;
     assert_eq!(large.status(), 200);
 }
 
@@ -146,14 +112,15 @@ async fn connections_past_the_cap_wait_to_be_accepted() {
     ];
     tokio::time::sleep(Duration::from_millis(100)).await;
     // The kernel completes the handshake; the proxy does not take the connection yet.
-    let mut third = TcpStream::connect(proxy.addr).await.unwrap();
-    third
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    assert_eq!(
-        read_to_close(&mut third, Duration::from_millis(500)).await,
-        None,
+    let mut third = send_raw(
+        proxy.addr,
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        read_to_close(&mut third, Duration::from_millis(500))
+            .await
+            .is_err(),
         "a third connection was served beside two held ones"
     );
     drop(idle);
@@ -183,11 +150,11 @@ async fn a_client_that_reads_slower_than_the_upstream_sends_is_not_cut() {
     LazyLock::force(&BIG_ANSWER);
     let upstream = RawUpstream::start(big).await;
     let proxy = Proxy::start(&upstream.url("/v1"), "[upstream]\nidle_timeout_ms = 300\n");
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream
-        .write_all(b"GET /v1/files/big/content HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let mut stream = send_raw(
+        proxy.addr,
+        b"GET /v1/files/big/content HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
     let mut head = vec![0; 64 * 1024];
     let mut read = stream.read(&mut head).await.unwrap();
     // The client reads nothing for four idle timeouts while the upstream has long sent

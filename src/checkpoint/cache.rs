@@ -272,14 +272,17 @@ impl Checkpoints {
         }
     }
 
-    /// The models learned so far, by this process or, for a shared store, by others.
-    pub async fn models(&self) -> Vec<ModelRecord> {
-        let Some(windows) = self
-            .stores
+    /// The store of learned windows, while its backend is reachable.
+    fn windows(&self) -> Option<&Arc<dyn WindowStore>> {
+        self.stores
             .windows
             .as_ref()
             .filter(|_| self.guard.reachable())
-        else {
+    }
+
+    /// The models learned so far, by this process or, for a shared store, by others.
+    pub async fn models(&self) -> Vec<ModelRecord> {
+        let Some(windows) = self.windows() else {
             return Vec::new();
         };
         self.guard
@@ -290,12 +293,7 @@ impl Checkpoints {
     }
 
     pub async fn put_model(&self, record: ModelRecord) {
-        let Some(windows) = self
-            .stores
-            .windows
-            .as_ref()
-            .filter(|_| self.guard.reachable())
-        else {
+        let Some(windows) = self.windows() else {
             return;
         };
         if let Err(error) = self.guard.bounded(windows.put_model(record)).await {

@@ -397,12 +397,7 @@ impl CheckpointStore for EmbeddedStore {
 
     fn clear(&self, tenant: Option<Tenant>) -> StoreFuture<'_, u64> {
         Box::pin(async move {
-            {
-                let mut index = self.lock();
-                for key in index.keys(tenant) {
-                    index.remove(&key);
-                }
-            }
+            self.lock().remove_tenant(tenant);
             self.on_file(move |file| {
                 let connection = lock(&file.writer);
                 let dropped = match tenant {

@@ -175,13 +175,18 @@ impl<V: Held> Lru<V> {
         tenants.len()
     }
 
-    /// The keys of `tenant`'s entries, or every key.
-    pub fn keys(&self, tenant: Option<Tenant>) -> Vec<Key> {
-        self.entries
+    /// Drops `tenant`'s entries, or every entry; how many went.
+    pub fn remove_tenant(&mut self, tenant: Option<Tenant>) -> usize {
+        let keys: Vec<Key> = self
+            .entries
             .keys()
             .filter(|k| tenant.is_none_or(|t| k.partition.tenant == t))
             .copied()
-            .collect()
+            .collect();
+        for key in &keys {
+            self.remove(key);
+        }
+        keys.len()
     }
 }
 
@@ -214,12 +219,7 @@ impl MemoryStore {
     }
 
     pub fn remove_tenant(&self, tenant: Option<Tenant>) -> u64 {
-        let mut lru = self.lock();
-        let keys = lru.keys(tenant);
-        for key in &keys {
-            lru.remove(key);
-        }
-        keys.len() as u64
+        self.lock().remove_tenant(tenant) as u64
     }
 }
 

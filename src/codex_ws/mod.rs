@@ -112,16 +112,7 @@ pub fn bridge(
         limit,
         held: app.buffers.reservation(),
     };
-    tokio::spawn(async move {
-        let _slot = slot;
-        // Resolves once the server has written the 101 and handed over the connection.
-        let io = match client.await {
-            Ok(io) => io,
-            Err(e) => {
-                tracing::debug!(error = %e, "the client's connection was not handed over after 101");
-                return;
-            }
-        };
+    client.serve(slot, move |io| async move {
         let config = WebSocketConfig::default()
             .max_message_size(Some(limit))
             .max_frame_size(Some(limit));

@@ -413,22 +413,41 @@ pub(super) fn retry_goal(
 mod tests {
     use super::*;
 
-    const MARKS: Marks = Marks {
+    pub(super) const MARKS: Marks = Marks {
         threshold: 0.9,
         low_water: 0.6,
         prepare_at: 0.75,
         clear_at_least: 0.2,
     };
     const STILL: Theirs = Theirs(0);
-    const ROOM: AnswerRoom = AnswerRoom {
+    pub(super) const ROOM: AnswerRoom = AnswerRoom {
         cap: Some(1000),
         reserve: 4096,
     };
     const WINDOW: Window = Window(100_000);
 
+    /// [`decide`] with the marks and answer room these tests share, and our tokens
+    /// counted as the upstream's: what varies is the window, the prompt and its growth
+    /// per turn.
+    pub(super) fn decide_in(window: Window, prompt: u64, growth: u64) -> Decision {
+        decide(
+            Theirs(prompt),
+            Theirs(growth),
+            ROOM,
+            window,
+            Factor(1.0),
+            MARKS,
+        )
+    }
+
+    /// [`retry_goal`] with the same marks, room and factor.
+    pub(super) fn retry(refused: Refused) -> Option<Goal> {
+        retry_goal(refused, ROOM, Factor(1.0), MARKS)
+    }
+
     #[test]
     fn a_request_past_the_threshold_is_compacted_to_the_low_water_mark() {
-        let decision = decide(Theirs(95_000), STILL, ROOM, WINDOW, Factor(1.0), MARKS);
+        let decision = decide_in(WINDOW, 95_000, 0);
         let Decision::Compact(goal) = decision else {
             panic!("{decision:?}")
         };
@@ -438,16 +457,13 @@ mod tests {
 
     #[test]
     fn between_the_prepare_mark_and_the_threshold_the_event_is_prepared_lower() {
-        let decision = decide(Theirs(80_000), STILL, ROOM, WINDOW, Factor(1.0), MARKS);
+        let decision = decide_in(WINDOW, 80_000, 0);
         let Decision::Prepare(goal) = decision else {
             panic!("{decision:?}")
         };
         // 9,000 tokens of growth to the threshold come on top of it.
         assert_eq!(goal.target, Ours(60_000 - 9_000 - 1_000));
-        assert_eq!(
-            decide(Theirs(50_000), STILL, ROOM, WINDOW, Factor(1.0), MARKS),
-            Decision::Send
-        );
+        assert_eq!(decide_in(WINDOW, 50_000, 0), Decision::Send);
     }
 
     #[test]
@@ -459,14 +475,14 @@ mod tests {
             growth: STILL,
             rewrites: 1,
         };
-        let goal = retry_goal(refused, ROOM, Factor(1.0), MARKS).unwrap();
+        let goal = retry(refused).unwrap();
         assert_eq!(goal.target, Ours(4_800));
         assert_eq!(goal.window, None);
         let uncounted = Refused {
             sent: None,
             ..refused
         };
-        assert_eq!(retry_goal(uncounted, ROOM, Factor(1.0), MARKS), None);
+        assert_eq!(retry(uncounted), None);
     }
 
     #[test]
@@ -478,7 +494,7 @@ mod tests {
             growth: STILL,
             rewrites: 0,
         };
-        let goal = retry_goal(refused, ROOM, Factor(1.0), MARKS).unwrap();
+        let goal = retry(refused).unwrap();
         assert_eq!(goal.target, Ours(12_000));
         assert_eq!(goal.ceiling, Ours(12_000));
     }
@@ -486,15 +502,10 @@ mod tests {
 
 #[cfg(test)]
 mod blind {
+    use super::tests::MARKS;
     use super::*;
     use proptest::prelude::*;
 
-    const MARKS: Marks = Marks {
-        threshold: 0.9,
-        low_water: 0.6,
-        prepare_at: 0.75,
-        clear_at_least: 0.2,
-    };
     const RESERVE: u64 = 4096;
     const SUMMARY: u64 = 64;
     /// What the engine keeps of a turn in progress cut to the bone: the latest user
@@ -740,54 +751,24 @@ mod blind {
 
 #[cfg(test)]
 mod growth {
+    use super::tests::{decide_in, retry, MARKS, ROOM};
     use super::*;
 
-    const MARKS: Marks = Marks {
-        threshold: 0.9,
-        low_water: 0.6,
-        prepare_at: 0.75,
-        clear_at_least: 0.2,
-    };
-    const ROOM: AnswerRoom = AnswerRoom {
-        cap: Some(1000),
-        reserve: 4096,
-    };
     const WINDOW: Window = Window(30_000);
 
     #[test]
     fn a_fast_growing_conversation_is_prepared_the_turn_before_the_threshold() {
         // 15,000 of 30,000, growing 12,000 a turn: below the prepare mark, but the next
         // turn is past the threshold.
-        let decision = decide(
-            Theirs(15_000),
-            Theirs(12_000),
-            ROOM,
-            WINDOW,
-            Factor(1.0),
-            MARKS,
-        );
+        let decision = decide_in(WINDOW, 15_000, 12_000);
         assert!(matches!(decision, Decision::Prepare(_)), "{decision:?}");
-        let slow = decide(
-            Theirs(15_000),
-            Theirs(500),
-            ROOM,
-            WINDOW,
-            Factor(1.0),
-            MARKS,
-        );
+        let slow = decide_in(WINDOW, 15_000, 500);
         assert_eq!(slow, Decision::Send);
     }
 
     #[test]
     fn an_event_leaves_room_for_several_turns_of_growth() {
-        let Decision::Compact(goal) = decide(
-            Theirs(27_000),
-            Theirs(3_000),
-            ROOM,
-            WINDOW,
-            Factor(1.0),
-            MARKS,
-        ) else {
+        let Decision::Compact(goal) = decide_in(WINDOW, 27_000, 3_000) else {
             panic!("not compacted")
         };
         // 27,000 at the threshold less four turns of 3,000, less the answer's 1,000.
@@ -798,14 +779,7 @@ mod growth {
         let deep = goal.engine_options().prune_to;
         assert_eq!(deep, Some(27_000 - 12_000 - 1_000 - 1_800));
         // However fast it grows, the event keeps a quarter of the window.
-        let Decision::Compact(goal) = decide(
-            Theirs(27_000),
-            Theirs(9_000),
-            ROOM,
-            WINDOW,
-            Factor(1.0),
-            MARKS,
-        ) else {
+        let Decision::Compact(goal) = decide_in(WINDOW, 27_000, 9_000) else {
             panic!("not compacted")
         };
         assert_eq!(goal.target, Ours(7_500 - 1_000));
@@ -820,15 +794,8 @@ mod growth {
             growth: Theirs(3_000),
             rewrites: 0,
         };
-        let goal = retry_goal(refused, ROOM, Factor(1.0), MARKS).unwrap();
-        let Decision::Compact(before) = decide(
-            Theirs(28_000),
-            Theirs(3_000),
-            ROOM,
-            WINDOW,
-            Factor(1.0),
-            MARKS,
-        ) else {
+        let goal = retry(refused).unwrap();
+        let Decision::Compact(before) = decide_in(WINDOW, 28_000, 3_000) else {
             panic!("not compacted")
         };
         assert_eq!(goal.target, before.target);

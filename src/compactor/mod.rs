@@ -25,7 +25,7 @@ use crate::dialect::Dialect;
 use crate::engine::{self, Message, Options, Report, Summary, SummarySource};
 use crate::metrics::Metrics;
 use crate::summarize::{summary_budget, Call, Ledger, Middle, Summarizer};
-use crate::units::{Ours, Window, DEFAULT_WINDOW};
+use crate::units::{Limit, Ours, Window, DEFAULT_WINDOW};
 use crate::windows::ModelWindows;
 
 pub use checkpoint::{messages_of, NewCheckpoint};
@@ -280,7 +280,7 @@ impl Compactor<'_> {
             turns,
             previous,
             after: turns,
-            budget_cap: usize::MAX,
+            budget_cap: Limit::Unbounded,
             context_window: Some(context_window),
         };
         if let Some(summary) = self.llm_summary(&middle, caller, window).await {

@@ -12,6 +12,7 @@ use super::prune::Pruner;
 use super::regions::Regions;
 use super::summary::has_marker;
 use super::tokens::Counter;
+use crate::units::Limit;
 
 /// A message is cut to the room left only when that room is worth a message.
 const MIN_CUT_TOKENS: usize = 200;
@@ -44,9 +45,8 @@ pub struct TailRoom {
     pub fill: usize,
     /// How far the last group kept may run past `fill` (up to the hard target).
     pub stretch: usize,
-    /// Messages of history to keep at most (`usize::MAX` when the upstream does not cap
-    /// them).
-    pub messages: usize,
+    /// Messages of history to keep at most.
+    pub messages: Limit,
 }
 
 /// Start of the kept tail, walking back from the turn in progress by groups (an assistant
@@ -73,10 +73,10 @@ pub fn tail_start(
             .iter()
             .filter(|m| !m.role.is_instruction())
             .count();
-        if counted > count_left {
+        if !count_left.admits(counted) {
             break;
         }
-        count_left -= counted;
+        count_left = count_left.less(counted);
         let cost = cost(&messages[g..start]);
         if cost <= left {
             left -= cost;
@@ -157,7 +157,7 @@ mod tests {
             .collect()
     }
 
-    fn walk(m: &mut [Message], fill: usize, stretch: usize) -> usize {
+    fn walk(m: &mut [Message], fill: usize, messages: Limit) -> usize {
         let c = Counter::new(Encoding::O200k);
         let opts = Options::default();
         let regions = Regions::find(m);
@@ -170,8 +170,8 @@ mod tests {
             regions.turn_start,
             TailRoom {
                 fill,
-                stretch,
-                messages: usize::MAX,
+                stretch: 0,
+                messages,
             },
             &pruner,
             &c,
@@ -213,8 +213,27 @@ mod tests {
             ("user", 10),
         ]);
         let each = m[3].tokens;
-        assert_eq!(walk(&mut m, 2 * each + 5, 0), 4);
-        assert_eq!(walk(&mut m, 100_000, 0), 2, "never into the head");
+        assert_eq!(walk(&mut m, 2 * each + 5, Limit::Unbounded), 4);
+        assert_eq!(
+            walk(&mut m, 100_000, Limit::Unbounded),
+            2,
+            "never into the head"
+        );
+    }
+
+    #[test]
+    fn the_tail_keeps_no_more_messages_than_the_cap_leaves() {
+        let mut m = convo(&[
+            ("user", 10),
+            ("assistant", 10),
+            ("user", 10),
+            ("assistant", 10),
+            ("user", 10),
+            ("assistant", 10),
+            ("user", 10),
+        ]);
+        assert_eq!(walk(&mut m, 100_000, Limit::At(3)), 3);
+        assert_eq!(walk(&mut m, 100_000, Limit::At(0)), 6, "none kept");
     }
 
     #[test]
@@ -229,7 +248,7 @@ mod tests {
             ("assistant", 10),
             ("user", 10),
         ]);
-        assert_eq!(walk(&mut m, 400, 0), 2);
+        assert_eq!(walk(&mut m, 400, Limit::Unbounded), 2);
         assert!(m[4].text().starts_with("[output of f"));
         // A large user message at the boundary: cut to the room left.
         let mut m = convo(&[
@@ -239,7 +258,7 @@ mod tests {
             ("assistant", 10),
             ("user", 10),
         ]);
-        assert_eq!(walk(&mut m, 1000, 0), 2);
+        assert_eq!(walk(&mut m, 1000, Limit::Unbounded), 2);
         assert!(m[2].tokens <= 1000 && m[2].tokens > 500, "{}", m[2].tokens);
     }
 }

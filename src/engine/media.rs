@@ -118,6 +118,7 @@ fn placeholder(part: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::message::parse_test_messages;
     use crate::engine::tokens::Encoding;
 
     #[test]
@@ -133,13 +134,7 @@ mod tests {
             {"role": "assistant", "content": "a dog"},
             {"role": "user", "content": "and now?"},
         ]);
-        let mut msgs: Vec<Message> = input
-            .as_array()
-            .unwrap()
-            .iter()
-            .enumerate()
-            .map(|(i, m)| Message::parse(i, m, &c).unwrap())
-            .collect();
+        let mut msgs = parse_test_messages(&input);
         let before: usize = msgs.iter().map(|m| m.tokens).sum();
         assert_eq!(strip_old_media(&mut msgs, &c), 2);
         assert_eq!(msgs[0].content().unwrap()[0]["text"], "look");

@@ -45,7 +45,7 @@ mod validate;
 
 use serde_json::{Map, Value};
 
-use crate::units::{Window, DEFAULT_WINDOW};
+use crate::units::{Limit, Window, DEFAULT_WINDOW};
 
 pub use message::{Message, Role};
 pub use roles::OPENING;
@@ -336,8 +336,8 @@ pub struct Plan {
     target: usize,
     /// How far the target may rise, at the answer's expense, to keep the turn in progress.
     ceiling: usize,
-    /// The most messages the result may have (`usize::MAX` when not capped).
-    max_messages: usize,
+    /// The most messages the result may have.
+    max_messages: Limit,
     messages_before: usize,
     tokens_before: usize,
     messages: Vec<Message>,
@@ -408,7 +408,7 @@ impl Plan {
     }
 
     fn fits(&self) -> bool {
-        self.total(&self.messages) <= self.target && self.messages.len() <= self.max_messages
+        self.total(&self.messages) <= self.target && self.max_messages.admits(self.messages.len())
     }
 
     /// The message `m` was before any pass pruned or cut it: the same role, the same tool
@@ -566,7 +566,7 @@ pub fn plan_with_counts(
         overhead,
         target,
         ceiling: opts.ceiling_for(request),
-        max_messages: opts.max_messages.unwrap_or(usize::MAX),
+        max_messages: Limit::from(opts.max_messages),
         messages_before: raw.len(),
         tokens_before,
         messages: Vec::new(),
@@ -581,7 +581,7 @@ pub fn plan_with_counts(
         originals: Vec::new(),
         task: None,
     };
-    if tokens_before <= target && raw.len() <= plan.max_messages {
+    if tokens_before <= target && plan.max_messages.admits(raw.len()) {
         return Ok(plan);
     }
     plan.messages = raw
@@ -654,7 +654,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
         None => pruner.oldest_first(&plan.messages, 0..pruned_end, over, verbatim),
     };
     let over = total.saturating_sub(plan.target);
-    if prunes.saved >= over && plan.messages.len() <= plan.max_messages {
+    if prunes.saved >= over && plan.max_messages.admits(plan.messages.len()) {
         let stats = prunes.apply(&mut plan.messages);
         note_prunes(&mut plan.notes, "prune", stats);
         return;
@@ -688,7 +688,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     let room = TailRoom {
         fill,
         stretch: plan.target.saturating_sub(fixed).saturating_sub(fill),
-        messages: plan.max_messages.saturating_sub(kept),
+        messages: plan.max_messages.less(kept),
     };
     let before: Vec<usize> = plan.messages.iter().map(|m| m.tokens).collect();
     // An earlier summary is always in the middle, to be carried into the new one.

@@ -84,6 +84,7 @@ fn close(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::message::parse_test_messages;
     use crate::engine::tokens::Encoding;
     use crate::engine::validate::validate;
     use serde_json::json;
@@ -101,13 +102,7 @@ mod tests {
             {"role": "user", "content": "next"},
             {"role": "assistant", "content": null, "tool_calls": [call("c")]},
         ]);
-        let msgs: Vec<Message> = input
-            .as_array()
-            .unwrap()
-            .iter()
-            .enumerate()
-            .map(|(i, m)| Message::parse(i, m, &c).unwrap())
-            .collect();
+        let msgs = parse_test_messages(&input);
         let (out, stats) = sanitize(msgs, &c);
         assert_eq!(
             stats,

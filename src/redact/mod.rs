@@ -412,41 +412,26 @@ struct Class {
     password: bool,
 }
 
+impl Class {
+    const fn new(label: &'static str, min_len: usize) -> Class {
+        Class {
+            label,
+            min_len,
+            password: false,
+        }
+    }
+}
+
 const PASSWORD: Class = Class {
-    label: "password",
-    min_len: 4,
     password: true,
+    ..Class::new("password", 4)
 };
-const SECRET: Class = Class {
-    label: "secret",
-    min_len: 6,
-    password: false,
-};
-const TOKEN: Class = Class {
-    label: "token",
-    min_len: 8,
-    password: false,
-};
-const KEY: Class = Class {
-    label: "key",
-    min_len: 8,
-    password: false,
-};
-const AUTH: Class = Class {
-    label: "auth",
-    min_len: 8,
-    password: false,
-};
-const COOKIE: Class = Class {
-    label: "cookie",
-    min_len: 8,
-    password: false,
-};
-const QUERY: Class = Class {
-    label: "secret",
-    min_len: 4,
-    password: false,
-};
+const SECRET: Class = Class::new("secret", 6);
+const TOKEN: Class = Class::new("token", 8);
+const KEY: Class = Class::new("key", 8);
+const AUTH: Class = Class::new("auth", 8);
+const COOKIE: Class = Class::new("cookie", 8);
+const QUERY: Class = Class::new("secret", 4);
 
 /// Words that make a name describe a secret rather than hold one.
 const VETO: &[&str] = &[

@@ -29,7 +29,7 @@ use crate::dialect::{messages, responses, Dialect};
 use crate::engine::{Counter, Message, Options, Plan, Summary, SummarySource};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
-use crate::units::{Window, DEFAULT_WINDOW};
+use crate::units::{Limit, Window, DEFAULT_WINDOW};
 use crate::upstream::{own_body_headers, Upstream, UpstreamInitError};
 use crate::windows::{Count, ModelWindows};
 
@@ -88,8 +88,9 @@ pub struct Middle<'a> {
     /// What comes after them, where the focus is read from.
     pub after: &'a [Message],
     /// The most tokens the summary may take: what is left of the target beside what is
-    /// kept (asking for more would pay for text that is thrown away).
-    pub budget_cap: usize,
+    /// kept (asking for more would pay for text that is thrown away); none when the
+    /// summary stands for a whole history and nothing is kept beside it.
+    pub budget_cap: Limit,
     /// The window of the request, for the summary's share of it; `None`: not known, and
     /// the summariser's own window bounds the share alone.
     pub context_window: Option<Window>,
@@ -102,7 +103,7 @@ impl<'a> Middle<'a> {
             turns: plan.turns(),
             previous: plan.previous_summary(),
             after: plan.tail(),
-            budget_cap: plan.summary_budget_tokens(opts),
+            budget_cap: Limit::At(plan.summary_budget_tokens(opts)),
             context_window: opts.context_window,
         }
     }
@@ -257,7 +258,7 @@ impl Summarizer {
         let share_of = middle
             .context_window
             .map_or(window, |w| window.min(w.usize()));
-        let budget = summary_budget(content, share_of).min(middle.budget_cap);
+        let budget = middle.budget_cap.clamp(summary_budget(content, share_of));
         let Some((prompt, limit)) = room.plan(budget, &counter) else {
             ledger.metrics.summarizer_skipped();
             return Err(Failure::NoRoom(window));

@@ -1078,11 +1078,19 @@ impl Proxy {
             .env_remove("RUST_LOG")
             // Each proxy keeps its embedded cache in its own folder.
             .env("XDG_STATE_HOME", &dir)
-            .envs(env)
+            .envs(env);
+        Self::spawn(&mut command)
+    }
+
+    /// Runs `command` (the proxy's `serve`, however it is started) with its stderr kept,
+    /// and waits for the address it listens on.
+    pub fn spawn(command: &mut Command) -> Self {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("start compaction-proxy");
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start compaction-proxy");
         let stderr = child.stderr.take().unwrap();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let lines = Arc::new(Mutex::new(Vec::new()));
@@ -1108,6 +1116,20 @@ impl Proxy {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    /// A `POST` of `body` to `path` with `headers` added, on a fresh connection.
+    pub async fn post(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        let mut request = client().post(self.url(path));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(body).send().await.unwrap()
     }
 
     pub fn logs(&self) -> String {
@@ -1230,6 +1252,18 @@ pub fn compacted_part(body: &[u8]) -> Option<Vec<u8>> {
     Some(body[..end].to_vec())
 }
 
+/// Asserts that the request sent after `sent[turn]` repeats its compacted part byte for
+/// byte, as a conversation resumed from a checkpoint must.
+pub fn assert_compacted_part_kept(sent: &[Recorded], turn: usize) {
+    let before = compacted_part(&sent[turn].body).expect("a compacted turn");
+    let after = compacted_part(&sent[turn + 1].body).expect("a compacted turn");
+    assert!(
+        before == after,
+        "turn {}: the compacted part changed",
+        turn + 1
+    );
+}
+
 /// One round of an agent session after the user's ask `n`: a tool call, its output and the
 /// agent's reply. Short beside the tests' windows, as in a real session, so one
 /// compaction buys many turns.
@@ -1341,10 +1375,34 @@ pub fn x_compaction(response: &reqwest::Response) -> String {
 /// Sends raw bytes on a new connection and returns everything read until the server
 /// closes it or `wait` passes.
 pub async fn raw(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = send_raw(addr, request).await;
+    read_to_close(&mut stream, wait)
+        .await
+        .unwrap_or_else(|so_far| so_far)
+}
+
+/// A new connection to `addr` with `bytes` written on it: a request, or the start of one
+/// whose rest the test sends (or withholds) itself.
+pub async fn send_raw(addr: SocketAddr, bytes: &[u8]) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(request).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    stream
+}
+
+/// Reads until the server closes the connection: all it sent, or `Err` with what it had
+/// sent when the connection is still open after `wait`. A reset ends it as a close does:
+/// a server that closes with bytes of the request unread may reset rather than close.
+pub async fn read_to_close(
+    stream: &mut tokio::net::TcpStream,
+    wait: Duration,
+) -> Result<String, String> {
+    use tokio::io::AsyncReadExt;
     let mut out = Vec::new();
-    let _ = tokio::time::timeout(wait, stream.read_to_end(&mut out)).await;
-    String::from_utf8_lossy(&out).into_owned()
+    let read = tokio::time::timeout(wait, stream.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    match read {
+        Ok(_) => Ok(text),
+        Err(_) => Err(text),
+    }
 }

@@ -1,11 +1,13 @@
-//! What the property tests share: how many cases they run, and the words their generated
-//! texts are made of. Included by path (`#[path = "support/props.rs"]`), apart from the
+//! What the property tests share: how many cases they run, the words their generated
+//! texts are made of, and how tight a compaction they ask for. Included by path (`#[path = "support/props.rs"]`), apart from the
 //! mock upstream, so that the property tests build without it.
 
 // Each property test uses a different part.
 #![allow(dead_code)]
 
+use compaction_proxy::engine::{count_request, Options};
 use proptest::prelude::ProptestConfig;
+use serde_json::Value;
 
 /// `default` cases per property, unless `PROPTEST_CASES` asks for another number.
 pub fn config(default: u32) -> ProptestConfig {
@@ -33,4 +35,14 @@ pub fn text(len: usize, seed: usize) -> String {
         .map(|i| words[(i * 7 + seed) % words.len()])
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Options that aim a compaction of `request` at `ratio` percent of its tokens, in a
+/// window of twice them.
+pub fn aim_at(request: &Value, ratio: usize) -> Options {
+    let before = count_request(request);
+    Options {
+        target_tokens: Some(before * ratio / 100),
+        ..Options::with_window(before * 2)
+    }
 }

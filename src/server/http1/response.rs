@@ -188,16 +188,23 @@ mod tests {
     use super::*;
     use http::Response;
 
-    fn encode(
-        response: Response<()>,
-        body: SizeHint,
-        method: Method,
-        version: Version,
-        keep_alive: bool,
-    ) -> (String, Written) {
+    /// A GET over HTTP/1.1 on a connection the client keeps: what most of these tests ask.
+    const GET: Asked = Asked {
+        head: false,
+        version: Version::HTTP_11,
+        keep_alive: true,
+    };
+    /// A GET over HTTP/1.0 without `connection: keep-alive`.
+    const GET_10: Asked = Asked {
+        version: Version::HTTP_10,
+        keep_alive: false,
+        ..GET
+    };
+
+    /// The head written for `response`, without its date.
+    fn encode(response: Response<()>, body: SizeHint, asked: Asked) -> (String, Written) {
         let (mut parts, ()) = response.into_parts();
         let mut out = Vec::new();
-        let asked = Asked::new(&method, version, keep_alive);
         let written = encode_head(&mut out, &mut parts, &body, asked, false);
         let text = String::from_utf8(out).unwrap();
         // The date changes; the rest is compared.
@@ -215,13 +222,7 @@ mod tests {
 
     #[test]
     fn a_body_of_known_size_gets_its_length_and_one_of_unknown_size_is_chunked() {
-        let (head, written) = encode(
-            ok(),
-            SizeHint::with_exact(5),
-            Method::GET,
-            Version::HTTP_11,
-            true,
-        );
+        let (head, written) = encode(ok(), SizeHint::with_exact(5), GET);
         assert_eq!(
             head,
             "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\n"
@@ -233,13 +234,7 @@ mod tests {
                 keep_alive: true
             }
         );
-        let (head, written) = encode(
-            ok(),
-            SizeHint::default(),
-            Method::GET,
-            Version::HTTP_11,
-            true,
-        );
+        let (head, written) = encode(ok(), SizeHint::default(), GET);
         assert_eq!(
             head,
             "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -251,26 +246,18 @@ mod tests {
             .header("transfer-encoding", "chunked")
             .body(())
             .unwrap();
-        let (head, written) = encode(
-            own,
-            SizeHint::default(),
-            Method::GET,
-            Version::HTTP_11,
-            true,
-        );
+        let (head, written) = encode(own, SizeHint::default(), GET);
         assert_eq!(head, "HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n");
         assert_eq!(written.framing, Framing::Length(3));
     }
 
     #[test]
     fn http_1_0_gets_no_chunks_and_keep_alive_only_when_asked() {
-        let (head, written) = encode(
-            ok(),
-            SizeHint::default(),
-            Method::GET,
-            Version::HTTP_10,
-            false,
-        );
+        let kept = Asked {
+            keep_alive: true,
+            ..GET_10
+        };
+        let (head, written) = encode(ok(), SizeHint::default(), GET_10);
         assert_eq!(head, "HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\n");
         assert_eq!(
             written,
@@ -279,62 +266,33 @@ mod tests {
                 keep_alive: false
             }
         );
-        let (head, written) = encode(
-            ok(),
-            SizeHint::with_exact(2),
-            Method::GET,
-            Version::HTTP_10,
-            true,
-        );
+        let (head, written) = encode(ok(), SizeHint::with_exact(2), kept);
         assert_eq!(
             head,
             "HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\n"
         );
         assert!(written.keep_alive);
         // Unknown size: the close ends the body, so the connection cannot be kept.
-        let (_, written) = encode(
-            ok(),
-            SizeHint::default(),
-            Method::GET,
-            Version::HTTP_10,
-            true,
-        );
+        let (_, written) = encode(ok(), SizeHint::default(), kept);
         assert!(!written.keep_alive);
     }
 
     #[test]
     fn no_body_follows_head_1xx_204_or_304() {
-        let (head, written) = encode(
-            ok(),
-            SizeHint::with_exact(0),
-            Method::HEAD,
-            Version::HTTP_11,
-            true,
-        );
+        let head_request = Asked { head: true, ..GET };
+        let (head, written) = encode(ok(), SizeHint::with_exact(0), head_request);
         assert_eq!(head, "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n");
         assert_eq!(written.framing, Framing::Empty);
         let declared = Response::builder()
             .header("content-length", "9")
             .body(())
             .unwrap();
-        let (head, written) = encode(
-            declared,
-            SizeHint::with_exact(0),
-            Method::HEAD,
-            Version::HTTP_11,
-            true,
-        );
+        let (head, written) = encode(declared, SizeHint::with_exact(0), head_request);
         assert_eq!(head, "HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n");
         assert_eq!(written.framing, Framing::Empty);
         for status in [204, 304] {
             let response = Response::builder().status(status).body(()).unwrap();
-            let (head, written) = encode(
-                response,
-                SizeHint::default(),
-                Method::GET,
-                Version::HTTP_11,
-                true,
-            );
+            let (head, written) = encode(response, SizeHint::default(), GET);
             assert!(
                 !head.contains("transfer-encoding") && !head.contains("content-length"),
                 "{head}"
@@ -351,26 +309,18 @@ mod tests {
 
     #[test]
     fn the_connection_closes_when_either_side_says_so() {
-        let (head, written) = encode(
-            ok(),
-            SizeHint::with_exact(0),
-            Method::GET,
-            Version::HTTP_11,
-            false,
-        );
+        let close_asked = Asked {
+            keep_alive: false,
+            ..GET
+        };
+        let (head, written) = encode(ok(), SizeHint::with_exact(0), close_asked);
         assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
         assert!(!written.keep_alive);
         let closing = Response::builder()
             .header("connection", "close")
             .body(())
             .unwrap();
-        let (head, written) = encode(
-            closing,
-            SizeHint::with_exact(0),
-            Method::GET,
-            Version::HTTP_11,
-            true,
-        );
+        let (head, written) = encode(closing, SizeHint::with_exact(0), GET);
         assert_eq!(head.matches("connection").count(), 1, "{head}");
         assert!(!written.keep_alive);
         let switched = Response::builder()
@@ -379,13 +329,7 @@ mod tests {
             .header("upgrade", "websocket")
             .body(())
             .unwrap();
-        let (head, written) = encode(
-            switched,
-            SizeHint::default(),
-            Method::GET,
-            Version::HTTP_11,
-            true,
-        );
+        let (head, written) = encode(switched, SizeHint::default(), GET);
         assert_eq!(
             head,
             "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n"

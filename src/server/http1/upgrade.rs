@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 /// In a request's extensions when it asks to switch protocols: resolves to the
 /// connection once the answer, a 101, is written. Extensions must be `Clone`; the
@@ -55,6 +55,28 @@ impl Pending {
 #[derive(Debug, thiserror::Error)]
 #[error("the connection was not handed over after the switch of protocols")]
 pub struct NotUpgraded;
+
+impl OnUpgrade {
+    /// Runs `serve` on the client's connection, on a task of its own, once the server has
+    /// written the 101 and handed the connection over. The task holds `slot`, the
+    /// connection's share of `server.max_connections`, until it ends: a switched
+    /// connection counts as any other. A connection not handed over ends the task.
+    pub fn serve<F, Fut>(self, slot: Arc<OwnedSemaphorePermit>, serve: F)
+    where
+        F: FnOnce(Upgraded) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        tokio::spawn(async move {
+            let _slot = slot;
+            match self.await {
+                Ok(client) => serve(client).await,
+                Err(e) => {
+                    tracing::debug!(error = %e, "the client's connection was not handed over after 101");
+                }
+            }
+        });
+    }
+}
 
 impl Future for OnUpgrade {
     type Output = Result<Upgraded, NotUpgraded>;
@@ -128,5 +150,66 @@ impl AsyncWrite for Upgraded {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+    use tokio::sync::{mpsc, Semaphore};
+
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    /// A connection's slot of one, and the semaphore it came from.
+    async fn slot() -> (Arc<Semaphore>, Arc<OwnedSemaphorePermit>) {
+        let semaphore = Arc::new(Semaphore::new(1));
+        let permit = Arc::clone(&semaphore).acquire_owned().await.unwrap();
+        (semaphore, Arc::new(permit))
+    }
+
+    #[tokio::test]
+    async fn the_connection_is_served_with_its_early_bytes_first_and_holds_its_slot() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server_side, _) = listener.accept().await.unwrap();
+        let (semaphore, slot) = slot().await;
+        let (pending, on_upgrade) = pending();
+        let (read_tx, mut read_rx) = mpsc::channel(1);
+        let (end_tx, mut end_rx) = mpsc::channel::<()>(1);
+        on_upgrade.serve(slot, move |mut upgraded| async move {
+            let mut first = [0; 5];
+            upgraded.read_exact(&mut first).await.unwrap();
+            read_tx.send(first).await.unwrap();
+            end_rx.recv().await;
+        });
+        pending.fulfil(Upgraded::new(server_side, Bytes::from_static(b"early")));
+        let first = tokio::time::timeout(WAIT, read_rx.recv()).await.unwrap();
+        assert_eq!(first, Some(*b"early"));
+        assert_eq!(semaphore.available_permits(), 0, "held while served");
+        drop(end_tx);
+        let back = tokio::time::timeout(WAIT, semaphore.acquire()).await;
+        assert!(back.is_ok(), "the slot came back when the service ended");
+    }
+
+    #[tokio::test]
+    async fn a_connection_never_handed_over_gives_its_slot_back_unserved() {
+        let (semaphore, slot) = slot().await;
+        let (pending, on_upgrade) = pending();
+        let (served_tx, mut served_rx) = mpsc::channel::<()>(1);
+        on_upgrade.serve(slot, move |_| async move {
+            let _ = served_tx.send(()).await;
+        });
+        // The answer was no 101: the connection keeps its socket.
+        drop(pending);
+        let back = tokio::time::timeout(WAIT, semaphore.acquire()).await;
+        assert!(back.is_ok(), "the slot came back");
+        assert_eq!(served_rx.recv().await, None, "nothing was served");
     }
 }
