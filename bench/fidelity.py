@@ -105,7 +105,7 @@ def summary_part(text):
     start = text.find(MARKER)
     if start < 0:
         return ""
-    end = text.find(END_MARKER, start)
+    end, _ = digest_facts.find_end(text, start)
     return text[start:] if end < 0 else text[start:end]
 
 
@@ -153,8 +153,8 @@ def outside_summary(text):
     Hermes' from its marker to the end of the message)."""
     start = text.find(MARKER)
     if start >= 0:
-        end = text.find(END_MARKER, start)
-        text = text[:start] + ("" if end < 0 else text[end + len(END_MARKER):])
+        end, length = digest_facts.find_end(text, start)
+        text = text[:start] + ("" if end < 0 else text[end + length:])
     start = text.find(HERMES_MARKER)
     return text if start < 0 else text[:start]
 
