@@ -49,6 +49,8 @@ from plant import constraint as fact_constraint, number as fact_number, uid  # n
 
 MARKER = "[compaction-proxy: summary of earlier turns]"
 END_MARKER = "[end of summary; the conversation continues below]"
+# The tight frame of a summary of a line or two ends with this one instead.
+END_MARKER_SHORT = "[end of summary]"
 KINDS = ["constraint", "number", "error", "path", "decision"]
 STYLES = ["plain", "swe", "tools"]
 
@@ -392,12 +394,19 @@ def text_of(m):
     return ""
 
 
+def find_end(text, start):
+    """(offset, length) of the first end marker of either form from `start`, or (-1, 0)."""
+    found = [(at, len(m)) for m in (END_MARKER, END_MARKER_SHORT)
+             if (at := text.find(m, start)) >= 0]
+    return min(found) if found else (-1, 0)
+
+
 def outside_summary(text):
     start = text.find(MARKER)
     if start < 0:
         return text
-    end = text.find(END_MARKER, start)
-    return text[:start] + ("" if end < 0 else text[end + len(END_MARKER):])
+    end, length = find_end(text, start)
+    return text[:start] + ("" if end < 0 else text[end + length:])
 
 
 def measure(binary, style, i, steps, window):
@@ -413,7 +422,7 @@ def measure(binary, style, i, steps, window):
     outside = [outside_summary(text_of(m)) for m in out]
     everything = "\n".join(text_of(m) for m in out)
     holder = next((text_of(m) for m in out if MARKER in text_of(m)), "")
-    summary = holder[holder.find(MARKER):holder.find(END_MARKER)] if holder else ""
+    summary = holder[holder.find(MARKER):find_end(holder, 0)[0]] if holder else ""
     result = {}
     for kind, (where, fact) in facts.items():
         if isinstance(where, str):

@@ -105,7 +105,7 @@ def summary_part(text):
     start = text.find(MARKER)
     if start < 0:
         return ""
-    end = text.find(END_MARKER, start)
+    end, _ = digest_facts.find_end(text, start)
     return text[start:] if end < 0 else text[start:end]
 
 
@@ -153,8 +153,8 @@ def outside_summary(text):
     Hermes' from its marker to the end of the message)."""
     start = text.find(MARKER)
     if start >= 0:
-        end = text.find(END_MARKER, start)
-        text = text[:start] + ("" if end < 0 else text[end + len(END_MARKER):])
+        end, length = digest_facts.find_end(text, start)
+        text = text[:start] + ("" if end < 0 else text[end + length:])
     start = text.find(HERMES_MARKER)
     return text if start < 0 else text[:start]
 
@@ -358,7 +358,7 @@ def run_corpus(name, corpus, args, details):
     # such a request, so the facts it holds reach no model.
     fitting = Tally()
     shown_secret = [0, 0]
-    by_window = {}
+    by_window, fitting_by_window = {}, {}
     jobs = []
     server, url = start_mock()
     for tname, body, facts in corpus:
@@ -375,6 +375,7 @@ def run_corpus(name, corpus, args, details):
             score(body["messages"], facts, out, t, [], "")
             if rc == 0:
                 score(body["messages"], facts, out, fitting, [], "")
+                score(body["messages"], facts, out, fitting_by_window.setdefault(wname, Tally()), [], "")
             rec.update(window=w, tokens=tokens, after=after, target=target, rc=rc, floor=floor)
             jobs.append({"messages": body["messages"], "window": w, "facts": facts, "name": tname,
                          "wname": wname, "target": target, "floor": floor})
@@ -416,7 +417,7 @@ def run_corpus(name, corpus, args, details):
             _, _, size, _, _ = compact(args.binary, {"model": "gpt-4o", "messages": res["messages"]}, 10_000_000)
             hermes.count_over(size > j["target"], j["floor"], j["target"])
             rec.update(after=size, target=j["target"], fallback=res.get("fallback"))
-    return ours, fitting, hermes, shown, shown_secret, by_window
+    return ours, fitting, hermes, shown, shown_secret, by_window, fitting_by_window
 
 
 def frac(pair):
@@ -424,7 +425,8 @@ def frac(pair):
     return f"{100 * a // n}% ({a}/{n})" if n else "n/a"
 
 
-def print_tables(name, count, ours, fitting, hermes, shown, shown_secret, by_window, have_hermes):
+def print_tables(name, count, ours, fitting, hermes, shown, shown_secret, by_window, fitting_by_window,
+                 have_hermes):
     print(f"### {name} corpus: {count} transcripts, windows 25/50/75% of each and 1,024 tokens\n")
     print("| kept when its message was dropped | " + " | ".join(HEAD) + " |")
     print("| --- |" + " --- |" * len(HEAD))
@@ -457,6 +459,12 @@ def print_tables(name, count, ours, fitting, hermes, shown, shown_secret, by_win
     for w, t in by_window.items():
         print(f"| {w} | " + " | ".join(t.pct(k) for k in KINDS)
               + f" | {frac(t.task)} | {frac(t.over)} | {frac(t.over_fitting)} |")
+    print()
+    print("| our digest, requests that fit only, by window | " + " | ".join(HEAD) + " | task |")
+    print("| --- |" + " --- |" * (len(HEAD) + 1))
+    for w in by_window:
+        t = fitting_by_window.get(w, Tally())
+        print(f"| {w} | " + " | ".join(t.pct(k) for k in KINDS) + f" | {frac(t.task)} |")
     print()
 
 

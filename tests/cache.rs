@@ -528,3 +528,65 @@ async fn a_preparation_pushed_out_by_newer_ones_is_cancelled() {
     );
     assert!(metrics.contains("compaction_proxy_prepared_total{fate=\"made\"} 0\n"));
 }
+
+/// A coding agent's session as opencode sends it (its harness session, scaled to the
+/// mock's count): long instructions, then turns of two calls of the same listing and a
+/// reply. The canned summary is short enough for the tight frame, so the first compaction
+/// fits with the first exchange kept; on the next call the resumed form is over again and
+/// the compaction folds the first exchange into the summary while the turn in progress
+/// stays whole. Its checkpoint stands for the same client prefix as the one it was resumed
+/// from, and replaces it: the later requests resume from it, and each summariser call
+/// updates the summary with the turns since instead of summarising the whole history.
+#[tokio::test]
+async fn a_checkpoint_made_again_for_the_same_prefix_is_resumed_from() {
+    const WINDOW: u64 = 8000;
+    const TURNS: usize = 8;
+    let mock = Mock::start().await;
+    let proxy = proxy_for(&mock, WINDOW);
+    let listing: String = (1..=120)
+        .map(|i| format!("output line {i} of a long listing, padded with some words\n"))
+        .collect();
+    let system = "You are a coding agent; keep to the rules of this workspace. ".repeat(150);
+    let mut history = vec![json!({"role": "system", "content": system})];
+    let mut headers = Vec::new();
+    for turn in 0..TURNS {
+        let ask = format!("turn {turn}: please use the tool 2 times");
+        history.push(json!({"role": "user", "content": ask}));
+        for call in 0..3 {
+            let (status, x) = send_to(
+                &proxy,
+                WINDOW,
+                "Bearer client-key",
+                "ok",
+                &request(&history),
+            )
+            .await;
+            assert_eq!(status, 200, "turn {turn}: {x}\n{}", proxy.logs());
+            headers.push(x);
+            if call == 2 {
+                break;
+            }
+            let id = format!("call_{turn}_{call}");
+            history.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": id, "type": "function", "function": {"name": "bash",
+                    "arguments": json!({"command": "seq -f 'output line %g' 1 120"}).to_string()}}]}));
+            history.push(json!({"role": "tool", "tool_call_id": id, "content": listing}));
+        }
+        let reply = format!("Done with turn {turn}. {}", "A note on it. ".repeat(40));
+        history.push(json!({"role": "assistant", "content": reply}));
+    }
+    assert!(
+        headers.iter().any(|x| x.contains("summary=cache")),
+        "{headers:#?}"
+    );
+    // One call a turn at most (before the fix: 14, every other one of the whole history).
+    let calls = mock.summaries();
+    assert!(calls.len() <= TURNS, "{} calls: {headers:#?}", calls.len());
+    for (i, call) in calls.iter().enumerate().skip(1) {
+        let body = std::str::from_utf8(&call.body).unwrap();
+        assert!(
+            body.contains("<previous-checkpoint>"),
+            "call {i} summarised the history anew: {headers:#?}"
+        );
+    }
+}

@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use compaction_proxy::engine::{self, digest::digest, Counter, Message, Options};
-use compaction_proxy::engine::{END_MARKER, MARKER};
+use compaction_proxy::engine::{summary::find_end, MARKER};
 use serde_json::{json, Value};
 
 struct Fixture {
@@ -229,7 +229,7 @@ fn summary_of(request: &Value, window: usize) -> String {
         .expect("a summary")
         .to_string();
     let start = text.find(MARKER).unwrap();
-    let end = text.find(END_MARKER).unwrap();
+    let end = start + find_end(&text[start..]).unwrap().0;
     text[start..end].to_string()
 }
 

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use compaction_proxy::engine::message::{keep_ends, one_line};
-use compaction_proxy::engine::{self, Options, END_MARKER, MARKER};
+use compaction_proxy::engine::{self, summary::find_end, Options, MARKER};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -52,9 +52,7 @@ fn shows(secret: &str, out: &str) -> bool {
 fn summary_part(text: &str) -> &str {
     match text.find(MARKER) {
         Some(start) => {
-            let end = text[start..]
-                .find(END_MARKER)
-                .map_or(text.len(), |e| start + e);
+            let end = find_end(&text[start..]).map_or(text.len(), |(e, _)| start + e);
             &text[start..end]
         }
         None => "",

@@ -566,6 +566,37 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_checkpoint_replacing_one_of_the_same_prefix_takes_its_place() {
+        let path = file();
+        let store = open(&path, Duration::from_secs(60));
+        let p = Partition::for_tests(1);
+        let hashes = [0, 10, 20, 30];
+        store
+            .put(key(1, 20), checkpoint(2, "first"), None, rest())
+            .await
+            .unwrap();
+        // The resumed form compacted further: the same client prefix, a new form.
+        store
+            .put(
+                key(1, 20),
+                checkpoint(2, "second"),
+                Some(key(1, 20)),
+                rest(),
+            )
+            .await
+            .unwrap();
+        let content = |found: Option<(usize, Arc<Checkpoint>)>| {
+            found.and_then(|(_, c)| c.messages[0]["content"].as_str().map(str::to_owned))
+        };
+        let found = store.longest(p, &hashes, rest()).await.unwrap();
+        assert_eq!(content(found).as_deref(), Some("second"));
+        drop(store);
+        let store = open(&path, Duration::from_secs(60));
+        let found = store.longest(p, &hashes, rest()).await.unwrap();
+        assert_eq!(content(found).as_deref(), Some("second"), "in the file too");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_checkpoint_past_its_time_to_live_is_dropped_at_start() {
         let path = file();
         let store = open(&path, Duration::from_secs(60));

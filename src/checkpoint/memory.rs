@@ -130,11 +130,16 @@ impl<V: Held> Lru<V> {
     /// Holds `value` under `key`, as used `age` ago, dropping `replaces` and then the least
     /// recently used entries until it fits. Returns every key dropped, `key` itself among
     /// them when `value` is larger than the whole bound.
+    ///
+    /// A checkpoint may replace one of its own prefix (the resumed form compacted further,
+    /// with no newer client message folded in): it overwrites it, and `key` is not reported
+    /// dropped, since the embedded store deletes the rows of the keys reported (that lost
+    /// the new checkpoint, and every later turn was compacted anew from the whole history).
     pub fn insert(&mut self, key: Key, value: V, replaces: Option<Key>, age: Duration) -> Vec<Key> {
         let now = Instant::now();
         let mut dropped: Vec<Key> = replaces
             .into_iter()
-            .filter(|old| self.remove(old).is_some())
+            .filter(|old| *old != key && self.remove(old).is_some())
             .collect();
         self.remove(&key);
         dropped.extend(self.expire(now));

@@ -49,7 +49,7 @@ use crate::units::{Limit, Window, DEFAULT_WINDOW};
 
 pub use message::{Message, Role};
 pub use roles::OPENING;
-pub use summary::{Summary, SummarySource, END_MARKER, MARKER};
+pub use summary::{Summary, SummarySource, END_MARKER, END_MARKER_SHORT, MARKER};
 pub use tokens::{count_messages, count_request, Counter};
 pub use validate::{validate, validate_strict, ValidationError};
 
@@ -1158,6 +1158,46 @@ mod tests {
             text.contains("Ship the parser.\\n\\n## Completed Actions\\n1. ran the tests"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_summary_in_the_tight_frame_is_merged_into_the_next_one() {
+        let earlier = "## Errors\n- bash make: error: missing symbol zq17_init";
+        let before = summary::wrap(earlier);
+        assert!(before.ends_with(summary::END_MARKER_SHORT), "{before}");
+        let mut request = session(8, 600);
+        let msgs = request["messages"].as_array_mut().unwrap();
+        msgs.insert(2, json!({"role": "assistant", "content": before}));
+        let opts = Options {
+            target_tokens: Some(400),
+            ..Options::default()
+        };
+        let plan = plan(&request, &opts).unwrap();
+        assert_eq!(plan.previous_summary(), Some(earlier));
+        let outcome = finish(plan, None, &opts);
+        assert_eq!(
+            outcome.report.summary,
+            SummarySource::Fallback,
+            "{}",
+            outcome.report
+        );
+        let body = outcome.rewritten.unwrap();
+        let texts: Vec<String> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+            .collect();
+        let holders: Vec<&String> = texts.iter().filter(|t| summary::has_marker(t)).collect();
+        assert_eq!(holders.len(), 1, "{texts:#?}");
+        let (merged, _) = summary::extract(holders[0]).unwrap();
+        // The earlier summary's item and its frame: the item carried on, the frame once.
+        assert!(merged.contains("zq17_init"), "{merged}");
+        assert!(
+            !merged.contains(MARKER) && summary::find_end(&merged).is_none(),
+            "{merged}"
+        );
+        assert_eq!(holders[0].matches(MARKER).count(), 1, "{}", holders[0]);
     }
 
     #[test]

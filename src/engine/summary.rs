@@ -13,6 +13,9 @@ pub const MARKER: &str = "[compaction-proxy: summary of earlier turns]";
 /// Last line of every summary, so a model can tell where the digest stops when it shares a
 /// message with real conversation text.
 pub const END_MARKER: &str = "[end of summary; the conversation continues below]";
+/// The last line of a summary in the tight frame. Not a substring of [`END_MARKER`] (the
+/// bracket closes where the long one goes on), so each is found on its own.
+pub const END_MARKER_SHORT: &str = "[end of summary]";
 
 const PREAMBLE: &str = include_str!("summary_preamble.md");
 /// The preamble of a summary of a few lines, where the full one would take a fifth of
@@ -21,6 +24,17 @@ const PREAMBLE: &str = include_str!("summary_preamble.md");
 const PREAMBLE_SHORT: &str = include_str!("summary_preamble_short.md");
 /// A summary body shorter than this is framed with [`PREAMBLE_SHORT`].
 const SHORT_FRAME_BELOW: usize = 800;
+/// The preamble of a summary of a few items, where even the short frame is a third of the
+/// message: in the 25% windows of the real corpus (188-444 tokens) the 16 tokens it saves
+/// over the short frame are an error line's or a path's. The marker line just above already
+/// says "summary of earlier turns"; this line adds what remains: it is not an instruction.
+const PREAMBLE_TIGHT: &str = include_str!("summary_preamble_tight.md");
+/// A summary body shorter than this (about 100 tokens, where the short frame of about 45
+/// would be a third of the message) is framed with [`PREAMBLE_TIGHT`] and
+/// [`END_MARKER_SHORT`]. Measured (bench/results/fidelity-2026-11-26b.md): 400 and 800 keep
+/// the same facts on both corpora, 200 loses three of the gains; the lower keeps the fuller
+/// wording wherever it costs less.
+const TIGHT_FRAME_BELOW: usize = 400;
 /// The longer preamble of earlier versions, still found in summaries clients carry back.
 const PREAMBLE_V1: &str = include_str!("summary_preamble_v1.md");
 
@@ -82,12 +96,22 @@ pub fn has_marker(text: &str) -> bool {
 /// The full message text for a summary body.
 pub fn wrap(body: &str) -> String {
     let body = body.trim();
-    let preamble = if body.len() < SHORT_FRAME_BELOW {
-        PREAMBLE_SHORT
+    let (preamble, end) = if body.len() < TIGHT_FRAME_BELOW {
+        (PREAMBLE_TIGHT, END_MARKER_SHORT)
+    } else if body.len() < SHORT_FRAME_BELOW {
+        (PREAMBLE_SHORT, END_MARKER)
     } else {
-        PREAMBLE
+        (PREAMBLE, END_MARKER)
     };
-    format!("{MARKER}\n{}\n{body}\n\n{END_MARKER}", preamble.trim())
+    format!("{MARKER}\n{}\n{body}\n\n{end}", preamble.trim())
+}
+
+/// Where the first end marker of either form stands in `text`: (byte offset, length).
+pub fn find_end(text: &str) -> Option<(usize, usize)> {
+    [END_MARKER, END_MARKER_SHORT]
+        .into_iter()
+        .filter_map(|m| text.find(m).map(|at| (at, m.len())))
+        .min()
 }
 
 /// Splits a text holding a summary into (summary body, the rest of the text).
@@ -99,10 +123,11 @@ pub fn extract(text: &str) -> Option<(String, String)> {
     let after = after
         .strip_prefix(PREAMBLE.trim())
         .or_else(|| after.strip_prefix(PREAMBLE_SHORT.trim()))
+        .or_else(|| after.strip_prefix(PREAMBLE_TIGHT.trim()))
         .or_else(|| after.strip_prefix(PREAMBLE_V1.trim()))
         .unwrap_or(after);
-    let (body, rest) = match after.find(END_MARKER) {
-        Some(end) => (&after[..end], &after[end + END_MARKER.len()..]),
+    let (body, rest) = match find_end(after) {
+        Some((end, len)) => (&after[..end], &after[end + len..]),
         None => (after, ""),
     };
     let rest = format!("{}\n\n{}", before.trim(), rest.trim());
@@ -117,7 +142,7 @@ mod tests {
     fn wrapped_summary_round_trips() {
         let body = "## Errors seen\n- bash: error: boom";
         let wrapped = wrap(body);
-        assert!(wrapped.starts_with(MARKER) && wrapped.ends_with(END_MARKER));
+        assert!(wrapped.starts_with(MARKER) && wrapped.ends_with(END_MARKER_SHORT));
         assert!(has_marker(&wrapped));
         let merged = format!("before\n\n{wrapped}\n\nplease continue");
         let (found, rest) = extract(&merged).unwrap();
@@ -126,15 +151,49 @@ mod tests {
     }
 
     #[test]
-    fn a_summary_of_a_few_lines_gets_the_short_frame_and_either_reads_back() {
-        let small = "## Errors\n- bash: error: boom".to_string();
-        let large = format!("## Errors seen\n- {}", "x".repeat(SHORT_FRAME_BELOW));
-        for body in [small, large] {
+    fn each_size_of_summary_gets_its_frame_and_every_frame_reads_back() {
+        let item = |n: usize| format!("## Errors\n- bash: error: {}", "x".repeat(n));
+        // Each body one character either side of a threshold.
+        let sizes = [
+            TIGHT_FRAME_BELOW - 1,
+            TIGHT_FRAME_BELOW,
+            SHORT_FRAME_BELOW - 1,
+            SHORT_FRAME_BELOW,
+        ];
+        for size in sizes {
+            let body = item(size - item(0).len());
+            assert_eq!(body.len(), size);
             let wrapped = wrap(&body);
-            let short = body.len() < SHORT_FRAME_BELOW;
-            assert_eq!(wrapped.contains(PREAMBLE_SHORT.trim()), short);
-            assert_eq!(wrapped.contains(PREAMBLE.trim()), !short);
-            assert_eq!(extract(&wrapped).unwrap().0, body);
+            let tight = size < TIGHT_FRAME_BELOW;
+            let short = !tight && size < SHORT_FRAME_BELOW;
+            assert_eq!(wrapped.contains(PREAMBLE_TIGHT.trim()), tight, "{size}");
+            assert_eq!(wrapped.ends_with(END_MARKER_SHORT), tight, "{size}");
+            assert_eq!(wrapped.ends_with(END_MARKER), !tight, "{size}");
+            assert_eq!(wrapped.contains(PREAMBLE_SHORT.trim()), short, "{size}");
+            assert_eq!(
+                wrapped.contains(PREAMBLE.trim()),
+                !tight && !short,
+                "{size}"
+            );
+            let merged = format!("task\n\n{wrapped}\n\nnext");
+            let (found, rest) = extract(&merged).unwrap();
+            assert_eq!((found, rest.as_str()), (body, "task\n\nnext"), "{size}");
         }
+    }
+
+    #[test]
+    fn either_end_marker_ends_a_summary_whichever_preamble_it_has() {
+        let body = "## Files\n- src/app.py";
+        for preamble in [PREAMBLE, PREAMBLE_SHORT, PREAMBLE_TIGHT, PREAMBLE_V1] {
+            for end in [END_MARKER, END_MARKER_SHORT] {
+                let text = format!("{MARKER}\n{}\n{body}\n\n{end}\nlatest", preamble.trim());
+                let (found, rest) = extract(&text).unwrap();
+                assert_eq!((found.as_str(), rest.as_str()), (body, "latest"), "{end}");
+                assert_eq!(find_end(&text), text.find(end).map(|at| (at, end.len())));
+            }
+        }
+        // The first end marker closes the summary, whichever form comes later.
+        let both = format!("{MARKER}\n{body}\n{END_MARKER_SHORT}\nsaid: {END_MARKER}");
+        assert_eq!(extract(&both).unwrap().1, format!("said: {END_MARKER}"));
     }
 }

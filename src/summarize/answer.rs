@@ -6,7 +6,7 @@
 
 use super::request::{PREVIOUS_CLOSE, PREVIOUS_OPEN};
 use super::stream::StreamedAnswer;
-use crate::engine::{Counter, END_MARKER, MARKER};
+use crate::engine::{Counter, END_MARKER, END_MARKER_SHORT, MARKER};
 use crate::redact::redact;
 
 /// Why a summariser's answer cannot be used; the caller falls back.
@@ -324,11 +324,16 @@ fn drop_lead_in(text: &str) -> &str {
 /// Removes the engine's summary markers if the model copied them: a summary holding them
 /// would be mistaken for the start or end of a summary in later requests.
 fn drop_markers(text: &str) -> String {
-    if !text.contains(MARKER) && !text.contains(END_MARKER) {
+    let marked = |t: &str| {
+        [MARKER, END_MARKER, END_MARKER_SHORT]
+            .iter()
+            .any(|m| t.contains(m))
+    };
+    if !marked(text) {
         return text.to_string();
     }
     text.lines()
-        .filter(|l| !l.contains(MARKER) && !l.contains(END_MARKER))
+        .filter(|l| !marked(l))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -526,10 +531,12 @@ mod tests {
     fn drops_lead_ins_and_copied_markers() {
         let text = format!("Here is the updated checkpoint:\n\n{GOOD}");
         assert_eq!(check(&text).as_deref(), Ok(GOOD));
-        let marked = format!("{MARKER}\n{GOOD}\n{END_MARKER}");
-        assert_eq!(check(&marked).as_deref(), Ok(GOOD));
-        let only = format!("{MARKER}\n{END_MARKER}");
-        assert_eq!(check(&only), Err(AnswerProblem::Empty));
+        for end in [END_MARKER, END_MARKER_SHORT] {
+            let marked = format!("{MARKER}\n{GOOD}\n{end}");
+            assert_eq!(check(&marked).as_deref(), Ok(GOOD));
+            let only = format!("{MARKER}\n{end}");
+            assert_eq!(check(&only), Err(AnswerProblem::Empty));
+        }
     }
 
     const PREVIOUS: &str = "## Active Task\nFix the importer.\n\n## Constraints and Preferences\n- Never modify `config/prod_ws45.yaml`.\n\n## Completed Actions\n1. 2026-11-23: ran `make test` - 41 passed.\n\n## Key Decisions\n- Timestamps are stored as UTC in events_wv76.\n\n## Relevant Files\n- src/importer.py: the parser\n- reports/coverage_rv56/index.html";

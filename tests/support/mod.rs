@@ -1246,9 +1246,10 @@ pub fn python_with(module: &str) -> Option<std::path::PathBuf> {
 /// The bytes a request body holds from its start to the end of the proxy's summary: the
 /// part a resumed conversation must send again byte for byte. `None` when it holds none.
 pub fn compacted_part(body: &[u8]) -> Option<Vec<u8>> {
-    use compaction_proxy::engine::END_MARKER;
+    use compaction_proxy::engine::summary::find_end;
     let text = std::str::from_utf8(body).unwrap();
-    let end = text.find(END_MARKER)? + END_MARKER.len();
+    let (at, len) = find_end(text)?;
+    let end = at + len;
     Some(body[..end].to_vec())
 }
 
