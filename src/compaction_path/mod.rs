@@ -229,7 +229,9 @@ fn observe_growth(app: &App, parts: &Parts, head: &Head, work: &mut Work) -> Opt
     if original.len() < FOLLOWED {
         return None;
     }
-    let partition = Partition::new(&parts.headers, app.upstream.base_url(), &head.model);
+    let partition = app
+        .tenants
+        .partition(&parts.headers, app.upstream.base_url(), &head.model);
     let conversation = Growth::conversation(partition.scope, original);
     let growth = app.growth.observe(conversation, original.len() as u64);
     work.partition = Some(partition);
@@ -272,7 +274,9 @@ impl Ctx<'_> {
 
     /// The conversation's partition in the summary cache.
     fn partition(&self) -> Partition {
-        Partition::new(&self.parts.headers, self.upstream(), &self.head.model)
+        self.app
+            .tenants
+            .partition(&self.parts.headers, self.upstream(), &self.head.model)
     }
 
     /// The key the conversation's checkpoints are sealed with, from the same credential
