@@ -41,7 +41,7 @@ mod text;
 
 use std::sync::LazyLock;
 
-use memchr::memmem::Finder;
+use aho_corasick::AhoCorasick;
 use serde_json::Value;
 
 use signals::Signals;
@@ -159,17 +159,14 @@ pub fn classify(status: u16, content_type: Option<&str>, body: &[u8]) -> Classif
 /// Ordinary completions have none of them, and skipping the JSON parse for those keeps
 /// the check nearly free on the common path.
 fn may_report_failure(body: &[u8]) -> bool {
-    // Built once: building a searcher costs more than running it on a small body.
-    static NEEDLES: LazyLock<[Finder<'static>; 4]> = LazyLock::new(|| {
-        [
-            &b"error"[..],
-            b"base_resp",
-            b"\"length\"",
-            b"context_window",
-        ]
-        .map(Finder::new)
+    // Built once: building a searcher costs more than running it on a small body. One
+    // pass for all four words: a search per word read every ordinary answer four times.
+    static NEEDLES: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+        AhoCorasick::new(["error", "base_resp", "\"length\"", "context_window"]).ok()
     });
-    NEEDLES.iter().any(|needle| needle.find(body).is_some())
+    NEEDLES
+        .as_ref()
+        .is_none_or(|needles| needles.is_match(body))
 }
 
 fn is_event_stream(content_type: Option<&str>, body: &[u8]) -> bool {

@@ -36,8 +36,9 @@ use pool::{Answer, Pool, PooledBody, SendError};
 
 /// Hop-by-hop headers (RFC 9110 section 7.6.1) plus `expect`: they describe one
 /// connection, not the message, so they never cross the proxy. `host` is set anew for
-/// the upstream.
-const HOP_BY_HOP: [HeaderName; 10] = [
+/// the upstream. A `static`: as a `const`, the array was built and dropped again for
+/// every header of every request and answer.
+static HOP_BY_HOP: [HeaderName; 10] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
