@@ -5,7 +5,6 @@
 //! none, as hyper adds one.
 
 use std::cell::RefCell;
-use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::header::{self, HeaderMap};
@@ -13,7 +12,7 @@ use http::{response, Method, StatusCode, Version};
 use http_body::SizeHint;
 
 pub use crate::upstream::http1::Framing;
-use crate::upstream::http1::Present;
+use crate::upstream::http1::{self as wire, Present};
 
 /// What the answer's head depends on in the request.
 #[derive(Debug, Clone, Copy)]
@@ -101,8 +100,7 @@ pub fn encode_head(
         out.extend_from_slice(b"\r\n");
     }
     if let Some(n) = length_line {
-        // Writing to a `Vec` cannot fail.
-        let _ = write!(out, "content-length: {n}\r\n");
+        wire::content_length(out, n);
     }
     if framing == Framing::Chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
