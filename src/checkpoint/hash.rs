@@ -69,8 +69,9 @@ impl Tenants {
         Partition::of_tenant(self.of(headers), upstream, model)
     }
 
+    /// Credentials remembered now.
     #[cfg(test)]
-    fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.seen.lock().map_or(0, |seen| seen.len())
     }
 }

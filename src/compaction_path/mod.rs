@@ -539,6 +539,38 @@ mod tests {
         runtime.block_on(read_body(body, &HeaderMap::new(), limit))
     }
 
+    /// Once the store holds any checkpoint, every request asks for its partition: its
+    /// credential's SHA-256 must come from the memo after the first request, not be
+    /// computed again (bench/results/throughput-2026-11-26c.md).
+    #[test]
+    fn a_request_s_partition_is_hashed_once_per_credential() {
+        let app = Arc::new(App::new(crate::config::Config::default()).unwrap());
+        let request = http::Request::builder()
+            .header(header::AUTHORIZATION, "Bearer sk-1")
+            .body(())
+            .unwrap();
+        let (parts, ()) = request.into_parts();
+        let ctx = Ctx {
+            app: &app,
+            parts: &parts,
+            id: 1,
+            dialect: Dialect::Chat,
+            head: Head {
+                model: "m".into(),
+                stream: false,
+                max_output: None,
+                max_output_field: None,
+            },
+            growth: None,
+        };
+        let upstream = app.upstream.base_url();
+        let partition = Partition::new(&parts.headers, upstream, "m");
+        assert_eq!(ctx.partition(), partition);
+        assert_eq!(app.tenants.held(), 1);
+        assert_eq!(ctx.partition(), partition);
+        assert_eq!(app.tenants.held(), 1);
+    }
+
     proptest! {
         /// However the client's body is cut into frames (empty ones included), what is
         /// read is its bytes in order; past the limit, it is refused.
