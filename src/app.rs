@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::auth::Auth;
-use crate::checkpoint::{Checkpoints, Prepared};
+use crate::checkpoint::{Checkpoints, Prepared, Tenants};
 use crate::compactor::Compactor;
 use crate::config::OtlpEndpoint;
 use crate::config::{Config, ConfigError};
@@ -48,6 +48,8 @@ pub struct App {
     pub responses_websocket_missing: AtomicBool,
     /// How fast each conversation grows, turn by turn.
     pub growth: Growth,
+    /// Whose conversation each request is, by its credential, hashed once per credential.
+    pub tenants: Tenants,
     /// The memory chat bodies read whole may take, all together.
     pub buffers: Arc<Buffers>,
     /// The trace exporter; `None` unless traces are on.
@@ -94,6 +96,7 @@ impl App {
             remote_compaction_missing: AtomicBool::new(false),
             responses_websocket_missing: AtomicBool::new(false),
             growth: Growth::default(),
+            tenants: Tenants::default(),
             shutdown: Shutdown::default(),
             next_id: AtomicU64::new(1),
         })

@@ -9,8 +9,9 @@ use crate::error::ProxyError;
 /// Headers that carry a client's credentials: its key for this proxy or for the
 /// upstream (`Authorization`, Azure's `api-key`, Anthropic's and others' `x-api-key`), in
 /// the order the summary cache looks for a tenant's credential (changing it would move
-/// every stored partition).
-pub(crate) const CREDENTIAL_HEADERS: [HeaderName; 3] = [
+/// every stored partition). A `static`, not a `const`: a const array is built and dropped
+/// at each use, once per header of every request.
+pub(crate) static CREDENTIAL_HEADERS: [HeaderName; 3] = [
     header::AUTHORIZATION,
     HeaderName::from_static("api-key"),
     HeaderName::from_static("x-api-key"),

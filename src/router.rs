@@ -79,8 +79,12 @@ pub async fn handle(
             if let Some(uri) = normal {
                 *request.uri_mut() = uri;
             }
-            take_focus(&mut request);
-            let route = match (Route::of(&request), compaction_off(&mut request)) {
+            let ours = carries_ours(&request);
+            if ours {
+                take_focus(&mut request);
+            }
+            let off = ours && compaction_off(&mut request);
+            let route = match (Route::of(&request), off) {
                 (Route::Compact(_) | Route::RemoteCompaction, true) => Route::Passthrough,
                 // A bridged WebSocket's requests then go upstream as Codex sent them.
                 (Route::Upgrade, true) => {
@@ -179,6 +183,16 @@ fn metrics(app: &App) -> Response<ProxyBody> {
 
 /// The request header a client turns compaction off with, for one request.
 const COMPACTION: &str = "x-compaction";
+
+/// Whether the request carries any of the proxy's own headers (`x-compaction`,
+/// `x-compaction-focus`): one pass over the few names present, where removing each by
+/// name would parse and hash it, on every request, for headers few clients send.
+fn carries_ours<B>(request: &Request<B>) -> bool {
+    request
+        .headers()
+        .keys()
+        .any(|name| name.as_str().starts_with(COMPACTION))
+}
 
 /// Whether the request says `x-compaction: off`. The header is the proxy's, whatever its
 /// value: it is taken off the request, so it never reaches the upstream.
@@ -285,6 +299,18 @@ mod tests {
 
     fn route(method: Method, uri: &str) -> Route {
         Route::of(&Request::builder().method(method).uri(uri).body(()).unwrap())
+    }
+
+    #[test]
+    fn the_proxy_s_own_headers_are_found_among_the_client_s() {
+        let with = |name: &str| {
+            let request = Request::builder().header(name, "off").body(()).unwrap();
+            carries_ours(&request)
+        };
+        assert!(with("x-compaction"));
+        assert!(with("X-Compaction-Focus"));
+        assert!(!with("x-compact"));
+        assert!(!with("authorization"));
     }
 
     #[test]

@@ -334,7 +334,7 @@ impl ModelWindows {
         if map.is_empty() {
             return None;
         }
-        map.get(&key(upstream, model)).copied()
+        map.get(&key_ref(upstream, model) as &dyn KeyRef).copied()
     }
 }
 
@@ -378,6 +378,9 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     let mut star: Option<(usize, usize)> = None;
     while ti < t.len() {
         match p.get(pi) {
+            // A last star takes whatever is left: `*` and `gpt-4o*` end here, rather
+            // than stepping through the rest of the name.
+            Some(b'*') if pi + 1 == p.len() => return true,
             Some(b'*') => {
                 star = Some((pi, ti));
                 pi += 1;
@@ -417,7 +420,12 @@ fn utf8_len(lead: u8) -> usize {
 
 /// The part of a model name after any `provider/` prefix (`openai/gpt-4o` -> `gpt-4o`).
 fn strip_provider(model: &str) -> &str {
-    model.rsplit('/').next().unwrap_or(model)
+    // By bytes: `/` is ASCII, so what follows it starts on a character boundary, and a
+    // scan of a short name costs less than `rsplit`'s searcher (three per request).
+    match model.bytes().rposition(|b| b == b'/') {
+        Some(slash) => &model[slash + 1..],
+        None => model,
+    }
 }
 
 /// Cloud vendor prefixes of dotted model ids (`us.anthropic.claude-...`, `meta.llama3-...`).
@@ -614,6 +622,19 @@ mod tests {
         assert!(!glob_match("caf??", "café"));
         assert!(glob_match("?b", "éb"));
         assert!(!glob_match("é", "e"));
+        // A last star takes the rest, whatever it is; one before it still has to match.
+        assert!(glob_match("*", "gpt-4o-mini"));
+        assert!(glob_match("g*", "gé/x"));
+        assert!(!glob_match("x*", "gpt"));
+        assert!(!glob_match("*o*", "gpt-4"));
+    }
+
+    #[test]
+    fn the_provider_prefix_is_what_ends_at_the_last_slash() {
+        assert_eq!(strip_provider("openai/gpt-4o"), "gpt-4o");
+        assert_eq!(strip_provider("a/b/é"), "é");
+        assert_eq!(strip_provider("gpt-4o"), "gpt-4o");
+        assert_eq!(strip_provider("gpt/"), "");
     }
 
     #[test]

@@ -2,6 +2,9 @@
 //! partition) and a hash of every prefix of its messages, computed in one linear walk of
 //! the parsed request, without serialising it again.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
 use http::HeaderMap;
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::Xxh3;
@@ -28,6 +31,48 @@ impl Tenant {
         let mut first = [0u8; 16];
         first.copy_from_slice(&digest.as_ref()[..16]);
         Tenant(u128::from_be_bytes(first))
+    }
+}
+
+/// The tenants of the credentials this process has seen lately. A tenant is a SHA-256 of
+/// the credential, about 2,500 instructions: once a store holds any checkpoint, every
+/// request asks for its partition, and this was the largest single stage of a request
+/// that needs no compaction (bench/results/throughput-2026-11-26c.md). The credentials
+/// are held in this process's memory only, as the client keys are; nothing is written.
+#[derive(Default)]
+pub struct Tenants {
+    seen: Mutex<HashMap<Box<[u8]>, Tenant>>,
+}
+
+/// Credentials remembered at most; past that the memo starts again, so a client that
+/// cycles through keys costs memory it bounds.
+const TENANTS_SEEN: usize = 1024;
+
+impl Tenants {
+    /// [`Tenant::of`] the request, from the memo when its credential was seen before.
+    pub fn of(&self, headers: &HeaderMap) -> Tenant {
+        let credential = credential(headers);
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(tenant) = seen.get(credential) {
+            return *tenant;
+        }
+        let tenant = Tenant::from_credential(credential);
+        if seen.len() >= TENANTS_SEEN {
+            seen.clear();
+        }
+        seen.insert(credential.into(), tenant);
+        tenant
+    }
+
+    /// The partition of a request (see [`Partition::new`]).
+    pub fn partition(&self, headers: &HeaderMap, upstream: &str, model: &str) -> Partition {
+        Partition::of_tenant(self.of(headers), upstream, model)
+    }
+
+    /// Credentials remembered now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.seen.lock().map_or(0, |seen| seen.len())
     }
 }
 
@@ -61,7 +106,11 @@ pub struct Partition {
 impl Partition {
     /// The partition of a request: its tenant, the upstream and the model.
     pub fn new(headers: &HeaderMap, upstream: &str, model: &str) -> Partition {
-        let tenant = Tenant::of(headers);
+        Partition::of_tenant(Tenant::of(headers), upstream, model)
+    }
+
+    /// The partition of `tenant`'s conversations with `model` on `upstream`.
+    pub fn of_tenant(tenant: Tenant, upstream: &str, model: &str) -> Partition {
         let mut hasher = Xxh3::new();
         hasher.update(&tenant.0.to_le_bytes());
         feed_str(&mut hasher, upstream);
@@ -190,6 +239,30 @@ mod tests {
         assert_ne!(base, Partition::new(&headers("Bearer a"), "http://u", "n"));
         assert_ne!(base, Partition::new(&headers("Bearer a"), "http://v", "m"));
         assert_ne!(base, Partition::new(&HeaderMap::new(), "http://u", "m"));
+    }
+
+    #[test]
+    fn the_memo_gives_each_credential_its_own_tenant_within_its_bound() {
+        let tenants = Tenants::default();
+        // "Bearer bearer x" is the key "bearer x": the memo is keyed by the whole value.
+        let values = ["Bearer a", "Bearer b", "bearer a", "Bearer bearer a", "a"];
+        for _ in 0..2 {
+            for value in values {
+                let h = headers(value);
+                assert_eq!(tenants.of(&h), Tenant::of(&h), "{value}");
+                assert_eq!(
+                    tenants.partition(&h, "http://u", "m"),
+                    Partition::new(&h, "http://u", "m")
+                );
+            }
+        }
+        assert_eq!(tenants.of(&HeaderMap::new()), Tenant::of(&HeaderMap::new()));
+        // "Bearer a", "bearer a" and "a" are one tenant but three values.
+        assert_eq!(tenants.held(), values.len() + 1);
+        for n in 0..TENANTS_SEEN {
+            tenants.of(&headers(&format!("Bearer k{n}")));
+        }
+        assert!(tenants.held() <= TENANTS_SEEN);
     }
 
     #[test]

@@ -42,7 +42,7 @@ use crate::engine::{Role, SummarySource};
 pub use cache::Checkpoints;
 pub use checkpoint_store::CheckpointStore;
 pub use flight::Flights;
-pub use hash::{prefix_hashes, Key, Partition, Tenant};
+pub use hash::{prefix_hashes, Key, Partition, Tenant, Tenants};
 pub use memory::MemoryStore;
 pub use prepared::Prepared;
 pub use seal::Seal;

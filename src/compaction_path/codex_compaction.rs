@@ -24,7 +24,6 @@ use super::report::{record, LogLine};
 use super::{read_body, send};
 use crate::app::App;
 use crate::body::{self, ProxyBody, Replay};
-use crate::checkpoint::Partition;
 use crate::classify::{self, Kind};
 use crate::compaction_report::{Outcome, Trigger, XCompaction};
 use crate::compactor::Caller;
@@ -157,7 +156,7 @@ async fn emulate(
     let history = History::read(model, &input)?;
     let upstream = app.upstream.base_url();
     let window = app.models.window_for(upstream, model).map(|w| w.window);
-    let partition = Partition::new(&parts.headers, upstream, model);
+    let partition = app.tenants.partition(&parts.headers, upstream, model);
     let caller = Caller::new(parts, model, Dialect::Responses, id, partition);
     let summary = app
         .compactor()

@@ -229,7 +229,9 @@ fn observe_growth(app: &App, parts: &Parts, head: &Head, work: &mut Work) -> Opt
     if original.len() < FOLLOWED {
         return None;
     }
-    let partition = Partition::new(&parts.headers, app.upstream.base_url(), &head.model);
+    let partition = app
+        .tenants
+        .partition(&parts.headers, app.upstream.base_url(), &head.model);
     let conversation = Growth::conversation(partition.scope, original);
     let growth = app.growth.observe(conversation, original.len() as u64);
     work.partition = Some(partition);
@@ -272,7 +274,9 @@ impl Ctx<'_> {
 
     /// The conversation's partition in the summary cache.
     fn partition(&self) -> Partition {
-        Partition::new(&self.parts.headers, self.upstream(), &self.head.model)
+        self.app
+            .tenants
+            .partition(&self.parts.headers, self.upstream(), &self.head.model)
     }
 
     /// The key the conversation's checkpoints are sealed with, from the same credential
@@ -533,6 +537,38 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(read_body(body, &HeaderMap::new(), limit))
+    }
+
+    /// Once the store holds any checkpoint, every request asks for its partition: its
+    /// credential's SHA-256 must come from the memo after the first request, not be
+    /// computed again (bench/results/throughput-2026-11-26c.md).
+    #[test]
+    fn a_request_s_partition_is_hashed_once_per_credential() {
+        let app = Arc::new(App::new(crate::config::Config::default()).unwrap());
+        let request = http::Request::builder()
+            .header(header::AUTHORIZATION, "Bearer sk-1")
+            .body(())
+            .unwrap();
+        let (parts, ()) = request.into_parts();
+        let ctx = Ctx {
+            app: &app,
+            parts: &parts,
+            id: 1,
+            dialect: Dialect::Chat,
+            head: Head {
+                model: "m".into(),
+                stream: false,
+                max_output: None,
+                max_output_field: None,
+            },
+            growth: None,
+        };
+        let upstream = app.upstream.base_url();
+        let partition = Partition::new(&parts.headers, upstream, "m");
+        assert_eq!(ctx.partition(), partition);
+        assert_eq!(app.tenants.held(), 1);
+        assert_eq!(ctx.partition(), partition);
+        assert_eq!(app.tenants.held(), 1);
     }
 
     proptest! {

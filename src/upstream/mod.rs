@@ -34,20 +34,11 @@ use http1::RequestFraming;
 pub use pool::Tunnel;
 use pool::{Answer, Pool, PooledBody, SendError};
 
-/// Hop-by-hop headers (RFC 9110 section 7.6.1) plus `expect`: they describe one
-/// connection, not the message, so they never cross the proxy. `host` is set anew for
-/// the upstream.
-const HOP_BY_HOP: [HeaderName; 10] = [
-    header::CONNECTION,
+/// The hop-by-hop headers (see [`is_hop_by_hop`]) that are not among `http`'s standard
+/// names.
+static HOP_BY_HOP_OTHER: [HeaderName; 2] = [
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::EXPECT,
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -427,8 +418,24 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
+/// Hop-by-hop headers (RFC 9110 section 7.6.1) plus `expect`, and those `Connection`
+/// names: they describe one connection, not the message, so they never cross the proxy.
+/// (`host` is set anew for the upstream.) Asked for every header of every request and
+/// answer, so the standard names are one match on their tag rather than a list compared
+/// in turn.
 fn is_hop_by_hop(name: &HeaderName, named: &[HeaderName]) -> bool {
-    HOP_BY_HOP.contains(name) || named.contains(name)
+    let standard = matches!(
+        *name,
+        header::CONNECTION
+            | header::PROXY_AUTHENTICATE
+            | header::PROXY_AUTHORIZATION
+            | header::TE
+            | header::TRAILER
+            | header::TRANSFER_ENCODING
+            | header::UPGRADE
+            | header::EXPECT
+    );
+    standard || HOP_BY_HOP_OTHER.contains(name) || named.contains(name)
 }
 
 #[cfg(test)]
@@ -508,6 +515,38 @@ mod tests {
             "POST /api/v1/chat/completions?x=1 HTTP/1.1\r\nauthorization: Bearer k\r\nx-session-id: s1\r\n\
              host: up:8000\r\ntransfer-encoding: chunked\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn every_hop_by_hop_header_is_stripped_and_no_other() {
+        let hop = [
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "proxy-authenticate",
+            "proxy-authorization",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+            "expect",
+        ];
+        let kept = [
+            "content-type",
+            "content-length",
+            "x-keep-alive",
+            "authorization",
+        ];
+        let mut headers = HeaderMap::new();
+        for name in hop.iter().chain(&kept) {
+            headers.insert(*name, HeaderValue::from_static("1"));
+        }
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        let mut kept = kept.to_vec();
+        kept.sort_unstable();
+        assert_eq!(left, kept);
     }
 
     #[test]

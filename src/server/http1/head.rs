@@ -13,7 +13,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
 
-use crate::upstream::http1 as wire;
+use crate::upstream::http1::{self as wire, Present};
 
 /// Request heads longer than this are refused with 431. Far above what API clients send
 /// (nginx's default allows 32 KiB of header lines), and a bound on what a client can make
@@ -107,8 +107,10 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<Head>, HeadError> {
     let target = parsed.path.unwrap_or_default();
     let target = (offset(target), offset(target) + target.len());
     let mut fields = Vec::with_capacity(parsed.headers.len());
+    let mut present = Present::default();
     for field in parsed.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| HeadError::Header)?;
+        present.note(&name);
         let start = field.value.as_ptr() as usize - base;
         fields.push((name, start, start + field.value.len()));
     }
@@ -120,13 +122,14 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<Head>, HeadError> {
     *request.method_mut() = method;
     *request.uri_mut() = uri;
     *request.version_mut() = version;
-    let body = body_framing(version, &headers)?;
-    let keep_alive = wire::keeps_alive(version, &headers);
+    let body = body_framing(version, &headers, present)?;
+    let keep_alive = present.keeps_alive(version, &headers);
     let expect_continue = version == Version::HTTP_11
+        && present.expect
         && headers
             .get(header::EXPECT)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    let upgrade = asks_upgrade(version, &headers);
+    let upgrade = present.upgrade && asks_upgrade(version, &headers);
     *request.headers_mut() = headers;
     Ok(Some(Head {
         request,
@@ -154,19 +157,23 @@ fn header_map(
 /// body. Both at once is how a request is smuggled past one of two parsers, so it is
 /// refused (section 6.1 allows it), as is any other coding, which the proxy would have to
 /// decode to frame.
-fn body_framing(version: Version, headers: &HeaderMap) -> Result<Option<BodyFraming>, HeadError> {
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+fn body_framing(
+    version: Version,
+    headers: &HeaderMap,
+    present: Present,
+) -> Result<Option<BodyFraming>, HeadError> {
+    if present.transfer_encoding {
         if !wire::chunked_alone(headers) {
             return Err(HeadError::TransferCoding);
         }
         // HTTP/1.0 has no transfer codings.
-        if version == Version::HTTP_10 || headers.contains_key(header::CONTENT_LENGTH) {
+        if version == Version::HTTP_10 || present.content_length {
             return Err(HeadError::Framing);
         }
         return Ok(Some(BodyFraming::Chunked));
     }
-    let length =
-        wire::declared_length(headers).map_err(|wire::BadLength| HeadError::ContentLength)?;
+    let length = present.declared_length(headers);
+    let length = length.map_err(|wire::BadLength| HeadError::ContentLength)?;
     Ok(length.filter(|&n| n > 0).map(BodyFraming::Length))
 }
 

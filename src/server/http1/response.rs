@@ -5,7 +5,6 @@
 //! none, as hyper adds one.
 
 use std::cell::RefCell;
-use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::header::{self, HeaderMap};
@@ -13,6 +12,7 @@ use http::{response, Method, StatusCode, Version};
 use http_body::SizeHint;
 
 pub use crate::upstream::http1::Framing;
+use crate::upstream::http1::{self as wire, Present};
 
 /// What the answer's head depends on in the request.
 #[derive(Debug, Clone, Copy)]
@@ -52,9 +52,21 @@ pub fn encode_head(
 ) -> Written {
     let status = parts.status;
     let headers = &mut parts.headers;
+    // One pass over the few names present; each lookup below is made only for a field
+    // that is there (most answers carry `content-length` alone of them).
+    let (mut present, mut dated) = (Present::default(), false);
+    for name in headers.keys() {
+        present.note(name);
+        dated |= name == header::DATE;
+    }
     // The framing is this hop's to choose.
-    headers.remove(header::TRANSFER_ENCODING);
-    let declared = declared_length(headers);
+    if present.transfer_encoding {
+        headers.remove(header::TRANSFER_ENCODING);
+    }
+    let declared = match present.content_length {
+        true => declared_length(headers),
+        false => None,
+    };
     let has_body = !(status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED);
@@ -79,7 +91,7 @@ pub fn encode_head(
         && !close
         && !switched
         && framing != Framing::UntilClose
-        && !says_close(headers);
+        && !(present.connection && says_close(headers));
     status_line(out, asked.version, status);
     for (name, value) in headers.iter() {
         out.extend_from_slice(name.as_str().as_bytes());
@@ -88,20 +100,19 @@ pub fn encode_head(
         out.extend_from_slice(b"\r\n");
     }
     if let Some(n) = length_line {
-        // Writing to a `Vec` cannot fail.
-        let _ = write!(out, "content-length: {n}\r\n");
+        wire::content_length(out, n);
     }
     if framing == Framing::Chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
-    if !switched && !headers.contains_key(header::CONNECTION) {
+    if !switched && !present.connection {
         match (asked.version, keep_alive) {
             (Version::HTTP_10, true) => out.extend_from_slice(b"connection: keep-alive\r\n"),
             (Version::HTTP_10, false) | (_, true) => {}
             (_, false) => out.extend_from_slice(b"connection: close\r\n"),
         }
     }
-    if !headers.contains_key(header::DATE) {
+    if !dated {
         out.extend_from_slice(b"date: ");
         with_date(|date| out.extend_from_slice(date));
         out.extend_from_slice(b"\r\n");
@@ -120,14 +131,19 @@ pub fn encode_head(
 /// The answer's own `Content-Length`, if it is one number; one that is not is removed,
 /// and the body framed as if it had none.
 fn declared_length(headers: &mut HeaderMap) -> Option<u64> {
-    let value = headers.get(header::CONTENT_LENGTH)?;
-    let parsed = std::str::from_utf8(value.as_bytes())
-        .ok()
-        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|s| s.parse().ok());
-    if parsed.is_none() || headers.get_all(header::CONTENT_LENGTH).iter().count() > 1 {
+    let parsed = {
+        let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
+        match (values.next(), values.next()) {
+            (None, _) => return None,
+            (Some(value), None) => std::str::from_utf8(value.as_bytes())
+                .ok()
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse().ok()),
+            (Some(_), Some(_)) => None,
+        }
+    };
+    if parsed.is_none() {
         headers.remove(header::CONTENT_LENGTH);
-        return None;
     }
     parsed
 }
@@ -249,6 +265,27 @@ mod tests {
         let (head, written) = encode(own, SizeHint::default(), GET);
         assert_eq!(head, "HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n");
         assert_eq!(written.framing, Framing::Length(3));
+    }
+
+    #[test]
+    fn a_length_that_is_not_one_number_is_dropped_and_the_body_framed_without_it() {
+        for lengths in [&["x"][..], &["3", "3"], &[""]] {
+            let mut own = Response::builder();
+            for length in lengths {
+                own = own.header("content-length", *length);
+            }
+            let (mut parts, ()) = own.body(()).unwrap().into_parts();
+            let mut out = Vec::new();
+            let asked = Asked::new(&Method::GET, Version::HTTP_11, true);
+            let written = encode_head(&mut out, &mut parts, &SizeHint::default(), asked, false);
+            let head = String::from_utf8(out).unwrap();
+            assert!(!head.contains("content-length"), "{lengths:?}: {head}");
+            assert!(
+                head.contains("\r\ntransfer-encoding: chunked\r\n"),
+                "{head}"
+            );
+            assert_eq!(written.framing, Framing::Chunked);
+        }
     }
 
     #[test]
