@@ -115,6 +115,9 @@ source bench/lib.sh
 # --- processes --------------------------------------------------------------------------
 
 tmp=$(mktemp -d -t compare-bench.XXXXXX)
+# The proxies keep their state in this run's own folder: a store left in ~/.local/state by
+# other runs would change what is measured, and this run must not write there either.
+export XDG_STATE_HOME=$tmp/state
 raw=bench/results/raw/compare
 rm -rf "$raw"
 mkdir -p "$raw"

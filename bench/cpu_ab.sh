@@ -60,7 +60,9 @@ targets=()
 for spec in "$@"; do
   name=${spec%%=*} binary=${spec#*=}
   [[ $name =~ ^[A-Za-z0-9_-]+$ && -x $binary ]] || { echo "cpu_ab.sh: bad target $spec" >&2; exit 2; }
-  RUST_LOG=warn taskset -c "$proxy_cpu" "$binary" serve --config "$tmp/proxy.toml" \
+  # Each proxy has a store of its own, empty: one left in ~/.local/state by other runs
+  # (checkpoints, learned windows) would change the path measured.
+  XDG_STATE_HOME=$tmp/state-$name RUST_LOG=warn taskset -c "$proxy_cpu" "$binary" serve --config "$tmp/proxy.toml" \
     --listen 127.0.0.1:0 --upstream "http://127.0.0.1:$mock_port/v1" >"$tmp/proxy-$name.log" 2>&1 &
   pid=$!
   pids+=("$pid")

@@ -26,6 +26,9 @@ bin=$CARGO_TARGET_DIR/release
 source "$root/bench/lib.sh"
 
 tmp=$(mktemp -d -t memory.XXXXXX)
+# The proxies keep their state in this run's own folder: a store left in ~/.local/state by
+# other runs would change what is measured, and this run must not write there either.
+export XDG_STATE_HOME=$tmp/state
 pids=()
 # lib.sh's cleanup ends every process in `pids` and removes `$tmp`.
 trap cleanup EXIT

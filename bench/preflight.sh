@@ -22,6 +22,9 @@ bin=$CARGO_TARGET_DIR/release
 cargo build --release --quiet --examples --bin compaction-proxy
 
 work=$(mktemp -d)
+# The proxies keep their state in this run's own folder: a store left in ~/.local/state by
+# other runs would change what is measured, and this run must not write there either.
+export XDG_STATE_HOME=$work/state
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
