@@ -529,7 +529,12 @@ fn fit<'a>(
         }
         // Cut by the excess and a quarter more, for the notes the cuts add.
         let over = tokens - most;
-        let limit = request.limit().checked_sub(over + over / 4)?;
+        // A request not limited yet starts from its whole body, which holds the turns.
+        let current = match request.limit() {
+            Limit::At(turns) => turns,
+            Limit::Unbounded => tokens,
+        };
+        let limit = current.checked_sub(over + over / 4)?;
         if limit < MIN_INPUT {
             return None;
         }
@@ -565,6 +570,26 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::summarize::tests::msg;
+    use serde_json::json;
+
+    #[test]
+    fn a_request_with_no_input_limit_yet_is_cut_to_its_room() {
+        // Each output is shown cut to its ends already; sixty of them still overflow.
+        let big: Vec<Message> = (0..60)
+            .map(|i| msg(json!({"role": "user", "content": format!("step {i}: {}", "lorem ipsum ".repeat(60))})))
+            .collect();
+        let counter = Counter::for_model("gpt-4o");
+        let room = ChunkRoom::new(8_000, 1.0);
+        let request = SummaryRequest::new("m", &big, 300, counter);
+        assert_eq!(request.limit(), Limit::Unbounded);
+        let (request, _, tokens) = fit(request, &room, &counter).expect("cut to fit");
+        assert!(
+            tokens <= room.prompt_limit(request.max_tokens()),
+            "{tokens}"
+        );
+        assert!(matches!(request.limit(), Limit::At(_)));
+    }
 
     #[test]
     fn dates_from_day_counts() {

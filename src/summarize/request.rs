@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 use crate::engine::message::keep_ends;
 use crate::engine::{Counter, Message};
 use crate::redact::redact;
+use crate::units::Limit;
 
 use super::serialize;
 
@@ -38,7 +39,7 @@ pub struct SummaryRequest<'a> {
     previous_summary: Option<&'a str>,
     focus: Option<&'a str>,
     date: Option<&'a str>,
-    input_limit: usize,
+    input_limit: Limit,
     prompt: Prompt,
 }
 
@@ -73,7 +74,7 @@ impl<'a> SummaryRequest<'a> {
             previous_summary: None,
             focus: None,
             date: None,
-            input_limit: usize::MAX,
+            input_limit: Limit::Unbounded,
             prompt: Prompt::Full,
         }
     }
@@ -105,12 +106,12 @@ impl<'a> SummaryRequest<'a> {
     /// Tokens the serialised turns may take (see [`super::ChunkRoom::plan`]); larger
     /// messages are cut to their head and tail to fit.
     pub fn input_limit(mut self, tokens: usize) -> Self {
-        self.input_limit = tokens;
+        self.input_limit = Limit::At(tokens);
         self
     }
 
-    /// The tokens the serialised turns may take.
-    pub fn limit(&self) -> usize {
+    /// The tokens the serialised turns may take: no limit until [`Self::input_limit`].
+    pub fn limit(&self) -> Limit {
         self.input_limit
     }
 
@@ -151,7 +152,10 @@ impl<'a> SummaryRequest<'a> {
     /// two ends when longer than an answer plus half the turns' room.
     fn previous_shown(&self) -> Option<String> {
         let prev = redact(self.previous_summary?.trim());
-        let most = self.max_tokens().saturating_add(self.input_limit / 2);
+        let most = match self.input_limit {
+            Limit::At(turns) => self.max_tokens().saturating_add(turns / 2),
+            Limit::Unbounded => return Some(prev.into_owned()),
+        };
         let tokens = self.counter.text(&prev);
         Some(if tokens > most {
             let keep = (prev.len() as f64 * most as f64 / tokens as f64) as usize;
@@ -189,7 +193,7 @@ impl<'a> SummaryRequest<'a> {
         // to half of their room: beyond that it is cut to its two ends.
         if let Some(prev) = self.previous_shown() {
             let excess = self.counter.text(&prev).saturating_sub(self.max_tokens());
-            limit = limit.saturating_sub(excess);
+            limit = limit.less(excess);
             s.push_str("<previous-checkpoint>\n");
             s.push_str(&prev);
             s.push_str("\n</previous-checkpoint>\n\n<new-turns>\n");

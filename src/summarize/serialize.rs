@@ -10,6 +10,7 @@ use crate::engine::cut::keep_facts;
 use crate::engine::message::{call_id, call_name_args, is_media_part, keep_ends, Message, Role};
 use crate::engine::Counter;
 use crate::redact::redact;
+use crate::units::Limit;
 
 /// Tool output kept per result, head and tail in bytes: enough for a stack trace's top and
 /// a command's final status line.
@@ -31,7 +32,7 @@ pub fn blocks(turns: &[Message]) -> Vec<String> {
 }
 
 /// The blocks joined, cut further (largest blocks first) if their tokens exceed `limit`.
-pub fn joined(turns: &[Message], limit: usize, counter: &Counter) -> String {
+pub fn joined(turns: &[Message], limit: Limit, counter: &Counter) -> String {
     fit(blocks(turns), limit, counter).join(SEPARATOR)
 }
 
@@ -123,7 +124,10 @@ const FIT_ROUNDS: usize = 4;
 
 /// Cuts the largest blocks to a common size until the whole fits `limit` tokens. The size is
 /// found in bytes, scaled by the blocks' own bytes-per-token ratio, with 5% to spare.
-fn fit(mut blocks: Vec<String>, limit: usize, counter: &Counter) -> Vec<String> {
+fn fit(mut blocks: Vec<String>, limit: Limit, counter: &Counter) -> Vec<String> {
+    let Limit::At(limit) = limit else {
+        return blocks;
+    };
     for _ in 0..FIT_ROUNDS {
         let tokens: usize = blocks.iter().map(|b| block_tokens(b, counter)).sum();
         if tokens <= limit {
@@ -222,7 +226,7 @@ mod tests {
         let counter = Counter::for_model("gpt-4o");
         let small = "[user]\nshort question".to_string();
         let big = format!("[tool result: t]\n{}", "word ".repeat(5000));
-        let fitted = fit(vec![small.clone(), big.clone()], 1000, &counter);
+        let fitted = fit(vec![small.clone(), big.clone()], Limit::At(1000), &counter);
         assert_eq!(fitted[0], small);
         assert!(fitted[1].len() < big.len());
         let total: usize = fitted.iter().map(|b| block_tokens(b, &counter)).sum();
@@ -235,7 +239,7 @@ mod tests {
         let blocks: Vec<String> = (0..300)
             .map(|i| format!("[tool result: t #{i}]\n{}", "alpha beta gamma ".repeat(40)))
             .collect();
-        let fitted = fit(blocks, 20_000, &counter);
+        let fitted = fit(blocks, Limit::At(20_000), &counter);
         let total: usize = fitted.iter().map(|b| block_tokens(b, &counter)).sum();
         assert!(total <= 20_000, "{total}");
         assert!(fitted.iter().all(|b| b.starts_with("[tool result: t #")));
@@ -279,7 +283,7 @@ mod tests {
                 _ => json!({"role": "tool", "tool_call_id": "c1", "content": text}),
             };
             let counter = Counter::for_model("gpt-4o");
-            let shown = joined(&[msg(m)], limit, &counter);
+            let shown = joined(&[msg(m)], Limit::At(limit), &counter);
             for i in 0..=key.len() - 12 {
                 proptest::prop_assert!(!shown.contains(&key[i..i + 12]), "{shown}");
             }
