@@ -530,3 +530,91 @@ async fn with_the_window_learned_an_event_prunes_every_output_after_its_first_ch
     let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 40, 50, 8).await;
     events_prune_all_after_their_first_change(&taken);
 }
+
+/// Turn `n` of a session that writes files: the ask, a call writing `chars` characters of
+/// source and a test run with `lines` lines of output, and the outputs.
+fn writing_turn(n: usize, chars: usize, lines: usize) -> Vec<Value> {
+    let (write, run) = (format!("write_{n}"), format!("run_{n}"));
+    let source: String = (0..)
+        .map(|i| format!("    let value_{i} = compute_{n}(input, {i}); // step {i}\n"))
+        .take_while({
+            let mut len = 0;
+            move |line: &String| {
+                len += line.len();
+                len <= chars
+            }
+        })
+        .collect();
+    let output: String = (0..lines)
+        .map(|i| format!("test module_{n}::case_{i:03} ... ok (took {i:03} ms)\n"))
+        .collect();
+    vec![
+        json!({"role": "user", "content": format!("Turn {n}: fix module {n}.")}),
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": write, "type": "function", "function": {"name": "write_file",
+                "arguments": json!({"path": format!("src/module_{n}.rs"), "content": source}).to_string()}},
+            {"id": run, "type": "function", "function": {"name": "run_command",
+                "arguments": json!({"command": format!("cargo test module_{n}")}).to_string()}}]}),
+        json!({"role": "tool", "tool_call_id": write, "content": format!("Wrote src/module_{n}.rs.")}),
+        json!({"role": "tool", "tool_call_id": run, "content": output}),
+    ]
+}
+
+/// What a pruned turn leaves in every later prompt: its ask, its calls with their
+/// arguments cut, the one-line stubs of its outputs. That pile grows with every turn an
+/// event prunes, and once what an event prunes since the last one no longer makes room,
+/// it must reach into the older history the first event kept and rewrite all of it (in
+/// bench/events.py's roomy session, about 400 of the mock's tokens a turn, and most
+/// 40-turn runs had one such event). Here a turn of about 3,200 of the mock's tokens
+/// leaves about 150 (before: about 220, the arguments keeping 300 characters of the file
+/// and the stub the output's size in characters beside its lines).
+fn a_pruned_turn_leaves_little_behind(taken: &Taken) {
+    let last = taken.sent.last().unwrap();
+    let stub = |m: &Value| {
+        m["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("[output of"))
+    };
+    let asks: Vec<usize> = (0..last.len())
+        .filter(|&i| last[i]["role"] == "user")
+        .collect();
+    let mut checked = 0;
+    for pair in asks.windows(2) {
+        let turn = &last[pair[0]..pair[1]];
+        if !turn.iter().any(stub) {
+            continue;
+        }
+        let tokens = support::mock_tokens(&json!({ "messages": turn }));
+        assert!(tokens <= 160, "{tokens} tokens: {turn:#?}");
+        checked += 1;
+    }
+    assert!(
+        checked >= 4,
+        "{checked} pruned turns, events at {:?}",
+        taken.events
+    );
+}
+
+#[tokio::test]
+async fn with_the_window_configured_a_pruned_turn_leaves_little_behind() {
+    let config = format!(
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
+    );
+    let turn = |n| writing_turn(n, 6_000, 80);
+    let taken = drive(CODING_AGENT, &config, 16, turn, |n| {
+        format!("Module {n} fixed.")
+    })
+    .await;
+    a_pruned_turn_leaves_little_behind(&taken);
+}
+
+#[tokio::test]
+async fn with_the_window_learned_a_pruned_turn_leaves_little_behind() {
+    let config = "[summarizer]\ncontext_window = 128000\n";
+    let turn = |n| writing_turn(n, 6_000, 80);
+    let taken = drive(CODING_AGENT, config, 16, turn, |n| {
+        format!("Module {n} fixed.")
+    })
+    .await;
+    a_pruned_turn_leaves_little_behind(&taken);
+}

@@ -1335,7 +1335,7 @@ mod tests {
             {"role": "assistant", "content": null, "tool_calls": [
                 {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"make\"}"}},
                 {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}]},
-            {"role": "tool", "tool_call_id": "a", "content": "[output of bash command=make pruned by compaction: 900 chars, 20 lines; first error: error: linker failed]"},
+            {"role": "tool", "tool_call_id": "a", "content": "[output of bash command=make pruned by compaction: 20 lines; first error: error: linker failed]"},
             {"role": "tool", "tool_call_id": "b", "content": STUB.trim()},
             {"role": "user", "content": [{"type": "text", "text": "[earlier image removed by context compaction]"}, {"type": "text", "text": "what now?"}]},
         ]));

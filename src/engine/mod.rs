@@ -118,7 +118,9 @@ pub struct Options {
     pub fill_percent: usize,
     /// Tool outputs longer than this many characters are pruned outside the tail.
     pub prune_min_chars: usize,
-    /// String values in old tool-call arguments are cut to this many characters.
+    /// String values in old tool-call arguments are cut to this many characters: enough
+    /// to say what a written file began with; the rest of a pruned call stays in every
+    /// later prompt (see [`prune::describe_output`] for why that adds up).
     pub arg_max_chars: usize,
     /// Upper bound on the summary's size in tokens.
     pub summary_max_tokens: usize,
@@ -157,7 +159,7 @@ impl Default for Options {
             protect_first_n: 2,
             fill_percent: 70,
             prune_min_chars: 400,
-            arg_max_chars: 300,
+            arg_max_chars: 100,
             summary_max_tokens: 4000,
             max_messages: None,
             prune_to: None,

@@ -311,13 +311,13 @@ fn later_copies(messages: &[Message], min_chars: usize) -> HashMap<usize, usize>
 }
 
 /// One line that keeps what a later turn may need from an output: which call, how big,
-/// and the line that says what failed, if anything did.
+/// and the line that says what failed, if anything did. Its size in lines only: every
+/// pruned output stays in the prompt for the rest of the session, and what the stubs add
+/// up to decides how soon an event can no longer stop after the last one's and must
+/// rewrite older history (a character count beside the lines said nothing more).
 pub fn describe_output(label: &str, text: &str) -> String {
     let lines = text.bytes().filter(|&b| b == b'\n').count() + usize::from(!text.ends_with('\n'));
-    let mut line = format!(
-        "{PRUNED_PREFIX}{label} pruned by compaction: {} chars, {lines} lines",
-        text.len()
-    );
+    let mut line = format!("{PRUNED_PREFIX}{label} pruned by compaction: {lines} lines");
     if let Some(err) = error_line(text) {
         line.push_str(PRUNED_ERROR);
         line.push_str(&err);
@@ -453,7 +453,7 @@ mod tests {
             .starts_with("[duplicate output of read_file path=src/a.rs"));
         let line = msgs[3].text();
         assert!(line.contains("bash command=make"), "{line}");
-        assert!(line.contains("3021 chars, 201 lines"), "{line}");
+        assert!(line.contains("pruned by compaction: 201 lines"), "{line}");
         assert!(line.contains("first error: error: linker failed"), "{line}");
         // The tail copy is untouched.
         assert_eq!(msgs[5].text(), big);
@@ -537,9 +537,7 @@ mod tests {
             let id = format!("c{i}");
             // The first three outputs were pruned by an earlier event.
             let content = if i < 3 {
-                format!(
-                    "[output of bash command=step {i} pruned by compaction: 1500 chars, 100 lines]"
-                )
+                format!("[output of bash command=step {i} pruned by compaction: 100 lines]")
             } else {
                 outputs(i)
             };
