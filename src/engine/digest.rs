@@ -1054,6 +1054,9 @@ fn tidy(text: &str) -> String {
 /// between state facts (a rule it sets, an error, a written file): then its beginning and
 /// those lines, which may take two thirds of the room.
 fn cut_ask(text: &str, head: usize, tail: usize) -> String {
+    // Masked first: the opening is clipped where it falls, and a clip through a key keeps
+    // part of it without the prefix the redactor knows it by.
+    let text = &*redact(text);
     let keep = head + tail;
     if text.len() <= keep + 64 {
         return text.to_string();
@@ -1180,6 +1183,25 @@ mod tests {
     use crate::engine::message::parse_test_messages;
     use crate::engine::summary::wrap;
     use serde_json::{json, Value};
+
+    #[test]
+    fn a_long_ask_is_cut_with_its_secrets_masked_first() {
+        let key = format!("sk-proj-{}", "A1b2C3d4".repeat(6));
+        for before in (0..400).step_by(7) {
+            let text = format!(
+                "{}API_KEY {key} {}\nerror: build failed in src/net.rs\n{}",
+                "word ".repeat(before / 5),
+                "more ".repeat(60),
+                "tail ".repeat(80),
+            );
+            let cut = cut_ask(&text, 120, 60);
+            assert!(cut.contains("omitted by compaction"), "{cut}");
+            for piece in key.as_bytes().windows(12) {
+                let piece = std::str::from_utf8(piece).unwrap_or_default();
+                assert!(!cut.contains(piece), "{before}: {cut}");
+            }
+        }
+    }
 
     fn parse(v: Value) -> Vec<Message> {
         parse_test_messages(&v)
