@@ -237,19 +237,12 @@ fn forward(
         Route::Compact(dialect) => {
             let (request, reservation) = reserved(app, request, timeout)?;
             let answer = compaction_path::handle(app, request, dialect, id);
-            Either::Left(Either::Left(answer.map(move |answer| {
-                drop(reservation);
-                answer
-            })))
+            Either::Left(Either::Left(holding(reservation, answer)))
         }
         Route::RemoteCompaction => {
             let (request, reservation) = reserved(app, request, timeout)?;
             let answer = compaction_path::codex_compaction::handle_endpoint(app, request, id);
-            let answer = answer.map(move |answer| {
-                drop(reservation);
-                answer
-            });
-            Either::Right(Box::pin(answer) as Boxed)
+            Either::Right(Box::pin(holding(reservation, answer)) as Boxed)
         }
         Route::Connect => return Err(ProxyError::Connect),
         Route::Upgrade => {
@@ -282,6 +275,14 @@ fn reserved(
     let held = Some(Arc::clone(&reservation));
     let request = request.map(|body| ClientBody::new(body, timeout, held));
     Ok((request, reservation))
+}
+
+/// `answer`, with the memory reserved for its request's body held until it is ready.
+fn holding<F: Future>(reservation: Arc<Reservation>, answer: F) -> impl Future<Output = F::Output> {
+    answer.map(move |answer| {
+        drop(reservation);
+        answer
+    })
 }
 
 fn text(status: StatusCode, content_type: &'static str, text: String) -> Response<ProxyBody> {

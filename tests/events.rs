@@ -28,6 +28,14 @@ const SUMMARY_DELAY_MS: u64 = 500;
 /// only one turn ahead would still be running when the threshold is crossed.
 const THINK_MS: u64 = 350;
 
+/// The proxy's config with the window configured for `model`; the summariser's own
+/// window is set in both, so only the upstream's is learned or not.
+fn configured(model: &str) -> String {
+    format!("[[models]]\nmatch = \"{model}\"\ncontext_window = {WINDOW}\n\n{LEARNED}")
+}
+/// The proxy's config with the window left to be learned from the upstream's refusal.
+const LEARNED: &str = "[summarizer]\ncontext_window = 128000\n";
+
 /// Turn `n`: the ask, a test run and its output of 2,000 to 4,000 tokens (a different
 /// size each turn, as a real session's are), and the agent's short reply.
 fn turn(n: usize) -> Vec<Value> {
@@ -90,9 +98,7 @@ fn events_buy_room(session: &Taken) {
 
 #[tokio::test]
 async fn with_the_window_configured_no_turn_waits_and_events_are_few() {
-    let config = format!(
-        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
-    );
+    let config = configured("mock-agent-model");
     let session = session(&config).await;
     no_turn_waited(&session, 0);
     events_buy_room(&session);
@@ -100,7 +106,7 @@ async fn with_the_window_configured_no_turn_waits_and_events_are_few() {
 
 #[tokio::test]
 async fn with_the_window_learned_from_a_refusal_no_later_turn_waits() {
-    let session = session("[summarizer]\ncontext_window = 128000\n").await;
+    let session = session(LEARNED).await;
     // The first overflow is a refusal, learned from: that turn compacts while it waits.
     let learned = session
         .turns
@@ -260,16 +266,14 @@ fn each_event_buys_several_turns(taken: &Taken) {
 
 #[tokio::test]
 async fn with_the_window_configured_an_event_buys_several_turns() {
-    let config = format!(
-        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
-    );
+    let config = configured("mock-agent-model");
     let taken = tool_session(&config, 24, 150, 0).await;
     each_event_buys_several_turns(&taken);
 }
 
 #[tokio::test]
 async fn with_the_window_learned_an_event_buys_several_turns() {
-    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 24, 150, 0).await;
+    let taken = tool_session(LEARNED, 24, 150, 0).await;
     let learned = taken
         .turns
         .iter()
@@ -284,7 +288,7 @@ async fn with_the_window_learned_an_event_buys_several_turns() {
 /// known), and neither does any later turn.
 #[tokio::test]
 async fn with_the_window_learned_the_refused_turn_does_not_wait_for_the_summariser() {
-    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 12, 150, 0).await;
+    let taken = tool_session(LEARNED, 12, 150, 0).await;
     let learned = taken
         .turns
         .iter()
@@ -334,16 +338,14 @@ fn later_events_keep_what_earlier_ones_pruned(taken: &Taken) {
 
 #[tokio::test]
 async fn with_the_window_configured_a_later_event_keeps_what_an_earlier_one_pruned() {
-    let config = format!(
-        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
-    );
+    let config = configured("mock-agent-model");
     let taken = tool_session(&config, 40, 50, 8).await;
     later_events_keep_what_earlier_ones_pruned(&taken);
 }
 
 #[tokio::test]
 async fn with_the_window_learned_a_later_event_keeps_what_an_earlier_one_pruned() {
-    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 40, 50, 8).await;
+    let taken = tool_session(LEARNED, 40, 50, 8).await;
     later_events_keep_what_earlier_ones_pruned(&taken);
 }
 
@@ -379,9 +381,7 @@ fn no_chat_turn_waited(session: &Taken) {
 /// (nothing else shortens prose) and none is waited for.
 #[tokio::test]
 async fn with_the_window_configured_no_chat_turn_waits_for_its_summary() {
-    let config = format!(
-        "[[models]]\nmatch = \"mock-chat-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
-    );
+    let config = configured("mock-chat-model");
     let session = chat_session(&config, 36).await;
     assert!(
         session.turns.iter().any(|(x, _)| x.contains("summary=llm")),
@@ -397,7 +397,7 @@ async fn with_the_window_configured_no_chat_turn_waits_for_its_summary() {
 /// turn waits for the summariser.
 #[tokio::test]
 async fn with_the_window_learned_the_refused_chat_turn_takes_the_digest_at_once() {
-    let session = chat_session("[summarizer]\ncontext_window = 128000\n", 36).await;
+    let session = chat_session(LEARNED, 36).await;
     let learned = session
         .turns
         .iter()
@@ -440,7 +440,7 @@ async fn with_the_window_learned_the_summary_after_the_digest_reads_the_clients_
         vec![json!({"role": "user", "content": content})]
     };
     let reply = |n| format!("Section {n} reads well; two sentences could go. ").repeat(12);
-    let config = "[summarizer]\ncontext_window = 128000\n";
+    let config = LEARNED;
     let session = drive(REVIEWER, config, 36, turn, reply).await;
     let learned = session
         .turns
@@ -518,16 +518,14 @@ fn events_prune_all_after_their_first_change(taken: &Taken) {
 
 #[tokio::test]
 async fn with_the_window_configured_an_event_prunes_every_output_after_its_first_change() {
-    let config = format!(
-        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
-    );
+    let config = configured("mock-agent-model");
     let taken = tool_session(&config, 40, 50, 8).await;
     events_prune_all_after_their_first_change(&taken);
 }
 
 #[tokio::test]
 async fn with_the_window_learned_an_event_prunes_every_output_after_its_first_change() {
-    let taken = tool_session("[summarizer]\ncontext_window = 128000\n", 40, 50, 8).await;
+    let taken = tool_session(LEARNED, 40, 50, 8).await;
     events_prune_all_after_their_first_change(&taken);
 }
 
@@ -597,9 +595,7 @@ fn a_pruned_turn_leaves_little_behind(taken: &Taken) {
 
 #[tokio::test]
 async fn with_the_window_configured_a_pruned_turn_leaves_little_behind() {
-    let config = format!(
-        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
-    );
+    let config = configured("mock-agent-model");
     let turn = |n| writing_turn(n, 6_000, 80);
     let taken = drive(CODING_AGENT, &config, 16, turn, |n| {
         format!("Module {n} fixed.")
@@ -610,7 +606,7 @@ async fn with_the_window_configured_a_pruned_turn_leaves_little_behind() {
 
 #[tokio::test]
 async fn with_the_window_learned_a_pruned_turn_leaves_little_behind() {
-    let config = "[summarizer]\ncontext_window = 128000\n";
+    let config = LEARNED;
     let turn = |n| writing_turn(n, 6_000, 80);
     let taken = drive(CODING_AGENT, config, 16, turn, |n| {
         format!("Module {n} fixed.")
