@@ -1,7 +1,7 @@
 //! The compaction path, for every dialect [`crate::dialect`] reads and writes
-//! (`POST .../chat/completions`, `POST .../responses`, `POST .../messages`). The body is read (bounded) so a
-//! request too long for its model can be rewritten; one that needs nothing goes upstream as
-//! the client's original bytes.
+//! (`POST .../chat/completions`, `POST .../responses`, `POST .../messages`). The body is
+//! read (bounded) so a request too long for its model can be rewritten; one that needs
+//! nothing goes upstream as the client's original bytes.
 //!
 //! One loop, in [`run`], drives a request's upstream calls; each phase of it has its file:
 //! - `preflight.rs`: before the first call, resume the conversation from its checkpoint,

@@ -1,9 +1,10 @@
 //! Compaction as a prepared event. Past the prepare mark, the request is sent as it is and
 //! the compaction the threshold will call for is made in the background, on a copy of the
 //! conversation as the request has it, by the same [`Compactor`](crate::compactor)
-//! ([`crate::checkpoint::prepared`] keeps the result aside). The turn that crosses the threshold puts the prepared checkpoint in place
-//! of the client's prefix, as a resumed conversation would be, and goes without waiting
-//! for a summary; the upstream taking it makes it the conversation's checkpoint.
+//! ([`crate::checkpoint::prepared`] keeps the result aside). The turn that crosses the
+//! threshold puts the prepared checkpoint in place of the client's prefix, as a resumed
+//! conversation would be, and goes without waiting for a summary; the upstream taking it
+//! makes it the conversation's checkpoint.
 
 use std::sync::Arc;
 

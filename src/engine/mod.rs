@@ -5,9 +5,10 @@
 //! engine:
 //!
 //! ```text
-//! let plan = engine::plan(&request, &opts)?;          // passes 1-4
-//! let summary = if plan.needs_summary() { Some(/* LLM or */ summarize_deterministic(&plan)) } else { None };
-//! let outcome = engine::finish(plan, summary, &opts);  // passes 5-8
+//! let plan = engine::plan(&request, &opts)?; // passes 1-4
+//! // An LLM's summary, or the deterministic digest:
+//! let summary = plan.needs_summary().then(|| summarize_deterministic(&plan, &opts));
+//! let outcome = engine::finish(plan, summary, &opts); // passes 5-8
 //! ```
 //!
 //! [`compact`] does both with the deterministic summary. Passes, cheapest first, stopping as
