@@ -501,6 +501,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     if let Some(m) = at {
         let least = match target {
             Limit::At(target) => target / 8,
+            // No target: nothing to cut the task for.
             Limit::Unbounded => m.tokens,
         };
         let keep = m.tokens.saturating_sub(over).max(least);
