@@ -104,6 +104,50 @@ impl Limit {
             Limit::At(most) => n.min(most),
         }
     }
+
+    /// How far `n` is above the limit: nothing is above no limit.
+    pub fn excess(self, n: usize) -> usize {
+        match self {
+            Limit::Unbounded => 0,
+            Limit::At(most) => n.saturating_sub(most),
+        }
+    }
+
+    /// The limit `f` makes of this one (a share of it, room beside it); no limit stays
+    /// none.
+    pub fn map(self, f: impl FnOnce(usize) -> usize) -> Limit {
+        match self {
+            Limit::Unbounded => Limit::Unbounded,
+            Limit::At(most) => Limit::At(f(most)),
+        }
+    }
+}
+
+/// A looser limit is the greater: no limit is above every number.
+impl Ord for Limit {
+    fn cmp(&self, other: &Limit) -> std::cmp::Ordering {
+        match (self, other) {
+            (Limit::Unbounded, Limit::Unbounded) => std::cmp::Ordering::Equal,
+            (Limit::Unbounded, Limit::At(_)) => std::cmp::Ordering::Greater,
+            (Limit::At(_), Limit::Unbounded) => std::cmp::Ordering::Less,
+            (Limit::At(a), Limit::At(b)) => a.cmp(b),
+        }
+    }
+}
+
+impl PartialOrd for Limit {
+    fn partial_cmp(&self, other: &Limit) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Limit::Unbounded => f.write_str("none"),
+            Limit::At(most) => write!(f, "{most}"),
+        }
+    }
 }
 
 impl From<Option<usize>> for Limit {
@@ -154,5 +198,24 @@ mod tests {
         assert_eq!(Limit::At(10).clamp(4), 4);
         assert_eq!(Limit::At(10).clamp(40), 10);
         assert_eq!(Limit::Unbounded.clamp(40), 40);
+    }
+
+    #[test]
+    fn nothing_is_over_no_limit_and_no_limit_is_above_every_number() {
+        assert_eq!(Limit::At(10).excess(14), 4);
+        assert_eq!(Limit::At(10).excess(6), 0);
+        assert_eq!(Limit::Unbounded.excess(usize::MAX), 0);
+        assert!(Limit::Unbounded > Limit::At(usize::MAX));
+        assert!(Limit::At(3) < Limit::At(4));
+        assert_eq!(Limit::At(5).max(Limit::At(8)), Limit::At(8));
+        assert_eq!(Limit::Unbounded.max(Limit::At(8)), Limit::Unbounded);
+    }
+
+    #[test]
+    fn a_share_of_no_limit_is_no_limit() {
+        assert_eq!(Limit::At(1000).map(|t| t / 10), Limit::At(100));
+        assert_eq!(Limit::Unbounded.map(|t| t / 10), Limit::Unbounded);
+        assert_eq!(Limit::Unbounded.to_string(), "none");
+        assert_eq!(Limit::At(42).to_string(), "42");
     }
 }

@@ -10,7 +10,9 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{agent_round, assert_compacted_part_kept, client, metrics, post_chat, Mock, Proxy};
+use support::{
+    agent_round, assert_compacted_part_kept, client, metrics, post_chat, window_turn, Mock, Proxy,
+};
 
 /// The upstream's window, in the mock's tokens; the proxy is told the same.
 const WINDOW: u64 = 6000;
@@ -429,18 +431,9 @@ async fn the_turn_that_crosses_the_threshold_does_not_wait_for_the_summary() {
     let mut turns = Vec::new();
     for n in 0..36 {
         history.push(ask(n));
-        let window = WINDOW.to_string();
-        let headers = [
-            ("authorization", "Bearer k"),
-            ("x-mock", "window"),
-            ("x-mock-shape", "openai"),
-            ("x-mock-window", window.as_str()),
-            ("x-mock-summary", "ok"),
-            // A slow summariser: a turn that waited for it would take half a second more.
-            ("x-mock-summary-delay-ms", "500"),
-        ];
         let started = std::time::Instant::now();
-        let (status, x) = post_chat(&proxy, &headers, &request(&history)).await;
+        // A slow summariser: a turn that waited for it would take half a second more.
+        let (status, x) = window_turn(&proxy, "Bearer k", WINDOW, 500, &request(&history)).await;
         assert_eq!(status, 200, "turn {n}: {x}");
         turns.push((x, started.elapsed()));
         // A long answer in prose: what only a summary can shorten.
@@ -498,15 +491,6 @@ async fn a_preparation_pushed_out_by_newer_ones_is_cancelled() {
         "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[compaction]\nprepare_concurrency = 8\n"
     );
     let proxy = Proxy::start(&mock.url("/v1"), &config);
-    let window = WINDOW.to_string();
-    let headers = [
-        ("authorization", "Bearer one-tenant"),
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary", "ok"),
-        ("x-mock-summary-delay-ms", "5000"),
-    ];
     for conversation in 0..5 {
         // Past the prepare mark (75%), short of the threshold (90%).
         let mut messages =
@@ -517,7 +501,8 @@ async fn a_preparation_pushed_out_by_newer_ones_is_cancelled() {
             messages.push(json!({"role": "assistant", "content": answer}));
         }
         messages.push(ask(13));
-        let (status, x) = post_chat(&proxy, &headers, &request(&messages)).await;
+        let credential = "Bearer one-tenant";
+        let (status, x) = window_turn(&proxy, credential, WINDOW, 5000, &request(&messages)).await;
         assert_eq!(status, 200, "{x}");
         assert_eq!(x, "", "nothing changes in the request before the threshold");
     }

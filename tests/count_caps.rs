@@ -10,7 +10,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{client, media_parts, x_compaction, Mock, Proxy};
+use support::{media_parts, post_json, Mock, Proxy};
 
 const MODEL: &str = "mock-vision";
 const PNG: &str =
@@ -80,19 +80,14 @@ async fn send_capped(
     max: usize,
     max_messages: usize,
 ) -> (u16, String, String) {
-    let response = client()
-        .post(proxy.url(path))
-        .header("x-mock", "media")
-        .header("x-mock-max-media", max.to_string())
-        .header("x-mock-max-messages", max_messages.to_string())
-        .header("anthropic-version", "2023-06-01")
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let x = x_compaction(&response);
-    (status, x, response.text().await.unwrap())
+    let (max, max_messages) = (max.to_string(), max_messages.to_string());
+    let headers = [
+        ("x-mock", "media"),
+        ("x-mock-max-media", max.as_str()),
+        ("x-mock-max-messages", max_messages.as_str()),
+        ("anthropic-version", "2023-06-01"),
+    ];
+    post_json(proxy, path, &headers, body).await
 }
 
 /// The latest screenshot, the one the question is about, is what the upstream got last.

@@ -17,7 +17,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{post_chat, Mock, Proxy};
+use support::{window_turn, Mock, Proxy};
 
 /// The upstream's window, in the mock's tokens (three characters each).
 const WINDOW: u64 = 20_000;
@@ -186,16 +186,6 @@ async fn drive(
 ) -> Taken {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), config);
-    let window = WINDOW.to_string();
-    let delay = SUMMARY_DELAY_MS.to_string();
-    let headers = [
-        ("authorization", "Bearer k"),
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary", "ok"),
-        ("x-mock-summary-delay-ms", delay.as_str()),
-    ];
     let mut history = vec![json!({"role": "system", "content": agent.system})];
     let mut taken = Taken {
         sizes: Vec::new(),
@@ -210,7 +200,7 @@ async fn drive(
         history.extend(turn(n));
         let request = json!({"model": agent.model, "messages": history});
         let started = Instant::now();
-        let (status, x) = post_chat(&proxy, &headers, &request).await;
+        let (status, x) = window_turn(&proxy, "Bearer k", WINDOW, SUMMARY_DELAY_MS, &request).await;
         assert_eq!(status, 200, "turn {n}: {x}");
         taken.turns.push((x, started.elapsed()));
         let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();

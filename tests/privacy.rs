@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
-use support::{agent_round, post_chat, tempdir, Mock, Proxy};
+use support::{agent_round, tempdir, window_turn, Mock, Proxy};
 
 const WINDOW: u64 = 6000;
 const KEY: &str = "Bearer sk-private-tenant";
@@ -54,16 +54,8 @@ fn ask(n: usize) -> Value {
 }
 
 async fn send(proxy: &Proxy, credential: &str, history: &[Value]) -> String {
-    let window = WINDOW.to_string();
-    let headers = [
-        ("authorization", credential),
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary", "ok"),
-    ];
     let request = json!({"model": "mock-agent-model", "messages": history});
-    let (status, x) = post_chat(proxy, &headers, &request).await;
+    let (status, x) = window_turn(proxy, credential, WINDOW, 0, &request).await;
     assert_eq!(status, 200, "{x}\n{}", proxy.logs());
     x
 }

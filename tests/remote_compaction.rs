@@ -13,7 +13,7 @@ mod support;
 use compaction_proxy::dialect::codex_items::ITEM_PREFIX;
 use compaction_proxy::engine::MARKER;
 use serde_json::{json, Value};
-use support::{client, metrics, x_compaction, Mock, Proxy, CANNED_SUMMARY, NATIVE_COMPACTION};
+use support::{metrics, post_json, Mock, Proxy, CANNED_SUMMARY, NATIVE_COMPACTION};
 
 const MODEL: &str = "gpt-5";
 
@@ -47,18 +47,12 @@ struct Answer {
 }
 
 async fn post(proxy: &Proxy, path: &str, body: &Value, native: bool) -> Answer {
-    let response = client()
-        .post(proxy.url(path))
-        .header("x-mock", "window")
-        .header("x-mock-window", "100000")
-        .header("x-mock-compaction", if native { "native" } else { "" })
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let x = x_compaction(&response);
-    let body = response.text().await.unwrap();
+    let headers = [
+        ("x-mock", "window"),
+        ("x-mock-window", "100000"),
+        ("x-mock-compaction", if native { "native" } else { "" }),
+    ];
+    let (status, x, body) = post_json(proxy, path, &headers, body).await;
     Answer { status, x, body }
 }
 

@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::{
-    agent_round, assert_compacted_part_kept, metrics, mock_tokens, post_chat, tempdir, Mock, Proxy,
+    agent_round, assert_compacted_part_kept, metrics, mock_tokens, tempdir, window_turn, Mock,
+    Proxy,
 };
 
 /// The upstream's window, in the mock's tokens.
@@ -231,17 +232,7 @@ async fn send(
     summary_delay_ms: u64,
     request: &Value,
 ) -> (u16, String) {
-    let window = WINDOW.to_string();
-    let delay = summary_delay_ms.to_string();
-    let headers = [
-        ("authorization", credential),
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary", "ok"),
-        ("x-mock-summary-delay-ms", delay.as_str()),
-    ];
-    post_chat(proxy, &headers, request).await
+    window_turn(proxy, credential, WINDOW, summary_delay_ms, request).await
 }
 
 /// Plays turns `from..to` of a session, turn `n` on replica `n % 2`; returns each turn's

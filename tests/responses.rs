@@ -13,7 +13,7 @@ mod support;
 use compaction_proxy::dialect::responses::validate;
 use compaction_proxy::engine::MARKER;
 use serde_json::{json, Value};
-use support::{client, metrics, x_compaction, Mock, Proxy, CANNED_SUMMARY};
+use support::{metrics, post_json, Mock, Proxy, CANNED_SUMMARY};
 
 const MODEL: &str = "mock-agent-model";
 const INSTRUCTIONS: &str = "You are a coding agent. Use the tools; keep answers short.";
@@ -53,18 +53,13 @@ fn request(input: &[Value], stream: bool) -> Value {
 
 /// Sends one request; returns the status, `x-compaction` and the text the client read.
 async fn send(proxy: &Proxy, shape: &str, window: u64, body: &Value) -> (u16, String, String) {
-    let response = client()
-        .post(proxy.url("/v1/responses"))
-        .header("x-mock", "window")
-        .header("x-mock-shape", shape)
-        .header("x-mock-window", window.to_string())
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let x = x_compaction(&response);
-    (status, x, response.text().await.unwrap())
+    let window = window.to_string();
+    let headers = [
+        ("x-mock", "window"),
+        ("x-mock-shape", shape),
+        ("x-mock-window", window.as_str()),
+    ];
+    post_json(proxy, "/v1/responses", &headers, body).await
 }
 
 fn sent(mock: &Mock) -> Value {

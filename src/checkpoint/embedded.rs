@@ -488,8 +488,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::checkpoint::fixtures::rest;
+    use crate::checkpoint::fixtures::{key, rest};
 
+    /// Unlike [`crate::checkpoint::fixtures::checkpoint`], with the role that follows the
+    /// form: the file must keep every field.
     fn checkpoint(prefix_len: usize, text: &str) -> Arc<Checkpoint> {
         Arc::new(Checkpoint::new(
             prefix_len,
@@ -499,13 +501,6 @@ mod tests {
             Some("assistant".into()),
             0,
         ))
-    }
-
-    fn key(tenant: u128, prefix: u128) -> Key {
-        Key {
-            partition: Partition::for_tests(tenant),
-            prefix,
-        }
     }
 
     fn file() -> std::path::PathBuf {

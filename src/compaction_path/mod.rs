@@ -1,7 +1,7 @@
 //! The compaction path, for every dialect [`crate::dialect`] reads and writes
-//! (`POST .../chat/completions`, `POST .../responses`, `POST .../messages`). The body is read (bounded) so a
-//! request too long for its model can be rewritten; one that needs nothing goes upstream as
-//! the client's original bytes.
+//! (`POST .../chat/completions`, `POST .../responses`, `POST .../messages`). The body is
+//! read (bounded) so a request too long for its model can be rewritten; one that needs
+//! nothing goes upstream as the client's original bytes.
 //!
 //! One loop, in [`run`], drives a request's upstream calls; each phase of it has its file:
 //! - `preflight.rs`: before the first call, resume the conversation from its checkpoint,
@@ -14,6 +14,12 @@
 //! - `rewrite.rs`: drive the [`Compactor`](crate::compactor::Compactor) towards a goal and
 //!   send what it made;
 //! - `prepare.rs`: the compaction the threshold will need, made in the background;
+//! - `cap.rs`: the completion cap, lowered where prompt plus cap would overflow the
+//!   window;
+//! - `count_caps.rs`: upstreams that take only so many media parts or messages in one
+//!   request;
+//! - `usage.rs`: after a successful answer, the upstream's own count of the prompt,
+//!   learned against ours;
 //! - `report.rs`: what was done, told once, in the `x-compaction` header, the metrics and
 //!   the log line;
 //! - `codex_compaction.rs`: Codex's own compaction requests, answered for upstreams that
@@ -47,7 +53,7 @@ use crate::units::{Factor, Window};
 
 mod cap;
 pub mod codex_compaction;
-mod counts;
+mod count_caps;
 pub mod inspect;
 mod policy;
 mod preflight;

@@ -102,7 +102,10 @@ impl Attempt<'_> {
 
     /// Decides what the request, resumed from its checkpoint if it has one, needs before it
     /// is sent (see [`policy::decide`]). Costs a byte-length comparison for the many
-    /// requests that are obviously small, and one token count for the rest.
+    /// requests that are obviously small, and one token count for the rest. Not only a
+    /// question: unless the request is to be compacted now (the compaction fits the cap
+    /// itself, see `rewrite.rs`), a completion cap that would overflow the window beside
+    /// the prompt is lowered here, with the prompt counted for the decision.
     fn decide(&mut self) -> Decision {
         let Some(window) = self.ctx.window() else {
             return Decision::Send;

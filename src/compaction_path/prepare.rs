@@ -1,9 +1,10 @@
 //! Compaction as a prepared event. Past the prepare mark, the request is sent as it is and
 //! the compaction the threshold will call for is made in the background, on a copy of the
 //! conversation as the request has it, by the same [`Compactor`](crate::compactor)
-//! ([`crate::checkpoint::prepared`] keeps the result aside). The turn that crosses the threshold puts the prepared checkpoint in place
-//! of the client's prefix, as a resumed conversation would be, and goes without waiting
-//! for a summary; the upstream taking it makes it the conversation's checkpoint.
+//! ([`crate::checkpoint::prepared`] keeps the result aside). The turn that crosses the
+//! threshold puts the prepared checkpoint in place of the client's prefix, as a resumed
+//! conversation would be, and goes without waiting for a summary; the upstream taking it
+//! makes it the conversation's checkpoint.
 
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use super::{Attempt, Promote};
 use crate::app::App;
 use crate::checkpoint::prepared::Fate;
 use crate::checkpoint::{Checkpoint, Key, Partition};
-use crate::compactor::{messages_of, Base, Caller, Keys, Order, Resumed};
+use crate::compactor::{self, messages_of, Base, Caller, Keys, Order, Resumed};
 use crate::dialect::Dialect;
 use crate::engine::message::content_text;
 use crate::engine::{self, summary, SummarySource};
@@ -303,6 +304,9 @@ impl Preparation {
         let spare = self.spare;
         let (dialect, original) = (self.dialect, self.anew.as_ref().map(|a| a.original.clone()));
         let (base, alone, client) = tokio::task::spawn_blocking(move || {
+            // Two plans, not one read twice: the event is planned a turn ahead (the turn in
+            // progress pruned as history, the target lowered by `spare`), the compactor's
+            // plan for now keeps that turn whole at the goal's own targets.
             let alone = event_prunes_alone(&base, goal, spare);
             // The client's own messages, counted, once the compaction of the conversation
             // as resumed is known to need a summary: what pruning alone does, it does
@@ -396,15 +400,11 @@ fn event_prunes_alone(base: &Base, goal: Goal, spare: Ours) -> bool {
     engine::plan_with_counts(&base.view, counts, &options).is_ok_and(|plan| !plan.needs_summary())
 }
 
-/// Whether the compactor, given `base` and `goal`, makes a summary: its plan needs one,
-/// and so does its plan with the goal's relaxed target, where pruning alone is taken
-/// instead when it reaches that ([`crate::compactor::Compactor::compact`]).
+/// Whether the compactor, given `base` and `goal`, makes a summary: the plan it would
+/// finish ([`compactor::plan`]) needs one.
 fn needs_summary(base: &Base, goal: Goal) -> bool {
-    let counts = base.counts.as_deref();
-    let needs = |options: &engine::Options| {
-        engine::plan_with_counts(&base.view, counts, options).is_ok_and(|p| p.needs_summary())
-    };
-    needs(&goal.engine_options()) && goal.relaxed_options().is_none_or(|o| needs(&o))
+    let (_, plan) = compactor::plan(base, goal.engine_options(), goal.relaxed_options());
+    plan.is_ok_and(|plan| plan.needs_summary())
 }
 
 /// A copy of the client's request head, for the summariser's calls made after the

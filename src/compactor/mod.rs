@@ -176,6 +176,28 @@ pub enum Declined {
     Lost(#[from] tokio::task::JoinError),
 }
 
+/// The plan a compaction of `base` finishes, with the limits it was made to: `options`',
+/// unless that plan needs a summary and the `relaxed` limits' plan does not (pruning alone
+/// reaches their higher target), which is then taken instead.
+pub fn plan(
+    base: &Base,
+    options: Options,
+    relaxed: Option<Options>,
+) -> (Options, Result<engine::Plan, engine::EngineError>) {
+    let counts = base.counts.as_deref();
+    let plan = engine::plan_with_counts(&base.view, counts, &options);
+    let pruned = match (&plan, relaxed) {
+        (Ok(plan), Some(relaxed)) if plan.needs_summary() => {
+            engine::plan_with_counts(&base.view, counts, &relaxed)
+                .ok()
+                .filter(|pruned| !pruned.needs_summary())
+                .map(|pruned| (relaxed, Ok(pruned)))
+        }
+        _ => None,
+    };
+    pruned.unwrap_or((options, plan))
+}
+
 impl Compactor<'_> {
     /// Plans, asks the summariser for the middle when the plan needs a summary and the
     /// order allows it, finishes, and derives the checkpoint. The engine's work runs on a
@@ -191,21 +213,8 @@ impl Compactor<'_> {
         let started = Instant::now();
         let (options, relaxed) = (order.options, order.relaxed);
         let planned = tokio::task::spawn_blocking(move || {
-            let counts = base.counts.as_deref();
-            let plan = engine::plan_with_counts(&base.view, counts, &options);
-            let pruned = match (&plan, relaxed) {
-                (Ok(plan), Some(relaxed)) if plan.needs_summary() => {
-                    engine::plan_with_counts(&base.view, counts, &relaxed)
-                        .ok()
-                        .filter(|pruned| !pruned.needs_summary())
-                        .map(|pruned| (pruned, relaxed))
-                }
-                _ => None,
-            };
-            match pruned {
-                Some((pruned, relaxed)) => (base, relaxed, Ok(pruned)),
-                None => (base, options, plan),
-            }
+            let (options, plan) = plan(&base, options, relaxed);
+            (base, options, plan)
         })
         .await;
         let (base, options, plan) = match planned {

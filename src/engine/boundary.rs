@@ -41,8 +41,8 @@ pub fn head_end(messages: &[Message], regions: &Regions, first_n: usize) -> usiz
 /// How much history the tail may keep.
 #[derive(Clone, Copy, Debug)]
 pub struct TailRoom {
-    /// Tokens of history to keep beside everything else.
-    pub fill: usize,
+    /// Tokens of history to keep beside everything else: no limit without a target.
+    pub fill: Limit,
     /// How far the last group kept may run past `fill` (up to the hard target).
     pub stretch: usize,
     /// Messages of history to keep at most.
@@ -78,29 +78,31 @@ pub fn tail_start(
         }
         count_left = count_left.less(counted);
         let cost = cost(&messages[g..start]);
-        if cost <= left {
-            left -= cost;
+        if left.admits(cost) {
+            left = left.less(cost);
             start = g;
             continue;
         }
+        // Only a limit is ever exceeded: from here on `left` is a number.
+        let Limit::At(room_left) = left else {
+            break;
+        };
         let end = start;
-        let prunes = pruner.oldest_first(messages, g..end, usize::MAX, |j| {
-            j >= end && !pruned.contains(&j)
-        });
+        let prunes = pruner.all(messages, g..end, |j| j >= end && !pruned.contains(&j));
         let smaller = cost.saturating_sub(prunes.saved);
-        if smaller <= left.saturating_add(room.stretch) {
+        if smaller <= room_left.saturating_add(room.stretch) {
             pruned.extend(g..end);
             prunes.apply(messages);
             start = g;
-            if smaller <= left {
-                left -= smaller;
+            if smaller <= room_left {
+                left = Limit::At(room_left - smaller);
                 continue;
             }
             break;
         }
         let text = g + 1 == end && matches!(messages[g].role, Role::User | Role::Assistant);
-        if text && !messages[g].makes_calls() && left >= MIN_CUT_TOKENS {
-            super::cut::cut_to(&mut messages[g], left, counter);
+        if text && !messages[g].makes_calls() && room_left >= MIN_CUT_TOKENS {
+            super::cut::cut_to(&mut messages[g], room_left, counter);
             start = g;
         }
         break;
@@ -169,7 +171,7 @@ mod tests {
             head,
             regions.turn_start,
             TailRoom {
-                fill,
+                fill: Limit::At(fill),
                 stretch: 0,
                 messages,
             },

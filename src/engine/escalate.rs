@@ -33,6 +33,7 @@ use super::roles::OPENING;
 use super::summary;
 use super::tokens::Counter;
 use super::{build, chars_for, note_prunes, Options, Plan};
+use crate::units::Limit;
 
 /// Messages are never cut below this many tokens: what is left must still say what it was.
 const CUT_FLOOR: usize = 48;
@@ -55,7 +56,7 @@ pub struct Fitted {
     pub messages: Vec<Message>,
     pub notes: Vec<String>,
     /// The target reached for: the plan's, or higher when the answer's room was lowered.
-    pub target: usize,
+    pub target: Limit,
     /// Escalation wrote (or extended) the summary from turns it folded in.
     pub summarised: bool,
 }
@@ -69,7 +70,7 @@ struct Draft<'p> {
     body: Option<String>,
     tail: Vec<Message>,
     turn: usize,
-    target: usize,
+    target: Limit,
     notes: Vec<String>,
     summarised: bool,
     /// Tokens of conversation the summary stands for: the plan's middle and what
@@ -126,7 +127,7 @@ impl<'p> Draft<'p> {
 
     /// Builds the candidate, keeps it if it is the smallest yet; whether it fits.
     fn offer(&mut self, best: &mut Best) -> bool {
-        self.measure(best) <= self.target
+        self.target.admits(self.measure(best))
     }
 
     /// Builds the candidate, keeps it if it is the smallest yet; its tokens.
@@ -142,7 +143,7 @@ impl<'p> Draft<'p> {
     }
 
     fn over(&self, best: &Best) -> usize {
-        best.tokens.saturating_sub(self.target)
+        self.target.excess(best.tokens)
     }
 
     /// Index in the tail of the latest assistant message that called tools.
@@ -314,12 +315,12 @@ fn fold(
         }
         place(d, moved, &messages[moved..]);
         let tokens = d.measure(best);
-        if tokens <= d.target {
+        if d.target.admits(tokens) {
             return true;
         }
         let next = tries.get(k + 1).copied().unwrap_or(moved);
         let folded_next: usize = messages[moved..next].iter().map(|m| m.tokens).sum();
-        let over = tokens - d.target;
+        let over = d.target.excess(tokens);
         if over.saturating_mul(4) > folded_next {
             continue;
         }
@@ -399,7 +400,7 @@ fn water_level(sizes: &[usize], over: usize, floor: usize) -> usize {
 /// Returns the assembled messages and notes on the steps taken.
 pub fn build_fitting(plan: &Plan, body: Option<String>, opts: &Options) -> Fitted {
     let (mut d, mut best) = Draft::start(plan, body);
-    if best.tokens > d.target && !escalate(&mut d, &mut best, opts) {
+    if !d.target.admits(best.tokens) && !escalate(&mut d, &mut best, opts) {
         best.notes.push("escalate: no form fits".into());
     }
     Fitted {
@@ -470,7 +471,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
             "escalate: answer room lowered, target {}",
             d.target
         ));
-        if best.tokens <= d.target {
+        if d.target.admits(best.tokens) {
             return true;
         }
     }
@@ -498,7 +499,12 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     };
     if let Some(m) = at {
-        let keep = m.tokens.saturating_sub(over).max(target / 8);
+        let least = match target {
+            Limit::At(target) => target / 8,
+            // No target: nothing to cut the task for.
+            Limit::Unbounded => m.tokens,
+        };
+        let keep = m.tokens.saturating_sub(over).max(least);
         if cut_task(m, keep, &counter) {
             d.notes.push("escalate: task cut".into());
             if d.offer(best) {
@@ -749,11 +755,11 @@ fn shorten_summary(d: &mut Draft, best: &mut Best, floor: usize, cut: Shorten) -
             d.notes.push("escalate: summary shortened".into());
         }
         let now = d.measure(best);
-        if now <= d.target {
+        if d.target.admits(now) {
             regrow_summary(d, best, &body, (keep, tokens), cut);
             return true;
         }
-        (size, over) = (keep, now - d.target + ROUND_MARGIN);
+        (size, over) = (keep, d.target.excess(now) + ROUND_MARGIN);
     }
     if d.body.is_none() {
         d.body = Some(body);
@@ -781,14 +787,14 @@ fn regrow_summary(
 ) {
     let (mut lo, mut hi) = (fits, whole);
     for _ in 0..REGROW_STEPS {
-        if d.target.saturating_sub(best.tokens) < REGROW_ROOM || hi <= lo + 1 {
+        if d.target.less(best.tokens) < Limit::At(REGROW_ROOM) || hi <= lo + 1 {
             return;
         }
         let mid = lo + (hi - lo) / 2;
         let shorter = d.body.replace(cut(body, chars_for(mid)));
         let (candidate, notes) = d.build();
         let tokens = d.plan.total(&candidate);
-        if tokens <= d.target {
+        if d.target.admits(tokens) {
             lo = mid;
             *best = Best {
                 messages: candidate,
@@ -908,7 +914,7 @@ mod tests {
             loop {
                 let body = digest(plan.previous_summary(), plan.turns(), size);
                 let out = build_fitting(&plan, Some(body), &opts);
-                let fits = plan.total(&out.messages) <= out.target;
+                let fits = out.target.admits(plan.total(&out.messages));
                 if let Some(larger) = fitted {
                     proptest::prop_assert!(fits, "fits at {larger} chars, not at {size}: {:?}", out.notes);
                 }
@@ -937,14 +943,15 @@ mod tests {
         let (mut d, mut best) = Draft::start(&plan, Some(shorten_to_items(&whole, 0)));
         let empty = best.tokens;
         // Room for about half of what the summary's items take.
-        d.target = (with_whole.tokens + empty) / 2;
+        let target = (with_whole.tokens + empty) / 2;
+        d.target = Limit::At(target);
         regrow_to(&mut d, &mut best, Some(&whole));
-        assert!(best.tokens <= d.target, "{} > {}", best.tokens, d.target);
+        assert!(best.tokens <= target, "{} > {target}", best.tokens);
         assert!(
-            d.target - best.tokens < (with_whole.tokens - empty) / 4,
+            target - best.tokens < (with_whole.tokens - empty) / 4,
             "{} of {}: {} to {}",
             best.tokens,
-            d.target,
+            target,
             empty,
             with_whole.tokens
         );

@@ -5,9 +5,10 @@
 //! engine:
 //!
 //! ```text
-//! let plan = engine::plan(&request, &opts)?;          // passes 1-4
-//! let summary = if plan.needs_summary() { Some(/* LLM or */ summarize_deterministic(&plan)) } else { None };
-//! let outcome = engine::finish(plan, summary, &opts);  // passes 5-8
+//! let plan = engine::plan(&request, &opts)?; // passes 1-4
+//! // An LLM's summary, or the deterministic digest:
+//! let summary = plan.needs_summary().then(|| summarize_deterministic(&plan, &opts));
+//! let outcome = engine::finish(plan, summary, &opts); // passes 5-8
 //! ```
 //!
 //! [`compact`] does both with the deterministic summary. Passes, cheapest first, stopping as
@@ -178,38 +179,42 @@ impl Options {
     }
 
     /// The prompt-token target for this request: the window less the completion budget
-    /// ([`budget::reserve`], the proxy's rule too) and the margin.
-    pub fn target_for(&self, request: &Value) -> usize {
+    /// ([`budget::reserve`], the proxy's rule too) and the margin. Neither a target nor a
+    /// window: nothing bounds the request's tokens.
+    pub fn target_for(&self, request: &Value) -> Limit {
         if let Some(t) = self.target_tokens {
-            return t;
+            return Limit::At(t);
         }
-        // Neither a target nor a window: nothing bounds the request.
         let Some(window) = self.context_window else {
-            return usize::MAX;
+            return Limit::Unbounded;
         };
-        window
-            .usize()
-            .saturating_sub(self.reserve_for(request, window))
-            .saturating_sub(self.margin(window))
+        Limit::At(
+            window
+                .usize()
+                .saturating_sub(self.reserve_for(request, window))
+                .saturating_sub(self.margin(window)),
+        )
     }
 
     /// The most prompt tokens this request may carry with its answer room cut to the
     /// minimum; never below the target.
-    pub fn ceiling_for(&self, request: &Value) -> usize {
+    pub fn ceiling_for(&self, request: &Value) -> Limit {
         let target = self.target_for(request);
         // A target set by hand is a hard one unless a ceiling is set with it.
         let ceiling = match (self.ceiling_tokens, self.target_tokens) {
-            (Some(c), _) => c,
-            (None, Some(t)) => t,
+            (Some(c), _) => Limit::At(c),
+            (None, Some(t)) => Limit::At(t),
             (None, None) => match self.context_window {
                 Some(window) => {
                     let least = self
                         .min_output_tokens
                         .min(self.reserve_for(request, window));
-                    window
-                        .usize()
-                        .saturating_sub(least)
-                        .saturating_sub(self.margin(window))
+                    Limit::At(
+                        window
+                            .usize()
+                            .saturating_sub(least)
+                            .saturating_sub(self.margin(window)),
+                    )
                 }
                 None => target,
             },
@@ -230,15 +235,20 @@ impl Options {
         (window.usize() / 100).saturating_mul(self.safety_margin_percent)
     }
 
-    fn fill(&self, target: usize) -> usize {
-        (target / 100)
-            .saturating_mul(self.fill_percent)
-            .saturating_add((target % 100).saturating_mul(self.fill_percent) / 100)
+    fn fill(&self, target: Limit) -> Limit {
+        target.map(|t| {
+            (t / 100)
+                .saturating_mul(self.fill_percent)
+                .saturating_add((t % 100).saturating_mul(self.fill_percent) / 100)
+        })
     }
 
     /// Summary budget: a tenth of the target, capped.
-    fn summary_budget(&self, target: usize) -> usize {
-        (target / 10).min(self.summary_max_tokens).max(SUMMARY_MIN)
+    fn summary_budget(&self, target: Limit) -> usize {
+        target
+            .map(|t| t / 10)
+            .clamp(self.summary_max_tokens)
+            .max(SUMMARY_MIN)
     }
 
     /// The deterministic digest's budget in tokens when it replaces `replaced` tokens: a
@@ -249,7 +259,7 @@ impl Options {
     /// [`escalate`]). A few messages get a few lines; a single short one still gets the
     /// summary's smallest size, room for a heading and a line. `extra` is room found
     /// free once the request fits ([`finish`] offers it), up to the summary's cap.
-    fn digest_budget(&self, target: usize, replaced: usize, extra: usize) -> usize {
+    fn digest_budget(&self, target: Limit, replaced: usize, extra: usize) -> usize {
         let base = (replaced / 4)
             .max(replaced.min(DIGEST_FLOOR))
             .max(SUMMARY_MIN)
@@ -266,7 +276,7 @@ pub struct Report {
     pub messages_after: usize,
     pub tokens_before: usize,
     pub tokens_after: usize,
-    pub target_tokens: usize,
+    pub target_tokens: Limit,
     pub fits: bool,
     /// The request was returned as it came: forward the original bytes.
     pub unchanged: bool,
@@ -335,9 +345,9 @@ pub struct Plan {
     envelope: Map<String, Value>,
     counter: Counter,
     overhead: usize,
-    target: usize,
+    target: Limit,
     /// How far the target may rise, at the answer's expense, to keep the turn in progress.
-    ceiling: usize,
+    ceiling: Limit,
     /// The most messages the result may have.
     max_messages: Limit,
     messages_before: usize,
@@ -396,10 +406,6 @@ impl Plan {
         &self.messages[self.tail_start..]
     }
 
-    pub fn target_tokens(&self) -> usize {
-        self.target
-    }
-
     /// How long a summary may be, in tokens.
     pub fn summary_budget_tokens(&self, opts: &Options) -> usize {
         opts.summary_budget(self.target)
@@ -410,7 +416,8 @@ impl Plan {
     }
 
     fn fits(&self) -> bool {
-        self.total(&self.messages) <= self.target && self.max_messages.admits(self.messages.len())
+        self.target.admits(self.total(&self.messages))
+            && self.max_messages.admits(self.messages.len())
     }
 
     /// The message `m` was before any pass pruned or cut it: the same role, the same tool
@@ -583,7 +590,7 @@ pub fn plan_with_counts(
         originals: Vec::new(),
         task: None,
     };
-    if tokens_before <= target && plan.max_messages.admits(raw.len()) {
+    if target.admits(tokens_before) && plan.max_messages.admits(raw.len()) {
         return Ok(plan);
     }
     plan.messages = raw
@@ -613,7 +620,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
         return;
     }
     // Old media go for tokens; too many messages is not fixed by them.
-    if plan.total(&plan.messages) > plan.target {
+    if !plan.target.admits(plan.total(&plan.messages)) {
         let stripped = media::strip_old_media(&mut plan.messages, &counter);
         if stripped > 0 {
             plan.notes.push(format!("media: stripped {stripped}"));
@@ -632,7 +639,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     // Pruning the history is enough: no summary, nothing else lost (when the messages
     // are not too many: pruning keeps every one).
     let total = plan.total(&plan.messages);
-    let over = total.saturating_sub(plan.target);
+    let over = plan.target.excess(total);
     let verbatim = |j| j >= pruned_end;
     let prunes = match opts.prune_to {
         Some(deep) => {
@@ -647,7 +654,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
             match settled {
                 // The target it settles for is its level.
                 Some((settled, level)) => {
-                    plan.target = plan.target.max(level);
+                    plan.target = plan.target.max(Limit::At(level));
                     settled
                 }
                 None => block,
@@ -655,7 +662,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
         }
         None => pruner.oldest_first(&plan.messages, 0..pruned_end, over, verbatim),
     };
-    let over = total.saturating_sub(plan.target);
+    let over = plan.target.excess(total);
     if prunes.saved >= over && plan.max_messages.admits(plan.messages.len()) {
         let stats = prunes.apply(&mut plan.messages);
         note_prunes(&mut plan.notes, "prune", stats);
@@ -677,7 +684,7 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
             .map(|m| m.tokens)
             .sum::<usize>()
         + opts.summary_budget(plan.target);
-    let fill = opts.fill(plan.target).saturating_sub(fixed);
+    let fill = opts.fill(plan.target).less(fixed);
     // Messages the tail may keep beside the head, the summary (and a message the strict
     // role order may add beside it), the middle's instructions and the turn in progress.
     let kept = plan.head_end
@@ -689,7 +696,13 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
         + (plan.messages.len() - turn_start);
     let room = TailRoom {
         fill,
-        stretch: plan.target.saturating_sub(fixed).saturating_sub(fill),
+        stretch: match (plan.target, fill) {
+            (Limit::At(target), Limit::At(fill)) => {
+                target.saturating_sub(fixed).saturating_sub(fill)
+            }
+            // With no target, no fill to run past.
+            _ => 0,
+        },
         messages: plan.max_messages.less(kept),
     };
     let before: Vec<usize> = plan.messages.iter().map(|m| m.tokens).collect();
@@ -768,15 +781,22 @@ pub fn finish(plan: Plan, summary: Option<Summary>, opts: &Options) -> Rewrite {
                 .as_ref()
                 .is_some_and(|s| !s.text.trim().is_empty() && s.source != SummarySource::Fallback);
             let first = reduce(&plan, summary, opts);
-            let tokens = first.report.tokens_after;
-            let slack = plan.target.saturating_sub(tokens);
-            if given || first.rewritten.is_none() || tokens > plan.target || slack < REGROW_MIN {
+            if given || first.rewritten.is_none() {
                 return first;
             }
+            let tokens = first.report.tokens_after;
+            let extra = match plan.target {
+                Limit::At(target) if tokens > target || target - tokens < REGROW_MIN => {
+                    return first;
+                }
+                Limit::At(target) => (target - tokens) * 2 / 3,
+                // Nothing bounds the digest but its own cap.
+                Limit::Unbounded => opts.summary_max_tokens,
+            };
             let mut roomy = plan.clone();
-            roomy.digest_extra = slack * 2 / 3;
+            roomy.digest_extra = extra;
             let second = reduce(&roomy, None, opts);
-            let fits = second.rewritten.is_some() && second.report.tokens_after <= plan.target;
+            let fits = second.rewritten.is_some() && plan.target.admits(second.report.tokens_after);
             if fits {
                 second
             } else {
@@ -872,7 +892,7 @@ fn repair(messages: Vec<Message>, counter: &Counter, notes: &mut Vec<String>) ->
     strict
 }
 
-fn unchanged(plan: &Plan, fits: bool, notes: Vec<String>, target: usize) -> Rewrite {
+fn unchanged(plan: &Plan, fits: bool, notes: Vec<String>, target: Limit) -> Rewrite {
     Rewrite {
         rewritten: None,
         report: Report {
@@ -897,14 +917,14 @@ fn conclude(
     messages: Vec<Message>,
     source: SummarySource,
     extra: Vec<String>,
-    target: usize,
+    target: Limit,
 ) -> Rewrite {
     let mut notes = plan.notes.clone();
     notes.extend(extra);
     let tokens_after = plan.total(&messages);
     if tokens_after >= plan.tokens_before {
         notes.push("no smaller form found".into());
-        return unchanged(plan, plan.tokens_before <= target, notes, target);
+        return unchanged(plan, target.admits(plan.tokens_before), notes, target);
     }
     let values: Vec<Value> = messages
         .into_iter()
@@ -925,7 +945,7 @@ fn conclude(
             tokens_before: plan.tokens_before,
             tokens_after,
             target_tokens: target,
-            fits: tokens_after <= target,
+            fits: target.admits(tokens_after),
             unchanged: false,
             summary: source,
             notes,
@@ -967,18 +987,18 @@ mod tests {
         let opts = Options::with_window(10_000);
         assert_eq!(
             opts.target_for(&json!({"max_tokens": 1000})),
-            10_000 - 1000 - 200
+            Limit::At(10_000 - 1000 - 200)
         );
         assert_eq!(
             opts.target_for(&json!({"max_completion_tokens": 500, "max_tokens": 9})),
-            9_300
+            Limit::At(9_300)
         );
-        assert_eq!(opts.target_for(&json!({})), 10_000 - 2500 - 200);
+        assert_eq!(opts.target_for(&json!({})), Limit::At(10_000 - 2500 - 200));
         let fixed = Options {
             target_tokens: Some(42),
             ..opts
         };
-        assert_eq!(fixed.target_for(&json!({"max_tokens": 1})), 42);
+        assert_eq!(fixed.target_for(&json!({"max_tokens": 1})), Limit::At(42));
     }
 
     #[test]
@@ -990,15 +1010,42 @@ mod tests {
             ..Options::default()
         };
         // No window: a large completion ask takes nothing off the target.
-        assert_eq!(bounded.target_for(&json!({"max_tokens": 100_000})), 5000);
-        assert_eq!(bounded.ceiling_for(&json!({"max_tokens": 100_000})), 6000);
+        let asks_much = json!({"max_tokens": 100_000});
+        assert_eq!(bounded.target_for(&asks_much), Limit::At(5000));
+        assert_eq!(bounded.ceiling_for(&asks_much), Limit::At(6000));
         let unbounded = Options {
             context_window: None,
             ..Options::default()
         };
+        assert_eq!(unbounded.target_for(&asks_much), Limit::Unbounded);
+        assert_eq!(unbounded.ceiling_for(&asks_much), Limit::Unbounded);
         let request = session(12, 2000);
         assert!(compact(&request, &unbounded).unwrap().report.unchanged);
         assert!(!compact(&request, &bounded).unwrap().report.unchanged);
+    }
+
+    #[test]
+    fn with_no_bound_on_tokens_a_message_cap_alone_shapes_the_result() {
+        let request = session(12, 2000);
+        let count = |v: &Value| v["messages"].as_array().map_or(0, Vec::len);
+        let capped = Options {
+            context_window: None,
+            max_messages: Some(10),
+            ..Options::default()
+        };
+        let outcome = compact(&request, &capped).unwrap();
+        let report = &outcome.report;
+        // No token target: the report says so instead of printing a number nobody set,
+        // and whatever the size, it fits.
+        assert_eq!(report.target_tokens, Limit::Unbounded);
+        assert!(report.fits, "{report}");
+        assert!(
+            report.to_string().contains("(target none, fits)"),
+            "{report}"
+        );
+        let rewritten = outcome.rewritten.unwrap();
+        assert!(count(&rewritten) <= 10, "{rewritten}");
+        assert!(validate_strict(rewritten["messages"].as_array().unwrap()).is_ok());
     }
 
     #[test]
@@ -1242,7 +1289,7 @@ mod tests {
             {"role": "tool", "tool_call_id": "c1", "content": "output line, padded with words\n".repeat(400)},
         ]});
         let opts = Options::with_window(count_request(&request) + 2000);
-        assert!(opts.target_for(&request) < count_request(&request));
+        assert!(!opts.target_for(&request).admits(count_request(&request)));
         let outcome = compact(&request, &opts).unwrap();
         assert!(
             outcome.report.unchanged && outcome.report.fits,

@@ -15,6 +15,7 @@ use super::placeholders::{DUPLICATE_PREFIX, PRUNED_ERROR, PRUNED_PREFIX};
 use super::summary::has_marker;
 use super::tokens::Counter;
 use super::Options;
+use crate::units::Limit;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PruneStats {
@@ -110,12 +111,35 @@ impl<'a> Pruner<'a> {
         over: usize,
         verbatim: impl Fn(usize) -> bool,
     ) -> Prunes {
+        self.until_saved(messages, range, Limit::At(over), verbatim)
+    }
+
+    /// Prunes every message of `range` that pruning shortens, each to its pruned form.
+    pub fn all(
+        &self,
+        messages: &[Message],
+        range: std::ops::Range<usize>,
+        verbatim: impl Fn(usize) -> bool,
+    ) -> Prunes {
+        self.until_saved(messages, range, Limit::Unbounded, verbatim)
+    }
+
+    /// Prunes `range` oldest first until `wanted` tokens are saved: with no limit, all of
+    /// it.
+    fn until_saved(
+        &self,
+        messages: &[Message],
+        range: std::ops::Range<usize>,
+        wanted: Limit,
+        verbatim: impl Fn(usize) -> bool,
+    ) -> Prunes {
         let mut prunes = Prunes {
             edits: Vec::new(),
             saved: 0,
         };
         for i in range {
-            if prunes.saved >= over {
+            let need = wanted.less(prunes.saved);
+            if need == Limit::At(0) {
                 break;
             }
             let Some((m, kind)) = self.pruned(messages, i, &verbatim) else {
@@ -124,15 +148,14 @@ impl<'a> Pruner<'a> {
             // The last message pruned gives up no more than is still needed, so the
             // result fills its budget rather than falling far below it (a copy kept
             // verbatim later is pointed to all the same: it says nothing new).
-            let need = over - prunes.saved;
             let saving = messages[i].tokens.saturating_sub(m.tokens);
-            let (m, kind) = match (saving > need && kind != OutputKind::Duplicate)
-                .then(|| self.partly(&messages[i], need))
-                .flatten()
-            {
-                Some(partial) => partial,
-                None => (m, kind),
+            let partial = match need {
+                Limit::At(need) if saving > need && kind != OutputKind::Duplicate => {
+                    self.partly(&messages[i], need)
+                }
+                _ => None,
             };
+            let (m, kind) = partial.unwrap_or((m, kind));
             prunes.saved += messages[i].tokens.saturating_sub(m.tokens);
             prunes.edits.push((i, m, kind));
         }
@@ -183,16 +206,6 @@ impl<'a> Pruner<'a> {
         let newest = messages[range.clone()].iter().rposition(was_pruned)? + start;
         let prunes = self.all(messages, newest + 1..range.end, verbatim);
         (prunes.saved >= settle && prunes.first().is_some()).then_some(prunes)
-    }
-
-    /// Prunes every message of `range` that pruning shortens, each to its pruned form.
-    fn all(
-        &self,
-        messages: &[Message],
-        range: std::ops::Range<usize>,
-        verbatim: impl Fn(usize) -> bool,
-    ) -> Prunes {
-        self.oldest_first(messages, range, usize::MAX, verbatim)
     }
 
     /// A form of `msg` about `need` tokens smaller: an output cut to its ends, or call
@@ -437,7 +450,7 @@ mod tests {
         let c = Counter::new(Encoding::O200k);
         let opts = Options::default();
         let pruner = Pruner::new(&msgs, &opts, &c);
-        let prunes = pruner.oldest_first(&msgs, 0..4, usize::MAX, |j| j >= 4);
+        let prunes = pruner.all(&msgs, 0..4, |j| j >= 4);
         let stats = prunes.apply(&mut msgs);
         assert_eq!(
             stats,
@@ -477,9 +490,7 @@ mod tests {
         let pruner = Pruner::new(&msgs, &opts, &c);
         // The copy at 4 may itself be pruned: the output at 2 is described, not pointed.
         let mut all = msgs.clone();
-        pruner
-            .oldest_first(&msgs, 0..5, usize::MAX, |j| j >= 6)
-            .apply(&mut all);
+        pruner.all(&msgs, 0..5, |j| j >= 6).apply(&mut all);
         assert!(all[2]
             .text()
             .starts_with("[output of bash command=ls pruned"));
@@ -522,9 +533,10 @@ mod tests {
         assert!(some[10].text().starts_with("[output of bash"));
         assert!(some[12].text().starts_with("[output of bash"));
         // Asked for more than pruning can give, it prunes the whole range.
+        let everything = msgs.iter().map(|m| m.tokens).sum();
         let mut all = msgs.clone();
         pruner
-            .newest_block(&msgs, 0..13, usize::MAX, |j| j >= 13)
+            .newest_block(&msgs, 0..13, everything, |j| j >= 13)
             .apply(&mut all);
         assert!((1..7).all(|i| all[2 * i].text().starts_with("[output of bash")));
     }

@@ -114,11 +114,19 @@ impl AnswerStream {
             }
             return;
         }
+        self.take_chat(v, "delta");
+    }
+
+    /// A chat answer's first choice, where the text is in `part` (`delta` in a streamed
+    /// chunk, `message` in a whole answer), why it stopped, and the prompt's count.
+    fn take_chat(&mut self, v: &Value, part: &str) {
         let choice = &v["choices"][0];
-        if let Some(s) = choice["delta"]["content"].as_str() {
+        if let Some(s) = choice[part]["content"].as_str() {
             self.answer.text.push_str(s);
         }
-        self.take_finish(choice);
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.answer.finish_reason = Some(reason.to_string());
+        }
         self.take_usage(&v["usage"]["prompt_tokens"]);
     }
 
@@ -213,20 +221,9 @@ impl AnswerStream {
             self.take_messages_usage(&v["usage"]);
             return;
         }
-        let choice = &v["choices"][0];
-        if let Some(s) = choice["message"]["content"].as_str() {
-            self.answer.text.push_str(s);
-        }
-        self.take_finish(choice);
-        self.take_usage(&v["usage"]["prompt_tokens"]);
+        self.take_chat(v, "message");
         if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
             self.answer.error = Some(err.to_string());
-        }
-    }
-
-    fn take_finish(&mut self, choice: &Value) {
-        if let Some(reason) = choice["finish_reason"].as_str() {
-            self.answer.finish_reason = Some(reason.to_string());
         }
     }
 }
@@ -331,10 +328,11 @@ mod tests {
 
     #[test]
     fn reads_a_plain_json_completion() {
-        let body = br###"{"choices":[{"message":{"role":"assistant","content":"## Goal\nX"},"finish_reason":"length"}]}"###;
+        let body = br###"{"choices":[{"message":{"role":"assistant","content":"## Goal\nX"},"finish_reason":"length"}],"usage":{"prompt_tokens":321}}"###;
         let a = collect(&[&body[..10], &body[10..]]);
         assert_eq!(a.text, "## Goal\nX");
         assert_eq!(a.finish_reason.as_deref(), Some("length"));
+        assert_eq!(a.prompt_tokens, Some(321));
     }
 
     #[test]

@@ -1364,6 +1364,46 @@ pub async fn post_chat(
     (response.status().as_u16(), x)
 }
 
+/// Posts a chat turn paid by `credential` to the mock's `window` scenario in OpenAI's shape
+/// (a window of `window` tokens), whose summariser answers after `summary_delay_ms`;
+/// returns the status and the `x-compaction` header ("" when absent).
+pub async fn window_turn(
+    proxy: &Proxy,
+    credential: &str,
+    window: u64,
+    summary_delay_ms: u64,
+    request: &serde_json::Value,
+) -> (u16, String) {
+    let (window, delay) = (window.to_string(), summary_delay_ms.to_string());
+    let headers = [
+        ("authorization", credential),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary", "ok"),
+        ("x-mock-summary-delay-ms", delay.as_str()),
+    ];
+    post_chat(proxy, &headers, request).await
+}
+
+/// Posts `body` as JSON to `path` through `proxy` with `headers` added; returns the status,
+/// the `x-compaction` header ("" when absent) and the text the client read.
+pub async fn post_json(
+    proxy: &Proxy,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &serde_json::Value,
+) -> (u16, String, String) {
+    let mut builder = client().post(proxy.url(path));
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let response = builder.json(body).send().await.unwrap();
+    let status = response.status().as_u16();
+    let x = x_compaction(&response);
+    (status, x, response.text().await.unwrap())
+}
+
 /// The answer's `x-compaction` header, empty when it has none.
 pub fn x_compaction(response: &reqwest::Response) -> String {
     response

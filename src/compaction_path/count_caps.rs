@@ -3,7 +3,6 @@
 //! The oldest are replaced by placeholders ([`engine::cap_media`]) before the first call
 //! when the model's `max_media` is configured or a refusal named the limit before, and
 //! after such a refusal, down to the limit it names (else half of what was sent).
-
 //!
 //! Messages per request: with the model's `max_messages` configured, or a limit taught by
 //! a refusal, a request with more is compacted before the first call (the oldest history
