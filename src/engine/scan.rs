@@ -53,6 +53,10 @@ const STRONG_DECISION: &[&str] = &[
     "turns out",
     "instead",
     "go with",
+    // How agents report a choice made ("I chose the streaming parser", "opted for").
+    "chose",
+    "opted",
+    "settled on",
     "switch to",
     "from now on",
     "going forward",
@@ -823,6 +827,19 @@ mod tests {
         assert!(commands(chat).is_empty());
         let python = "```python\nprint(1)\n```";
         assert!(commands(python).is_empty());
+    }
+
+    #[test]
+    fn a_choice_reported_in_the_past_is_a_decision() {
+        for s in [
+            "I chose the streaming parser over the DOM one.",
+            "We opted for a per-tenant bucket.",
+            "After the benchmark we settled on zstd level 3.",
+        ] {
+            assert_eq!(decision(s), Some(true), "{s}");
+        }
+        // Not a word inside another.
+        assert_eq!(decision("Choose the parser that streams."), None);
     }
 
     #[test]
