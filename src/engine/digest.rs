@@ -360,9 +360,11 @@ impl Digest {
                 self.push(section, decision_tier(&text), &text);
             }
             Section::Errors => {
-                // Its error line follows the `who: ` that names the call; a later
-                // occurrence is the same error if it matches any tail after a `: `.
+                // Its error line follows the `who: ` that names the call, unless a
+                // short digest wrote it alone; a later occurrence is the same error if it
+                // matches the whole item or any tail after a `: `.
                 if let Some(at) = self.push(section, Tier::Fact, &text) {
+                    self.error_lines.entry(error_key(&text)).or_insert(at);
                     for (colon, _) in text.match_indices(": ") {
                         self.error_lines
                             .entry(error_key(&text[colon + 2..]))
@@ -609,7 +611,15 @@ impl Digest {
                 item.tier = item.tier.max(tier);
             }
             None => {
-                let line = format!("{}: {err}", one_line(who, WHO_CHARS));
+                // A digest of a few lines lists the error line alone: the call it came
+                // from ("user message: ", "bash command=pytest tests/: ") costs 3-12
+                // tokens, a third of an error line, and at a 256-token window that is
+                // the room of the next decision or error (bench/results/fidelity-2026-11-26e.md).
+                let line = if self.short {
+                    err
+                } else {
+                    format!("{}: {err}", one_line(who, WHO_CHARS))
+                };
                 if let Some(at) = self.push(Section::Errors, tier, &line) {
                     self.error_lines.insert(key, at);
                 }
@@ -731,6 +741,8 @@ impl Digest {
         if size <= budget {
             return None;
         }
+        // What this fit drops may come back into room a later drop left.
+        let mut refill: Vec<bool> = self.items.iter().map(|i| i.alive).collect();
         let mut spared = vec![false; self.items.len()];
         let mut per_section = [0; SECTIONS.len()];
         for (i, item) in self.items.iter().enumerate().rev().filter(|(_, i)| i.alive) {
@@ -763,7 +775,7 @@ impl Digest {
             .filter(|i| i.alive && i.section == Section::Asks)
             .map(|i| i.text.clone())
             .collect();
-        for item in self.items.iter_mut().filter(|i| i.alive) {
+        for (i, item) in self.items.iter_mut().enumerate().filter(|(_, i)| i.alive) {
             if left.size <= budget {
                 break;
             }
@@ -771,6 +783,8 @@ impl Digest {
                 continue;
             };
             if asks.contains(&short) {
+                // Said already: not one to bring back.
+                refill[i] = false;
                 left.kill(item);
                 continue;
             }
@@ -818,6 +832,17 @@ impl Digest {
             left.size += item.rendered_len();
         }
         left.drop(&mut self.items, &order, |_, _| true);
+        // Items go whole, oldest first, so the last one dropped may leave more room than
+        // the excess it had to cover: a smaller one dropped before it fits there again
+        // (at a 256-token window an error line, after a decision made the room). The
+        // most valuable come back first, the newest first within a tier.
+        if left.size <= budget {
+            for &i in order.iter().rev() {
+                if refill[i] && !self.items[i].alive {
+                    left.put_back(&mut self.items[i]);
+                }
+            }
+        }
         size = left.size;
         if size > budget && !self.earlier.is_empty() {
             let joined = self.earlier.join("\n\n");
@@ -895,6 +920,24 @@ impl Left {
                 self.kill(item);
             }
         }
+    }
+
+    /// Brings a dropped item back if it fits within the budget.
+    fn put_back(&mut self, item: &mut Item) {
+        let n = self.per_section[item.section as usize];
+        let heading = if n == 0 {
+            item.section.heading_in(self.short).len() + 2
+        } else {
+            0
+        };
+        let size = self.size + item.rendered_len() + heading;
+        if size > self.budget {
+            return;
+        }
+        item.alive = true;
+        self.size = size;
+        self.standing += 1;
+        self.per_section[item.section as usize] += 1;
     }
 
     fn kill(&mut self, item: &mut Item) {
@@ -1484,6 +1527,44 @@ mod tests {
             .find(|l| l.contains("KeyError: 'tenant_9'"))
             .unwrap_or_default();
         assert!(line.len() <= 80, "{line}");
+    }
+
+    #[test]
+    fn a_small_digest_lists_an_error_without_its_call_and_once() {
+        let turns = parse(json!([
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"npm run build:ssr\"}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "npm ERR! Missing script: \"build:ssr-jn79\""},
+        ]));
+        let d = digest(None, &turns, 300);
+        assert!(
+            d.contains("\n- npm ERR! Missing script: \"build:ssr-jn79\"\n"),
+            "{d}"
+        );
+        // Met again in the next stretch, it is the same error, not a second line.
+        let next = digest(Some(&d), &turns, 300);
+        let errors = next
+            .split("\n\n")
+            .find(|s| s.starts_with(Section::Errors.short_heading()))
+            .unwrap_or_default();
+        assert_eq!(errors.matches("npm ERR!").count(), 1, "{next}");
+    }
+
+    #[test]
+    fn room_left_by_a_larger_item_takes_back_a_smaller_one_dropped_before_it() {
+        let small = "- Decision: we keep the cache_q7 layer.\n";
+        let long = "- Let's go with a per-tenant rate bucket named bucket_df65, which keeps one noisy tenant from starving the rest.\n";
+        let whole = format!(
+            "## Requests\n- Never modify config/prod_xk83.yaml.\n\n## Decisions\n{small}{long}\n## Errors\n- KeyError: 'tenant_mp39'"
+        );
+        // Over by a little more than the small decision, the oldest fact: dropping it is
+        // not enough, dropping the long one after it is, with room for the small one.
+        let budget = whole.len() - small.len() - 4;
+        let d = shorten(&whole, budget);
+        assert!(d.len() <= budget, "{d}");
+        assert!(d.contains(small), "{d}");
+        assert!(!d.contains("bucket_df65"), "{d}");
+        assert!(d.contains("KeyError: 'tenant_mp39'"), "{d}");
     }
 
     #[test]

@@ -227,6 +227,50 @@ impl<'p> Draft<'p> {
     }
 }
 
+/// Splits the user messages joined to the task at `head[t]` (a run of user messages is
+/// joined into one for strict role order) that end past its statement (its first
+/// [`TASK_STATEMENT`] characters) into a message of their own after it, which the first
+/// exchange's fold can take into the summary. Kept whole, a later request and a pasted key
+/// outranked every fact of the digest (at a 256-token window, 25-45 tokens: a decision);
+/// an agent's opening line ("$ aider app.py") and the request right after it stay the
+/// task. Unfolded, the two are joined again.
+fn split_task(d: &mut Draft, t: usize) {
+    let (Some(sent), Some(m)) = (d.plan.task.as_deref(), d.head.get(t)) else {
+        return;
+    };
+    let Some(Value::String(text)) = m.content() else {
+        return;
+    };
+    if !text.starts_with(sent) {
+        return;
+    }
+    // Where each joined message ends; the task keeps those that end within its statement.
+    let mut end = sent.len();
+    for part in &d.plan.task_joined {
+        let next = end + 2 + part.len();
+        let joined = text
+            .get(end..next)
+            .is_some_and(|s| s.starts_with("\n\n") && s.ends_with(part.as_str()));
+        if !joined || text[..next].chars().count() > TASK_STATEMENT {
+            break;
+        }
+        end = next;
+    }
+    let Some(rest) = text
+        .get(end..)
+        .and_then(|r| r.strip_prefix("\n\n"))
+        .filter(|r| !r.trim().is_empty())
+    else {
+        return;
+    };
+    let counter = d.plan.counter;
+    let mut joined = m.clone();
+    joined.set_content(Value::String(rest.to_string()), &counter);
+    let task = text[..end].to_string();
+    d.head[t].set_content(Value::String(task), &counter);
+    d.head.insert(t + 1, joined);
+}
+
 /// Cuts `messages` at `candidates` down to a common level, largest first, until `over`
 /// tokens are saved or all are at the floor. Returns how many were cut.
 fn level(messages: &mut [Message], candidates: &[usize], over: usize, counter: &Counter) -> usize {
@@ -433,8 +477,13 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     }
 
     // 2. The head's first exchange joins the summary, oldest group first: the leading
-    //    instructions and the task stay.
+    //    instructions and the task stay. User messages joined to the task past its
+    //    statement are not the task: they fold first, ranked in the digest like any
+    //    other request.
     let task = d.plan.regions.task.filter(|&t| t < d.head.len());
+    if let Some(t) = task {
+        split_task(d, t);
+    }
     let head = d.head.clone();
     let folded: Vec<usize> = (0..head.len())
         .filter(|&i| Some(i) != task && !head[i].role.is_instruction())
@@ -771,7 +820,10 @@ fn shorten_summary(d: &mut Draft, best: &mut Best, floor: usize, cut: Shorten) -
 const SHORTEN_TRIES: usize = 3;
 
 /// Halvings [`regrow_summary`] tries: each costs a digest and a count of the request.
-const REGROW_STEPS: usize = 4;
+/// Eight find the size to a token or two over the few hundred tokens a small window's
+/// summary spans; four left up to 14 tokens, a path or an error line, unused
+/// (bench/results/fidelity-2026-11-26e.md).
+const REGROW_STEPS: usize = 8;
 
 /// A summary shortened to `fits` tokens made the request fit: gives it back the room the
 /// cut did not need, up to `whole` tokens. The digest gives up whole items and three

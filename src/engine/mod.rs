@@ -371,6 +371,9 @@ pub struct Plan {
     /// The first user message as the client sent it, before a run of user messages was
     /// joined to it: the task, which escalation keeps the opening of.
     task: Option<String>,
+    /// The user messages right after the first one, as the client sent them: those the
+    /// merge may have joined to the task.
+    task_joined: Vec<String>,
 }
 
 impl Plan {
@@ -589,6 +592,7 @@ pub fn plan_with_counts(
         digest_extra: 0,
         originals: Vec::new(),
         task: None,
+        task_joined: Vec::new(),
     };
     if target.admits(tokens_before) && plan.max_messages.admits(raw.len()) {
         return Ok(plan);
@@ -609,6 +613,14 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
         .iter()
         .find(|m| m.role == Role::User)
         .map(|m| m.text().into_owned());
+    plan.task_joined = plan
+        .messages
+        .iter()
+        .skip_while(|m| m.role != Role::User)
+        .skip(1)
+        .take_while(|m| m.role == Role::User)
+        .map(|m| m.text().into_owned())
+        .collect();
     let merged = merge::merge_same_role(&mut plan.messages, &counter);
     if merged > 0 {
         plan.notes.push(format!("merge: joined {merged}"));
@@ -1327,6 +1339,48 @@ mod tests {
             assert!(report.tokens_after + 40 > target, "{report}");
         }
         assert!(shortened > 3, "{shortened}");
+    }
+
+    #[test]
+    fn user_messages_joined_to_the_task_past_its_statement_give_way_before_a_decision() {
+        // An aider session: its command line, the request right after it, then a note the
+        // user added before any answer; the decision is in the middle.
+        let request_words = "make a flask app with a /hello endpoint";
+        let note = format!(
+            "For context, {}",
+            "the staging box is slow today. ".repeat(6)
+        );
+        let decision = "Let's go with a per-tenant rate bucket named bucket_ce86, which keeps one noisy tenant from starving the rest.";
+        let request = json!({"model": "gpt-4o", "messages": [
+            {"role": "user", "content": "$ aider app.py\nAdded app.py to the chat"},
+            {"role": "user", "content": request_words},
+            {"role": "user", "content": note},
+            {"role": "assistant", "content": decision},
+            {"role": "user", "content": "ok"},
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "Now add an /add/3/5 endpoint."},
+        ]});
+        let mut kept = 0;
+        for target in (60..200).step_by(4) {
+            let opts = Options {
+                target_tokens: Some(target),
+                ..Options::default()
+            };
+            let outcome = compact(&request, &opts).unwrap();
+            let Some(body) = outcome.rewritten.filter(|_| outcome.report.fits) else {
+                continue;
+            };
+            let text = body["messages"].to_string();
+            // The request within the task's statement stays with it; the note never
+            // outlasts the decision.
+            assert!(text.contains(request_words), "{target}: {text}");
+            if text.contains(decision) {
+                kept += 1;
+            } else {
+                assert!(!text.contains("staging box"), "{target}: {text}");
+            }
+        }
+        assert!(kept > 0);
     }
 
     #[test]

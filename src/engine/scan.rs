@@ -53,6 +53,10 @@ const STRONG_DECISION: &[&str] = &[
     "turns out",
     "instead",
     "go with",
+    // How agents report a choice made ("I chose the streaming parser", "opted for").
+    "chose",
+    "opted",
+    "settled on",
     "switch to",
     "from now on",
     "going forward",
@@ -332,6 +336,11 @@ const NARRATION_VERBS: &[&str] = &[
     "wait",
 ];
 
+/// Words between "I'll" and the verb of a step that say when or how, not what.
+const STEP_ADVERBS: &[&str] = &[
+    "now", "first", "then", "next", "also", "further", "just", "again", "quickly", "briefly",
+];
+
 /// Whether a sentence with a weak decision phrase only narrates the next step.
 pub fn is_narration(sentence: &str) -> bool {
     let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
@@ -340,9 +349,10 @@ pub fn is_narration(sentence: &str) -> bool {
     ] {
         for (at, _) in lower.match_indices(lead) {
             let after = lower[at + lead.len()..].trim_start();
+            // "We will further examine", "I'll now look": the verb after an adverb.
             let verb = after
                 .split(|c: char| !c.is_ascii_alphabetic() && c != '_')
-                .next()
+                .find(|w| !STEP_ADVERBS.contains(w))
                 .unwrap_or("");
             if NARRATION_VERBS.contains(&verb) {
                 return true;
@@ -621,14 +631,14 @@ pub fn decision(sentence: &str) -> Option<bool> {
     PHRASES.find(sentence, true).map(|list| list == 0)
 }
 
-/// A line split after each `.`, `!` or `?` that a space or the line's end follows.
+/// A line split after each `.`, `!` or `?` that ends a sentence ([`ends_sentence`]).
 pub fn sentences(line: &str) -> impl Iterator<Item = &str> {
     let b = line.as_bytes();
     let mut start = 0;
     let mut i = 0;
     std::iter::from_fn(move || {
         while i < b.len() {
-            let end = matches!(b[i], b'.' | b'!' | b'?') && (i + 1 == b.len() || b[i + 1] == b' ');
+            let end = ends_sentence(b, i);
             i += 1;
             if end {
                 let s = line[start..i].trim();
@@ -642,6 +652,34 @@ pub fn sentences(line: &str) -> impl Iterator<Item = &str> {
         start = b.len();
         (!s.is_empty()).then_some(s)
     })
+}
+
+/// Whether the `.`, `!` or `?` at `i` ends a sentence: a space or the line's end follows,
+/// or the next sentence starts right after it, as in transcripts whose line breaks were
+/// lost ("as we thought.We will", "an `open()` call!Instead of"): a lowercase letter or a
+/// closing mark before, a capitalised word and a space after. Otherwise two sentences read
+/// as one, and a narrated step run into a decision outranks the next real one.
+/// (`os.Path.join`, `fmt.Println(` and `v1.2.Beta` do not end one.)
+fn ends_sentence(b: &[u8], i: usize) -> bool {
+    if !matches!(b[i], b'.' | b'!' | b'?') {
+        return false;
+    }
+    let Some(&next) = b.get(i + 1) else {
+        return true;
+    };
+    if next == b' ' {
+        return true;
+    }
+    let before = i.checked_sub(1).map(|j| b[j]);
+    let closed = before.is_some_and(|c| c.is_ascii_lowercase() || b")`'\"".contains(&c));
+    if !closed || !next.is_ascii_uppercase() {
+        return false;
+    }
+    let word = b[i + 1..]
+        .iter()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .count();
+    b.get(i + 1 + word) == Some(&b' ') && b[i + 2..i + 1 + word].iter().all(u8::is_ascii_lowercase)
 }
 
 /// A sentence without its list bullet or an agent's section label.
@@ -789,6 +827,41 @@ mod tests {
         assert!(commands(chat).is_empty());
         let python = "```python\nprint(1)\n```";
         assert!(commands(python).is_empty());
+    }
+
+    #[test]
+    fn a_choice_reported_in_the_past_is_a_decision() {
+        for s in [
+            "I chose the streaming parser over the DOM one.",
+            "We opted for a per-tenant bucket.",
+            "After the benchmark we settled on zstd level 3.",
+        ] {
+            assert_eq!(decision(s), Some(true), "{s}");
+        }
+        // Not a word inside another.
+        assert_eq!(decision("Choose the parser that streams."), None);
+    }
+
+    #[test]
+    fn sentences_run_together_without_a_space_are_two() {
+        let line =
+            "The file was printed, exactly as we thought.We will further examine the upload. \
+            It calls `open()` call!Instead of the upload, it shows any file.";
+        assert_eq!(
+            sentences(line).collect::<Vec<_>>(),
+            [
+                "The file was printed, exactly as we thought.",
+                "We will further examine the upload.",
+                "It calls `open()` call!",
+                "Instead of the upload, it shows any file.",
+            ]
+        );
+        // Names with a capital after a dot are not sentence ends.
+        let code = "Use os.Path.join and fmt.Println(x) from v1.2.Beta builds.";
+        assert_eq!(sentences(code).count(), 1);
+        // A narrated step run into the sentence before no longer reads as a decision.
+        let run_on = "The file was printed as expected.We will further examine this vulnerability.";
+        assert!(decisions(run_on).iter().all(|(s, _)| is_narration(s)));
     }
 
     #[test]
