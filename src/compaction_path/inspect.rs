@@ -37,15 +37,14 @@ pub async fn inspect(
     hold: Duration,
 ) -> Result<Verdict, ProxyError> {
     let status = response.status();
-    if status.is_success() && !streaming && !small_json(&response) {
+    // Looked up once, for the check below and the classifier: each lookup hashes the
+    // name. A clone of the value is a count on the head's bytes, not a copy.
+    let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    let content_type = content_type.as_ref().and_then(|v| v.to_str().ok());
+    if status.is_success() && !streaming && !small_json(&response, content_type) {
         return Ok(Verdict::Deliver(response));
     }
     let (parts, mut body) = response.into_parts();
-    // Borrowed, not copied: it is read before the head moves on.
-    let content_type = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
     if status.is_success() && streaming {
         let (head, class) = hold_stream_head(&mut body, hold).await?;
         return match class {
@@ -91,12 +90,8 @@ fn refused_or_deliver(
 /// small JSON of known length: a few servers report an overflow inside a 200 (an empty
 /// completion stopped for `length`, a provider status code in the body). Larger or
 /// unsized answers pass untouched.
-fn small_json(response: &Response<ProxyBody>) -> bool {
-    let json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
+fn small_json(response: &Response<ProxyBody>, content_type: Option<&str>) -> bool {
+    let json = content_type.is_some_and(|v| v.starts_with("application/json"));
     let small = http_body::Body::size_hint(response.body())
         .exact()
         .is_some_and(|n| n <= classify::SCAN_LIMIT as u64);

@@ -409,6 +409,11 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// The header names a `Connection` header lists.
 fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+    // Most messages carry no `Connection`: a pass over the few names present costs less
+    // than the lookup, which hashes the name.
+    if !headers.keys().any(|name| name == header::CONNECTION) {
+        return Vec::new();
+    }
     headers
         .get_all(header::CONNECTION)
         .iter()

@@ -110,7 +110,7 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<Head>, HeadError> {
     let mut present = Present::default();
     for field in parsed.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| HeadError::Header)?;
-        present.note(&name);
+        present.note_field(&name, field.value);
         let start = field.value.as_ptr() as usize - base;
         fields.push((name, start, start + field.value.len()));
     }
@@ -172,7 +172,7 @@ fn body_framing(
         }
         return Ok(Some(BodyFraming::Chunked));
     }
-    let length = present.declared_length(headers);
+    let length = present.declared_length();
     let length = length.map_err(|wire::BadLength| HeadError::ContentLength)?;
     Ok(length.filter(|&n| n > 0).map(BodyFraming::Length))
 }
@@ -180,8 +180,10 @@ fn body_framing(
 /// Whether a request asks to switch protocols: HTTP/1.1 (the only version with
 /// upgrades), an `Upgrade` header, and `upgrade` among the `Connection` options.
 pub fn asks_upgrade(version: Version, headers: &HeaderMap) -> bool {
+    // A pass over the few names present rather than a lookup, which hashes the name:
+    // the router asks this of every request, and nearly none has the field.
     version == Version::HTTP_11
-        && headers.contains_key(header::UPGRADE)
+        && headers.keys().any(|name| name == header::UPGRADE)
         && wire::connection_options(headers).any(|option| option.eq_ignore_ascii_case(b"upgrade"))
 }
 
