@@ -10,9 +10,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{
-    agent_round, assert_compacted_part_kept, client, metrics, post_chat, window_turn, Mock, Proxy,
-};
+use support::{agent_round, assert_compacted_part_kept, client, metrics, window_turn, Mock, Proxy};
 
 /// The upstream's window, in the mock's tokens; the proxy is told the same.
 const WINDOW: u64 = 6000;
@@ -49,30 +47,7 @@ fn proxy_for(mock: &Mock, window: u64) -> Proxy {
 /// Sends `request` as tenant `client-key`, the summariser answering as `summary` says
 /// after 200 ms; returns the status and the `x-compaction` header.
 async fn send(proxy: &Proxy, summary: &str, request: &Value) -> (u16, String) {
-    send_as(proxy, "Bearer client-key", summary, request).await
-}
-
-async fn send_as(proxy: &Proxy, credential: &str, summary: &str, request: &Value) -> (u16, String) {
-    send_to(proxy, WINDOW, credential, summary, request).await
-}
-
-async fn send_to(
-    proxy: &Proxy,
-    window: u64,
-    credential: &str,
-    summary: &str,
-    request: &Value,
-) -> (u16, String) {
-    let window = window.to_string();
-    let headers = [
-        ("authorization", credential),
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary", summary),
-        ("x-mock-summary-delay-ms", "200"),
-    ];
-    post_chat(proxy, &headers, request).await
+    window_turn(proxy, "Bearer client-key", WINDOW, summary, 200, request).await
 }
 
 /// The first `turns` rounds of the session, ending on the next ask.
@@ -352,7 +327,8 @@ async fn between_compactions_the_request_only_grows_at_its_end() {
     let mut headers = Vec::new();
     for n in 0..60 {
         history.push(ask(n));
-        let (status, x) = send_to(&proxy, WINDOW, "Bearer k", "ok", &request(&history)).await;
+        let (status, x) =
+            window_turn(&proxy, "Bearer k", WINDOW, "ok", 200, &request(&history)).await;
         assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
         headers.push(x);
         history.extend(heavy_round(n));
@@ -433,7 +409,8 @@ async fn the_turn_that_crosses_the_threshold_does_not_wait_for_the_summary() {
         history.push(ask(n));
         let started = std::time::Instant::now();
         // A slow summariser: a turn that waited for it would take half a second more.
-        let (status, x) = window_turn(&proxy, "Bearer k", WINDOW, 500, &request(&history)).await;
+        let (status, x) =
+            window_turn(&proxy, "Bearer k", WINDOW, "ok", 500, &request(&history)).await;
         assert_eq!(status, 200, "turn {n}: {x}");
         turns.push((x, started.elapsed()));
         // A long answer in prose: what only a summary can shorten.
@@ -502,7 +479,8 @@ async fn a_preparation_pushed_out_by_newer_ones_is_cancelled() {
         }
         messages.push(ask(13));
         let credential = "Bearer one-tenant";
-        let (status, x) = window_turn(&proxy, credential, WINDOW, 5000, &request(&messages)).await;
+        let (status, x) =
+            window_turn(&proxy, credential, WINDOW, "ok", 5000, &request(&messages)).await;
         assert_eq!(status, 200, "{x}");
         assert_eq!(x, "", "nothing changes in the request before the threshold");
     }
@@ -538,14 +516,7 @@ async fn a_checkpoint_made_again_for_the_same_prefix_is_resumed_from() {
         let ask = format!("turn {turn}: please use the tool 2 times");
         history.push(json!({"role": "user", "content": ask}));
         for call in 0..3 {
-            let (status, x) = send_to(
-                &proxy,
-                WINDOW,
-                "Bearer client-key",
-                "ok",
-                &request(&history),
-            )
-            .await;
+            let (status, x) = send(&proxy, "ok", &request(&history)).await;
             assert_eq!(status, 200, "turn {turn}: {x}\n{}", proxy.logs());
             headers.push(x);
             if call == 2 {

@@ -200,7 +200,8 @@ async fn drive(
         history.extend(turn(n));
         let request = json!({"model": agent.model, "messages": history});
         let started = Instant::now();
-        let (status, x) = window_turn(&proxy, "Bearer k", WINDOW, SUMMARY_DELAY_MS, &request).await;
+        let (status, x) =
+            window_turn(&proxy, "Bearer k", WINDOW, "ok", SUMMARY_DELAY_MS, &request).await;
         assert_eq!(status, 200, "turn {n}: {x}");
         taken.turns.push((x, started.elapsed()));
         let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();

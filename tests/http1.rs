@@ -139,6 +139,21 @@ async fn expect_continue_is_answered_before_the_body_is_sent() {
 }
 
 #[tokio::test]
+async fn a_chat_body_declared_over_the_limit_is_refused_before_it_is_sent() {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), "[limits]\nmax_body_bytes = 1024\n");
+    let mut stream = send_raw(
+        proxy.addr,
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 4096\r\n\r\n",
+    )
+    .await;
+    // The declared length alone decides: no 100 asks for the body first.
+    let answer = read_until(&mut stream, "\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert!(mock.recorded().is_empty());
+}
+
+#[tokio::test]
 async fn heads_too_large_get_431_and_malformed_ones_400() {
     let mock = Mock::start().await;
     let proxy = Proxy::start(&mock.url("/v1"), "");

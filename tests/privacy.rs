@@ -55,7 +55,7 @@ fn ask(n: usize) -> Value {
 
 async fn send(proxy: &Proxy, credential: &str, history: &[Value]) -> String {
     let request = json!({"model": "mock-agent-model", "messages": history});
-    let (status, x) = window_turn(proxy, credential, WINDOW, 0, &request).await;
+    let (status, x) = window_turn(proxy, credential, WINDOW, "ok", 0, &request).await;
     assert_eq!(status, 200, "{x}\n{}", proxy.logs());
     x
 }

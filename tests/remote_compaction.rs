@@ -255,3 +255,21 @@ async fn without_a_summariser_the_digest_is_the_summary_and_says_so() {
         .await
         .contains("compaction_proxy_summaries_total{source=\"fallback\"} 1"));
 }
+
+#[tokio::test]
+async fn a_history_that_is_only_an_earlier_summary_gets_it_back_as_it_was() {
+    let mock = Mock::start().await;
+    let config = "[summarizer]\nenabled = false\n";
+    let proxy = Proxy::start(&mock.url("/v1"), config);
+    let item = first_item(&proxy).await;
+    let request = json!({"model": MODEL, "stream": true, "input": [
+        item.clone(),
+        {"type": "compaction_trigger"},
+    ]});
+    let answer = post(&proxy, "/v1/responses", &request, false).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    // Digested again it would read differently, and the upstream's cache would miss.
+    assert!(answer.x.contains("summary=cache"), "{}", answer.x);
+    let again = streamed_item(&answer.body);
+    assert_eq!(again["encrypted_content"], item["encrypted_content"]);
+}

@@ -232,7 +232,7 @@ async fn send(
     summary_delay_ms: u64,
     request: &Value,
 ) -> (u16, String) {
-    window_turn(proxy, credential, WINDOW, summary_delay_ms, request).await
+    window_turn(proxy, credential, WINDOW, "ok", summary_delay_ms, request).await
 }
 
 /// Plays turns `from..to` of a session, turn `n` on replica `n % 2`; returns each turn's

@@ -75,7 +75,7 @@ pub async fn handle_endpoint(
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, incoming) = request.into_parts();
-    let body = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
+    let body = read_body(incoming, app.config.limits.max_body_bytes).await?;
     let body = items::expand(&body).map_or(body, Bytes::from);
     let model = Dialect::Responses.head(&body).map(|head| head.model);
     let future = handle(app, &parts, body, Ask::Endpoint, id);

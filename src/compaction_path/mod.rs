@@ -32,7 +32,6 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::Either;
-use http::header::{self, HeaderMap};
 use http::request::Parts;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Limited};
@@ -74,7 +73,7 @@ pub async fn handle(
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (parts, incoming) = request.into_parts();
-    let original = read_body(incoming, &parts.headers, app.config.limits.max_body_bytes).await?;
+    let original = read_body(incoming, app.config.limits.max_body_bytes).await?;
     handle_body(app, &parts, original, dialect, id).await
 }
 
@@ -472,22 +471,16 @@ impl Attempt<'_> {
     }
 }
 
-/// Reads the whole body, refusing early when `Content-Length` already says it is over
-/// the limit, and stopping as soon as a body without one crosses it.
-pub(crate) async fn read_body<B>(
-    incoming: B,
-    headers: &HeaderMap,
-    limit: u64,
-) -> Result<Bytes, ProxyError>
+/// Reads the whole body, refusing early when its size hint already says it is over the
+/// limit, and stopping as soon as a body that did not say crosses it. A body framed by
+/// `Content-Length` hints that length exactly: the connection parsed it from the head, so
+/// it is not looked up in the headers again.
+pub(crate) async fn read_body<B>(incoming: B, limit: u64) -> Result<Bytes, ProxyError>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: Into<crate::cause::BoxError>,
 {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit) {
+    if incoming.size_hint().lower() > limit {
         return Err(ProxyError::BodyTooLarge { limit });
     }
     let max = usize::try_from(limit).unwrap_or(usize::MAX);
@@ -542,7 +535,7 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        runtime.block_on(read_body(body, &HeaderMap::new(), limit))
+        runtime.block_on(read_body(body, limit))
     }
 
     /// Once the store holds any checkpoint, every request asks for its partition: its
@@ -552,7 +545,7 @@ mod tests {
     fn a_request_s_partition_is_hashed_once_per_credential() {
         let app = Arc::new(App::new(crate::config::Config::default()).unwrap());
         let request = http::Request::builder()
-            .header(header::AUTHORIZATION, "Bearer sk-1")
+            .header(http::header::AUTHORIZATION, "Bearer sk-1")
             .body(())
             .unwrap();
         let (parts, ()) = request.into_parts();

@@ -295,11 +295,8 @@ impl Compactor<'_> {
         if let Some(summary) = self.llm_summary(&middle, caller, window).await {
             return summary;
         }
-        if let (true, Some(previous)) = (turns.is_empty(), previous) {
-            return Summary {
-                text: previous.to_owned(),
-                source: SummarySource::Cache,
-            };
+        if let Some(reused) = engine::reused_summary(turns, previous) {
+            return reused;
         }
         let budget = summary_budget(replaced.usize(), context_window.usize());
         Summary {

@@ -984,6 +984,15 @@ fn names_something(sentence: &str) -> bool {
 /// Error lines taken from one output; more are one failure told several ways.
 const ERRORS_PER_OUTPUT: usize = 3;
 
+/// Where an error line was found, ordered so that a later place wins a tie of scores: the
+/// best line ([`error_line`]) is compared as later than every numbered line, so it stands
+/// first among lines scored as high.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Place {
+    Line(usize),
+    Best,
+}
+
 /// The lines of `text` that report a failure, with their scores
 /// ([`super::errors::line_score`]), the highest first and among equals the latest (an
 /// output's last lines say how it ended): the best line as the error list always took it
@@ -991,13 +1000,13 @@ const ERRORS_PER_OUTPUT: usize = 3;
 /// last line that reports a failure at all. Lines of a file shown with their numbers are
 /// code, not reports; a line the best one already holds adds nothing.
 fn error_lines(text: &str) -> Vec<(u8, String)> {
-    let mut found: Vec<(u8, usize, String)> = Vec::new();
+    let mut found: Vec<(u8, Place, String)> = Vec::new();
     if let Some(best) = error_line(text) {
         if !scan::is_numbered_line(&best) {
-            found.push((line_score(&best).max(4), usize::MAX, best));
+            found.push((line_score(&best).max(4), Place::Best, best));
         }
     }
-    let mut last: Option<(u8, usize, String)> = None;
+    let mut last: Option<(u8, Place, String)> = None;
     for (i, line) in text.lines().enumerate() {
         if line.len() > 4 * ERROR_CHARS || scan::is_numbered_line(line) {
             continue;
@@ -1011,9 +1020,9 @@ fn error_lines(text: &str) -> Vec<(u8, String)> {
             continue;
         }
         if score >= 4 {
-            found.push((score, i, line));
+            found.push((score, Place::Line(i), line));
         } else {
-            last = Some((score, i, line));
+            last = Some((score, Place::Line(i), line));
         }
     }
     found.extend(last);
@@ -1248,6 +1257,18 @@ mod tests {
 
     fn parse(v: Value) -> Vec<Message> {
         parse_test_messages(&v)
+    }
+
+    #[test]
+    fn the_best_error_line_stands_first_among_lines_scored_as_high() {
+        // Both lines score alike; the error list's pick is the first (the rest follow
+        // from it), and it leads although the later line would win a tie of places.
+        let text = "error: the first failure\nnoise\nerror: the second failure\n";
+        let lines: Vec<String> = error_lines(text).into_iter().map(|(_, l)| l).collect();
+        assert_eq!(
+            lines,
+            ["error: the first failure", "error: the second failure"]
+        );
     }
 
     fn session() -> Vec<Message> {

@@ -499,15 +499,25 @@ pub fn compact_with(
     Ok(finish(plan, summary, opts))
 }
 
-/// The deterministic summary of a plan's middle. A middle that is only an earlier
-/// summary keeps it as it was, byte for byte, reported as reused: rewriting it would
-/// change what the upstream's prompt cache holds, and call an LLM's summary a digest.
-pub fn summarize_deterministic(plan: &Plan, opts: &Options) -> Summary {
-    if let (true, Some(previous)) = (plan.turns.is_empty(), plan.previous_summary()) {
-        return Summary {
+/// The summary of a middle that is only an earlier summary: that summary as it was, byte
+/// for byte, reported as reused; rewriting it would change what the upstream's prompt
+/// cache holds, and call an LLM's summary a digest. `None` when there are turns to
+/// summarise or no earlier summary.
+pub fn reused_summary(turns: &[Message], previous: Option<&str>) -> Option<Summary> {
+    match (turns, previous) {
+        ([], Some(previous)) => Some(Summary {
             text: previous.to_owned(),
             source: SummarySource::Cache,
-        };
+        }),
+        _ => None,
+    }
+}
+
+/// The deterministic summary of a plan's middle; an earlier summary standing alone is
+/// kept ([`reused_summary`]).
+pub fn summarize_deterministic(plan: &Plan, opts: &Options) -> Summary {
+    if let Some(reused) = reused_summary(plan.turns(), plan.previous_summary()) {
+        return reused;
     }
     let replaced = plan.turns.iter().map(|m| m.tokens).sum::<usize>()
         + plan.previous_summary().map_or(0, |p| plan.counter.text(p));

@@ -1365,12 +1365,14 @@ pub async fn post_chat(
 }
 
 /// Posts a chat turn paid by `credential` to the mock's `window` scenario in OpenAI's shape
-/// (a window of `window` tokens), whose summariser answers after `summary_delay_ms`;
-/// returns the status and the `x-compaction` header ("" when absent).
+/// (a window of `window` tokens), whose summariser answers as `summary` says (`ok` for a
+/// summary) after `summary_delay_ms`; returns the status and the `x-compaction` header
+/// ("" when absent).
 pub async fn window_turn(
     proxy: &Proxy,
     credential: &str,
     window: u64,
+    summary: &str,
     summary_delay_ms: u64,
     request: &serde_json::Value,
 ) -> (u16, String) {
@@ -1380,7 +1382,7 @@ pub async fn window_turn(
         ("x-mock", "window"),
         ("x-mock-shape", "openai"),
         ("x-mock-window", window.as_str()),
-        ("x-mock-summary", "ok"),
+        ("x-mock-summary", summary),
         ("x-mock-summary-delay-ms", delay.as_str()),
     ];
     post_chat(proxy, &headers, request).await

@@ -52,20 +52,29 @@ pub fn encode_head(
 ) -> Written {
     let status = parts.status;
     let headers = &mut parts.headers;
-    // One pass over the few names present; each lookup below is made only for a field
-    // that is there (most answers carry `content-length` alone of them).
-    let (mut present, mut dated) = (Present::default(), false);
-    for name in headers.keys() {
+    // One pass over the fields; each lookup below is made only for a field that is there.
+    // The answer's own `Content-Length` (most answers carry it) is read in this pass
+    // rather than looked up again.
+    let (mut present, mut dated, mut own_length) = (Present::default(), false, OwnLength::None);
+    for (name, value) in headers.iter() {
         present.note(name);
         dated |= name == header::DATE;
+        if name == header::CONTENT_LENGTH {
+            own_length = own_length.with_field(value.as_bytes());
+        }
     }
     // The framing is this hop's to choose.
     if present.transfer_encoding {
         headers.remove(header::TRANSFER_ENCODING);
     }
-    let declared = match present.content_length {
-        true => declared_length(headers),
-        false => None,
+    let declared = match own_length {
+        OwnLength::None => None,
+        OwnLength::One(n) => Some(n),
+        // Framed as if it had none.
+        OwnLength::Bad => {
+            headers.remove(header::CONTENT_LENGTH);
+            None
+        }
     };
     let has_body = !(status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -128,24 +137,29 @@ pub fn encode_head(
     }
 }
 
-/// The answer's own `Content-Length`, if it is one number; one that is not is removed,
-/// and the body framed as if it had none.
-fn declared_length(headers: &mut HeaderMap) -> Option<u64> {
-    let parsed = {
-        let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
-        match (values.next(), values.next()) {
-            (None, _) => return None,
-            (Some(value), None) => std::str::from_utf8(value.as_bytes())
-                .ok()
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse().ok()),
-            (Some(_), Some(_)) => None,
+/// The answer's own `Content-Length` fields, as they are met: kept only if there is one
+/// and it is one number. A list of equal values, which the parser of a head accepts as one
+/// length (RFC 9110 section 8.6), is not relayed as it is: it is removed, as anything else
+/// that is not one number, and the body framed without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnLength {
+    None,
+    One(u64),
+    Bad,
+}
+
+impl OwnLength {
+    /// The state once one more field, `value`, is met.
+    fn with_field(self, value: &[u8]) -> OwnLength {
+        let number = std::str::from_utf8(value)
+            .ok()
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse().ok());
+        match (self, number) {
+            (OwnLength::None, Some(n)) => OwnLength::One(n),
+            _ => OwnLength::Bad,
         }
-    };
-    if parsed.is_none() {
-        headers.remove(header::CONTENT_LENGTH);
     }
-    parsed
 }
 
 fn says_close(headers: &HeaderMap) -> bool {
@@ -269,7 +283,16 @@ mod tests {
 
     #[test]
     fn a_length_that_is_not_one_number_is_dropped_and_the_body_framed_without_it() {
-        for lengths in [&["x"][..], &["3", "3"], &[""]] {
+        let too_big = "18446744073709551616";
+        for lengths in [
+            &["x"][..],
+            &["3", "3"],
+            &["3, 3"],
+            &["3", "x"],
+            &["+3"],
+            &[""],
+            &[too_big],
+        ] {
             let mut own = Response::builder();
             for length in lengths {
                 own = own.header("content-length", *length);
