@@ -72,11 +72,12 @@ impl Window {
 
 /// The most of something (messages, tokens) allowed. "No limit" is a value of its own, not
 /// `usize::MAX`, so no sum or difference can run into a sentinel and wrap or saturate
-/// into a limit nobody set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// into a limit nobody set. A looser limit is the greater: ordered by their declaration,
+/// any number is below no limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Limit {
-    Unbounded,
     At(usize),
+    Unbounded,
 }
 
 impl Limit {
@@ -120,24 +121,6 @@ impl Limit {
             Limit::Unbounded => Limit::Unbounded,
             Limit::At(most) => Limit::At(f(most)),
         }
-    }
-}
-
-/// A looser limit is the greater: no limit is above every number.
-impl Ord for Limit {
-    fn cmp(&self, other: &Limit) -> std::cmp::Ordering {
-        match (self, other) {
-            (Limit::Unbounded, Limit::Unbounded) => std::cmp::Ordering::Equal,
-            (Limit::Unbounded, Limit::At(_)) => std::cmp::Ordering::Greater,
-            (Limit::At(_), Limit::Unbounded) => std::cmp::Ordering::Less,
-            (Limit::At(a), Limit::At(b)) => a.cmp(b),
-        }
-    }
-}
-
-impl PartialOrd for Limit {
-    fn partial_cmp(&self, other: &Limit) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
     }
 }
 

@@ -108,6 +108,12 @@ impl Section {
         }
     }
 
+    /// What the heading adds to a digest's size: the heading and the blank line before the
+    /// section after it.
+    fn heading_len(self, short: bool) -> usize {
+        self.heading_in(short).len() + 2
+    }
+
     /// Headings for a digest of a few lines, where the long ones would take a fifth of it
     /// (at a 256-token window an item's worth: the decision or the error line).
     fn short_heading(self) -> &'static str {
@@ -864,7 +870,7 @@ impl Digest {
             let s = item.section as usize;
             if !headed[s] {
                 headed[s] = true;
-                len += item.section.heading_in(self.short).len() + 2;
+                len += item.section.heading_len(self.short);
             }
         }
         len
@@ -926,7 +932,7 @@ impl Left {
     fn put_back(&mut self, item: &mut Item) {
         let n = self.per_section[item.section as usize];
         let heading = if n == 0 {
-            item.section.heading_in(self.short).len() + 2
+            item.section.heading_len(self.short)
         } else {
             0
         };
@@ -947,7 +953,7 @@ impl Left {
         let n = &mut self.per_section[item.section as usize];
         *n -= 1;
         if *n == 0 {
-            self.size -= item.section.heading_in(self.short).len() + 2;
+            self.size -= item.section.heading_len(self.short);
         }
     }
 }

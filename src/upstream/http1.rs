@@ -345,19 +345,22 @@ impl Present {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BadLength;
 
+/// `digits` as a decimal number: one or more ASCII digits that fit a `u64`, nothing else
+/// (no sign, no space).
+pub fn parse_decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &d| {
+        let digit = d.is_ascii_digit().then(|| u64::from(d - b'0'))?;
+        n.checked_mul(10)?.checked_add(digit)
+    })
+}
+
 /// One `Content-Length` field's value, added to the `length` of those before it.
 fn add_length(length: &mut Option<u64>, value: &[u8]) -> Result<(), BadLength> {
     for part in value.split(|&b| b == b',') {
-        let digits = part.trim_ascii();
-        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-            return Err(BadLength);
-        }
-        let n = digits
-            .iter()
-            .try_fold(0u64, |n, &d| {
-                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-            })
-            .ok_or(BadLength)?;
+        let n = parse_decimal(part.trim_ascii()).ok_or(BadLength)?;
         if length.is_some_and(|l| l != n) {
             return Err(BadLength);
         }
