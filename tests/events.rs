@@ -475,8 +475,24 @@ async fn with_the_window_learned_the_summary_after_the_digest_reads_the_clients_
 /// event updated the digest, and what the digest cut never reached the summariser).
 #[tokio::test]
 async fn with_the_window_learned_an_event_with_nothing_prepared_reads_the_clients_messages() {
+    nothing_prepared(LEARNED).await;
+}
+
+/// The same with a summariser that shares the upstream's small window: the client's
+/// messages come in chunks, and the first, which carries the digest, leaves it its room
+/// with fewer turns rather than cut ones (before: its messages were cut to their two
+/// ends to fit beside the digest, and the fact in the middle of one was lost again).
+#[tokio::test]
+async fn with_the_window_learned_and_shared_by_the_summariser_the_first_chunk_is_not_cut() {
+    nothing_prepared("").await;
+}
+
+/// A learned review session through a proxy with `config` whose turn after the refused
+/// one needs an event nothing was prepared for: that event's summary reads the client's
+/// messages, and its checkpoint is the next turn's.
+async fn nothing_prepared(config: &str) {
     let mock = Mock::start().await;
-    let proxy = Proxy::start(&mock.url("/v1"), LEARNED);
+    let proxy = Proxy::start(&mock.url("/v1"), config);
     let chat = |history: &Vec<Value>| {
         let request = json!({"model": REVIEWER.model, "messages": history});
         let proxy = &proxy;
