@@ -9,7 +9,9 @@
 //! summariser ([`crate::summarize`]) with the single flight that lets concurrent requests
 //! of one conversation share one call and the deterministic digest it falls back to, and
 //! checkpoint derivation ([`checkpoint`]). The summariser is called from one place,
-//! [`Compactor::llm_summary`].
+//! [`Compactor::llm_summary`]; whether a digest that stood in for the conversation's
+//! summary is updated or summarised anew from the client's own messages is decided in one
+//! place too ([`Anew`]), for every caller.
 
 mod checkpoint;
 
@@ -181,7 +183,7 @@ pub enum Declined {
 /// The plan a compaction of `base` finishes, with the limits it was made to: `options`',
 /// unless that plan needs a summary and the `relaxed` limits' plan does not (pruning alone
 /// reaches their higher target), which is then taken instead.
-pub fn plan(
+fn plan(
     base: &Base,
     options: Options,
     relaxed: Option<Options>,
