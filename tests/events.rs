@@ -410,29 +410,34 @@ async fn with_the_window_learned_the_refused_chat_turn_takes_the_digest_at_once(
 /// its ends, leaves out.
 const PLANTED: &str = "The release codename is HERON-7731.";
 
+/// Turn `n` of a review session: a draft to review, about 5% of the window, with
+/// [`PLANTED`] in the middle of turn 3's.
+fn review_turn(n: usize) -> Vec<Value> {
+    let paragraph = |m: usize| {
+        format!("Paragraph {n}: the reviewer's notes on section {n} of the draft. ").repeat(m)
+    };
+    let content = match n {
+        3 => format!(
+            "Review this, briefly.\n{}{PLANTED} {}",
+            paragraph(18),
+            paragraph(18)
+        ),
+        _ => format!("Review this, briefly.\n{}", paragraph(36)),
+    };
+    vec![json!({"role": "user", "content": content})]
+}
+
+fn review_reply(n: usize) -> String {
+    format!("Section {n} reads well; two sentences could go. ").repeat(12)
+}
+
 /// With the window learned, the LLM summary prepared after the refused turn is made from
 /// the client's own messages, not from the digest that stood in: the client still sends
 /// every message the digest replaced, and what the digest left out of them reaches the
 /// summariser (before: it was given the digest to update, and the planted fact was lost).
 #[tokio::test]
 async fn with_the_window_learned_the_summary_after_the_digest_reads_the_clients_messages() {
-    let turn = |n: usize| {
-        let paragraph = |m: usize| {
-            format!("Paragraph {n}: the reviewer's notes on section {n} of the draft. ").repeat(m)
-        };
-        let content = match n {
-            3 => format!(
-                "Review this, briefly.\n{}{PLANTED} {}",
-                paragraph(18),
-                paragraph(18)
-            ),
-            _ => format!("Review this, briefly.\n{}", paragraph(36)),
-        };
-        vec![json!({"role": "user", "content": content})]
-    };
-    let reply = |n| format!("Section {n} reads well; two sentences could go. ").repeat(12);
-    let config = LEARNED;
-    let session = drive(REVIEWER, config, 36, turn, reply).await;
+    let session = drive(REVIEWER, LEARNED, 36, review_turn, review_reply).await;
     let learned = session
         .turns
         .iter()
@@ -460,6 +465,89 @@ async fn with_the_window_learned_the_summary_after_the_digest_reads_the_clients_
         "the prepared summary was never used: {:#?}",
         session.turns
     );
+}
+
+/// With the window learned, an event that finds nothing prepared summarises anew from the
+/// client's own messages too, as a prepared one does: here the turn after the refused one
+/// brings an appendix far larger than the conversation's growth said a turn would be, so
+/// no preparation was started and the event compacts in the request's path. The digest
+/// that stood in is the checkpoint the summary updates, its facts held to (before: the
+/// event updated the digest, and what the digest cut never reached the summariser).
+#[tokio::test]
+async fn with_the_window_learned_an_event_with_nothing_prepared_reads_the_clients_messages() {
+    nothing_prepared(LEARNED).await;
+}
+
+/// The same with a summariser that shares the upstream's small window: the client's
+/// messages come in chunks, and the first, which carries the digest, leaves it its room
+/// with fewer turns rather than cut ones (before: its messages were cut to their two
+/// ends to fit beside the digest, and the fact in the middle of one was lost again).
+#[tokio::test]
+async fn with_the_window_learned_and_shared_by_the_summariser_the_first_chunk_is_not_cut() {
+    nothing_prepared("").await;
+}
+
+/// A learned review session through a proxy with `config` whose turn after the refused
+/// one needs an event nothing was prepared for: that event's summary reads the client's
+/// messages, and its checkpoint is the next turn's.
+async fn nothing_prepared(config: &str) {
+    let mock = Mock::start().await;
+    let proxy = Proxy::start(&mock.url("/v1"), config);
+    let chat = |history: &Vec<Value>| {
+        let request = json!({"model": REVIEWER.model, "messages": history});
+        let proxy = &proxy;
+        async move { window_turn(proxy, "Bearer k", WINDOW, "ok", SUMMARY_DELAY_MS, &request).await }
+    };
+    let mut history = vec![json!({"role": "system", "content": REVIEWER.system})];
+    let mut learned = None;
+    for n in 0..36 {
+        history.extend(review_turn(n));
+        let (status, x) = chat(&history).await;
+        assert_eq!(status, 200, "turn {n}: {x}");
+        history.push(json!({"role": "assistant", "content": review_reply(n)}));
+        if x.contains("trigger=error") {
+            assert!(x.contains("summary=fallback"), "turn {n}: {x}");
+            learned = Some(mock.last());
+            break;
+        }
+    }
+    let refused = learned.expect("the window was never learned");
+    // The digest that stood in left the fact out: only the client's messages hold it.
+    assert!(!String::from_utf8_lossy(&refused.body).contains(PLANTED));
+    assert!(
+        mock.summaries().is_empty(),
+        "the refused turn waited for a summary"
+    );
+    // About 40% of the window in one turn, where the turns before grew by 5%.
+    let appendix = "Appendix: the figures of the draft, one per section, in order. ".repeat(380);
+    history.push(json!({"role": "user", "content": format!("Review the appendix.\n{appendix}")}));
+    let started = Instant::now();
+    let (status, x) = chat(&history).await;
+    assert_eq!(status, 200, "{x}");
+    assert!(
+        x.contains("trigger=preflight") && x.contains("summary=llm"),
+        "{x}"
+    );
+    // Nothing was prepared: the event waited for its own summariser call.
+    assert!(started.elapsed().as_millis() >= SUMMARY_DELAY_MS.into());
+    let summarised = mock.summaries();
+    let first = String::from_utf8_lossy(&summarised.first().expect("no summariser call").body);
+    assert!(
+        first.contains(PLANTED),
+        "the event's summary was not given the client's messages"
+    );
+    assert!(first.contains("<previous-checkpoint>"), "{first}");
+    // The summary made anew is the conversation's checkpoint: the next turn is resumed
+    // from it, the event's request extended at its end.
+    let event: Value = serde_json::from_slice(&mock.last().body).unwrap();
+    history.push(json!({"role": "assistant", "content": review_reply(99)}));
+    history.push(json!({"role": "user", "content": "And the conclusion?"}));
+    let (status, x) = chat(&history).await;
+    assert_eq!(status, 200, "{x}");
+    assert!(x.contains("summary=cache"), "{x}");
+    let next: Value = serde_json::from_slice(&mock.last().body).unwrap();
+    let (event, next) = (event["messages"].to_string(), next["messages"].to_string());
+    assert!(next.starts_with(event.trim_end_matches(']')), "{next}");
 }
 
 /// An event that prunes alone leaves no output whole or cut between the first message it

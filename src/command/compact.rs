@@ -243,7 +243,7 @@ fn compact(
         relaxed: None,
         window: Some(window),
         summariser: Some(&caller),
-        carried: None,
+        original: None,
         keys: None,
     };
     let (_, result) = runtime.block_on(compactor.compact(base, order));

@@ -17,10 +17,9 @@ use super::{Attempt, Promote};
 use crate::app::App;
 use crate::checkpoint::prepared::Fate;
 use crate::checkpoint::{Checkpoint, Key, Partition};
-use crate::compactor::{self, messages_of, Base, Caller, Keys, Order, Resumed};
+use crate::compactor::{messages_of, Base, Caller, Keys, Order, Resumed};
 use crate::dialect::Dialect;
-use crate::engine::message::content_text;
-use crate::engine::{self, summary, SummarySource};
+use crate::engine::{self, SummarySource};
 use crate::telemetry;
 use crate::units::Ours;
 
@@ -59,16 +58,6 @@ impl Attempt<'_> {
         }) else {
             return;
         };
-        let anew = self
-            .done
-            .resumed
-            .as_ref()
-            .filter(|_| !self.done.digest_only)
-            .and_then(|hit| stand_in_digest(&hit.checkpoint))
-            .map(|digest| Anew {
-                original: self.work.original().clone(),
-                digest,
-            });
         let Some(ticket) = prepared.start(key) else {
             return;
         };
@@ -86,7 +75,7 @@ impl Attempt<'_> {
             hashes,
             resumed: self.done.resumed.clone(),
             digest_only: self.done.digest_only,
-            anew,
+            original: self.work.original().clone(),
         };
         // In the trace of the request that started it: its summariser call is this
         // request's doing, even when it ends after the answer.
@@ -254,34 +243,9 @@ struct Preparation {
     /// How far below the goal's relaxed target pruning must reach for the event to be
     /// left to prune alone ([`event_prunes_alone`]).
     spare: Ours,
-    /// The conversation's summary is a digest standing in for one: what to summarise
-    /// from instead of updating it.
-    anew: Option<Anew>,
-}
-
-/// A summary made anew from the client's own messages, not by updating the digest that
-/// stood in for one. The digest (the refused turn's, made at once while the window was
-/// being learned, or one the summariser failed to replace) kept what its budget allowed
-/// of the messages it replaced; the client still sends them all with every request, and
-/// an update of the digest would never show the summariser what it cut.
-struct Anew {
-    /// The client's request, whose messages are compacted instead of the resumed form.
+    /// The client's request: a conversation resumed from a digest standing in for its
+    /// summary is summarised anew from it (the compactor's rule, [`Order::original`]).
     original: Bytes,
-    /// The digest, given to the summariser as the checkpoint to update: its facts are
-    /// held to, as an earlier summary's are.
-    digest: String,
-}
-
-/// The digest a checkpoint carries in place of a summary; `None` when its summary is the
-/// LLM's (updated as it is, iteratively) or it has none.
-fn stand_in_digest(checkpoint: &Checkpoint) -> Option<String> {
-    if checkpoint.summary != SummarySource::Fallback {
-        return None;
-    }
-    checkpoint
-        .messages
-        .iter()
-        .find_map(|m| summary::extract(&content_text(m.get("content"))).map(|(body, _)| body))
 }
 
 impl Preparation {
@@ -302,24 +266,12 @@ impl Preparation {
     async fn compact(&self, base: Base, goal: Goal) -> Option<(u128, Checkpoint)> {
         // Planning a large conversation takes milliseconds: off the runtime's threads.
         let spare = self.spare;
-        let (dialect, original) = (self.dialect, self.anew.as_ref().map(|a| a.original.clone()));
-        let (base, alone, client) = tokio::task::spawn_blocking(move || {
+        let (base, alone) = tokio::task::spawn_blocking(move || {
             // Two plans, not one read twice: the event is planned a turn ahead (the turn in
             // progress pruned as history, the target lowered by `spare`), the compactor's
             // plan for now keeps that turn whole at the goal's own targets.
             let alone = event_prunes_alone(&base, goal, spare);
-            // The client's own messages, counted, once the compaction of the conversation
-            // as resumed is known to need a summary: what pruning alone does, it does
-            // from the form in place, without a summariser call.
-            let client = original
-                .filter(|_| !alone && needs_summary(&base, goal))
-                .and_then(|original| dialect.view(&original))
-                .map(|(view, source)| {
-                    let mut client = Base::new(view, source);
-                    client.count();
-                    client
-                });
-            (base, alone, client)
+            (base, alone)
         })
         .await
         .ok()?;
@@ -330,10 +282,6 @@ impl Preparation {
             );
             return None;
         }
-        let (base, resumed, carried) = match client {
-            Some(client) => (client, None, self.anew.as_ref().map(|a| a.digest.as_str())),
-            None => (base, self.resumed.as_ref(), None),
-        };
         let caller = Caller::new(
             &self.parts,
             &self.model,
@@ -346,11 +294,11 @@ impl Preparation {
             relaxed: goal.relaxed_options(),
             window: goal.window,
             summariser: (!self.digest_only).then_some(&caller),
-            carried,
+            original: Some(self.original.clone()),
             keys: Some(Keys {
                 partition: self.partition,
                 hashes: &self.hashes,
-                resumed,
+                resumed: self.resumed.as_ref(),
                 summariser_failed: false,
             }),
         };
@@ -398,13 +346,6 @@ fn event_prunes_alone(base: &Base, goal: Goal, spare: Ours) -> bool {
     };
     let counts = base.counts.as_deref();
     engine::plan_with_counts(&base.view, counts, &options).is_ok_and(|plan| !plan.needs_summary())
-}
-
-/// Whether the compactor, given `base` and `goal`, makes a summary: the plan it would
-/// finish ([`compactor::plan`]) needs one.
-fn needs_summary(base: &Base, goal: Goal) -> bool {
-    let (_, plan) = compactor::plan(base, goal.engine_options(), goal.relaxed_options());
-    plan.is_ok_and(|plan| plan.needs_summary())
 }
 
 /// A copy of the client's request head, for the summariser's calls made after the
@@ -490,56 +431,10 @@ mod tests {
     }
 
     #[test]
-    fn a_summary_is_needed_only_where_the_compactor_would_make_one() {
-        let whole = count_request(&conversation(200));
-        let small = count_request(&conversation(0));
-        // Pruning the output before the turn in progress reaches the relaxed target, not
-        // the deeper one.
-        let relaxed = small + (whole - small) * 3 / 4;
-        let mut goal = goal(relaxed);
-        goal.target = Ours(small as u64 / 2);
-        let deeper = engine::plan(&conversation(200), &goal.engine_options()).unwrap();
-        assert!(deeper.needs_summary());
-        assert!(!needs_summary(&base(conversation(200)), goal));
-        // Below what pruning reaches, a summary is needed either way.
-        assert!(needs_summary(
-            &base(conversation(200)),
-            self::goal(small / 2)
-        ));
-    }
-
-    #[test]
     fn a_preparation_is_made_when_the_event_cannot_prune_alone() {
         let small = count_request(&conversation(0));
         // Below what the conversation is with every output pruned.
         let goal = goal(small / 2);
         assert!(!event_prunes_alone(&base(conversation(200)), goal, Ours(0)));
-    }
-
-    fn form(summary: &str) -> Checkpoint {
-        let messages = vec![
-            json!({"role": "system", "content": "You are a coding agent."}),
-            json!({"role": "user", "content": crate::engine::summary::wrap(summary)}),
-            json!({"role": "user", "content": [{"type": "text", "text": "Go on."}]}),
-        ];
-        Checkpoint::new(5, 900, messages, vec![10, 100, 5], None, 0)
-    }
-
-    #[test]
-    fn a_digest_standing_in_for_the_summary_is_summarised_anew() {
-        let digest = "## Requests\n- Fix the failing tests.";
-        let stand_in = form(digest).with_summary(SummarySource::Fallback, false);
-        assert_eq!(stand_in_digest(&stand_in).as_deref(), Some(digest));
-        // The digest that stands in for a summariser that failed, too.
-        let failed = form(digest).with_summary(SummarySource::Fallback, true);
-        assert_eq!(stand_in_digest(&failed).as_deref(), Some(digest));
-    }
-
-    #[test]
-    fn an_llm_summary_is_updated_as_it_is() {
-        let llm = form("## Active Task\nFix the tests.").with_summary(SummarySource::Llm, false);
-        assert_eq!(stand_in_digest(&llm), None);
-        let pruned = form("").with_summary(SummarySource::None, false);
-        assert_eq!(stand_in_digest(&pruned), None);
     }
 }

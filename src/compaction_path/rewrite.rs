@@ -113,7 +113,7 @@ impl Attempt<'_> {
             relaxed: goal.relaxed_options().map(with_cap),
             window: goal.window,
             summariser: self.asks_summariser().then_some(&caller),
-            carried: None,
+            original: Some(self.work.original().clone()),
             keys,
         };
         let (base, result) = self.ctx.app.compactor().compact(base, order).await;

@@ -9,20 +9,24 @@
 //! summariser ([`crate::summarize`]) with the single flight that lets concurrent requests
 //! of one conversation share one call and the deterministic digest it falls back to, and
 //! checkpoint derivation ([`checkpoint`]). The summariser is called from one place,
-//! [`Compactor::llm_summary`].
+//! [`Compactor::llm_summary`]; whether a digest that stood in for the conversation's
+//! summary is updated or summarised anew from the client's own messages is decided in one
+//! place too ([`Anew`]), for every caller.
 
 mod checkpoint;
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use http::request::Parts;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::checkpoint::hash::middle_key;
 use crate::checkpoint::{Applied, Checkpoint, Checkpoints, Key, Partition};
 use crate::dialect::Dialect;
-use crate::engine::{self, Message, Options, Report, Summary, SummarySource};
+use crate::engine::message::content_text;
+use crate::engine::{self, summary, Message, Options, Report, Summary, SummarySource};
 use crate::metrics::Metrics;
 use crate::summarize::{summary_budget, Call, Ledger, Middle, Summarizer};
 use crate::units::{Limit, Ours, Window, DEFAULT_WINDOW};
@@ -134,17 +138,17 @@ pub struct Order<'a> {
     pub window: Option<Window>,
     /// Who may be asked for an LLM summary; `None`: the digest only.
     pub summariser: Option<&'a Caller<'a>>,
-    /// A digest that stood in for the conversation's summary, whose messages the base
-    /// holds again as the client sent them: the summariser is given it as the checkpoint
-    /// to update, so that its answer is held to every fact of it, as an update of an
-    /// earlier summary is, while reading the messages the digest cut.
-    pub carried: Option<&'a str>,
+    /// The client's own request, in the caller's dialect: when the base is it resumed from
+    /// a checkpoint (`keys.resumed`) whose summary is a digest standing in for one, the
+    /// summary is made anew from its messages (see [`Anew`]).
+    pub original: Option<Bytes>,
     /// The conversation's checkpoint keys, when the result should make a checkpoint.
     pub keys: Option<Keys<'a>>,
 }
 
 /// Where a compaction's checkpoint goes: the conversation's partition, the hash of every
 /// prefix of the client's messages, and the checkpoint the base was resumed from.
+#[derive(Clone, Copy)]
 pub struct Keys<'a> {
     pub partition: Partition,
     pub hashes: &'a [u128],
@@ -179,7 +183,7 @@ pub enum Declined {
 /// The plan a compaction of `base` finishes, with the limits it was made to: `options`',
 /// unless that plan needs a summary and the `relaxed` limits' plan does not (pruning alone
 /// reaches their higher target), which is then taken instead.
-pub fn plan(
+fn plan(
     base: &Base,
     options: Options,
     relaxed: Option<Options>,
@@ -198,9 +202,138 @@ pub fn plan(
     pruned.unwrap_or((options, plan))
 }
 
+/// A conversation resumed from a checkpoint whose summary is a digest standing in for one
+/// (the refused turn's, made at once while the window was being learned, or one the
+/// summariser failed to replace), summarised anew from the client's own messages instead
+/// of by updating the digest. The digest kept what its budget allowed of the messages it
+/// replaced; the client still sends them all, and an update of the digest would never
+/// show the summariser what it cut. The digest is given to the summariser as the
+/// checkpoint to update, so that its answer is held to every fact of it, as an update of
+/// an earlier summary is. One rule for every event, prepared or made in the request's
+/// path.
+struct Anew {
+    digest: String,
+    /// The client's request, in `dialect`.
+    original: Bytes,
+    dialect: Dialect,
+}
+
+impl Anew {
+    /// What `order` summarises anew: only where an LLM summary may be asked for (a digest
+    /// standing in is replaced by the LLM's summary, not by another digest) and the base
+    /// was resumed from a stand-in digest.
+    fn of(order: &Order<'_>) -> Option<Anew> {
+        let caller = order.summariser?;
+        let hit = order.keys.as_ref()?.resumed?;
+        Some(Anew {
+            digest: stand_in_digest(&hit.checkpoint)?,
+            original: order.original.clone()?,
+            dialect: caller.dialect,
+        })
+    }
+
+    /// The client's own messages in place of the resumed form in `base`, every other field
+    /// of it kept (a completion cap lowered to fit, for one), counted.
+    fn client(&self, base: &Base) -> Option<Base> {
+        let messages = match self.dialect.view(&self.original)? {
+            (Value::Object(mut client), _) => client.remove("messages")?,
+            _ => return None,
+        };
+        // The resumed form's messages are not cloned only to be replaced.
+        let mut view: Map<String, Value> = base
+            .view
+            .as_object()?
+            .iter()
+            .map(|(name, value)| match name.as_str() {
+                "messages" => (name.clone(), Value::Null),
+                _ => (name.clone(), value.clone()),
+            })
+            .collect();
+        // In the resumed form's place: the fields keep their order.
+        view.insert("messages".to_owned(), messages);
+        let mut client = Base::new(Value::Object(view), None);
+        client.count();
+        Some(client)
+    }
+}
+
+/// The digest a checkpoint carries in place of a summary; `None` when its summary is the
+/// LLM's (updated as it is, iteratively) or it has none.
+fn stand_in_digest(checkpoint: &Checkpoint) -> Option<String> {
+    if checkpoint.summary != SummarySource::Fallback {
+        return None;
+    }
+    checkpoint
+        .messages
+        .iter()
+        .find_map(|m| summary::extract(&content_text(m.get("content"))).map(|(body, _)| body))
+}
+
+/// What a compaction finishes, planned on a thread that may block.
+struct Planned {
+    /// The base as it was given, handed back to the caller.
+    base: Base,
+    options: Options,
+    plan: Result<engine::Plan, engine::EngineError>,
+    /// The client's own request and the digest it is summarised anew beside ([`Anew`]),
+    /// when the plan is of it rather than of the base.
+    anew: Option<(Base, String)>,
+}
+
+impl Planned {
+    /// The plan of `base`; when it needs a summary and `anew` is given, the plan of the
+    /// client's own request instead, if that needs one too (what pruning alone does is
+    /// done from the form in place, without a summariser call). The client's request is
+    /// read and counted only then, so a conversation that needs no summary is planned once.
+    fn new(base: Base, options: Options, relaxed: Option<Options>, anew: Option<Anew>) -> Planned {
+        let (chosen, resumed) = plan(&base, options.clone(), relaxed.clone());
+        let summarises = resumed.as_ref().is_ok_and(engine::Plan::needs_summary);
+        let client = anew.filter(|_| summarises).and_then(|anew| {
+            let client = anew.client(&base)?;
+            let (options, planned) = plan(&client, options, relaxed);
+            let planned = planned.ok().filter(engine::Plan::needs_summary)?;
+            Some((options, planned, client, anew.digest))
+        });
+        match client {
+            Some((options, planned, client, digest)) => Planned {
+                base,
+                options,
+                plan: Ok(planned),
+                anew: Some((client, digest)),
+            },
+            None => Planned {
+                base,
+                options: chosen,
+                plan: resumed,
+                anew: None,
+            },
+        }
+    }
+}
+
+/// The checkpoint `view`, made anew from the client's own request, makes: it starts from
+/// the client's first message, as a first compaction's does, and supersedes the
+/// checkpoint the conversation was resumed from.
+fn fresh(
+    client: &Base,
+    keys: &Keys<'_>,
+    view: &Value,
+    report: &Report,
+    failed: bool,
+) -> Option<NewCheckpoint> {
+    let first = Keys {
+        resumed: None,
+        ..*keys
+    };
+    let mut checkpoint = checkpoint::derive(client, &first, view, report, failed)?;
+    checkpoint.replaces = keys.resumed.map(|hit| hit.key);
+    Some(checkpoint)
+}
+
 impl Compactor<'_> {
-    /// Plans, asks the summariser for the middle when the plan needs a summary and the
-    /// order allows it, finishes, and derives the checkpoint. The engine's work runs on a
+    /// Plans (the client's own messages, when the base was resumed from a stand-in digest
+    /// and needs a summary: see [`Anew`]), asks the summariser for the middle when the
+    /// plan needs a summary and the order allows it, finishes, and derives the checkpoint. The engine's work runs on a
     /// thread that may block (milliseconds for huge conversations, kept off the threads
     /// that move other requests' bytes); `base` is moved there and handed back, since
     /// cloning a conversation of a million tokens costs as much as compacting it. A base
@@ -211,13 +344,16 @@ impl Compactor<'_> {
         order: Order<'_>,
     ) -> (Option<Base>, Result<Compaction, Declined>) {
         let started = Instant::now();
-        let (options, relaxed) = (order.options, order.relaxed);
-        let planned = tokio::task::spawn_blocking(move || {
-            let (options, plan) = plan(&base, options, relaxed);
-            (base, options, plan)
-        })
-        .await;
-        let (base, options, plan) = match planned {
+        let (options, relaxed) = (order.options.clone(), order.relaxed.clone());
+        let anew = Anew::of(&order);
+        let planned =
+            tokio::task::spawn_blocking(move || Planned::new(base, options, relaxed, anew)).await;
+        let Planned {
+            base,
+            options,
+            plan,
+            anew,
+        } = match planned {
             Ok(planned) => planned,
             Err(e) => return (None, Err(e.into())),
         };
@@ -234,7 +370,8 @@ impl Compactor<'_> {
         let summary = match order.summariser {
             Some(caller) if plan.needs_summary() => {
                 let mut middle = Middle::of_plan(&plan, &options);
-                middle.previous = middle.previous.or(order.carried);
+                let carried = anew.as_ref().map(|(_, digest)| digest.as_str());
+                middle.previous = middle.previous.or(carried);
                 let summary = self.llm_summary(&middle, caller, order.window).await;
                 summariser_failed = summary.is_none() && self.summarizer.is_some();
                 summary
@@ -256,13 +393,13 @@ impl Compactor<'_> {
             || report.messages_after < report.messages_before;
         let view = rewrite.rewritten.filter(|_| saved);
         let checkpoint = match (&view, &order.keys) {
-            (Some(view), Some(keys)) if self.checkpoints.is_some() => checkpoint::derive(
-                &base,
-                keys,
-                view,
-                &report,
-                summariser_failed || keys.summariser_failed,
-            ),
+            (Some(view), Some(keys)) if self.checkpoints.is_some() => {
+                let failed = summariser_failed || keys.summariser_failed;
+                match &anew {
+                    Some((client, _)) => fresh(client, keys, view, &report, failed),
+                    None => checkpoint::derive(&base, keys, view, &report, failed),
+                }
+            }
             _ => None,
         };
         let compaction = Compaction {
@@ -340,5 +477,180 @@ impl Compactor<'_> {
             span.failed("no_summary");
         }
         summary
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::Applied;
+    use serde_json::json;
+
+    const PLANTED: &str = "The release codename is HERON-7731.";
+
+    /// Turn `n` of a review: a draft section to read and the reply, prose that no pruning
+    /// shortens; turn 1's holds [`PLANTED`].
+    fn turn(n: usize) -> [Value; 2] {
+        let draft = format!("Section {n} of the draft, paragraph after paragraph. ").repeat(40);
+        let draft = match n {
+            1 => format!("{draft}{PLANTED}{draft}"),
+            _ => draft,
+        };
+        let reply = format!("Section {n} reads well. ").repeat(10);
+        [
+            json!({"role": "user", "content": format!("Review this.\n{draft}")}),
+            json!({"role": "assistant", "content": reply}),
+        ]
+    }
+
+    /// The client's request of `turns` turns, then the ask in progress.
+    fn client(turns: usize) -> Value {
+        let mut messages = vec![json!({"role": "system", "content": "You review drafts."})];
+        messages.extend((0..turns).flat_map(turn));
+        messages.push(json!({"role": "user", "content": "And the conclusion?"}));
+        json!({"model": "gpt-4o", "max_tokens": 4000, "messages": messages})
+    }
+
+    /// A checkpoint of the client's first nine messages (the system prompt and four
+    /// turns) whose summary is `summary`, from `source`.
+    fn form(summary: &str, source: SummarySource) -> Checkpoint {
+        let messages = vec![
+            json!({"role": "system", "content": "You review drafts."}),
+            json!({"role": "user", "content": summary::wrap(summary)}),
+        ];
+        Checkpoint::new(9, 9_000, messages, vec![10, 100], None, 0).with_summary(source, false)
+    }
+
+    /// The client's request of `turns` turns resumed from a stand-in digest of its first
+    /// four, with the completion cap lowered to fit.
+    fn resumed(turns: usize) -> Base {
+        let mut view = client(turns);
+        let digest = form("## Requests\n- Review the draft.", SummarySource::Fallback);
+        let messages = view["messages"].as_array_mut().unwrap();
+        messages.splice(..9, digest.messages);
+        view["max_tokens"] = json!(1000);
+        let mut base = Base::new(view, None);
+        base.count();
+        base
+    }
+
+    fn anew(turns: usize) -> Anew {
+        Anew {
+            digest: "## Requests\n- Review the draft.".to_owned(),
+            original: Bytes::from(client(turns).to_string()),
+            dialect: Dialect::Chat,
+        }
+    }
+
+    fn target(tokens: usize) -> Options {
+        Options {
+            target_tokens: Some(tokens),
+            ceiling_tokens: Some(tokens * 2),
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn a_digest_standing_in_for_the_summary_is_summarised_anew() {
+        let digest = "## Requests\n- Fix the failing tests.";
+        let stand_in = form(digest, SummarySource::Fallback);
+        assert_eq!(stand_in_digest(&stand_in).as_deref(), Some(digest));
+        // The digest that stands in for a summariser that failed, too.
+        let failed =
+            form(digest, SummarySource::Fallback).with_summary(SummarySource::Fallback, true);
+        assert_eq!(stand_in_digest(&failed).as_deref(), Some(digest));
+    }
+
+    #[test]
+    fn an_llm_summary_is_updated_as_it_is() {
+        let llm = form("## Active Task\nFix the tests.", SummarySource::Llm);
+        assert_eq!(stand_in_digest(&llm), None);
+        let pruned = form("", SummarySource::None);
+        assert_eq!(stand_in_digest(&pruned), None);
+    }
+
+    /// The rule is the compactor's, whoever drives it: an order resumed from a stand-in
+    /// digest, with the client's request at hand and the summariser to ask, summarises
+    /// anew; one that may only digest, or whose summary is the LLM's, updates.
+    #[test]
+    fn only_an_order_that_asks_the_summariser_summarises_a_stand_in_digest_anew() {
+        let (parts, ()) = http::Request::new(()).into_parts();
+        let partition = Partition::new(&parts.headers, "", "gpt-4o");
+        let caller = Caller::new(&parts, "gpt-4o", Dialect::Chat, 1, partition);
+        let hit = |source| Resumed {
+            key: Key {
+                partition,
+                prefix: 7,
+            },
+            checkpoint: Arc::new(form("## Requests\n- Review.", source)),
+            applied: Applied {
+                form_len: 2,
+                prefix_len: 9,
+            },
+            messages_before: 12,
+            tokens_before: Ours(9_000),
+        };
+        let (digest, llm) = (hit(SummarySource::Fallback), hit(SummarySource::Llm));
+        let order = |resumed, summariser, original: Option<Bytes>| Order {
+            options: Options::default(),
+            relaxed: None,
+            window: None,
+            summariser,
+            original,
+            keys: Some(Keys {
+                partition,
+                hashes: &[],
+                resumed,
+                summariser_failed: false,
+            }),
+        };
+        let original = || Some(Bytes::from(client(6).to_string()));
+        let anew = Anew::of(&order(Some(&digest), Some(&caller), original())).unwrap();
+        assert_eq!(anew.digest, "## Requests\n- Review.");
+        assert!(Anew::of(&order(Some(&digest), None, original())).is_none());
+        assert!(Anew::of(&order(Some(&llm), Some(&caller), original())).is_none());
+        assert!(Anew::of(&order(Some(&digest), Some(&caller), None)).is_none());
+        assert!(Anew::of(&order(None, Some(&caller), original())).is_none());
+    }
+
+    #[test]
+    fn a_stand_in_digest_that_needs_a_summary_is_planned_from_the_clients_messages() {
+        let base = resumed(8);
+        let planned = Planned::new(base, target(1_500), None, Some(anew(8)));
+        let (client, digest) = planned.anew.expect("not summarised anew");
+        assert_eq!(digest, "## Requests\n- Review the draft.");
+        let plan = planned.plan.unwrap();
+        let turns =
+            serde_json::to_string(&plan.turns().iter().map(|m| &m.body).collect::<Vec<_>>());
+        assert!(
+            turns.unwrap().contains(PLANTED),
+            "the middle is the digest's"
+        );
+        // The client's messages, with every other field as the base has it (its lowered
+        // cap), in the order the client sent them.
+        assert_eq!(client.view["max_tokens"], 1000);
+        assert_eq!(client.view["messages"], client_messages(8));
+        let names: Vec<_> = client.view.as_object().unwrap().keys().collect();
+        assert_eq!(names, ["model", "max_tokens", "messages"]);
+        // The base is handed back as it was given.
+        assert_eq!(planned.base.view, resumed(8).view);
+    }
+
+    fn client_messages(turns: usize) -> Value {
+        client(turns)["messages"].clone()
+    }
+
+    /// A conversation as resumed that needs no summary is planned once: the client's
+    /// request, which would need one, is not even read, and what the event needs is done
+    /// from the form in place.
+    #[test]
+    fn a_stand_in_digest_that_needs_no_summary_is_kept() {
+        let base = resumed(8);
+        let options = target(base.tokens.unwrap().usize() * 5 / 4);
+        let whole = engine::plan(&client(8), &options).unwrap();
+        assert!(whole.needs_summary());
+        let planned = Planned::new(base, options, None, Some(anew(8)));
+        assert!(planned.anew.is_none());
+        assert!(!planned.plan.unwrap().needs_summary());
     }
 }

@@ -18,8 +18,8 @@ use serde_json::Value;
 
 use super::chunk::MIN_INPUT;
 use super::{
-    check_answer, chunk_turns, focus, min_tokens, summary_budget, AnswerProblem, AnswerStream,
-    ChunkRoom, ClientFocus, Expect, SummaryRequest,
+    check_answer, chunk_turns, first_chunk_limit, focus, min_tokens, summary_budget, AnswerProblem,
+    AnswerStream, ChunkRoom, ClientFocus, Expect, SummaryRequest,
 };
 use crate::body;
 use crate::cause::{BoxError, Chain};
@@ -266,7 +266,9 @@ impl Summarizer {
         let focus = focus(call.parts.extensions.get::<ClientFocus>(), middle.after);
         let date = today();
         let mut progress = Progress::new(middle.previous);
-        for range in chunk_turns(middle.turns, limit, &counter) {
+        let previous = middle.previous.map_or(0, |p| counter.text(p));
+        let first = first_chunk_limit(limit, previous, budget);
+        for range in chunk_turns(middle.turns, first, limit, &counter) {
             let turns = &middle.turns[range];
             if progress.failed_in_a_row >= MAX_FAILED_IN_A_ROW {
                 progress.digest(turns, budget);

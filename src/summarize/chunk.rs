@@ -79,12 +79,28 @@ impl ChunkRoom {
     }
 }
 
+/// The tokens of turns the first call may carry beside a previous checkpoint of
+/// `previous` tokens: `limit` less what that checkpoint takes beyond the answer's worth
+/// [`ChunkRoom::plan`] keeps for it. Later calls carry the checkpoint an earlier one wrote,
+/// which its cap keeps to that worth; the first may carry a digest that stood in for a
+/// summary, a fifth of what it replaced, and a chunk sized without it would have its
+/// messages cut to their two ends to fit beside it, the very turns it is there to show.
+pub fn first_chunk_limit(limit: usize, previous: usize, budget_tokens: usize) -> usize {
+    limit.saturating_sub(previous.saturating_sub(max_tokens(budget_tokens)))
+}
+
 /// Splits `turns` into consecutive ranges whose serialised form fits `limit` tokens (see
-/// [`ChunkRoom::plan`]). An assistant message that makes tool calls stays in one chunk with
-/// its results. A group too large on its own gets a chunk to itself, and the request's
+/// [`ChunkRoom::plan`]), the first `first` (see [`first_chunk_limit`]). An assistant
+/// message that makes tool calls stays in one chunk with its results. A group too large
+/// on its own gets a chunk to itself, and the request's
 /// [`super::SummaryRequest::input_limit`] then cuts its messages to their head and tail.
 /// No turns, no chunks.
-pub fn chunk_turns(turns: &[Message], limit: usize, counter: &Counter) -> Vec<Range<usize>> {
+pub fn chunk_turns(
+    turns: &[Message],
+    first: usize,
+    limit: usize,
+    counter: &Counter,
+) -> Vec<Range<usize>> {
     let sizes: Vec<usize> = serialize::blocks(turns)
         .iter()
         .map(|b| serialize::block_tokens(b, counter))
@@ -94,6 +110,7 @@ pub fn chunk_turns(turns: &[Message], limit: usize, counter: &Counter) -> Vec<Ra
     let mut used = 0;
     for group in groups(turns) {
         let size: usize = sizes[group.clone()].iter().sum();
+        let limit = if chunks.is_empty() { first } else { limit };
         if used > 0 && used + size > limit {
             chunks.push(start..group.start);
             start = group.start;
@@ -175,7 +192,8 @@ mod tests {
     ) {
         let c = Counter::for_model("gpt-4o");
         let (prompt, limit) = room.plan(budget, &c).unwrap();
-        let chunks = chunk_turns(turns, limit, &c);
+        let first = first_chunk_limit(limit, previous.map_or(0, |p| c.text(p)), budget);
+        let chunks = chunk_turns(turns, first, limit, &c);
         assert_partition(&chunks, turns.len());
         let focus = "the topic ".repeat(30);
         for ch in chunks {
@@ -201,8 +219,8 @@ mod tests {
         let turns = session(3, 10);
         let c = Counter::for_model("gpt-4o");
         let (_, limit) = ChunkRoom::new(128_000, 1.0).plan(2000, &c).unwrap();
-        assert_eq!(chunk_turns(&turns, limit, &c), vec![0..turns.len()]);
-        assert!(chunk_turns(&[], limit, &c).is_empty());
+        assert_eq!(chunk_turns(&turns, limit, limit, &c), vec![0..turns.len()]);
+        assert!(chunk_turns(&[], limit, limit, &c).is_empty());
     }
 
     #[test]
@@ -210,7 +228,7 @@ mod tests {
         let turns = session(40, 60);
         let c = Counter::for_model("gpt-4o");
         let (_, limit) = ChunkRoom::new(8000, 1.0).plan(1000, &c).unwrap();
-        assert!(chunk_turns(&turns, limit, &c).len() > 3);
+        assert!(chunk_turns(&turns, limit, limit, &c).len() > 3);
         assert_chunks_fit(&turns, ChunkRoom::new(8000, 1.0), 1000, None);
     }
 
@@ -223,7 +241,7 @@ mod tests {
         turns.extend(session(1, 10));
         let c = Counter::for_model("gpt-4o");
         let (_, limit) = ChunkRoom::new(6000, 1.0).plan(500, &c).unwrap();
-        let chunks = chunk_turns(&turns, limit, &c);
+        let chunks = chunk_turns(&turns, limit, limit, &c);
         assert!(chunks.contains(&(5..6)), "{chunks:?}");
         assert_chunks_fit(&turns, ChunkRoom::new(6000, 1.0), 500, None);
     }
@@ -235,6 +253,31 @@ mod tests {
         assert_chunks_fit(&turns, ChunkRoom::new(8000, 1.0), 500, Some(&prev));
         let huge = "- a fact about the earlier work\n".repeat(3000);
         assert_chunks_fit(&turns, ChunkRoom::new(8000, 1.0), 500, Some(&huge));
+    }
+
+    /// A previous checkpoint longer than an answer's worth (a digest that stood in for a
+    /// summary) takes its room from the first chunk's share of the turns, not from their
+    /// text: the first request fits whole beside it, its messages uncut.
+    #[test]
+    fn a_long_previous_checkpoint_leaves_the_first_chunk_fewer_turns_not_cut_ones() {
+        let turns = session(10, 60);
+        let c = Counter::for_model("gpt-4o");
+        let (room, budget) = (ChunkRoom::new(8000, 1.0), 500);
+        let (prompt, limit) = room.plan(budget, &c).unwrap();
+        let previous = "- a fact about the earlier work\n".repeat(300);
+        let first = first_chunk_limit(limit, c.text(&previous), budget);
+        assert!(first < limit);
+        let over = |chunk: &Range<usize>| {
+            let request = SummaryRequest::new("gpt-4o", &turns[chunk.clone()], budget, c)
+                .prompt(prompt)
+                .previous_summary(Some(&previous));
+            c.request(&request.body()) > room.prompt_limit(request.max_tokens())
+        };
+        assert!(!over(&chunk_turns(&turns, first, limit, &c)[0]));
+        // Sized as the later chunks are, it would have to be cut to fit.
+        assert!(over(&chunk_turns(&turns, limit, limit, &c)[0]));
+        // An answer's worth is kept for it already.
+        assert_eq!(first_chunk_limit(limit, max_tokens(budget), budget), limit);
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! let room = ChunkRoom::new(summariser_window, factor);
 //! let (prompt, limit) = room.plan(budget, &counter)?; // None: no call can fit
 //! let mut summary = plan.previous_summary().map(str::to_string);
-//! for range in chunk_turns(plan.turns(), limit, &counter) {
+//! // The first chunk leaves room for a previous checkpoint longer than an answer.
+//! let first = first_chunk_limit(limit, previous_tokens, budget);
+//! for range in chunk_turns(plan.turns(), first, limit, &counter) {
 //!     let request = SummaryRequest::new(model, &plan.turns()[range], budget, counter)
 //!         .prompt(prompt)
 //!         .previous_summary(summary.as_deref())
@@ -35,7 +37,7 @@ mod stream;
 
 pub use answer::{check_answer, min_tokens, AnswerProblem, Expect, REASONS};
 pub use call::{Call, Ledger, Middle, Summarizer};
-pub use chunk::{chunk_turns, ChunkRoom};
+pub use chunk::{chunk_turns, first_chunk_limit, ChunkRoom};
 pub use request::SummaryRequest;
 pub use stream::AnswerStream;
 
