@@ -340,6 +340,53 @@ async fn summariser_requests_fit_a_small_window_the_upstream_counts_its_own_way(
     );
 }
 
+/// A reasoning model's summariser request asks room for its thinking on top of the
+/// answer's cap; an upstream that counts the cap against the window refuses a prompt and
+/// cap that exceed it, so the thinking gets what the window leaves, not a fixed amount.
+#[tokio::test]
+async fn a_reasoning_models_summariser_request_fits_its_window_with_its_thinking() {
+    let mock = Mock::start().await;
+    const SMALL: u64 = 10_000;
+    let config = format!("[[models]]\nmatch = \"gpt-5-mini\"\ncontext_window = {SMALL}\n");
+    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let window = SMALL.to_string();
+    let headers = [
+        ("x-mock", "window"),
+        ("x-mock-shape", "llamacpp"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary-window", window.as_str()),
+    ];
+    // Prose, which pruning does not shorten: only a summary makes it fit.
+    let mut messages = vec![json!({"role": "system", "content": "You are a careful reviewer."})];
+    for n in 0..50 {
+        let notes: String = (0..10)
+            .map(|i| format!("Point {i} of chapter {n}: the reviewers agreed the argument needs one more example before the summary. "))
+            .collect();
+        messages.push(json!({"role": "user", "content": format!("Chapter {n}. {notes}")}));
+        messages.push(json!({"role": "assistant", "content": format!("Chapter {n} noted.")}));
+    }
+    messages.push(json!({"role": "user", "content": "Which chapters still need work?"}));
+    // Short requests first teach the proxy how the upstream counts.
+    let short = json!({"model": "gpt-5-mini", "messages": messages[..21].to_vec()});
+    for _ in 0..3 {
+        let (status, x) = post_chat(&proxy, &headers, &short).await;
+        assert_eq!((status, x.as_str()), (200, ""), "{}", proxy.logs());
+    }
+    let request = json!({"model": "gpt-5-mini", "messages": messages});
+    let (status, x) = post_chat(&proxy, &headers, &request).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    let calls = bodies(&mock.summaries());
+    assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
+    assert!(!calls.is_empty());
+    for call in &calls {
+        let cap = call["max_completion_tokens"]
+            .as_u64()
+            .expect("a reasoning model's cap");
+        let asked = support::mock_tokens(call) + cap;
+        assert!(asked <= SMALL, "a summariser request of {asked} tokens");
+    }
+}
+
 #[tokio::test]
 async fn the_clients_focus_steers_the_summary_and_never_reaches_the_upstream() {
     let mock = Mock::start().await;

@@ -515,18 +515,23 @@ impl Progress {
     }
 }
 
-/// The request with its turns cut until its body, counted, fits the room; with the body
-/// and its count. `None` when even the fewest useful turns do not fit.
+/// The request with its turns cut until its body, counted, fits the room beside its
+/// answer; with the body and its count. A reasoning model's room for thinking is what the
+/// window then leaves. `None` when even the fewest useful turns do not fit.
 fn fit<'a>(
     mut request: SummaryRequest<'a>,
     room: &ChunkRoom,
     counter: &Counter,
 ) -> Option<(SummaryRequest<'a>, Value, usize)> {
     for _ in 0..FIT_ROUNDS {
-        let body = request.body();
-        let tokens = counter.request(&body);
+        let tokens = counter.request(&request.body());
         let most = room.prompt_limit(request.max_tokens());
         if tokens <= most {
+            let spare = room
+                .answer_limit(tokens)
+                .saturating_sub(request.max_tokens());
+            let request = request.reasoning_room(spare);
+            let body = request.body();
             return Some((request, body, tokens));
         }
         // Cut by the excess and a quarter more, for the notes the cuts add.
@@ -591,6 +596,32 @@ mod tests {
             "{tokens}"
         );
         assert!(matches!(request.limit(), Limit::At(_)));
+    }
+
+    #[test]
+    fn a_reasoning_model_s_cap_takes_only_the_room_its_prompt_leaves() {
+        let turns: Vec<Message> = (0..40)
+            .map(|i| msg(json!({"role": "user", "content": format!("step {i}: {}", "lorem ipsum ".repeat(60))})))
+            .collect();
+        let counter = Counter::for_model("gpt-5");
+        for (window, factor) in [(16_000, 1.0), (16_000, 1.3), (12_000, 1.1)] {
+            let room = ChunkRoom::new(window, factor);
+            let request = SummaryRequest::new("gpt-5", &turns, 2_000, counter);
+            let (request, body, tokens) = fit(request, &room, &counter).expect("fits");
+            let cap = body["max_completion_tokens"].as_u64().unwrap() as usize;
+            assert_eq!(cap, request.answer_cap());
+            assert!(cap >= request.max_tokens(), "{window}: cap {cap}");
+            let upstream_prompt = (tokens as f64 * factor).ceil() as usize;
+            assert!(
+                upstream_prompt + cap <= window,
+                "{window} x{factor}: prompt {upstream_prompt} + cap {cap}"
+            );
+        }
+        // With room to spare, the whole headroom is asked for.
+        let room = ChunkRoom::new(400_000, 1.0);
+        let request = SummaryRequest::new("gpt-5", &turns, 2_000, counter);
+        let (request, body, _) = fit(request, &room, &counter).expect("fits");
+        assert_eq!(body["max_completion_tokens"], request.max_tokens() + 8192);
     }
 
     #[test]

@@ -54,10 +54,20 @@ impl ChunkRoom {
     /// The most prompt tokens, by our estimate, a call may send when its answer may take
     /// `answer` tokens.
     pub fn prompt_limit(&self, answer: usize) -> usize {
-        let usable = self
-            .window
-            .saturating_sub(self.window / 100 * MARGIN_PERCENT + TEMPLATE_TOKENS);
-        (usable.saturating_sub(answer) as f64 / self.factor) as usize
+        (self.usable().saturating_sub(answer) as f64 / self.factor) as usize
+    }
+
+    /// The largest answer cap, in the upstream's tokens, beside a prompt of
+    /// `prompt_tokens` by our estimate: [`Self::prompt_limit`] the other way round.
+    pub fn answer_limit(&self, prompt_tokens: usize) -> usize {
+        let prompt = (prompt_tokens as f64 * self.factor).ceil() as usize;
+        self.usable().saturating_sub(prompt)
+    }
+
+    /// The window less the margin and what the chat template adds.
+    fn usable(&self) -> usize {
+        self.window
+            .saturating_sub(self.window / 100 * MARGIN_PERCENT + TEMPLATE_TOKENS)
     }
 
     /// The template and the tokens of turns one call may carry for a summary of

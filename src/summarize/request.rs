@@ -25,8 +25,11 @@ const FOCUS: &str = include_str!("focus.md");
 /// Low but not zero: the checkpoint should be faithful, and a little freedom avoids the
 /// repetition loops some models fall into at zero.
 const TEMPERATURE: f64 = 0.2;
-/// Reasoning models spend completion tokens on thinking before the answer; this much is
-/// added to their cap so the checkpoint itself is not cut short.
+/// Reasoning models spend completion tokens on thinking before the answer; up to this much
+/// is added to their cap so the checkpoint itself is not cut short. Only what the window
+/// leaves beside the prompt and the answer is added ([`SummaryRequest::reasoning_room`]):
+/// upstreams that count the cap against the window refuse a request whose prompt and cap
+/// together exceed it.
 const REASONING_HEADROOM: usize = 8192;
 
 /// Everything the summariser is told for one call; [`SummaryRequest::body`] makes the JSON.
@@ -41,6 +44,8 @@ pub struct SummaryRequest<'a> {
     date: Option<&'a str>,
     input_limit: Limit,
     prompt: Prompt,
+    /// Tokens added to a reasoning model's cap for its thinking.
+    reasoning_room: usize,
 }
 
 /// Which template a request carries.
@@ -76,7 +81,15 @@ impl<'a> SummaryRequest<'a> {
             date: None,
             input_limit: Limit::Unbounded,
             prompt: Prompt::Full,
+            reasoning_room: REASONING_HEADROOM,
         }
+    }
+
+    /// The most a reasoning model's cap may add for its thinking (at most
+    /// [`REASONING_HEADROOM`]): what the window leaves beside the prompt and the answer.
+    pub fn reasoning_room(mut self, tokens: usize) -> Self {
+        self.reasoning_room = tokens.min(REASONING_HEADROOM);
+        self
     }
 
     /// The template to use (see [`super::chunk::ChunkRoom::prompt`]).
@@ -119,6 +132,16 @@ impl<'a> SummaryRequest<'a> {
     /// little long ends cleanly instead of mid-sentence.
     pub fn max_tokens(&self) -> usize {
         max_tokens(self.budget_tokens)
+    }
+
+    /// The cap the body asks for: [`Self::max_tokens`], and for a reasoning model the room
+    /// for its thinking as well.
+    pub fn answer_cap(&self) -> usize {
+        if is_reasoning_model(self.model) {
+            self.max_tokens() + self.reasoning_room
+        } else {
+            self.max_tokens()
+        }
     }
 
     /// The system message: the template, and the update instructions when there is a
@@ -222,10 +245,7 @@ impl<'a> SummaryRequest<'a> {
         );
         if is_reasoning_model(self.model) {
             // These models reject `max_tokens` and any temperature but the default.
-            body.insert(
-                "max_completion_tokens".into(),
-                json!(self.max_tokens() + REASONING_HEADROOM),
-            );
+            body.insert("max_completion_tokens".into(), json!(self.answer_cap()));
         } else {
             body.insert("max_tokens".into(), json!(self.max_tokens()));
             body.insert("temperature".into(), json!(TEMPERATURE));

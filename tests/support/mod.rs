@@ -250,7 +250,7 @@ fn stream_answer(body: &[u8], model: &str, reply: &str) -> Response<MockBody> {
 /// update with the previous checkpoint as it was given, a lossless if lazy model, and a
 /// first call with [`CANNED_SUMMARY`]).
 /// With `x-mock-summary-window`, a summariser request longer than that (in the mock's
-/// tokens, with its completion cap) is refused as llama.cpp refuses it, and the
+/// tokens, with its completion cap, a reasoning model's included) is refused as llama.cpp refuses it, and the
 /// answers report the mock's count of the prompt.
 async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
     let behaviour = headers
@@ -260,7 +260,10 @@ async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> 
     let request: serde_json::Value = serde_json::from_slice(body).unwrap();
     let tokens = mock_tokens(&request);
     if let Ok(limit) = header_str(headers, "x-mock-summary-window").parse::<u64>() {
-        let output = request["max_tokens"].as_u64().unwrap_or(0);
+        let output = request["max_completion_tokens"]
+            .as_u64()
+            .or(request["max_tokens"].as_u64())
+            .unwrap_or(0);
         if tokens + output > limit {
             return overflow("llamacpp", tokens, output, limit, true);
         }
