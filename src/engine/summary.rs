@@ -34,7 +34,7 @@ const PREAMBLE_TIGHT: &str = include_str!("summary_preamble_tight.md");
 /// [`END_MARKER_SHORT`]. Measured (bench/results/fidelity-2026-11-26b.md): 400 and 800 keep
 /// the same facts on both corpora, 200 loses three of the gains; the lower keeps the fuller
 /// wording wherever it costs less.
-const TIGHT_FRAME_BELOW: usize = 400;
+pub(super) const TIGHT_FRAME_BELOW: usize = 400;
 /// The longer preamble of earlier versions, still found in summaries clients carry back.
 const PREAMBLE_V1: &str = include_str!("summary_preamble_v1.md");
 
