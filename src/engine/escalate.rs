@@ -629,7 +629,8 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     let mut trial = best.clone();
     let whole = d.body.clone();
     if shorten_summary(&mut shorter, &mut trial, SUMMARY_FLOOR, shorten) {
-        *best = trial;
+        let stated = (d.clone(), best.clone());
+        *best = at_statement_if_fuller(&shorter, trial, stated, whole.as_deref(), is_task);
         return true;
     }
     // 11. Then the rest of the turn and the task, still only if that makes it fit. The
@@ -641,8 +642,9 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     let whole = whole.as_deref();
     for round in 0..2 {
         if last_cut(&mut shorter, &mut trial, round, TASK_LEAST, is_task) {
+            let stated = (shorter.clone(), trial.clone());
             regrow_to(&mut shorter, &mut trial, whole);
-            *best = trial;
+            *best = at_statement_if_fuller(&shorter, trial, stated, whole, is_task);
             return true;
         }
     }
@@ -708,6 +710,44 @@ impl Task {
             Some(m) => m.text().trim_start().starts_with(&self.statement),
             None => true,
         }
+    }
+}
+
+/// The request of a last cut that kept the task's first sentences (`kept`, its summary
+/// regrown in `d`), or the same cut with the task down to its statement when the summary
+/// regrows larger there: what the summary holds outranks the task's text past its
+/// statement, as when the summary gives way. Kept by the last cuts, a task's first 264
+/// characters could take a fact's room whenever the summary's floor fitted beside them
+/// (a tighter frame then lost an error line at a 50% window).
+fn at_statement_if_fuller(
+    d: &Draft,
+    kept: Best,
+    (mut stated, mut stated_best): (Draft, Best),
+    whole: Option<&str>,
+    is_task: impl Fn(&Message) -> bool,
+) -> Best {
+    let counter = d.plan.counter;
+    let Some(m) = stated.task(is_task) else {
+        return kept;
+    };
+    if !cut_to_opening(m, TASK_STATEMENT, TASK_STATEMENT, &counter) {
+        return kept;
+    }
+    if stated.offer(&mut stated_best) {
+        regrow_to(&mut stated, &mut stated_best, whole);
+    } else if !shorten_summary(
+        &mut stated,
+        &mut stated_best,
+        SUMMARY_FLOOR,
+        shorten_to_items,
+    ) {
+        return kept;
+    }
+    let size = |d: &Draft| d.body.as_deref().map_or(0, |b| counter.text(b));
+    if size(&stated) > size(d) {
+        stated_best
+    } else {
+        kept
     }
 }
 
