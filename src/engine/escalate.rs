@@ -869,7 +869,11 @@ const REGROW_STEPS: usize = 8;
 /// cut did not need, up to `whole` tokens. The digest gives up whole items and three
 /// characters a token is a low guess, so the first cut often left the request well under
 /// its target (on the real corpus a tenth of the target at small windows), a decision or
-/// an error line dropped for nothing. The largest size that still fits is kept.
+/// an error line dropped for nothing. The largest size that still fits is kept: the search
+/// runs to its end even when the request is already a few tokens under its target, since a
+/// few tokens hold a path, and a larger size may cost fewer tokens (the digest counts
+/// characters: a masked key, `[REDACTED:openai-key]`, is 21 characters and 8 tokens, and a
+/// larger size may give up such an item for a longer, lighter decision).
 fn regrow_summary(
     d: &mut Draft,
     best: &mut Best,
@@ -879,7 +883,7 @@ fn regrow_summary(
 ) {
     let (mut lo, mut hi) = (fits, whole);
     for _ in 0..REGROW_STEPS {
-        if d.target.less(best.tokens) < Limit::At(REGROW_ROOM) || hi <= lo + 1 {
+        if hi <= lo + 1 {
             return;
         }
         let mid = lo + (hi - lo) / 2;
@@ -899,9 +903,6 @@ fn regrow_summary(
         }
     }
 }
-
-/// Room under the target too small for another item of a digest.
-const REGROW_ROOM: usize = 8;
 
 #[cfg(test)]
 mod tests {
@@ -1047,6 +1048,39 @@ mod tests {
             empty,
             with_whole.tokens
         );
+    }
+
+    #[test]
+    fn the_regrowth_fills_the_room_to_within_the_smallest_item() {
+        // Forty paths of six tokens each (a digest of the tight layout at any size):
+        // whatever the target, the summary regrows until the room left would not hold
+        // another one (a search stopped 8 tokens short left one out).
+        let request = session(40, &[(20, 100); 6], 30, false);
+        let opts = Options {
+            target_tokens: Some(400),
+            ..Options::default()
+        };
+        let plan = crate::engine::plan(&request, &opts).unwrap();
+        let paths: Vec<String> = (10..50).map(|i| format!("- src/m{i}.rs")).collect();
+        let whole = format!("## Files\n{}", paths.join("\n"));
+        let item = paths
+            .iter()
+            .map(|p| plan.counter.text(&format!("{p}\n")))
+            .max()
+            .unwrap();
+        let (_, with_whole) = Draft::start(&plan, Some(whole.clone()));
+        let (_, empty) = Draft::start(&plan, Some(shorten_to_items(&whole, 0)));
+        for target in empty.tokens + 20..with_whole.tokens - 20 {
+            let (mut d, mut best) = Draft::start(&plan, Some(shorten_to_items(&whole, 0)));
+            d.target = Limit::At(target);
+            regrow_to(&mut d, &mut best, Some(&whole));
+            assert!(best.tokens <= target, "{} > {target}", best.tokens);
+            let left = target - best.tokens;
+            assert!(
+                left < item,
+                "{left} tokens left at {target} (an item: {item})"
+            );
+        }
     }
 
     #[test]

@@ -30,12 +30,13 @@ const SHORT_FRAME_BELOW: usize = 800;
 /// the 25% windows of the real corpus (188-444 tokens), what a decision lacked
 /// (bench/results/fidelity-2026-11-26g.md).
 const PREAMBLE_TIGHT: &str = include_str!("summary_preamble_tight.md");
-/// A summary body shorter than this (about 100 tokens, where the short frame of about 45
-/// would be a third of the message) is framed by the marker and [`END_MARKER_SHORT`]
-/// alone. Measured (bench/results/fidelity-2026-11-26b.md): 400 and 800 keep the same
-/// facts on both corpora, 200 loses three of the gains; the lower keeps the fuller wording
-/// wherever it costs less.
-pub(super) const TIGHT_FRAME_BELOW: usize = 400;
+/// A summary body shorter than this (about 150 tokens, where the short frame of about 30
+/// would be a fifth of the message) is framed by the marker and [`END_MARKER_SHORT`]
+/// alone, and the digest is written in its tight layout. At 400 a decision that took the
+/// body past it cost its own 25 tokens and 27 more of frame and headings: measured
+/// (bench/results/fidelity-2026-11-26g.md), 600 and 800 keep one decision more at the 25%
+/// window and lose nothing; 600 keeps the short frame for the bodies in between.
+pub(super) const TIGHT_FRAME_BELOW: usize = 600;
 /// The longer preamble of earlier versions, still found in summaries clients carry back.
 const PREAMBLE_V1: &str = include_str!("summary_preamble_v1.md");
 
@@ -184,6 +185,14 @@ mod tests {
             let (found, rest) = extract(&merged).unwrap();
             assert_eq!((found, rest.as_str()), (body, "task\n\nnext"), "{size}");
         }
+    }
+
+    #[test]
+    fn a_summary_of_a_few_items_has_the_tight_frame() {
+        // Five items of a 25% window (a rule, a decision, an error and two paths) come to
+        // 450 characters: the short frame would add 27 tokens, a decision's room.
+        let body = format!("Requests:\n- {}", "x".repeat(450));
+        assert_eq!(wrap(&body), format!("{MARKER}\n{body}\n{END_MARKER_SHORT}"));
     }
 
     #[test]
