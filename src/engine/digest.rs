@@ -211,8 +211,12 @@ fn is_digest(text: &str) -> bool {
 /// an item or an item's continuation.
 fn tight_start(text: &str) -> Option<usize> {
     let lines: Vec<&str> = text.lines().collect();
+    // A bare `-`: an item the fit cut to nothing, its space trimmed at the digest's end.
     let ours = |l: &str| {
-        l.starts_with("- ") || l.starts_with("  ") || Section::of_tight_heading(l).is_some()
+        l.starts_with("- ")
+            || l == "-"
+            || l.starts_with("  ")
+            || Section::of_tight_heading(l).is_some()
     };
     // The digest is the text's end: the last run of lines of its shape, where it opens.
     let start = lines.len() - lines.iter().rev().take_while(|l| ours(l)).count();
@@ -1883,6 +1887,10 @@ mod tests {
         );
         let errors = format!("{}\n- error: boom in src/a.rs", Section::Errors.heading());
         assert!(next.contains(&errors), "{next}");
+        // Cut to its heading and an emptied item (the digest's smallest form), a tight
+        // digest is still ours: its next form is a digest, not an "earlier summary".
+        assert!(is_digest("Decisions:\n-"));
+        assert!(!shorten("Decisions:\n-", 10_000).contains(H_EARLIER));
         // Headings of each layout and version are read back.
         for heading in ["## Errors", "## Errors seen", "Errors:"] {
             let body = format!("{heading}\n- error: boom in src/a.rs");
