@@ -729,12 +729,13 @@ impl Task {
     }
 }
 
-/// The request of a last cut that kept the task's first sentences (`kept`, its summary
-/// regrown in `d`), or the same cut with the task down to its statement when the summary
-/// regrows larger there: what the summary holds outranks the task's text past its
-/// statement, as when the summary gives way. Kept by the last cuts, a task's first 264
-/// characters could take a fact's room whenever the summary's floor fitted beside them
-/// (a tighter frame then lost an error line at a 50% window).
+/// A request that fits with its summary shortened (`kept`, that summary in `d`: step 10,
+/// or a last cut keeping the task's first sentences), or `stated` (the draft before that
+/// step) with the task down to its statement, when its summary comes out larger: what the
+/// summary holds outranks the task's text past its statement, as when the summary gives
+/// way. Otherwise whatever the summary's floor cost decided how much of the task stayed: a
+/// frame 5 tokens smaller lost an error line at a 50% and at a 1,024-token window
+/// (bench/results/fidelity-2026-11-26g.md).
 fn at_statement_if_fuller(
     d: &Draft,
     kept: Best,
@@ -888,7 +889,7 @@ const REGROW_STEPS: usize = 8;
 /// an error line dropped for nothing. The largest size that still fits is kept: the search
 /// runs to its end even when the request is already a few tokens under its target, since a
 /// few tokens hold a path, and a larger size may cost fewer tokens (the digest counts
-/// characters: a masked key, `[REDACTED:openai-key]`, is 21 characters and 8 tokens, and a
+/// characters: a masked key, `[REDACTED:openai-key]`, is 21 characters and 10 tokens, and a
 /// larger size may give up such an item for a longer, lighter decision).
 fn regrow_summary(
     d: &mut Draft,
