@@ -229,12 +229,11 @@ impl<'p> Draft<'p> {
 
 /// Splits the user messages joined to the task at `head[t]` (a run of user messages is
 /// joined into one for strict role order) that end past its statement (its first
-/// [`TASK_STATEMENT`] characters), or that follow the first message saying what the work
-/// is, into a message of their own after it, which the first exchange's fold can take into
-/// the summary. Kept whole, a later request and a pasted key outranked every fact of the
-/// digest (at a 256-token window, 25-45 tokens: a decision); an agent's opening line
-/// ("$ aider app.py") and the request right after it stay the task. Unfolded, the two are
-/// joined again.
+/// [`TASK_STATEMENT`] characters) into a message of their own after it, which the first
+/// exchange's fold can take into the summary. Kept whole, a later request and a pasted key
+/// outranked every fact of the digest (at a 256-token window, 25-45 tokens: a decision);
+/// an agent's opening line ("$ aider app.py") and the request right after it stay the
+/// task. Unfolded, the two are joined again.
 fn split_task(d: &mut Draft, t: usize) {
     let (Some(sent), Some(m)) = (d.plan.task.as_deref(), d.head.get(t)) else {
         return;
@@ -245,15 +244,9 @@ fn split_task(d: &mut Draft, t: usize) {
     if !text.starts_with(sent) {
         return;
     }
-    // Where each joined message ends; the task keeps those that end within its statement,
-    // up to the first that says what the work is.
+    // Where each joined message ends; the task keeps those that end within its statement.
     let mut end = sent.len();
-    let mut stated = states_work(sent);
     for part in &d.plan.task_joined {
-        if stated {
-            break;
-        }
-        stated = states_work(part);
         let next = end + 2 + part.len();
         let joined = text
             .get(end..next)
@@ -276,15 +269,6 @@ fn split_task(d: &mut Draft, t: usize) {
     let task = text[..end].to_string();
     d.head[t].set_content(Value::String(task), &counter);
     d.head.insert(t + 1, joined);
-}
-
-/// Whether a user message says what the work is: one that opens with a shell prompt line
-/// (`$ aider app.py` and what the command printed) is a terminal's record, and the request
-/// comes in the message after it.
-fn states_work(text: &str) -> bool {
-    text.lines()
-        .find(|l| !l.trim().is_empty())
-        .is_some_and(|l| !l.trim_start().starts_with("$ "))
 }
 
 /// Cuts `messages` at `candidates` down to a common level, largest first, until `over`

@@ -1352,53 +1352,45 @@ mod tests {
     }
 
     #[test]
-    fn user_messages_joined_to_the_task_after_its_request_give_way_before_a_decision() {
+    fn user_messages_joined_to_the_task_past_its_statement_give_way_before_a_decision() {
         // An aider session: its command line, the request right after it, then a note the
-        // user added before any answer; the decision is in the middle. The note leaves the
-        // task whether it ends past the task's first 200 characters or within them (the
-        // request already said what the work is), and is ranked in the digest.
+        // user added before any answer; the decision is in the middle.
         let request_words = "make a flask app with a /hello endpoint";
-        let long_note = format!(
+        let note = format!(
             "For context, {}",
             "the staging box is slow today. ".repeat(6)
         );
-        let short_note = "For context, the staging box is slow today.".to_string();
         let decision = "Let's go with a per-tenant rate bucket named bucket_ce86, which keeps one noisy tenant from starving the rest.";
-        for (note, long) in [(long_note, true), (short_note, false)] {
-            let request = json!({"model": "gpt-4o", "messages": [
-                {"role": "user", "content": "$ aider app.py\nAdded app.py to the chat"},
-                {"role": "user", "content": request_words},
-                {"role": "user", "content": note},
-                {"role": "assistant", "content": decision},
-                {"role": "user", "content": "ok"},
-                {"role": "assistant", "content": "done"},
-                {"role": "user", "content": "Now add an /add/3/5 endpoint."},
-            ]});
-            let mut kept = 0;
-            for target in (60..200).step_by(4) {
-                let opts = Options {
-                    target_tokens: Some(target),
-                    ..Options::default()
-                };
-                let outcome = compact(&request, &opts).unwrap();
-                let Some(body) = outcome.rewritten.filter(|_| outcome.report.fits) else {
-                    continue;
-                };
-                let text = body["messages"].to_string();
-                // The request right after the command line stays with the task; the note
-                // never outlasts the decision in the task, nor, a long one, anywhere (a
-                // short one may fill room in the digest the decision does not fit).
-                let task = body["messages"][0]["content"].as_str().unwrap_or_default();
-                assert!(task.contains(request_words), "{target}: {text}");
-                if text.contains(decision) {
-                    kept += 1;
-                } else {
-                    assert!(!task.contains("staging box"), "{target}: {text}");
-                    assert!(!long || !text.contains("staging box"), "{target}: {text}");
-                }
+        let request = json!({"model": "gpt-4o", "messages": [
+            {"role": "user", "content": "$ aider app.py\nAdded app.py to the chat"},
+            {"role": "user", "content": request_words},
+            {"role": "user", "content": note},
+            {"role": "assistant", "content": decision},
+            {"role": "user", "content": "ok"},
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "Now add an /add/3/5 endpoint."},
+        ]});
+        let mut kept = 0;
+        for target in (60..200).step_by(4) {
+            let opts = Options {
+                target_tokens: Some(target),
+                ..Options::default()
+            };
+            let outcome = compact(&request, &opts).unwrap();
+            let Some(body) = outcome.rewritten.filter(|_| outcome.report.fits) else {
+                continue;
+            };
+            let text = body["messages"].to_string();
+            // The request within the task's statement stays with it; the note never
+            // outlasts the decision.
+            assert!(text.contains(request_words), "{target}: {text}");
+            if text.contains(decision) {
+                kept += 1;
+            } else {
+                assert!(!text.contains("staging box"), "{target}: {text}");
             }
-            assert!(kept > 0);
         }
+        assert!(kept > 0);
     }
 
     #[test]
