@@ -51,6 +51,9 @@ const OLD_HEADINGS: &[(&str, Section)] = &[
 
 /// A digest written in fewer characters than this uses the short headings.
 const SHORT_HEADINGS_BELOW: usize = 1000;
+/// A digest written in fewer characters than this uses the tight layout: the size below
+/// which the summary gets its tight frame too ([`super::summary::wrap`]).
+const TIGHT_BELOW: usize = super::summary::TIGHT_FRAME_BELOW;
 /// The previews of the last turns before the cut.
 const LAST_TURNS: usize = 6;
 const LAST_TURN_CHARS: usize = 200;
@@ -98,20 +101,46 @@ const SECTIONS: [Section; 6] = [
     Section::Last,
 ];
 
-impl Section {
-    /// The heading written: the short form in a small digest.
-    fn heading_in(self, short: bool) -> &'static str {
-        if short {
-            self.short_heading()
+/// How a digest is written, by its budget: the smaller the digest, the more of it its
+/// headings would take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// Descriptive headings, a blank line after each section.
+    Long,
+    /// One-word headings (`## Errors`), a blank line after each section.
+    Short,
+    /// One-word headings as a line of their own (`Errors:`), no blank lines: a heading
+    /// then costs two tokens, not the four of `\n\n## Errors\n`.
+    Tight,
+}
+
+impl Layout {
+    fn of_budget(budget: usize) -> Layout {
+        if budget < TIGHT_BELOW {
+            Layout::Tight
+        } else if budget < SHORT_HEADINGS_BELOW {
+            Layout::Short
         } else {
-            self.heading()
+            Layout::Long
+        }
+    }
+}
+
+impl Section {
+    /// The heading written in a digest of this layout.
+    fn heading_in(self, layout: Layout) -> &'static str {
+        match layout {
+            Layout::Long => self.heading(),
+            Layout::Short => self.short_heading(),
+            Layout::Tight => self.tight_heading(),
         }
     }
 
-    /// What the heading adds to a digest's size: the heading and the blank line before the
-    /// section after it.
-    fn heading_len(self, short: bool) -> usize {
-        self.heading_in(short).len() + 2
+    /// What the heading adds to a digest's size: the heading line, and the blank line
+    /// before the section after it where the layout has one.
+    fn heading_len(self, layout: Layout) -> usize {
+        let blank = usize::from(layout != Layout::Tight);
+        self.heading_in(layout).len() + 1 + blank
     }
 
     /// Headings for a digest of a few lines, where the long ones would take a fifth of it
@@ -124,6 +153,18 @@ impl Section {
             Section::Tools => "## Calls",
             Section::Files => "## Files",
             Section::Last => "## Last turns",
+        }
+    }
+
+    /// The short heading's word as a line of its own.
+    fn tight_heading(self) -> &'static str {
+        match self {
+            Section::Asks => "Requests:",
+            Section::Decisions => "Decisions:",
+            Section::Errors => "Errors:",
+            Section::Tools => "Calls:",
+            Section::Files => "Files:",
+            Section::Last => "Last turns:",
         }
     }
 
@@ -150,6 +191,38 @@ impl Section {
                     .map(|(_, s)| *s)
             })
     }
+
+    fn of_tight_heading(line: &str) -> Option<Section> {
+        let line = line.trim_end();
+        SECTIONS.into_iter().find(|s| s.tight_heading() == line)
+    }
+}
+
+/// Whether `text` is a digest this module wrote, of any layout or version: a heading of
+/// ours on a line of its own, or a digest of the tight layout ([`tight_start`]).
+fn is_digest(text: &str) -> bool {
+    tight_start(text).is_some() || text.lines().any(|l| Section::of_heading(l).is_some())
+}
+
+/// The line where a digest of the tight layout starts in `text`: alone, or after an LLM's
+/// checkpoint (a chunk whose update was rejected is digested beside it). A line such as
+/// `Errors:` may stand in any text, so the digest is known by its whole shape: it opens a
+/// paragraph with one of its headings and every line from there to the end is a heading,
+/// an item or an item's continuation.
+fn tight_start(text: &str) -> Option<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    // A bare `-`: an item the fit cut to nothing, its space trimmed at the digest's end.
+    let ours = |l: &str| {
+        l.starts_with("- ")
+            || l == "-"
+            || l.starts_with("  ")
+            || Section::of_tight_heading(l).is_some()
+    };
+    // The digest is the text's end: the last run of lines of its shape, where it opens.
+    let start = lines.len() - lines.iter().rev().take_while(|l| ours(l)).count();
+    (start..lines.len()).find(|&i| {
+        Section::of_tight_heading(lines[i]).is_some() && (i == 0 || lines[i - 1].trim().is_empty())
+    })
 }
 
 /// How long an item holds on when the digest is over budget: the lowest tier goes first,
@@ -261,7 +334,7 @@ pub fn digest(previous: Option<&str>, turns: &[Message], budget_chars: usize) ->
 /// summary giving way to the task, where the last item cut to its first words ("Don't add
 /// new dependencies to") would say what the user did not.
 pub fn shorten_to_items(body: &str, budget_chars: usize) -> String {
-    if !body.lines().any(|l| Section::of_heading(l).is_some()) {
+    if !is_digest(body) {
         return shorten(body, budget_chars);
     }
     let mut d = Digest::new(budget_chars);
@@ -273,7 +346,7 @@ pub fn shorten_to_items(body: &str, budget_chars: usize) -> String {
 /// A summary cut to about `budget_chars`: the digest's own format drops its least
 /// valuable items and stays parseable; any other text keeps its beginning and end.
 pub fn shorten(body: &str, budget_chars: usize) -> String {
-    if body.lines().any(|l| Section::of_heading(l).is_some()) {
+    if is_digest(body) {
         digest(Some(body), &[], budget_chars)
     } else {
         // An LLM's checkpoint: its fact lines (errors, rules, written files, decisions,
@@ -294,8 +367,8 @@ struct Digest {
     error_lines: HashMap<String, usize>,
     /// Whether a request is listed yet: the first one ranks as a rule.
     has_ask: bool,
-    /// Written with the short headings.
-    short: bool,
+    /// How it is written: its headings.
+    layout: Layout,
     ask_head: usize,
     ask_tail: usize,
 }
@@ -309,7 +382,7 @@ impl Digest {
             last_call: None,
             error_lines: HashMap::new(),
             has_ask: false,
-            short: budget < SHORT_HEADINGS_BELOW,
+            layout: Layout::of_budget(budget),
             // However large the budget, one message may not take most of it.
             ask_head: ASK_HEAD.min(budget / 3),
             ask_tail: ASK_TAIL.min(budget / 6),
@@ -323,7 +396,14 @@ impl Digest {
         let mut section: Option<Section> = None;
         let mut earlier = Vec::new();
         let mut pending: Option<(Section, String)> = None;
-        for line in text.lines() {
+        let tight = tight_start(text);
+        for (i, line) in text.lines().enumerate() {
+            let in_tight = tight.is_some_and(|t| i >= t);
+            if let Some(s) = Section::of_tight_heading(line).filter(|_| in_tight) {
+                self.push_previous(pending.take());
+                section = Some(s);
+                continue;
+            }
             if line.starts_with("## ") {
                 self.push_previous(pending.take());
                 section = Section::of_heading(line);
@@ -621,7 +701,7 @@ impl Digest {
                 // from ("user message: ", "bash command=pytest tests/: ") costs 3-12
                 // tokens, a third of an error line, and at a 256-token window that is
                 // the room of the next decision or error (bench/results/fidelity-2026-11-26e.md).
-                let line = if self.short {
+                let line = if self.layout != Layout::Long {
                     err
                 } else {
                     format!("{}: {err}", one_line(who, WHO_CHARS))
@@ -769,7 +849,7 @@ impl Digest {
             per_section,
             standing: per_section.iter().sum(),
             least,
-            short: self.short,
+            layout: self.layout,
         };
         left.drop(&mut self.items, &order, |_, item| {
             item.tier <= Tier::Preview
@@ -870,7 +950,7 @@ impl Digest {
             let s = item.section as usize;
             if !headed[s] {
                 headed[s] = true;
-                len += item.section.heading_len(self.short);
+                len += item.section.heading_len(self.layout);
             }
         }
         len
@@ -892,12 +972,14 @@ impl Digest {
             if items.is_empty() {
                 continue;
             }
-            out.push_str(s.heading_in(self.short));
+            out.push_str(s.heading_in(self.layout));
             out.push('\n');
             for item in items {
                 item.render(&mut out);
             }
-            out.push('\n');
+            if self.layout != Layout::Tight {
+                out.push('\n');
+            }
         }
         out.trim_end().to_string()
     }
@@ -911,7 +993,7 @@ struct Left {
     standing: usize,
     /// Items never dropped.
     least: usize,
-    short: bool,
+    layout: Layout,
 }
 
 impl Left {
@@ -932,7 +1014,7 @@ impl Left {
     fn put_back(&mut self, item: &mut Item) {
         let n = self.per_section[item.section as usize];
         let heading = if n == 0 {
-            item.section.heading_len(self.short)
+            item.section.heading_len(self.layout)
         } else {
             0
         };
@@ -953,7 +1035,7 @@ impl Left {
         let n = &mut self.per_section[item.section as usize];
         *n -= 1;
         if *n == 0 {
-            self.size -= item.section.heading_len(self.short);
+            self.size -= item.section.heading_len(self.layout);
         }
     }
 }
@@ -1570,11 +1652,8 @@ mod tests {
         );
         // Met again in the next stretch, it is the same error, not a second line.
         let next = digest(Some(&d), &turns, 300);
-        let errors = next
-            .split("\n\n")
-            .find(|s| s.starts_with(Section::Errors.short_heading()))
-            .unwrap_or_default();
-        assert_eq!(errors.matches("npm ERR!").count(), 1, "{next}");
+        let line = "- npm ERR! Missing script: \"build:ssr-jn79\"";
+        assert_eq!(next.lines().filter(|l| *l == line).count(), 1, "{next}");
     }
 
     #[test]
@@ -1582,7 +1661,7 @@ mod tests {
         let small = "- Decision: we keep the cache_q7 layer.\n";
         let long = "- Let's go with a per-tenant rate bucket named bucket_df65, which keeps one noisy tenant from starving the rest.\n";
         let whole = format!(
-            "## Requests\n- Never modify config/prod_xk83.yaml.\n\n## Decisions\n{small}{long}\n## Errors\n- KeyError: 'tenant_mp39'"
+            "Requests:\n- Never modify config/prod_xk83.yaml.\nDecisions:\n{small}{long}Errors:\n- KeyError: 'tenant_mp39'"
         );
         // Over by a little more than the small decision, the oldest fact: dropping it is
         // not enough, dropping the long one after it is, with room for the small one.
@@ -1643,7 +1722,7 @@ mod tests {
                 .map(str::to_string)
                 .collect()
         };
-        let small = digest(None, &session(), SHORT_HEADINGS_BELOW - 1);
+        let small = digest(None, &session(), TIGHT_BELOW);
         let long: Vec<&str> = SECTIONS.iter().map(|s| s.heading()).collect();
         let short: Vec<&str> = SECTIONS.iter().map(|s| s.short_heading()).collect();
         assert!(headings(&small).len() > 1, "{small}");
@@ -1733,8 +1812,97 @@ mod tests {
         let d = digest(None, &session(), 10_000);
         let short = shorten(&d, 250);
         assert!(short.len() <= 250, "{short}");
-        assert!(short.starts_with("## Requests"), "{short}");
+        assert!(short.starts_with("Requests:"), "{short}");
         let foreign = "x".repeat(1000);
         assert!(shorten(&foreign, 300).contains("omitted by compaction"));
+    }
+
+    #[test]
+    fn a_tight_digest_has_word_headings_without_blank_lines_and_reads_back_whole() {
+        let items = |d: &str| -> Vec<String> {
+            d.lines()
+                .filter(|l| l.starts_with("- ") || l.starts_with("  "))
+                .map(str::to_string)
+                .collect()
+        };
+        let tight = digest(None, &session(), TIGHT_BELOW - 1);
+        let words: Vec<&str> = SECTIONS.iter().map(|s| s.tight_heading()).collect();
+        let headings: Vec<&str> = tight.lines().filter(|l| items(l).is_empty()).collect();
+        assert!(headings.len() > 1, "{tight}");
+        assert!(headings.iter().all(|h| words.contains(h)), "{tight}");
+        assert!(!tight.contains("\n\n") && !tight.contains("## "), "{tight}");
+        // Two tokens a heading, not four: the same items in fewer characters.
+        let mut d = Digest::new(TIGHT_BELOW - 1);
+        d.read_previous(&tight);
+        assert_eq!(d.render(), tight);
+        d.layout = Layout::Short;
+        let short = d.render();
+        assert_eq!(items(&short), items(&tight));
+        assert!(
+            tight.len() + headings.len() < short.len(),
+            "{tight}\n{short}"
+        );
+        // Read back, alone or merged into the next digest, every item stays.
+        let again = shorten(&tight, 10_000);
+        assert!(again.starts_with(Section::Asks.heading()), "{again}");
+        assert_eq!(items(&again), items(&tight));
+        let later = parse(json!([
+            {"role": "assistant", "content": "Decision: we keep the retry loop in src/net.rs."},
+        ]));
+        let next = digest(Some(&tight), &later, 10_000);
+        // The previews of the last turns are replaced by the new stretch's, by design.
+        let carried = d.items.iter().filter(|i| i.section != Section::Last);
+        for item in carried {
+            let line = format!("\n- {}{}\n", item.lead(), item.text);
+            assert!(next.contains(&line), "{line}\n{next}");
+        }
+        assert!(
+            next.contains("- Decision: we keep the retry loop"),
+            "{next}"
+        );
+        assert!(!next.contains(H_EARLIER), "{next}");
+    }
+
+    #[test]
+    fn a_word_heading_inside_other_text_is_not_read_as_a_digest() {
+        // An LLM's summary may hold a line such as "Errors:": only a tight digest opens
+        // with one of its headings.
+        let foreign = "The build was fixed.\nErrors:\n- none left";
+        let carried = shorten(foreign, 10_000);
+        assert!(carried.contains("The build was fixed."), "{carried}");
+        let next = digest(Some(foreign), &session(), 10_000);
+        assert!(next.starts_with(H_EARLIER), "{next}");
+        assert!(
+            next.contains("The build was fixed.\nErrors:\n- none left"),
+            "{next}"
+        );
+        // Beside an LLM's checkpoint (a chunk whose update was rejected), a tight digest is
+        // read item by item and the checkpoint carried whole.
+        let checkpoint = "## Active Task\nFix the build.\nErrors:\n- none";
+        let beside = format!("{checkpoint}\n\nErrors:\n- error: boom in src/a.rs");
+        let next = shorten(&beside, 10_000);
+        assert!(
+            next.contains(checkpoint.replace("## ", "### ").as_str()),
+            "{next}"
+        );
+        let errors = format!("{}\n- error: boom in src/a.rs", Section::Errors.heading());
+        assert!(next.contains(&errors), "{next}");
+        // Cut to its heading and an emptied item (the digest's smallest form), a tight
+        // digest is still ours: its next form is a digest, not an "earlier summary".
+        assert!(is_digest("Decisions:\n-"));
+        assert!(!shorten("Decisions:\n-", 10_000).contains(H_EARLIER));
+        // Headings of each layout and version are read back.
+        for heading in ["## Errors", "## Errors seen", "Errors:"] {
+            let body = format!("{heading}\n- error: boom in src/a.rs");
+            let read = shorten(&body, 10_000);
+            assert!(
+                read.starts_with(Section::Errors.heading()),
+                "{heading}: {read}"
+            );
+            assert!(
+                read.contains("- error: boom in src/a.rs"),
+                "{heading}: {read}"
+            );
+        }
     }
 }

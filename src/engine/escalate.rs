@@ -629,7 +629,8 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     let mut trial = best.clone();
     let whole = d.body.clone();
     if shorten_summary(&mut shorter, &mut trial, SUMMARY_FLOOR, shorten) {
-        *best = trial;
+        let stated = (d.clone(), best.clone());
+        *best = at_statement_if_fuller(&shorter, trial, stated, whole.as_deref(), is_task);
         return true;
     }
     // 11. Then the rest of the turn and the task, still only if that makes it fit. The
@@ -641,8 +642,9 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     let whole = whole.as_deref();
     for round in 0..2 {
         if last_cut(&mut shorter, &mut trial, round, TASK_LEAST, is_task) {
+            let stated = (shorter.clone(), trial.clone());
             regrow_to(&mut shorter, &mut trial, whole);
-            *best = trial;
+            *best = at_statement_if_fuller(&shorter, trial, stated, whole, is_task);
             return true;
         }
     }
@@ -708,6 +710,45 @@ impl Task {
             Some(m) => m.text().trim_start().starts_with(&self.statement),
             None => true,
         }
+    }
+}
+
+/// A request that fits with its summary shortened (`kept`, that summary in `d`: step 10,
+/// or a last cut keeping the task's first sentences), or `stated` (the draft before that
+/// step) with the task down to its statement, when its summary comes out larger: what the
+/// summary holds outranks the task's text past its statement, as when the summary gives
+/// way. Otherwise whatever the summary's floor cost decided how much of the task stayed: a
+/// frame 5 tokens smaller lost an error line at a 50% and at a 1,024-token window
+/// (bench/results/fidelity-2026-11-26g.md).
+fn at_statement_if_fuller(
+    d: &Draft,
+    kept: Best,
+    (mut stated, mut stated_best): (Draft, Best),
+    whole: Option<&str>,
+    is_task: impl Fn(&Message) -> bool,
+) -> Best {
+    let counter = d.plan.counter;
+    let Some(m) = stated.task(is_task) else {
+        return kept;
+    };
+    if !cut_to_opening(m, TASK_STATEMENT, TASK_STATEMENT, &counter) {
+        return kept;
+    }
+    if stated.offer(&mut stated_best) {
+        regrow_to(&mut stated, &mut stated_best, whole);
+    } else if !shorten_summary(
+        &mut stated,
+        &mut stated_best,
+        SUMMARY_FLOOR,
+        shorten_to_items,
+    ) {
+        return kept;
+    }
+    let size = |d: &Draft| d.body.as_deref().map_or(0, |b| counter.text(b));
+    if size(&stated) > size(d) {
+        stated_best
+    } else {
+        kept
     }
 }
 
@@ -829,7 +870,11 @@ const REGROW_STEPS: usize = 8;
 /// cut did not need, up to `whole` tokens. The digest gives up whole items and three
 /// characters a token is a low guess, so the first cut often left the request well under
 /// its target (on the real corpus a tenth of the target at small windows), a decision or
-/// an error line dropped for nothing. The largest size that still fits is kept.
+/// an error line dropped for nothing. The largest size that still fits is kept: the search
+/// runs to its end even when the request is already a few tokens under its target, since a
+/// few tokens hold a path, and a larger size may cost fewer tokens (the digest counts
+/// characters: a masked key, `[REDACTED:openai-key]`, is 21 characters and 10 tokens, and a
+/// larger size may give up such an item for a longer, lighter decision).
 fn regrow_summary(
     d: &mut Draft,
     best: &mut Best,
@@ -839,7 +884,7 @@ fn regrow_summary(
 ) {
     let (mut lo, mut hi) = (fits, whole);
     for _ in 0..REGROW_STEPS {
-        if d.target.less(best.tokens) < Limit::At(REGROW_ROOM) || hi <= lo + 1 {
+        if hi <= lo + 1 {
             return;
         }
         let mid = lo + (hi - lo) / 2;
@@ -859,9 +904,6 @@ fn regrow_summary(
         }
     }
 }
-
-/// Room under the target too small for another item of a digest.
-const REGROW_ROOM: usize = 8;
 
 #[cfg(test)]
 mod tests {
@@ -1007,6 +1049,39 @@ mod tests {
             empty,
             with_whole.tokens
         );
+    }
+
+    #[test]
+    fn the_regrowth_fills_the_room_to_within_the_smallest_item() {
+        // Forty paths of six tokens each (a digest of the tight layout at any size):
+        // whatever the target, the summary regrows until the room left would not hold
+        // another one (a search stopped 8 tokens short left one out).
+        let request = session(40, &[(20, 100); 6], 30, false);
+        let opts = Options {
+            target_tokens: Some(400),
+            ..Options::default()
+        };
+        let plan = crate::engine::plan(&request, &opts).unwrap();
+        let paths: Vec<String> = (10..50).map(|i| format!("- src/m{i}.rs")).collect();
+        let whole = format!("## Files\n{}", paths.join("\n"));
+        let item = paths
+            .iter()
+            .map(|p| plan.counter.text(&format!("{p}\n")))
+            .max()
+            .unwrap();
+        let (_, with_whole) = Draft::start(&plan, Some(whole.clone()));
+        let (_, empty) = Draft::start(&plan, Some(shorten_to_items(&whole, 0)));
+        for target in empty.tokens + 20..with_whole.tokens - 20 {
+            let (mut d, mut best) = Draft::start(&plan, Some(shorten_to_items(&whole, 0)));
+            d.target = Limit::At(target);
+            regrow_to(&mut d, &mut best, Some(&whole));
+            assert!(best.tokens <= target, "{} > {target}", best.tokens);
+            let left = target - best.tokens;
+            assert!(
+                left < item,
+                "{left} tokens left at {target} (an item: {item})"
+            );
+        }
     }
 
     #[test]

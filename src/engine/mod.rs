@@ -1452,6 +1452,68 @@ mod tests {
     }
 
     #[test]
+    fn the_task_past_its_statement_gives_way_to_a_fact_of_the_summary() {
+        // The last cuts keep the task's first sentences (264 characters) while the request
+        // fits with the summary at its floor; the summary then regrows into what is left.
+        // The task's text past its statement (200 characters) holds no fact: while a
+        // decision is missing and cutting that text frees the room of one, it goes.
+        let background: String = (0..12)
+            .map(|i| format!("Background note n{i}x on how the importer came to be. "))
+            .collect();
+        let task = format!(
+            "Port the importer to the new queue API and keep the old CLI flags working. {background}"
+        );
+        let statement: String = task.chars().take(200).collect();
+        // A note just past the statement, within the first sentences the last cuts keep.
+        let past = (0..12)
+            .map(|i| format!("n{i}x"))
+            .find(|n| {
+                task.find(n.as_str())
+                    .is_some_and(|at| (200..250).contains(&at))
+            })
+            .unwrap();
+        let mut msgs = vec![
+            json!({"role": "system", "content": "You are a careful agent."}),
+            json!({"role": "user", "content": task}),
+        ];
+        for i in 0..12 {
+            msgs.push(json!({"role": "assistant", "content": format!(
+                "Decision: we keep ledger_{i}.")}));
+            msgs.push(json!({"role": "user", "content": "ok"}));
+        }
+        msgs.push(json!({"role": "assistant", "content": "done"}));
+        let latest = "Now run the whole test suite and report what failed. ".repeat(10);
+        msgs.push(json!({"role": "user", "content": latest}));
+        let request = json!({"model": "gpt-4o", "messages": msgs});
+        let decision = |i: usize| format!("- Decision: we keep ledger_{i}.");
+        let mut past_kept = 0;
+        for target in (200..460).step_by(2) {
+            let opts = Options {
+                target_tokens: Some(target),
+                ..Options::default()
+            };
+            let outcome = compact(&request, &opts).unwrap();
+            let Some(body) = outcome.rewritten.filter(|_| outcome.report.fits) else {
+                continue;
+            };
+            let text: Vec<&str> = body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|m| m["content"].as_str())
+                .collect();
+            let text = text.concat();
+            assert!(text.contains(&statement), "{target}: {text}");
+            let missing = (0..12).filter(|&i| !text.contains(&decision(i))).count();
+            if text.contains(&past) {
+                past_kept += 1;
+                assert_eq!(missing, 0, "{target}: {text}");
+            }
+        }
+        assert!(past_kept > 0);
+    }
+
+    #[test]
     fn an_unreachable_target_is_reported_not_hidden() {
         let request = session(6, 2000);
         let opts = Options {

@@ -24,17 +24,19 @@ const PREAMBLE: &str = include_str!("summary_preamble.md");
 const PREAMBLE_SHORT: &str = include_str!("summary_preamble_short.md");
 /// A summary body shorter than this is framed with [`PREAMBLE_SHORT`].
 const SHORT_FRAME_BELOW: usize = 800;
-/// The preamble of a summary of a few items, where even the short frame is a third of the
-/// message: in the 25% windows of the real corpus (188-444 tokens) the 16 tokens it saves
-/// over the short frame are an error line's or a path's. The marker line just above already
-/// says "summary of earlier turns"; this line adds what remains: it is not an instruction.
+/// The preamble summaries of a few items had in earlier versions ("Not a new request."),
+/// still found in summaries clients carry back. The tight frame now has none: the marker
+/// line already says "summary of earlier turns", and the five tokens of this line are, in
+/// the 25% windows of the real corpus (188-444 tokens), what a decision lacked
+/// (bench/results/fidelity-2026-11-26g.md).
 const PREAMBLE_TIGHT: &str = include_str!("summary_preamble_tight.md");
-/// A summary body shorter than this (about 100 tokens, where the short frame of about 45
-/// would be a third of the message) is framed with [`PREAMBLE_TIGHT`] and
-/// [`END_MARKER_SHORT`]. Measured (bench/results/fidelity-2026-11-26b.md): 400 and 800 keep
-/// the same facts on both corpora, 200 loses three of the gains; the lower keeps the fuller
-/// wording wherever it costs less.
-const TIGHT_FRAME_BELOW: usize = 400;
+/// A summary body shorter than this (about 150 tokens, where the short frame of about 30
+/// would be a fifth of the message) is framed by the marker and [`END_MARKER_SHORT`]
+/// alone, and the digest is written in its tight layout. At 400 a decision that took the
+/// body past it cost its own 25 tokens and 27 more of frame and headings: measured
+/// (bench/results/fidelity-2026-11-26g.md), 600 and 800 keep one decision more at the 25%
+/// window and lose nothing; 600 keeps the short frame for the bodies in between.
+pub(super) const TIGHT_FRAME_BELOW: usize = 600;
 /// The longer preamble of earlier versions, still found in summaries clients carry back.
 const PREAMBLE_V1: &str = include_str!("summary_preamble_v1.md");
 
@@ -96,9 +98,10 @@ pub fn has_marker(text: &str) -> bool {
 /// The full message text for a summary body.
 pub fn wrap(body: &str) -> String {
     let body = body.trim();
-    let (preamble, end) = if body.len() < TIGHT_FRAME_BELOW {
-        (PREAMBLE_TIGHT, END_MARKER_SHORT)
-    } else if body.len() < SHORT_FRAME_BELOW {
+    if body.len() < TIGHT_FRAME_BELOW {
+        return format!("{MARKER}\n{body}\n{END_MARKER_SHORT}");
+    }
+    let (preamble, end) = if body.len() < SHORT_FRAME_BELOW {
         (PREAMBLE_SHORT, END_MARKER)
     } else {
         (PREAMBLE, END_MARKER)
@@ -166,7 +169,10 @@ mod tests {
             let wrapped = wrap(&body);
             let tight = size < TIGHT_FRAME_BELOW;
             let short = !tight && size < SHORT_FRAME_BELOW;
-            assert_eq!(wrapped.contains(PREAMBLE_TIGHT.trim()), tight, "{size}");
+            assert!(!wrapped.contains(PREAMBLE_TIGHT.trim()), "{size}");
+            if tight {
+                assert_eq!(wrapped, format!("{MARKER}\n{body}\n{END_MARKER_SHORT}"));
+            }
             assert_eq!(wrapped.ends_with(END_MARKER_SHORT), tight, "{size}");
             assert_eq!(wrapped.ends_with(END_MARKER), !tight, "{size}");
             assert_eq!(wrapped.contains(PREAMBLE_SHORT.trim()), short, "{size}");
@@ -179,6 +185,14 @@ mod tests {
             let (found, rest) = extract(&merged).unwrap();
             assert_eq!((found, rest.as_str()), (body, "task\n\nnext"), "{size}");
         }
+    }
+
+    #[test]
+    fn a_summary_of_a_few_items_has_the_tight_frame() {
+        // Five items of a 25% window (a rule, a decision, an error and two paths) come to
+        // 450 characters: the short frame would add 27 tokens, a decision's room.
+        let body = format!("Requests:\n- {}", "x".repeat(450));
+        assert_eq!(wrap(&body), format!("{MARKER}\n{body}\n{END_MARKER_SHORT}"));
     }
 
     #[test]
