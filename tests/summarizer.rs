@@ -289,20 +289,31 @@ async fn an_update_that_drops_a_section_is_rejected_and_the_facts_of_checkpoint_
     );
 }
 
+/// A proxy told that `model`'s window is `window` tokens.
+fn small_window_proxy(mock: &Mock, model: &str, window: u64) -> Proxy {
+    let config = format!("[[models]]\nmatch = \"{model}\"\ncontext_window = {window}\n");
+    Proxy::start(&mock.url("/v1"), &config)
+}
+
+/// The mock as llama.cpp with a window of `window` tokens, for the client's requests and
+/// the summariser's alike; it counts its own way and reports its count.
+fn llamacpp_window(window: &str) -> [(&str, &str); 4] {
+    [
+        ("x-mock", "window"),
+        ("x-mock-shape", "llamacpp"),
+        ("x-mock-window", window),
+        ("x-mock-summary-window", window),
+    ]
+}
+
 #[tokio::test]
 async fn summariser_requests_fit_a_small_window_the_upstream_counts_its_own_way() {
     let mock = Mock::start().await;
     // The mock counts about a third more tokens than the proxy's estimate.
     const SMALL: u64 = 2048;
-    let config = format!("[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {SMALL}\n");
-    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let proxy = small_window_proxy(&mock, "mock-agent-model", SMALL);
     let window = SMALL.to_string();
-    let headers = [
-        ("x-mock", "window"),
-        ("x-mock-shape", "llamacpp"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary-window", window.as_str()),
-    ];
+    let headers = llamacpp_window(&window);
     let turn = |n: usize| {
         let facts: String = (0..8)
             .map(|i| format!("In part {i} of turn {n} the team agreed that the staging environment should keep running until the review has finished. "))
@@ -351,15 +362,9 @@ async fn summariser_requests_fit_a_small_window_the_upstream_counts_its_own_way(
 async fn a_reasoning_models_summariser_request_fits_its_window_with_its_thinking() {
     let mock = Mock::start().await;
     const SMALL: u64 = 10_000;
-    let config = format!("[[models]]\nmatch = \"gpt-5-mini\"\ncontext_window = {SMALL}\n");
-    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let proxy = small_window_proxy(&mock, "gpt-5-mini", SMALL);
     let window = SMALL.to_string();
-    let headers = [
-        ("x-mock", "window"),
-        ("x-mock-shape", "llamacpp"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary-window", window.as_str()),
-    ];
+    let headers = llamacpp_window(&window);
     // Prose, which pruning does not shorten: only a summary makes it fit.
     let mut messages = vec![json!({"role": "system", "content": "You are a careful reviewer."})];
     for n in 0..50 {
