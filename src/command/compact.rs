@@ -244,6 +244,7 @@ fn compact(
         window: Some(window),
         summariser: Some(&caller),
         original: None,
+        waited_for: true,
         keys: None,
     };
     let (_, result) = runtime.block_on(compactor.compact(base, order));

@@ -295,6 +295,7 @@ impl Preparation {
             window: goal.window,
             summariser: (!self.digest_only).then_some(&caller),
             original: Some(self.original.clone()),
+            waited_for: false,
             keys: Some(Keys {
                 partition: self.partition,
                 hashes: &self.hashes,

@@ -114,6 +114,7 @@ impl Attempt<'_> {
             window: goal.window,
             summariser: self.asks_summariser().then_some(&caller),
             original: Some(self.work.original().clone()),
+            waited_for: true,
             keys,
         };
         let (base, result) = self.ctx.app.compactor().compact(base, order).await;

@@ -142,6 +142,9 @@ pub struct Order<'a> {
     /// a checkpoint (`keys.resumed`) whose summary is a digest standing in for one, the
     /// summary is made anew from its messages (see [`Anew`]).
     pub original: Option<Bytes>,
+    /// The client's request waits for this compaction (it is in the request's path, not a
+    /// preparation): what is summarised anew is then bounded ([`ANEW_WAITED_WINDOWS`]).
+    pub waited_for: bool,
     /// The conversation's checkpoint keys, when the result should make a checkpoint.
     pub keys: Option<Keys<'a>>,
 }
@@ -216,7 +219,18 @@ struct Anew {
     /// The client's request, in `dialect`.
     original: Bytes,
     dialect: Dialect,
+    /// The most tokens of the client's turns summarised anew; past that the digest is
+    /// updated with the turns since, as an LLM summary is.
+    within: Limit,
 }
+
+/// Windows' worth of the client's turns an event the request waits for summarises anew,
+/// at most. The range a stand-in digest replaced is usually about a window (the digest's
+/// event and the next one's growth): two summariser calls, which that event waits for
+/// anyway. A client that arrives with a history many windows long would otherwise wait
+/// for a call per window before its answer; a preparation, which no request waits for,
+/// has no bound.
+const ANEW_WAITED_WINDOWS: u64 = 2;
 
 impl Anew {
     /// What `order` summarises anew: only where an LLM summary may be asked for (a digest
@@ -225,10 +239,16 @@ impl Anew {
     fn of(order: &Order<'_>) -> Option<Anew> {
         let caller = order.summariser?;
         let hit = order.keys.as_ref()?.resumed?;
+        let window = order.window.unwrap_or(DEFAULT_WINDOW);
         Some(Anew {
             digest: stand_in_digest(&hit.checkpoint)?,
             original: order.original.clone()?,
             dialect: caller.dialect,
+            within: if order.waited_for {
+                Limit::At(window.usize().saturating_mul(ANEW_WAITED_WINDOWS as usize))
+            } else {
+                Limit::Unbounded
+            },
         })
     }
 
@@ -292,6 +312,10 @@ impl Planned {
             let client = anew.client(&base)?;
             let (options, planned) = plan(&client, options, relaxed);
             let planned = planned.ok().filter(engine::Plan::needs_summary)?;
+            let turns: usize = planned.turns().iter().map(|m| m.tokens).sum();
+            if anew.within < Limit::At(turns) {
+                return None;
+            }
             Some((options, planned, client, anew.digest))
         });
         match client {
@@ -539,6 +563,7 @@ mod tests {
             digest: "## Requests\n- Review the draft.".to_owned(),
             original: Bytes::from(client(turns).to_string()),
             dialect: Dialect::Chat,
+            within: Limit::Unbounded,
         }
     }
 
@@ -597,6 +622,7 @@ mod tests {
             window: None,
             summariser,
             original,
+            waited_for: true,
             keys: Some(Keys {
                 partition,
                 hashes: &[],
@@ -607,6 +633,8 @@ mod tests {
         let original = || Some(Bytes::from(client(6).to_string()));
         let anew = Anew::of(&order(Some(&digest), Some(&caller), original())).unwrap();
         assert_eq!(anew.digest, "## Requests\n- Review.");
+        // Waited for, with no window known: two of the default window's worth.
+        assert_eq!(anew.within, Limit::At(2 * DEFAULT_WINDOW.usize()));
         assert!(Anew::of(&order(Some(&digest), None, original())).is_none());
         assert!(Anew::of(&order(Some(&llm), Some(&caller), original())).is_none());
         assert!(Anew::of(&order(Some(&digest), Some(&caller), None)).is_none());
@@ -634,6 +662,35 @@ mod tests {
         assert_eq!(names, ["model", "max_tokens", "messages"]);
         // The base is handed back as it was given.
         assert_eq!(planned.base.view, resumed(8).view);
+    }
+
+    /// An event the request waits for summarises anew only a bounded range: past it, the
+    /// digest is updated with the turns since, one call instead of one per window.
+    #[test]
+    fn an_event_the_request_waits_for_summarises_anew_only_a_bounded_range() {
+        let anew_within = |within| {
+            let planned = Planned::new(
+                resumed(8),
+                target(1_500),
+                None,
+                Some(Anew { within, ..anew(8) }),
+            );
+            let turns: usize = planned
+                .plan
+                .as_ref()
+                .unwrap()
+                .turns()
+                .iter()
+                .map(|m| m.tokens)
+                .sum();
+            (planned.anew.is_some(), turns)
+        };
+        let (anew, turns) = anew_within(Limit::Unbounded);
+        assert!(anew);
+        assert_eq!(anew_within(Limit::At(turns)), (true, turns));
+        let (anew, updated) = anew_within(Limit::At(turns - 1));
+        assert!(!anew);
+        assert!(updated < turns, "{updated} of {turns}");
     }
 
     fn client_messages(turns: usize) -> Value {
