@@ -230,7 +230,7 @@ struct Anew {
 /// anyway. A client that arrives with a history many windows long would otherwise wait
 /// for a call per window before its answer; a preparation, which no request waits for,
 /// has no bound.
-const ANEW_WAITED_WINDOWS: u64 = 2;
+const ANEW_WAITED_WINDOWS: usize = 2;
 
 impl Anew {
     /// What `order` summarises anew: only where an LLM summary may be asked for (a digest
@@ -245,7 +245,7 @@ impl Anew {
             original: order.original.clone()?,
             dialect: caller.dialect,
             within: if order.waited_for {
-                Limit::At(window.usize().saturating_mul(ANEW_WAITED_WINDOWS as usize))
+                Limit::At(window.usize().saturating_mul(ANEW_WAITED_WINDOWS))
             } else {
                 Limit::Unbounded
             },
@@ -357,11 +357,12 @@ fn fresh(
 impl Compactor<'_> {
     /// Plans (the client's own messages, when the base was resumed from a stand-in digest
     /// and needs a summary: see [`Anew`]), asks the summariser for the middle when the
-    /// plan needs a summary and the order allows it, finishes, and derives the checkpoint. The engine's work runs on a
-    /// thread that may block (milliseconds for huge conversations, kept off the threads
-    /// that move other requests' bytes); `base` is moved there and handed back, since
-    /// cloning a conversation of a million tokens costs as much as compacting it. A base
-    /// lost with a failed task comes back as `None`.
+    /// plan needs a summary and the order allows it, finishes, and derives the
+    /// checkpoint. The engine's work runs on a thread that may block (milliseconds for
+    /// huge conversations, kept off the threads that move other requests' bytes); `base`
+    /// is moved there and handed back, since cloning a conversation of a million tokens
+    /// costs as much as compacting it. A base lost with a failed task comes back as
+    /// `None`.
     pub async fn compact(
         &self,
         base: Base,

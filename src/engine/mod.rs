@@ -1351,6 +1351,23 @@ mod tests {
         assert!(shortened > 3, "{shortened}");
     }
 
+    /// The request compacted to each of `targets`, where it fits: the target and the
+    /// rewritten body.
+    fn fitting_at<'a>(
+        request: &'a Value,
+        targets: impl Iterator<Item = usize> + 'a,
+    ) -> impl Iterator<Item = (usize, Value)> + 'a {
+        targets.filter_map(move |target| {
+            let opts = Options {
+                target_tokens: Some(target),
+                ..Options::default()
+            };
+            let outcome = compact(request, &opts).unwrap();
+            let body = outcome.rewritten.filter(|_| outcome.report.fits)?;
+            Some((target, body))
+        })
+    }
+
     #[test]
     fn user_messages_joined_to_the_task_past_its_statement_give_way_before_a_decision() {
         // An aider session: its command line, the request right after it, then a note the
@@ -1371,15 +1388,7 @@ mod tests {
             {"role": "user", "content": "Now add an /add/3/5 endpoint."},
         ]});
         let mut kept = 0;
-        for target in (60..200).step_by(4) {
-            let opts = Options {
-                target_tokens: Some(target),
-                ..Options::default()
-            };
-            let outcome = compact(&request, &opts).unwrap();
-            let Some(body) = outcome.rewritten.filter(|_| outcome.report.fits) else {
-                continue;
-            };
+        for (target, body) in fitting_at(&request, (60..200).step_by(4)) {
             let text = body["messages"].to_string();
             // The request within the task's statement stays with it; the note never
             // outlasts the decision.
@@ -1487,15 +1496,7 @@ mod tests {
         let request = json!({"model": "gpt-4o", "messages": msgs});
         let decision = |i: usize| format!("- Decision: we keep ledger_{i}.");
         let mut past_kept = 0;
-        for target in (200..460).step_by(2) {
-            let opts = Options {
-                target_tokens: Some(target),
-                ..Options::default()
-            };
-            let outcome = compact(&request, &opts).unwrap();
-            let Some(body) = outcome.rewritten.filter(|_| outcome.report.fits) else {
-                continue;
-            };
+        for (target, body) in fitting_at(&request, (200..460).step_by(2)) {
             let text: Vec<&str> = body["messages"]
                 .as_array()
                 .unwrap()

@@ -524,14 +524,15 @@ fn fit<'a>(
     counter: &Counter,
 ) -> Option<(SummaryRequest<'a>, Value, usize)> {
     for _ in 0..FIT_ROUNDS {
-        let tokens = counter.request(&request.body());
+        let body = request.body();
+        let tokens = counter.request(&body);
         let most = room.prompt_limit(request.max_tokens());
         if tokens <= most {
             let spare = room
                 .answer_limit(tokens)
                 .saturating_sub(request.max_tokens());
             let request = request.reasoning_room(spare);
-            let body = request.body();
+            let body = request.with_its_cap(body);
             return Some((request, body, tokens));
         }
         // Cut by the excess and a quarter more, for the notes the cuts add.

@@ -243,6 +243,26 @@ impl<'a> SummaryRequest<'a> {
                 {"role": "user", "content": self.user()},
             ]),
         );
+        self.put_cap(&mut body);
+        body.insert("stream".into(), Value::Bool(true));
+        // The upstream's count of the prompt, in the last event: what calibrates the
+        // room of the next call when the summariser has an upstream of its own.
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+        Value::Object(body)
+    }
+
+    /// `body`, made by [`Self::body`], with this request's answer cap: the cap is not
+    /// counted with the prompt, so a body counted to fit takes the thinking room the fit
+    /// left ([`Self::reasoning_room`]) without being serialised again.
+    pub fn with_its_cap(&self, mut body: Value) -> Value {
+        if let Value::Object(fields) = &mut body {
+            self.put_cap(fields);
+        }
+        body
+    }
+
+    /// The answer's cap and sampling, in the fields the model's family takes.
+    fn put_cap(&self, body: &mut Map<String, Value>) {
         if is_reasoning_model(self.model) {
             // These models reject `max_tokens` and any temperature but the default.
             body.insert("max_completion_tokens".into(), json!(self.answer_cap()));
@@ -250,11 +270,6 @@ impl<'a> SummaryRequest<'a> {
             body.insert("max_tokens".into(), json!(self.max_tokens()));
             body.insert("temperature".into(), json!(TEMPERATURE));
         }
-        body.insert("stream".into(), Value::Bool(true));
-        // The upstream's count of the prompt, in the last event: what calibrates the
-        // room of the next call when the summariser has an upstream of its own.
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-        Value::Object(body)
     }
 }
 
