@@ -2,7 +2,8 @@
 # Runs the two release artefacts as a user would, each proxying to a tiny upstream on
 # 127.0.0.1 (Python's http.server answering /v1/models and /v1/chat/completions):
 #   1. the static binary alone in an empty root: a fresh folder holding only the binary,
-#      chrooted into, with an empty environment (no libc, no HOME, no /etc);
+#      as /compaction-proxy, chrooted into and run from /, with an empty environment (no
+#      libc, no HOME, no XDG_STATE_HOME, no /etc): it starts with its checkpoints in memory;
 #   2. the image unpacked from its OCI archive (index.json -> manifest -> layers, in order)
 #      and its own Entrypoint + Cmd run chrooted into it by scripts/oci-run.py, as the
 #      image's user (65532), in its WorkingDir, with its Env. The only change to the Cmd is
@@ -114,14 +115,18 @@ echo "== release-check: $BIN ($(stat -c %s "$BIN") bytes), $IMAGE ($(stat -c %s 
 # 1. The binary alone in an empty root.
 root=$work/empty
 mkdir "$root"
-cp "$BIN" "$root/compaction-proxy-x86_64-linux"
+cp "$BIN" "$root/compaction-proxy"
 echo "-- 1. the binary alone, chrooted into $(ls -A "$root" | tr '\n' ' ')(no libc, no /etc, empty environment)"
-env -i "$CHROOT" "$root" /compaction-proxy-x86_64-linux serve --listen 127.0.0.1:0 \
+env -i "$CHROOT" "$root" /compaction-proxy serve --listen 127.0.0.1:0 \
   --upstream "http://127.0.0.1:$UP/v1" >"$work/bin.log" 2>&1 &
 pid=$!
 pids+=($pid)
 if port=$(port_of "$work/bin.log" $pid) && requests "the static binary" "$port"; then
   ok "the static binary in an empty root proxied /v1/models and a chat completion"
+  health=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/healthz").read().decode())' "$port" || true)
+  grep -q '^cache: memory up' <<<"$health" && grep -q '^cache embedded: no state folder' <<<"$health" \
+    && ok "with no HOME nor XDG_STATE_HOME the checkpoints are in memory, and /healthz says why" \
+    || bad "healthz with no environment: $health"
 else
   bad "the static binary in an empty root"
 fi
@@ -130,7 +135,7 @@ kill -TERM $pid 2>/dev/null || true
 wait $pid && ok "SIGTERM: the binary exited 0" || bad "the binary's exit status on SIGTERM"
 # Without /etc/hosts nor /etc/resolv.conf, glibc resolves no name, not even localhost
 # (docs/deploy.md): reported, not asserted, as it depends on nothing answering on :53.
-env -i "$CHROOT" "$root" /compaction-proxy-x86_64-linux serve --listen 127.0.0.1:0 \
+env -i "$CHROOT" "$root" /compaction-proxy serve --listen 127.0.0.1:0 \
   --upstream "http://localhost:$UP/v1" >"$work/bin-localhost.log" 2>&1 &
 pid=$!
 pids+=($pid)
@@ -144,7 +149,7 @@ except urllib.error.HTTPError as e:
 fi
 kill -TERM $pid 2>/dev/null || true
 wait $pid || true
-code=$(env -i "$CHROOT" "$root" /compaction-proxy-x86_64-linux compact --help >/dev/null 2>&1; echo $?)
+code=$(env -i "$CHROOT" "$root" /compaction-proxy compact --help >/dev/null 2>&1; echo $?)
 [ "$code" = 0 ] && ok "the static binary's other commands run in the empty root" || bad "compact --help exit $code"
 
 # 2. The image, unpacked and run with its own entrypoint.

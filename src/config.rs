@@ -207,7 +207,9 @@ pub struct CacheConfig {
     /// `redis` (shared by replicas) or `memory` (this process only).
     pub backend: CacheBackend,
     /// The embedded store's file; empty: `$XDG_STATE_HOME/compaction-proxy/cache.sqlite3`
-    /// (`~/.local/state/...` without it). Created on first use.
+    /// (`~/.local/state/...` without it). Created on first use. When it is empty and that
+    /// default cannot be used (no state folder, or one the proxy cannot write), the
+    /// checkpoints are kept in memory, with a warning and a line on `/healthz`.
     pub path: String,
     /// For `backend = "redis"`: `redis://[user:password@]host[:port][/db]`, or `rediss://`
     /// for TLS.
@@ -265,21 +267,19 @@ impl CacheConfig {
         Duration::from_millis(self.timeout_ms)
     }
 
-    /// The embedded store's file: `path`, or the default place for a user's state.
-    pub fn embedded_path(&self) -> PathBuf {
+    /// The embedded store's file: `path`, or the default place for a user's state; `None`
+    /// when `path` is empty and the environment names no state folder (neither
+    /// `XDG_STATE_HOME` nor `HOME`, as in a scratch container). The working directory is
+    /// no default: a folder named after the proxy there collides with its own binary.
+    pub fn embedded_path(&self) -> Option<PathBuf> {
         if !self.path.is_empty() {
-            return PathBuf::from(&self.path);
+            return Some(PathBuf::from(&self.path));
         }
-        let state = std::env::var_os("XDG_STATE_HOME")
-            .filter(|v| !v.is_empty())
+        let nonempty = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+        let state = nonempty("XDG_STATE_HOME")
             .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|v| !v.is_empty())
-                    .map(|home| PathBuf::from(home).join(".local/state"))
-            })
-            .unwrap_or_else(|| PathBuf::from("."));
-        state.join("compaction-proxy").join("cache.sqlite3")
+            .or_else(|| nonempty("HOME").map(|home| PathBuf::from(home).join(".local/state")))?;
+        Some(state.join("compaction-proxy").join("cache.sqlite3"))
     }
 }
 

@@ -123,6 +123,9 @@ fn health(app: &App) -> String {
             "ok\ncache: {backend} degraded for {for_secs} s, serving from memory: {reason}\n"
         ),
     };
+    if let Some(why) = cache.in_memory_instead() {
+        text.push_str(&format!("cache embedded: {why}\n"));
+    }
     if let Some(exposure) = cache.exposed() {
         text.push_str(&format!("cache files: {exposure}\n"));
     }

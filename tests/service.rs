@@ -49,6 +49,97 @@ async fn healthz_and_metrics() {
     }
 }
 
+/// Starts the proxy from `dir` with no environment at all, as a scratch container does.
+fn start_without_environment(
+    dir: &std::path::Path,
+    binary: &std::path::Path,
+    upstream: &str,
+) -> Proxy {
+    let mut command = Command::new(binary);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--upstream", upstream])
+        .current_dir(dir)
+        .env_clear();
+    Proxy::spawn(&mut command)
+}
+
+/// A binary named `compaction-proxy` run in place, with neither `HOME` nor
+/// `XDG_STATE_HOME`: there is no state folder, so the checkpoints go to memory, and the
+/// operator is told so at start and on `/healthz`. The proxy serves.
+#[tokio::test]
+async fn with_no_state_folder_the_proxy_starts_with_its_checkpoints_in_memory() {
+    let mock = Mock::start().await;
+    let dir = support::tempdir();
+    let binary = dir.join("compaction-proxy");
+    std::fs::copy(env!("CARGO_BIN_EXE_compaction-proxy"), &binary).unwrap();
+    let proxy = start_without_environment(&dir, &binary, &mock.url("/v1"));
+    let health = client().get(proxy.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let health = health.text().await.unwrap();
+    assert!(
+        health.starts_with("ok\ncache: memory up\ncache embedded: no state folder"),
+        "{health}"
+    );
+    assert!(
+        proxy.logs().contains("set cache.path or XDG_STATE_HOME"),
+        "{}",
+        proxy.logs()
+    );
+    let request =
+        serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let (status, answer) = post_chat(&proxy, &[], &request).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(!dir.join("compaction-proxy").is_dir());
+}
+
+/// A default state folder the proxy cannot write (its place is a file) costs the
+/// checkpoints their persistence, not the proxy its start; a `cache.path` the operator
+/// set that cannot be used still stops it with the path named.
+#[tokio::test]
+async fn an_unusable_default_store_falls_back_to_memory_and_a_configured_one_stops_the_start() {
+    let mock = Mock::start().await;
+    let state = support::tempdir();
+    std::fs::write(
+        state.join("compaction-proxy"),
+        "a file where the folder would go",
+    )
+    .unwrap();
+    let state_text = state.to_str().unwrap();
+    let env = HashMap::from([("XDG_STATE_HOME", state_text)]);
+    let proxy = Proxy::start_with_env(&mock.url("/v1"), "", &env);
+    let health = client().get(proxy.url("/healthz")).send().await.unwrap();
+    let health = health.text().await.unwrap();
+    assert!(
+        health.starts_with("ok\ncache: memory up\ncache embedded: the default store "),
+        "{health}"
+    );
+
+    let config = state.join("proxy.toml");
+    let unusable = state.join("compaction-proxy").join("cache.sqlite3");
+    std::fs::write(
+        &config,
+        format!("[cache]\npath = {:?}\n", unusable.to_str().unwrap()),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_compaction-proxy"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &mock.url("/v1"),
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cache.path"),
+        "{out:?}"
+    );
+}
+
 #[tokio::test]
 async fn sidecar_mode_injects_the_upstream_key_and_requires_client_keys() {
     let mock = Mock::start().await;

@@ -78,6 +78,9 @@ pub struct Checkpoints {
     /// Whether the state folder or file was left readable by others (see
     /// [`embedded::Exposure`]), for `/healthz`.
     exposed: Option<String>,
+    /// Why the embedded store's default place could not be used and the checkpoints are
+    /// kept in memory instead, for `/healthz`.
+    in_memory_instead: Option<String>,
 }
 
 /// Why the cache could not be set up, for the message at start (which renders it whole).
@@ -96,6 +99,44 @@ pub enum OpenError {
     },
 }
 
+/// What became of the embedded store asked for.
+enum EmbeddedOpen {
+    Opened(embedded::EmbeddedStore, Option<super::file_modes::Exposure>),
+    /// Why its default place could not be used.
+    InMemory(String),
+}
+
+/// The embedded store at `cache.path`, or at the default place for a user's state. A
+/// configured path that cannot be used is an error; so that the proxy starts anywhere (a
+/// scratch container with no environment, a home it cannot write), a default one that
+/// cannot is not: the checkpoints go to memory, and [`EmbeddedOpen::InMemory`] says why.
+fn open_embedded(
+    config: &CacheConfig,
+    max_bytes: usize,
+    ttl: Duration,
+) -> Result<EmbeddedOpen, OpenError> {
+    const INSTEAD: &str = "checkpoints are kept in memory only, until the process exits; \
+                           set cache.path or XDG_STATE_HOME to keep them across restarts";
+    let Some(path) = config.embedded_path() else {
+        return Ok(EmbeddedOpen::InMemory(format!(
+            "no state folder (neither XDG_STATE_HOME nor HOME is set): {INSTEAD}"
+        )));
+    };
+    let configured = !config.path.is_empty();
+    match embedded::EmbeddedStore::open(&path, max_bytes, ttl, !configured) {
+        Ok((store, exposure)) => Ok(EmbeddedOpen::Opened(store, exposure)),
+        Err(source) if configured => Err(OpenError::Embedded {
+            path: path.display().to_string(),
+            source,
+        }),
+        Err(source) => Ok(EmbeddedOpen::InMemory(format!(
+            "the default store {} cannot be used ({}): {INSTEAD}",
+            path.display(),
+            render(&source)
+        ))),
+    }
+}
+
 impl Checkpoints {
     /// The cache `config` describes; `None` when it is disabled. `injected_key_env`: the
     /// variable holding the key the proxy sends upstream in sidecar mode, which every seal
@@ -111,32 +152,31 @@ impl Checkpoints {
         let ttl = config.ttl();
         let max_bytes = usize::try_from(config.max_bytes).unwrap_or(usize::MAX);
         let mut exposed = None;
+        let mut in_memory_instead = None;
+        let memory = || Stores {
+            checkpoints: Arc::new(MemoryStore::new(max_bytes, ttl)),
+            windows: None,
+            leases: None,
+        };
         let (stores, fallback) = match config.backend {
-            CacheBackend::Memory => {
-                let memory = Stores {
-                    checkpoints: Arc::new(MemoryStore::new(max_bytes, ttl)),
-                    windows: None,
-                    leases: None,
-                };
-                (memory, None)
-            }
-            CacheBackend::Embedded => {
-                let path = config.embedded_path();
-                let (store, exposure) =
-                    embedded::EmbeddedStore::open(&path, max_bytes, ttl, config.path.is_empty())
-                        .map_err(|source| OpenError::Embedded {
-                            path: path.display().to_string(),
-                            source,
-                        })?;
-                exposed = exposure.map(|e| render(&e));
-                let store = Arc::new(store);
-                let embedded = Stores {
-                    checkpoints: Arc::clone(&store) as Arc<dyn CheckpointStore>,
-                    windows: Some(store),
-                    leases: None,
-                };
-                (embedded, None)
-            }
+            CacheBackend::Memory => (memory(), None),
+            CacheBackend::Embedded => match open_embedded(config, max_bytes, ttl)? {
+                EmbeddedOpen::Opened(store, exposure) => {
+                    exposed = exposure.map(|e| render(&e));
+                    let store = Arc::new(store);
+                    let embedded = Stores {
+                        checkpoints: Arc::clone(&store) as Arc<dyn CheckpointStore>,
+                        windows: Some(store),
+                        leases: None,
+                    };
+                    (embedded, None)
+                }
+                EmbeddedOpen::InMemory(why) => {
+                    tracing::warn!("{why}");
+                    in_memory_instead = Some(why);
+                    (memory(), None)
+                }
+            },
             CacheBackend::Redis => {
                 let roots = match config.redis_ca_file.as_str() {
                     "" => Vec::new(),
@@ -161,6 +201,7 @@ impl Checkpoints {
         let mut checkpoints =
             Checkpoints::with_stores(stores, fallback, config, prepare_concurrency);
         checkpoints.exposed = exposed;
+        checkpoints.in_memory_instead = in_memory_instead;
         let injected = injected_key_env.and_then(|name| std::env::var(name).ok());
         checkpoints.sealer = Sealer::new(injected.as_deref().map(str::as_bytes));
         Ok(Some(checkpoints))
@@ -184,6 +225,7 @@ impl Checkpoints {
                 .then(|| Prepared::new(prepare_concurrency, config.ttl())),
             fallback_counters: Counters::default(),
             exposed: None,
+            in_memory_instead: None,
         }
     }
 
@@ -436,6 +478,12 @@ impl Checkpoints {
 
     pub fn health(&self) -> Health {
         self.guard.health()
+    }
+
+    /// Why the checkpoints are in memory although the embedded store was asked for: its
+    /// default place could not be used. For `/healthz`.
+    pub fn in_memory_instead(&self) -> Option<&str> {
+        self.in_memory_instead.as_deref()
     }
 
     /// What is wrong with the store's files' modes, when the proxy could not make them

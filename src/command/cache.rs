@@ -77,7 +77,10 @@ pub fn run(args: &CacheArgs) -> ExitCode {
         Err(e) => return fail(1, &e),
     };
     let place = match config.cache.backend {
-        CacheBackend::Embedded => config.cache.embedded_path().display().to_string(),
+        CacheBackend::Embedded => match config.cache.embedded_path() {
+            Some(path) => path.display().to_string(),
+            None => "no state folder: neither cache.path, XDG_STATE_HOME nor HOME".into(),
+        },
         CacheBackend::Redis => format!("namespace {}", config.cache.redis_namespace),
         CacheBackend::Memory => "this process only".into(),
     };
