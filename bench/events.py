@@ -38,7 +38,8 @@ Only the standard library. Usage:
         [--modes configured,learned] [--summary-delay S] [--seed N] [--refusal openai|bare]
         [--json FILE]
 
-Defaults: --before /work/bin/cp-before-release, --after target/release/compaction-proxy.
+--before BIN (required): the binary to compare against; --after defaults to
+target/release/compaction-proxy.
 `--quick` is a smoke run (fewer turns, times scaled by 0.1) of a minute or two on debug
 builds. Progress goes to stderr, the markdown table to stdout.
 """
@@ -490,7 +491,8 @@ def measure(binary, session, configured, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", default="/work/bin/cp-before-release")
+    parser.add_argument("--before", required=True, metavar="BIN",
+                        help="the binary to compare against (a build of an earlier commit)")
     parser.add_argument("--after", default=os.path.join(ROOT, "target/release/compaction-proxy"))
     parser.add_argument("--quick", action="store_true", help="smoke run: fewer turns, times x0.1")
     parser.add_argument("--sessions", default="tight,roomy,chat")
