@@ -1,9 +1,10 @@
 //! Graceful shutdown, as every open connection sees it. On SIGINT/SIGTERM the server
 //! stops accepting and says *draining*: an HTTP connection finishes its request in flight
-//! and closes, a bridged WebSocket finishes its response in flight and says goodbye
-//! (1001), and a relayed one, which has no request to finish, is left to end by itself.
-//! When the grace period is over the server says *closing*: what is still switched to
-//! another protocol closes now, both sides cleanly, instead of being cut by the exit.
+//! and closes, a WebSocket of Codex's Responses API, bridged or relayed, finishes its
+//! response in flight and says goodbye (1001), and another relayed WebSocket, which has
+//! no request to finish, goes on. When the grace period is over the server says
+//! *closing*: what is still switched to another protocol closes now, both sides
+//! cleanly, instead of being cut by the exit.
 //!
 //! Each connection holds a [`Watch`] until it ends, so the server sees the last one go.
 

@@ -273,13 +273,14 @@ async fn a_relayed_connection_keeps_its_place_under_max_connections() {
 }
 
 #[tokio::test]
-async fn at_shutdown_a_relay_goes_on_for_the_grace_period_then_is_closed() {
+async fn at_shutdown_a_relay_goes_on_for_the_grace_period_then_is_told_going_away() {
     let server = EchoServer::start().await;
     let proxy = Proxy::start(
         &format!("{}/v1", server.url),
         "[server]\nshutdown_grace_ms = 1000\n",
     );
-    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url(&proxy, "/v1/responses"))
+    // Not Codex's Responses WebSocket: the proxy cannot tell when a request is answered.
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url(&proxy, "/v1/chat"))
         .await
         .unwrap();
     proxy.terminate().await;
@@ -290,8 +291,14 @@ async fn at_shutdown_a_relay_goes_on_for_the_grace_period_then_is_closed() {
         ws.next().await.unwrap().unwrap(),
         Message::text("still there")
     );
-    // Then the proxy closes it, and exits.
-    ends_within(&mut ws, Duration::from_secs(3)).await;
+    // Then the proxy closes it between two messages, with a close frame each way.
+    let close = tokio::time::timeout(Duration::from_secs(3), ws.next())
+        .await
+        .expect("the relay was not closed");
+    assert!(
+        matches!(&close, Some(Ok(Message::Close(Some(f)))) if f.code == CloseCode::Away),
+        "{close:?}"
+    );
     assert!(
         stopped.elapsed() >= Duration::from_millis(900),
         "closed before the grace ended"
@@ -300,4 +307,96 @@ async fn at_shutdown_a_relay_goes_on_for_the_grace_period_then_is_closed() {
         .await
         .expect("the proxy did not exit after closing the relay");
     assert!(exit.success(), "{exit:?}");
+    let closes = server.closes.lock().unwrap().clone();
+    assert!(
+        matches!(closes.as_slice(), [Some(f)] if f.code == CloseCode::Away),
+        "{closes:?}"
+    );
+}
+
+/// A Responses WebSocket upstream: each `response.create` is answered by three events a
+/// `pause` apart, the last `response.completed`. It keeps the close frames it was sent.
+async fn responses_upstream(pause: Duration) -> (String, Arc<Mutex<Vec<Option<CloseFrame>>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let closes = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&closes);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let kept = Arc::clone(&kept);
+            tokio::spawn(async move {
+                let mut ws = tokio_tungstenite::accept_async(stream).await.unwrap();
+                while let Some(Ok(message)) = ws.next().await {
+                    match message {
+                        Message::Text(text) if text.contains("\"response.create\"") => {
+                            for kind in [
+                                "response.created",
+                                "response.output_text.delta",
+                                "response.completed",
+                            ] {
+                                tokio::time::sleep(pause).await;
+                                let event = format!("{{\"type\":\"{kind}\"}}");
+                                ws.send(Message::text(event)).await.unwrap();
+                            }
+                        }
+                        Message::Close(frame) => kept.lock().unwrap().push(frame),
+                        _ => {}
+                    }
+                }
+            });
+        }
+    });
+    (url, closes)
+}
+
+/// A relayed Codex Responses WebSocket is drained as a bridged one is: the response in
+/// flight at SIGTERM reaches the client whole, then each side gets a close frame 1001,
+/// and the proxy exits long before its grace period would end.
+#[tokio::test]
+async fn at_shutdown_a_relayed_responses_websocket_finishes_its_response_then_goes_away() {
+    let (upstream, closes) = responses_upstream(Duration::from_millis(400)).await;
+    let proxy = Proxy::start(
+        &format!("{upstream}/v1"),
+        "[server]\nshutdown_grace_ms = 20000\n[upstream]\nresponses_websocket = \"relay\"\n",
+    );
+    let mut request = handshake(&ws_url(&proxy, "/v1/responses"));
+    request.headers_mut().remove("sec-websocket-protocol");
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let create = r#"{"type":"response.create","model":"gpt-5","input":[]}"#;
+    ws.send(Message::text(create)).await.unwrap();
+    let stopped = Instant::now();
+    proxy.terminate().await;
+    let mut read = Vec::new();
+    while let Some(message) = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("nothing more came")
+    {
+        let message = message.unwrap();
+        let close = matches!(message, Message::Close(_));
+        read.push(message);
+        if close {
+            break;
+        }
+    }
+    let kinds: Vec<String> = read.iter().map(|m| format!("{m:?}")).collect();
+    assert_eq!(read.len(), 4, "{kinds:?}");
+    assert!(kinds[2].contains("response.completed"), "{kinds:?}");
+    assert!(
+        matches!(&read[3], Message::Close(Some(f)) if f.code == CloseCode::Away),
+        "{kinds:?}"
+    );
+    let exit = tokio::time::timeout(Duration::from_secs(5), proxy.exited())
+        .await
+        .expect("the proxy did not exit once the response was done");
+    assert!(exit.success(), "{exit:?}");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        stopped.elapsed()
+    );
+    let closes = closes.lock().unwrap().clone();
+    assert!(
+        matches!(closes.as_slice(), [Some(f)] if f.code == CloseCode::Away),
+        "{closes:?}"
+    );
 }

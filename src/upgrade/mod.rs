@@ -1,14 +1,16 @@
 //! Protocol upgrades (a WebSocket's handshake, on any route): the request goes to the
 //! upstream with its `Upgrade` header; a 101 goes back to the client, and from then on
-//! the two connections are relayed byte for byte both ways, unread, until both sides
-//! have closed, neither has sent a byte for the upstream idle timeout, or the server's
-//! shutdown grace period is over (each side is then closed cleanly). Any other
+//! the two connections are relayed byte for byte both ways, unchanged, until both sides
+//! have closed or neither has sent a byte for the upstream idle timeout. At shutdown a
+//! WebSocket is closed between two messages with a close frame (1001, going away) to
+//! each side (see [`Gate`]): a Responses WebSocket as soon as no response is in flight,
+//! any other when the grace period is over; at the end of the grace period whatever is
+//! still open is shut down for writing on both sides. Any other
 //! answer (a refusal) is the client's as the upstream sent it, but for Codex's Responses
 //! WebSocket refused by an upstream that does not speak it: that one the proxy answers
 //! itself and bridges onto the compaction path (see [`crate::codex_ws`] and
 //! `upstream.responses_websocket`).
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +33,12 @@ use crate::limits::ClientBody;
 use crate::server::http1::head::asks_upgrade;
 use crate::server::http1::request_body::RequestBody;
 use crate::server::http1::upgrade::OnUpgrade;
+use crate::shutdown::Watch;
 use crate::upstream::Upgrade;
+
+mod frames;
+
+use frames::{Finished, Frames};
 
 /// Whether `request` asks to switch protocols: HTTP/1.1 (the only version with
 /// upgrades), an `Upgrade` header, and `upgrade` among the `Connection` options.
@@ -85,9 +92,16 @@ pub async fn forward(
     };
     app.metrics.upgrade();
     let idle = app.upstream.idle_timeout();
-    let mut shutdown = app.shutdown.watch_switched();
+    let shutdown = app.shutdown.watch_switched();
+    let kind = if bridged.is_some() {
+        Relayed::ResponsesWebSocket
+    } else if is_websocket(&parts.headers) {
+        Relayed::WebSocket
+    } else {
+        Relayed::Bytes
+    };
     client.serve(slot, move |client| async move {
-        match relay(client, tunnel, idle, shutdown.closing()).await {
+        match relay(client, tunnel, idle, shutdown, kind).await {
             Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
             Err(e) => tracing::debug!(error = %e, "upgraded connection ended"),
         }
@@ -106,45 +120,308 @@ enum RelayError {
     ShuttingDown,
 }
 
+/// What a relay carries, as far as its shutdown goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Relayed {
+    /// Another protocol: its bytes are not read.
+    Bytes,
+    /// A WebSocket: closed between two messages at the end of the grace period.
+    WebSocket,
+    /// Codex's Responses WebSocket: closed as soon as no response is in flight.
+    ResponsesWebSocket,
+}
+
+fn is_websocket(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"))
+}
+
 /// Copies bytes both ways until both sides have closed (each close is passed on as a
-/// shutdown of the other side's writing), neither sends anything for `idle`, or `closing`
-/// completes: both sides are then shut down for writing, so each reads the end of the
-/// stream rather than a reset when the process exits. Returns the bytes sent upstream
-/// and down.
+/// shutdown of the other side's writing) or neither sends anything for `idle`. At
+/// shutdown a WebSocket is closed by the [`Gate`]; at the end of the grace period,
+/// whatever is still open (another protocol, a message still being sent) is shut down
+/// for writing on both sides, so each reads the end of the stream rather than a reset
+/// when the process exits. Returns the bytes sent upstream and down.
 async fn relay<C, U>(
     client: C,
     upstream: U,
     idle: Duration,
-    closing: impl Future<Output = ()>,
+    mut shutdown: Watch,
+    kind: Relayed,
 ) -> Result<(u64, u64), RelayError>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
 {
     let activity = Activity::new();
+    let gate = (kind != Relayed::Bytes).then(|| Gate::new(kind));
     let mut client = Watched {
         io: client,
         activity: &activity,
+        gate: gate.as_ref().map(|g| (g, Toward::Client)),
     };
     let mut upstream = Watched {
         io: upstream,
         activity: &activity,
+        gate: gate.as_ref().map(|g| (g, Toward::Upstream)),
     };
-    tokio::select! {
-        copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
-            return copied.map_err(RelayError::Io);
+    let ended = {
+        let copy = tokio::io::copy_bidirectional(&mut client, &mut upstream);
+        tokio::pin!(copy);
+        let mut phase = Phase::Serving;
+        let cut = tokio::time::sleep(Duration::MAX);
+        tokio::pin!(cut);
+        loop {
+            tokio::select! {
+                copied = &mut copy => return copied.map_err(RelayError::Io),
+                () = activity.silent_for(idle) => return Err(RelayError::Idle(idle)),
+                () = next_phase(&mut shutdown, phase), if phase != Phase::Closing => {
+                    phase = if phase == Phase::Serving { Phase::Draining } else { Phase::Closing };
+                    if let Some(gate) = &gate {
+                        gate.enter(phase);
+                    }
+                    if phase == Phase::Closing {
+                        if gate.is_none() {
+                            break Ended::Cut;
+                        }
+                        // A WebSocket in the middle of a message gets a moment to reach
+                        // its end, then is cut as any other protocol.
+                        cut.as_mut().reset(Instant::now() + CLOSE_WAIT);
+                    }
+                }
+                () = &mut cut => break Ended::Cut,
+                () = decided(gate.as_ref()) => break Ended::BetweenMessages,
+            }
         }
-        () = activity.silent_for(idle) => return Err(RelayError::Idle(idle)),
-        () = closing => {}
+    };
+    if ended == Ended::BetweenMessages {
+        say_going_away(&mut client.io, &mut upstream.io).await;
     }
     // A peer that stopped reading must not hold the exit: the shutdown is best effort.
-    let both = async { tokio::join!(client.shutdown(), upstream.shutdown()) };
+    let both = async { tokio::join!(client.io.shutdown(), upstream.io.shutdown()) };
     let _ = tokio::time::timeout(CLOSE_WAIT, both).await;
     Err(RelayError::ShuttingDown)
 }
 
 /// How long each side of a relay closed at shutdown gets to take the close.
 const CLOSE_WAIT: Duration = Duration::from_millis(500);
+
+/// How a relay ended at shutdown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// A WebSocket between two messages: each side is sent a close frame.
+    BetweenMessages,
+    /// Anything else, at the end of the grace period.
+    Cut,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Serving,
+    Draining,
+    Closing,
+}
+
+/// The side a relayed byte is written to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Toward {
+    Client,
+    Upstream,
+}
+
+/// Decides when a relayed WebSocket may be closed at shutdown, from what each direction
+/// has carried: both directions between two messages, no close frame passed already, and
+/// either the grace period over or (a Responses WebSocket draining) every
+/// `response.create` answered by its last event. Once decided, nothing more is written
+/// to either side but the relay's own close frames.
+struct Gate {
+    kind: Relayed,
+    state: std::sync::Mutex<GateState>,
+    decided: tokio::sync::Notify,
+}
+
+#[derive(Clone)]
+struct GateState {
+    phase: Phase,
+    toward_upstream: Frames,
+    toward_client: Frames,
+    /// Responses asked for and not yet ended.
+    in_flight: u32,
+    /// A message the relay could not read passed: it cannot tell what is in flight.
+    opaque: bool,
+    /// A close frame passed: the peers close the connection themselves.
+    closing_by_peers: bool,
+    decided: bool,
+}
+
+/// The last event of a Responses API response, of each way it ends.
+const RESPONSE_ENDS: [&str; 4] = [
+    "response.completed",
+    "response.failed",
+    "response.incomplete",
+    "error",
+];
+
+impl GateState {
+    fn new() -> GateState {
+        GateState {
+            phase: Phase::Serving,
+            toward_upstream: Frames::default(),
+            toward_client: Frames::default(),
+            in_flight: 0,
+            opaque: false,
+            closing_by_peers: false,
+            decided: false,
+        }
+    }
+
+    fn frames(&mut self, toward: Toward) -> &mut Frames {
+        match toward {
+            Toward::Client => &mut self.toward_client,
+            Toward::Upstream => &mut self.toward_upstream,
+        }
+    }
+
+    fn note(&mut self, toward: Toward, finished: Finished) {
+        match (toward, finished) {
+            (_, Finished::Close) => self.closing_by_peers = true,
+            (_, Finished::Opaque) => self.opaque = true,
+            (Toward::Upstream, Finished::Typed(t)) if t == "response.create" => {
+                self.in_flight += 1;
+            }
+            (Toward::Client, Finished::Typed(t)) if RESPONSE_ENDS.contains(&t.as_str()) => {
+                self.in_flight = self.in_flight.saturating_sub(1);
+            }
+            _ => {}
+        }
+    }
+
+    fn may_close(&self, kind: Relayed) -> bool {
+        let quiet = !self.closing_by_peers
+            && self.toward_upstream.between_messages()
+            && self.toward_client.between_messages();
+        let answered = kind == Relayed::ResponsesWebSocket && self.in_flight == 0 && !self.opaque;
+        quiet
+            && match self.phase {
+                Phase::Serving => false,
+                Phase::Draining => answered,
+                Phase::Closing => true,
+            }
+    }
+
+    /// Reads `data`, about to be written `toward` a side, up to where the relay may close
+    /// (if it may before its end); returns how much of it to write.
+    fn read(&mut self, kind: Relayed, toward: Toward, data: &[u8]) -> usize {
+        let mut used = 0;
+        while used < data.len() {
+            let (n, finished) = self.frames(toward).read(&data[used..]);
+            used += n;
+            if let Some(finished) = finished {
+                self.note(toward, finished);
+                if self.may_close(kind) {
+                    self.decided = true;
+                    break;
+                }
+            }
+        }
+        used
+    }
+}
+
+impl Gate {
+    fn new(kind: Relayed) -> Gate {
+        Gate {
+            kind,
+            state: std::sync::Mutex::new(GateState::new()),
+            decided: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn enter(&self, phase: Phase) {
+        let mut state = self.lock();
+        state.phase = phase;
+        if state.may_close(self.kind) {
+            state.decided = true;
+            self.decided.notify_one();
+        }
+    }
+
+    /// How much of `data` may be written `toward` a side: all of it, or the part up to
+    /// where the relay closes; none once it has decided to.
+    fn writable(&self, toward: Toward, data: &[u8]) -> usize {
+        let mut trial = self.lock().clone();
+        if trial.decided {
+            return 0;
+        }
+        trial.read(self.kind, toward, data)
+    }
+
+    /// `data` was written `toward` a side.
+    fn written(&self, toward: Toward, data: &[u8]) {
+        let mut state = self.lock();
+        state.read(self.kind, toward, data);
+        if state.decided {
+            self.decided.notify_one();
+        }
+    }
+}
+
+/// Completes once the server's shutdown has passed `phase`.
+async fn next_phase(shutdown: &mut Watch, phase: Phase) {
+    match phase {
+        Phase::Serving => shutdown.draining().await,
+        Phase::Draining | Phase::Closing => shutdown.closing().await,
+    }
+}
+
+/// Completes once `gate` has decided to close; never without one.
+async fn decided(gate: Option<&Gate>) {
+    match gate {
+        Some(gate) => loop {
+            if gate.lock().decided {
+                return;
+            }
+            gate.decided.notified().await;
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends each side a close frame (1001, going away) and waits a moment for their own
+/// close in answer, so that neither side's close meets a reset.
+async fn say_going_away<C, U>(client: &mut C, upstream: &mut U)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut key = [0x5A; 4];
+    // A fixed key would do no harm here (the payload is ours), but RFC 6455 asks for an
+    // unpredictable one.
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key);
+    let sent = async {
+        let (to_client, to_upstream) =
+            (frames::server_going_away(), frames::client_going_away(key));
+        let _ = tokio::join!(
+            client.write_all(&to_client),
+            upstream.write_all(&to_upstream)
+        );
+        let _ = tokio::join!(client.flush(), upstream.flush());
+        tokio::join!(read_to_end(client), read_to_end(upstream));
+    };
+    let _ = tokio::time::timeout(CLOSE_WAIT, sent).await;
+}
+
+/// Reads and drops what a side still sends until it closes.
+async fn read_to_end<T: AsyncRead + Unpin>(io: &mut T) {
+    let _ = tokio::io::copy(io, &mut tokio::io::sink()).await;
+}
 
 /// When either side last sent a byte, as milliseconds since the relay began. A read only
 /// stores the time; the one timer moves only when it fires early, as in the body's
@@ -180,10 +457,12 @@ impl Activity {
     }
 }
 
-/// One side of a relay, noting each read that brought bytes.
+/// One side of a relay, noting each read that brought bytes and, for a WebSocket, what
+/// is written to it.
 struct Watched<'a, T> {
     io: T,
     activity: &'a Activity,
+    gate: Option<(&'a Gate, Toward)>,
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Watched<'_, T> {
@@ -207,7 +486,20 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<'_, T> {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, data)
+        let Some((gate, toward)) = self.gate else {
+            return Pin::new(&mut self.io).poll_write(cx, data);
+        };
+        let writable = gate.writable(toward, data);
+        if writable == 0 && !data.is_empty() {
+            // Past the point where the relay closes: the bytes are dropped, as the
+            // connection is closed before they could be answered.
+            return Poll::Ready(Ok(data.len()));
+        }
+        let wrote = Pin::new(&mut self.io).poll_write(cx, &data[..writable]);
+        if let Poll::Ready(Ok(n)) = wrote {
+            gate.written(toward, &data[..n]);
+        }
+        wrote
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -222,8 +514,14 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shutdown::Shutdown;
+    use futures_util::{SinkExt, StreamExt};
     use http::{header, Version};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::WebSocketStream;
 
     fn request(version: Version, connection: &str, upgrade: Option<&str>) -> Request<()> {
         let mut builder = Request::builder()
@@ -259,11 +557,13 @@ mod tests {
     async fn bytes_pass_both_ways_and_each_close_is_passed_on() {
         let (client, mut client_end) = tokio::io::duplex(64);
         let (upstream, mut upstream_end) = tokio::io::duplex(64);
+        let shutdown = Shutdown::default();
         let relay = tokio::spawn(relay(
             client,
             upstream,
             Duration::from_secs(5),
-            std::future::pending(),
+            shutdown.watch_switched(),
+            Relayed::Bytes,
         ));
         client_end.write_all(b"ping").await.unwrap();
         let mut buf = [0; 4];
@@ -282,15 +582,24 @@ mod tests {
     async fn a_relay_ends_when_told_the_server_is_closing() {
         let (client, mut client_end) = tokio::io::duplex(64);
         let (upstream, mut upstream_end) = tokio::io::duplex(64);
-        let (close, closing) = tokio::sync::oneshot::channel::<()>();
-        let closing = async {
-            let _ = closing.await;
-        };
-        let relay = tokio::spawn(relay(client, upstream, Duration::from_secs(5), closing));
+        let shutdown = Shutdown::default();
+        let watch = shutdown.watch_switched();
+        let relay = tokio::spawn(relay(
+            client,
+            upstream,
+            Duration::from_secs(5),
+            watch,
+            Relayed::Bytes,
+        ));
         client_end.write_all(b"ping").await.unwrap();
         let mut buf = [0; 4];
         upstream_end.read_exact(&mut buf).await.unwrap();
-        close.send(()).unwrap();
+        // Draining leaves a relay of another protocol alone; the grace's end closes it.
+        shutdown.drain();
+        client_end.write_all(b"pong").await.unwrap();
+        upstream_end.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"pong");
+        shutdown.close();
         let ended = relay.await.unwrap();
         assert!(matches!(ended, Err(RelayError::ShuttingDown)), "{ended:?}");
         // Each side reads the end of its stream.
@@ -305,11 +614,13 @@ mod tests {
         let (client, mut client_end) = tokio::io::duplex(64);
         let (upstream, _upstream_end) = tokio::io::duplex(64);
         let began = Instant::now();
+        let shutdown = Shutdown::default();
         let relay = tokio::spawn(relay(
             client,
             upstream,
             Duration::from_secs(5),
-            std::future::pending(),
+            shutdown.watch_switched(),
+            Relayed::Bytes,
         ));
         // Traffic one way keeps it open past the timeout.
         for _ in 0..3 {
@@ -319,5 +630,111 @@ mod tests {
         let ended = relay.await.unwrap();
         assert!(matches!(ended, Err(RelayError::Idle(_))), "{ended:?}");
         assert_eq!(began.elapsed(), Duration::from_secs(9 + 5));
+    }
+
+    /// A client and an upstream speaking WebSocket to each other through a relay of
+    /// `kind`, with the server's shutdown to drive.
+    struct WsRelay {
+        client: WebSocketStream<tokio::io::DuplexStream>,
+        upstream: WebSocketStream<tokio::io::DuplexStream>,
+        shutdown: Shutdown,
+        relay: tokio::task::JoinHandle<Result<(u64, u64), RelayError>>,
+    }
+
+    async fn ws_relay(kind: Relayed) -> WsRelay {
+        let (client, client_end) = tokio::io::duplex(1 << 16);
+        let (upstream, upstream_end) = tokio::io::duplex(1 << 16);
+        let shutdown = Shutdown::default();
+        let watch = shutdown.watch_switched();
+        let relay = tokio::spawn(relay(
+            client,
+            upstream,
+            Duration::from_secs(30),
+            watch,
+            kind,
+        ));
+        WsRelay {
+            client: WebSocketStream::from_raw_socket(client_end, Role::Client, None).await,
+            upstream: WebSocketStream::from_raw_socket(upstream_end, Role::Server, None).await,
+            shutdown,
+            relay,
+        }
+    }
+
+    fn event(kind: &str) -> Message {
+        Message::text(format!("{{\"type\":\"{kind}\",\"sequence_number\":1}}"))
+    }
+
+    /// The next frame a side reads, with close frames answered as tungstenite does.
+    async fn next(ws: &mut WebSocketStream<tokio::io::DuplexStream>) -> Message {
+        tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("nothing read in 5 s")
+            .expect("the stream ended")
+            .expect("a WebSocket error")
+    }
+
+    fn going_away(message: &Message) -> bool {
+        matches!(message, Message::Close(Some(frame)) if frame.code == CloseCode::Away)
+    }
+
+    #[tokio::test]
+    async fn a_responses_websocket_finishes_its_response_then_both_sides_are_told_going_away() {
+        let mut ws = ws_relay(Relayed::ResponsesWebSocket).await;
+        ws.client.send(event("response.create")).await.unwrap();
+        assert_eq!(next(&mut ws.upstream).await, event("response.create"));
+        ws.shutdown.drain();
+        // The response in flight reaches the client whole.
+        for kind in [
+            "response.created",
+            "response.output_text.delta",
+            "response.completed",
+        ] {
+            ws.upstream.send(event(kind)).await.unwrap();
+            assert_eq!(next(&mut ws.client).await, event(kind));
+        }
+        let to_client = next(&mut ws.client).await;
+        assert!(going_away(&to_client), "{to_client:?}");
+        let to_upstream = next(&mut ws.upstream).await;
+        assert!(going_away(&to_upstream), "{to_upstream:?}");
+        let ended = ws.relay.await.unwrap();
+        assert!(matches!(ended, Err(RelayError::ShuttingDown)), "{ended:?}");
+    }
+
+    #[tokio::test]
+    async fn a_responses_websocket_between_responses_closes_as_soon_as_the_server_drains() {
+        let mut ws = ws_relay(Relayed::ResponsesWebSocket).await;
+        ws.client.send(event("response.create")).await.unwrap();
+        next(&mut ws.upstream).await;
+        ws.upstream.send(event("response.failed")).await.unwrap();
+        next(&mut ws.client).await;
+        ws.shutdown.drain();
+        assert!(going_away(&next(&mut ws.client).await));
+        assert!(going_away(&next(&mut ws.upstream).await));
+    }
+
+    #[tokio::test]
+    async fn another_websocket_goes_on_while_draining_and_is_told_going_away_at_the_grace_end() {
+        let mut ws = ws_relay(Relayed::WebSocket).await;
+        ws.shutdown.drain();
+        ws.client.send(Message::text("still there")).await.unwrap();
+        assert_eq!(next(&mut ws.upstream).await, Message::text("still there"));
+        ws.upstream.send(Message::text("yes")).await.unwrap();
+        assert_eq!(next(&mut ws.client).await, Message::text("yes"));
+        ws.shutdown.close();
+        assert!(going_away(&next(&mut ws.client).await));
+        assert!(going_away(&next(&mut ws.upstream).await));
+    }
+
+    #[tokio::test]
+    async fn a_close_begun_by_a_peer_is_left_to_the_peers() {
+        let mut ws = ws_relay(Relayed::ResponsesWebSocket).await;
+        ws.client.close(None).await.unwrap();
+        assert!(matches!(next(&mut ws.upstream).await, Message::Close(None)));
+        ws.shutdown.drain();
+        // The upstream's answer to the close is the only close the client reads.
+        ws.upstream.flush().await.unwrap();
+        let answer = next(&mut ws.client).await;
+        assert!(matches!(answer, Message::Close(None)), "{answer:?}");
     }
 }
