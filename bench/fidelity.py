@@ -149,7 +149,8 @@ def real2_corpus():
         planted, facts = plant2.plant(body, f"fidelity2:{name}", slot)
         meta = {"source": sources[name], "phrasing": {k: v["phrasing"] for k, v in facts.items()},
                 "frame": facts.get("number", {}).get("frame"),
-                "subject": facts.get("constraint", {}).get("subject")}
+                "subject": facts.get("constraint", {}).get("subject"),
+                "with_unit": facts.get("number", {}).get("with_unit")}
         out.append((name, planted, {k: (v["index"], v["text"]) for k, v in facts.items()}, meta))
     return out
 
@@ -419,7 +420,8 @@ def inverted(subject, msgs):
 def breakdown(meta, out, wname):
     """What the per-source and per-phrasing tables need of a run (real2)."""
     return {"source": meta["source"], "phrasing": meta["phrasing"], "frame": meta["frame"], "wname": wname,
-            "structure_ok": structure_ok(out), "inverted": inverted(meta["subject"], out)}
+            "structure_ok": structure_ok(out), "inverted": inverted(meta["subject"], out),
+            "unit_kept": bool(meta["with_unit"]) and meta["with_unit"] in all_text(out)}
 
 
 def run_corpus(name, corpus, args, details):
@@ -639,11 +641,16 @@ def print_breakdown(name, details, have_hermes):
                   f"{h(_p(count(runs['hermes'], k, of)))} | {per_w} |")
     print()
     print(f"### {name}: constraint and number by the interjection's frame (ours, all four windows)\n")
-    print("| frame | constraint | number |")
-    print("| --- | --- | --- |")
+    print("| frame | constraint | number | number with its unit as written |")
+    print("| --- | --- | --- | --- |")
+    unit = lambda recs, pred: share([d for d in recs if "number" in d.get("dropped", {})],  # noqa: E731
+                                    lambda d: d["unit_kept"], pred)
     for fr in sorted({d["frame"] for d in runs["ours"] if d["frame"]}):
         of = lambda d, fr=fr: d["frame"] == fr  # noqa: E731
-        print(f"| {fr} | {_p(count(runs['ours'], 'constraint', of))} | {_p(count(runs['ours'], 'number', of))} |")
+        print(f"| {fr} | {_p(count(runs['ours'], 'constraint', of))} | {_p(count(runs['ours'], 'number', of))} | "
+              f"{_p(unit(runs['ours'], of))} |")
+    print(f"| all | {_p(count(runs['ours'], 'constraint'))} | {_p(count(runs['ours'], 'number'))} | "
+          f"{_p(unit(runs['ours'], lambda d: True))} |")
     print()
 
 
