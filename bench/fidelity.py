@@ -412,8 +412,10 @@ def inverted(subject, msgs):
     texts = [text_of(m) for m in msgs]
     digest = "\n".join(summary_part(t) + ("\n" + t[t.find(HERMES_MARKER):] if HERMES_MARKER in t else "")
                        for t in texts)
-    return any(subject.rstrip("/") in line and re.search(r"\bwr(i|o)te|written|edited|modified", line, re.I)
-               and not re.search(r"never|not|off-limits|alone|forbid|hands off|stay", line, re.I)
+    subject = subject.rstrip("/")
+    return any(subject in line and re.search(r"\b(wr[io]te|written|edited|modified)\b", line.replace(subject, ""), re.I)
+               and not re.search(r"\b(never|not|don't|off-limits|alone|forbidden|hands off|stay)\b",
+                                 line.replace(subject, ""), re.I)
                for line in digest.splitlines())
 
 
