@@ -6,7 +6,7 @@ static fallback) on the same transcripts, and in what the proxy's LLM summariser
 
     python3 bench/fidelity.py --binary target/debug/compaction-proxy \
         [--hermes-python ~/.cache/compaction-proxy-bench/hermes-0.19.0/bin/python] \
-        [--corpora real,generated] [--generated-n 10] [--details out.jsonl]
+        [--corpora real,generated,real2] [--generated-n 10] [--details out.jsonl] [--out table.md]
 
 Facts are planted by fixtures/transcripts/plant.py (seeded: every run plants the same
 bytes): a constraint and a number in a user interjection, an exact error line appended to
@@ -14,6 +14,16 @@ a tool output, a report path in a later tool output, a decision in an assistant 
 two secrets (an sk-proj- key in a user message, a ghp_ token in a tool output) early on.
 The generated corpus keeps digest_facts.py's own five facts (its transcripts are built
 around them) and gets the two secrets from plant.py.
+
+The real2 corpus (fixtures/transcripts/real2: tau-bench, InterCode, Reflexion's ReAct runs)
+is planted by fixtures/transcripts/plant2.py instead, in other wordings (several phrasings
+per kind, each labelled; limits in several units; library exceptions with module paths,
+compiler and HTTP errors; the interjection among a text agent's observations). For it the
+summariser is also shown the transcript at the 75% and 1,024 windows, and further tables
+follow the usual ones: by window, by source and by phrasing (ours, what the summariser
+was shown, Hermes), with secret leaks, structure validity (every tool call answered right
+after its turn, a user or tool turn last), task kept, and a forbidden path listed in a
+digest as written (the rule inverted). real and generated plant and print what they did.
 
 Each planted transcript (chat completions) is compacted offline with
 
@@ -65,6 +75,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "fixtures", "transcripts"))
 sys.path.insert(0, HERE)
 import plant as planting  # noqa: E402
+import plant2  # noqa: E402
 import digest_facts  # noqa: E402
 
 KINDS = ["constraint", "number", "error", "path", "decision"]
@@ -119,6 +130,28 @@ def real_corpus():
             body = json.load(f)
         planted, facts = planting.plant(body, f"fidelity:{name}")
         out.append((name, planted, {k: (v["index"], v["text"]) for k, v in facts.items()}))
+    return out
+
+
+def real2_corpus():
+    """The second real corpus (fixtures/transcripts/real2), planted by plant2.py in its
+    own wordings: each session's slot is its place in name order, so every phrasing is
+    used about equally. Entries carry a fourth element: the source, and the phrasing of
+    each fact."""
+    root = os.path.join(ROOT, "fixtures/transcripts/real2")
+    with open(os.path.join(root, "manifest.json")) as f:
+        sources = {e["name"]: e["source"] for e in json.load(f)}
+    out = []
+    for slot, path in enumerate(sorted(glob.glob(os.path.join(root, "bodies/*.chat.json")))):
+        name = os.path.basename(path)[:-len(".chat.json")]
+        with open(path) as f:
+            body = json.load(f)
+        planted, facts = plant2.plant(body, f"fidelity2:{name}", slot)
+        meta = {"source": sources[name], "phrasing": {k: v["phrasing"] for k, v in facts.items()},
+                "frame": facts.get("number", {}).get("frame"),
+                "subject": facts.get("constraint", {}).get("subject"),
+                "with_unit": facts.get("number", {}).get("with_unit")}
+        out.append((name, planted, {k: (v["index"], v["text"]) for k, v in facts.items()}, meta))
     return out
 
 
@@ -352,6 +385,47 @@ def floor_tokens(binary, body):
     return tokens + CUT_FLOOR * floors + (SUMMARY_FLOOR if first < latest else 0)
 
 
+def structure_ok(msgs):
+    """A request an OpenAI-compatible upstream accepts: known roles, every tool call
+    answered by tool messages right after its assistant turn, every tool message
+    answering an open call, and a user or tool turn last."""
+    open_ids = []
+    for m in msgs:
+        role = m.get("role")
+        if role not in ("system", "developer", "user", "assistant", "tool"):
+            return False
+        if open_ids and role != "tool":
+            return False
+        if role == "tool":
+            if m.get("tool_call_id") not in open_ids:
+                return False
+            open_ids.remove(m["tool_call_id"])
+        if role == "assistant":
+            open_ids = [c.get("id") for c in m.get("tool_calls") or []]
+    return not open_ids and bool(msgs) and msgs[-1].get("role") in ("user", "tool")
+
+
+def inverted(subject, msgs):
+    """The forbidden path listed in a digest as one written (the opposite of the rule)."""
+    if not subject:
+        return False
+    texts = [text_of(m) for m in msgs]
+    digest = "\n".join(summary_part(t) + ("\n" + t[t.find(HERMES_MARKER):] if HERMES_MARKER in t else "")
+                       for t in texts)
+    subject = subject.rstrip("/")
+    return any(subject in line and re.search(r"\b(wr[io]te|written|edited|modified)\b", line.replace(subject, ""), re.I)
+               and not re.search(r"\b(never|not|don't|off-limits|alone|forbidden|hands off|stay)\b",
+                                 line.replace(subject, ""), re.I)
+               for line in digest.splitlines())
+
+
+def breakdown(meta, out, wname):
+    """What the per-source and per-phrasing tables need of a run (real2)."""
+    return {"source": meta["source"], "phrasing": meta["phrasing"], "frame": meta["frame"], "wname": wname,
+            "structure_ok": structure_ok(out), "inverted": inverted(meta["subject"], out),
+            "unit_kept": bool(meta["with_unit"]) and meta["with_unit"] in all_text(out)}
+
+
 def run_corpus(name, corpus, args, details):
     ours, hermes, shown = Tally(), Tally(), Tally()
     # The same runs less those whose request stays over its target: the upstream refuses
@@ -361,7 +435,9 @@ def run_corpus(name, corpus, args, details):
     by_window, fitting_by_window = {}, {}
     jobs = []
     server, url = start_mock()
-    for tname, body, facts in corpus:
+    for entry in corpus:
+        tname, body, facts = entry[:3]
+        meta = entry[3] if len(entry) > 3 else None
         _, _, tokens, _, _ = compact(args.binary, body, 10_000_000)
         floor = floor_tokens(args.binary, body)
         wins = [(f"{int(fr * 100)}%", max(256, int(tokens * fr))) for fr in FRACTIONS] + \
@@ -377,9 +453,14 @@ def run_corpus(name, corpus, args, details):
                 score(body["messages"], facts, out, fitting, [], "")
                 score(body["messages"], facts, out, fitting_by_window.setdefault(wname, Tally()), [], "")
             rec.update(window=w, tokens=tokens, after=after, target=target, rc=rc, floor=floor)
+            if meta:
+                rec.update(breakdown(meta, out, wname))
             jobs.append({"messages": body["messages"], "window": w, "facts": facts, "name": tname,
-                         "wname": wname, "target": target, "floor": floor})
-            if wname in ("25%", "50%"):
+                         "wname": wname, "target": target, "floor": floor, "meta": meta})
+            # real2 (meta) is shown to the summariser at every window; the table's own
+            # figure stays the 25% and 50% windows' of every corpus.
+            standard = wname in ("25%", "50%")
+            if standard or meta:
                 Recorder.requests = []
                 sout, _, _, _, _ = compact(args.binary, body, w, via=url)
                 shown_text = "\n".join(request_text(r) for r in Recorder.requests)
@@ -390,14 +471,18 @@ def run_corpus(name, corpus, args, details):
                     for k, i, fact in held_facts(facts):
                         if not holder_kept(body["messages"], i, sout, unique_probe(body["messages"], i, fact)):
                             seen = fact in shown_text
-                            shown.kept[k][1] += 1
-                            shown.kept[k][0] += int(seen)
+                            if standard:
+                                shown.kept[k][1] += 1
+                                shown.kept[k][0] += int(seen)
                             srec["dropped"][k] = {"fact": fact, "shown": seen}
-                    shown_secret[1] += 1
                     leaked = [s for s in SECRETS if s in facts
                               and (leaks(facts[s][1], shown_text) or facts[s][1] in shown_text)]
-                    shown_secret[0] += int(bool(leaked))
+                    if standard:
+                        shown_secret[1] += 1
+                        shown_secret[0] += int(bool(leaked))
                     srec["secret_shown"] = leaked
+                if meta:
+                    srec.update(breakdown(meta, sout, wname))
                 details.append(srec)
     server.shutdown()
     if args.hermes_python:
@@ -417,6 +502,8 @@ def run_corpus(name, corpus, args, details):
             _, _, size, _, _ = compact(args.binary, {"model": "gpt-4o", "messages": res["messages"]}, 10_000_000)
             hermes.count_over(size > j["target"], j["floor"], j["target"])
             rec.update(after=size, target=j["target"], fallback=res.get("fallback"))
+            if j["meta"]:
+                rec.update(breakdown(j["meta"], res["messages"], j["wname"]))
     return ours, fitting, hermes, shown, shown_secret, by_window, fitting_by_window
 
 
@@ -468,6 +555,107 @@ def print_tables(name, count, ours, fitting, hermes, shown, shown_secret, by_win
     print()
 
 
+class Tee:
+    """stdout that also goes to a file (--out)."""
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for s in self.streams:
+            s.write(text)
+
+    def flush(self):
+        for s in self.streams:
+            s.flush()
+
+
+def _p(pair):
+    a, n = pair
+    return f"{100 * a // n}% ({a}/{n})" if n else "n/a"
+
+
+def print_breakdown(name, details, have_hermes):
+    """The real2 tables: per window, per source and per phrasing, ours beside Hermes and
+    what the summariser was shown (at every window for this corpus)."""
+    runs = {"ours": [], "hermes": [], "shown": []}
+    for d in details:
+        parts = d.get("run", "").split("/")
+        if len(parts) == 4 and parts[0] == name and "source" in d:
+            runs[parts[2]].append(d)
+
+    def count(recs, key, pred=lambda d: True, field="kept"):
+        """[kept, dropped] of kind key over recs that pass pred."""
+        c = [0, 0]
+        for d in recs:
+            if pred(d) and key in d.get("dropped", {}):
+                c[1] += 1
+                c[0] += int(d["dropped"][key][field])
+        return c
+
+    def share(recs, f, pred=lambda d: True):
+        sel = [d for d in recs if pred(d)]
+        return [sum(1 for d in sel if f(d)), len(sel)]
+
+    leak = lambda d: bool(d.get("leaked"))  # noqa: E731
+    h = (lambda x: x) if have_hermes else (lambda x: "not run")
+    windows = list(dict.fromkeys(d["wname"] for d in runs["ours"]))
+    print(f"### {name}: by window (kept when dropped: ours / Hermes; shown: in the summariser's requests)\n")
+    print("| window | who | " + " | ".join(HEAD) + " | secret leaked | structure valid | task kept | forbidden path listed as written |")
+    print("| --- | --- |" + " --- |" * (len(HEAD) + 4))
+    for w in windows:
+        at = lambda d, w=w: d["wname"] == w  # noqa: E731
+        print(f"| {w} | ours | " + " | ".join(_p(count(runs["ours"], k, at)) for k in KINDS)
+              + f" | {_p(share(runs['ours'], leak, at))} | {_p(share(runs['ours'], lambda d: d['structure_ok'], at))}"
+              f" | {_p(share(runs['ours'], lambda d: d['task_kept'], at))} | {_p(share(runs['ours'], lambda d: d['inverted'], at))} |")
+        print(f"| {w} | shown to summariser | " + " | ".join(_p(count(runs["shown"], k, at, "shown")) for k in KINDS)
+              + f" | {_p(share(runs['shown'], lambda d: bool(d.get('secret_shown')), at))} (secret in request) | | | |")
+        if have_hermes:
+            print(f"| {w} | Hermes | " + " | ".join(_p(count(runs["hermes"], k, at)) for k in KINDS)
+                  + f" | {_p(share(runs['hermes'], leak, at))} | {_p(share(runs['hermes'], lambda d: d['structure_ok'], at))}"
+                  f" | {_p(share(runs['hermes'], lambda d: d['task_kept'], at))} | {_p(share(runs['hermes'], lambda d: d['inverted'], at))} |")
+    print()
+    print(f"### {name}: by source, all four windows\n")
+    print("| source | who | " + " | ".join(HEAD) + " | secret leaked | structure valid | task kept | forbidden path listed as written |")
+    print("| --- | --- |" + " --- |" * (len(HEAD) + 4))
+    for src in sorted({d["source"] for d in runs["ours"]}):
+        of = lambda d, src=src: d["source"] == src  # noqa: E731
+        for who, field in (("ours", "kept"), ("shown", "shown"), ("hermes", "kept")):
+            if who == "hermes" and not have_hermes:
+                continue
+            recs = runs[who]
+            row = " | ".join(_p(count(recs, k, of, field)) for k in KINDS)
+            if who == "shown":
+                tail = f" | {_p(share(recs, lambda d: bool(d.get('secret_shown')), of))} (secret in request) | | | |"
+            else:
+                tail = (f" | {_p(share(recs, leak, of))} | {_p(share(recs, lambda d: d['structure_ok'], of))}"
+                        f" | {_p(share(recs, lambda d: d['task_kept'], of))} | {_p(share(recs, lambda d: d['inverted'], of))} |")
+            print(f"| {src} | {'shown to summariser' if who == 'shown' else who} | {row}{tail}")
+    print()
+    print(f"### {name}: by phrasing, all four windows (kept when dropped, ours; shown to the summariser; Hermes)\n")
+    print("| kind | phrasing | ours | shown to summariser | Hermes | ours at 25% | ours at 50% | ours at 75% | ours at 1024 |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for k in KINDS:
+        for ph in sorted({d["phrasing"].get(k) for d in runs["ours"] if d["phrasing"].get(k)}):
+            of = lambda d, k=k, ph=ph: d["phrasing"].get(k) == ph  # noqa: E731
+            per_w = " | ".join(_p(count(runs["ours"], k, lambda d, w=w, of=of: of(d) and d["wname"] == w))
+                               for w in windows)
+            print(f"| {k} | {ph} | {_p(count(runs['ours'], k, of))} | {_p(count(runs['shown'], k, of, 'shown'))} | "
+                  f"{h(_p(count(runs['hermes'], k, of)))} | {per_w} |")
+    print()
+    print(f"### {name}: constraint and number by the interjection's frame (ours, all four windows)\n")
+    print("| frame | constraint | number | number with its unit as written |")
+    print("| --- | --- | --- | --- |")
+    unit = lambda recs, pred: share([d for d in recs if "number" in d.get("dropped", {})],  # noqa: E731
+                                    lambda d: d["unit_kept"], pred)
+    for fr in sorted({d["frame"] for d in runs["ours"] if d["frame"]}):
+        of = lambda d, fr=fr: d["frame"] == fr  # noqa: E731
+        print(f"| {fr} | {_p(count(runs['ours'], 'constraint', of))} | {_p(count(runs['ours'], 'number', of))} | "
+              f"{_p(unit(runs['ours'], of))} |")
+    print(f"| all | {_p(count(runs['ours'], 'constraint'))} | {_p(count(runs['ours'], 'number'))} | "
+          f"{_p(unit(runs['ours'], lambda d: True))} |")
+    print()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--binary", default="target/debug/compaction-proxy")
@@ -479,12 +667,22 @@ def main():
     ap.add_argument("--generated-n", type=int, default=10, help="generated transcripts per style")
     ap.add_argument("--generated-steps", type=int, default=60)
     ap.add_argument("--details", help="write one JSON line per run here")
+    ap.add_argument("--out", help="also write the tables to this file")
     args = ap.parse_args()
+    if args.out:
+        sys.stdout = Tee(sys.stdout, open(args.out, "w"))
     details = []
     for name in args.corpora.split(","):
-        corpus = real_corpus() if name == "real" else generated_corpus(args.generated_n, args.generated_steps)
+        if name == "real":
+            corpus = real_corpus()
+        elif name == "real2":
+            corpus = real2_corpus()
+        else:
+            corpus = generated_corpus(args.generated_n, args.generated_steps)
         res = run_corpus(name, corpus, args, details)
         print_tables(name, len(corpus), *res, have_hermes=bool(args.hermes_python))
+        if name == "real2":
+            print_breakdown(name, details, have_hermes=bool(args.hermes_python))
         sys.stdout.flush()
     if args.details:
         with open(args.details, "w") as f:
