@@ -143,6 +143,18 @@ async fn with_the_window_learned_a_checkpoint_is_asked_for_in_two_thousand_token
     assert!(targets.iter().all(|&t| t >= 2_000), "{targets:?}");
 }
 
+/// What the summariser reads of a conversation resumed from an earlier event's
+/// checkpoint is the client's own text: the outputs that event pruned reach it whole (the
+/// client sends them whole), not as their one-line stubs.
+#[tokio::test]
+async fn the_summariser_is_shown_the_clients_text_not_an_earlier_events_stubs() {
+    let session = session(&configured("mock-agent-model")).await;
+    assert!(session.summaries >= 2, "{} summaries", session.summaries);
+    for body in &session.summarised {
+        assert!(!body.contains("pruned by compaction"), "{body}");
+    }
+}
+
 /// Turn `n` of a tool session without prose: the ask, one command, and its output of
 /// `lines` lines (150: about 3,000 tokens, 15% of the window), all of it prunable once
 /// the turn is past.
