@@ -23,7 +23,7 @@ requests the upstream accepted for the conversation (summariser calls aside):
 
 - events: accepted requests whose messages do not byte-extend the previous accepted
   request's;
-- summariser calls, and refusals (400s for the window);
+- summariser calls, the target length each asked for, and refusals (400s for the window);
 - requests extending the previous (the figure of events-2026-11-23.md);
 - bytes repeated: for each accepted request after the first, the longest common prefix of
   its serialized messages with the previous accepted request's, over its size; the mean;
@@ -48,6 +48,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -63,6 +64,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY_PROMPT = "You are writing a checkpoint"
+TARGET = re.compile(r"Target length: about (\d+) tokens")
 # A checkpoint the proxy accepts (every heading, something under each; ~1.7 KB, ~550 tokens
 # at bytes/3), the same for every call: what it says does not matter here, its size does.
 SUMMARY_TEXT = """## Active Task
@@ -145,6 +147,7 @@ class Mock:
         self.accepted = []  # (serialized messages, tokens), in the order answered
         self.refusals = 0
         self.summaries = 0
+        self.targets = []  # each summariser call's "Target length: about N tokens"
         self.lock = threading.Lock()
         mock = self
 
@@ -182,8 +185,10 @@ class Mock:
         serialized = serialize(messages)
         count = self.tokens(serialized)
         if is_summary_call(messages):
+            target = TARGET.search(serialized)
             with self.lock:
                 self.summaries += 1
+                self.targets.append(int(target.group(1)) if target else None)
             time.sleep(self.summary_delay)
             return 200, self.answer(SUMMARY_TEXT, count)
         completion = body.get("max_tokens") or body.get("max_completion_tokens") or 0
@@ -474,6 +479,7 @@ def measure(binary, session, configured, args):
         "accepted": len(log),
         "events": extends.count(False),
         "summaries": mock.summaries,
+        "summary_targets": mock.targets,
         "refusals": mock.refusals,
         "extend": sum(extends) / max(len(extends), 1),
         "bytes_repeated": statistics.mean(shares) if shares else 0.0,
@@ -548,13 +554,14 @@ def print_table(args, rows):
     print(f"before: `{args['before']}`; after: `{args['after']}`; summariser {args['summary_delay']:g} s; "
           f"seed {args['seed']}; refusal wording: {args['refusal']}\n")
     print("| session | window | proxy | events | summariser calls | refusals | requests extending the previous "
-          "| bytes repeated (mean) | tokens repeated (of sent) | slowest turn over median "
+          "| summary targets (tokens) | bytes repeated (mean) | tokens repeated (of sent) | slowest turn over median "
           f"| turns over +{WAIT_MS} ms | median turn | tokens sent upstream |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |")
     for r in rows:
         waited = ", ".join(map(str, waiting_turns(r["times_ms"]))) or "none"
         print(f"| {r['session']} | {r['mode']} | {r['proxy']} | {r['events']} | {r['summaries']} | {r['refusals']} "
-              f"| {r['extend']:.0%} | {r['bytes_repeated']:.1%} | {r['tokens_repeated']:.1%} "
+              f"| {r['extend']:.0%} | {', '.join(str(t) for t in r.get('summary_targets', [])) or 'none'} "
+              f"| {r['bytes_repeated']:.1%} | {r['tokens_repeated']:.1%} "
               f"| +{r['slowest_added_ms']:.0f} ms (turn {r['slowest_turn']}) | {waited} | {r['median_ms']:.0f} ms "
               f"| {r['tokens_sent']:,} |")
 

@@ -117,6 +117,44 @@ async fn with_the_window_learned_from_a_refusal_no_later_turn_waits() {
     events_buy_room(&session);
 }
 
+/// The target length each summariser call of `session` asked for.
+fn summary_targets(session: &Taken) -> Vec<usize> {
+    session
+        .summarised
+        .iter()
+        .filter_map(|body| {
+            let (_, after) = body.split_once("Target length: about ")?;
+            after.split(' ').next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// A checkpoint gets the room a model can write one in: every summariser call of the
+/// session asks for at least 2,000 tokens, whatever little of the target the event's
+/// plan had left beside what it kept (a preparation aims below its event's fill, which
+/// in a window this small left about 60). Window learned from the first refusal, as in
+/// issue 40's 30k session.
+#[tokio::test]
+async fn with_the_window_learned_a_checkpoint_is_asked_for_in_two_thousand_tokens() {
+    let session = session(LEARNED).await;
+    let targets = summary_targets(&session);
+    assert!(!targets.is_empty(), "no summariser call");
+    assert_eq!(targets.len(), session.summaries, "{targets:?}");
+    assert!(targets.iter().all(|&t| t >= 2_000), "{targets:?}");
+}
+
+/// What the summariser reads of a conversation resumed from an earlier event's
+/// checkpoint is the client's own text: the outputs that event pruned reach it whole (the
+/// client sends them whole), not as their one-line stubs.
+#[tokio::test]
+async fn the_summariser_is_shown_the_clients_text_not_an_earlier_events_stubs() {
+    let session = session(&configured("mock-agent-model")).await;
+    assert!(session.summaries >= 2, "{} summaries", session.summaries);
+    for body in &session.summarised {
+        assert!(!body.contains("pruned by compaction"), "{body}");
+    }
+}
+
 /// Turn `n` of a tool session without prose: the ask, one command, and its output of
 /// `lines` lines (150: about 3,000 tokens, 15% of the window), all of it prunable once
 /// the turn is past.

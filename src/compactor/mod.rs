@@ -14,6 +14,7 @@
 //! place too ([`Anew`]), for every caller.
 
 mod checkpoint;
+mod restore;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -354,6 +355,23 @@ fn fresh(
     Some(checkpoint)
 }
 
+/// The turns a summary of a conversation resumed from a checkpoint replaces, in the
+/// client's own text where an earlier event shortened them ([`restore`]); `None` when it
+/// was not resumed, is summarised anew from the client's messages already, or nothing in
+/// them was shortened.
+fn resumed_whole(
+    order: &Order<'_>,
+    anew: bool,
+    plan: &engine::Plan,
+    caller: &Caller<'_>,
+    base: &Base,
+) -> Option<Vec<Message>> {
+    order.keys.as_ref()?.resumed?;
+    let original = order.original.as_ref().filter(|_| !anew)?;
+    let counter = engine::Counter::for_request(&base.view);
+    restore::client_text(plan.turns(), original, caller.dialect, &counter)
+}
+
 impl Compactor<'_> {
     /// Plans (the client's own messages, when the base was resumed from a stand-in digest
     /// and needs a summary: see [`Anew`]), asks the summariser for the middle when the
@@ -397,6 +415,10 @@ impl Compactor<'_> {
                 let mut middle = Middle::of_plan(&plan, &options);
                 let carried = anew.as_ref().map(|(_, digest)| digest.as_str());
                 middle.previous = middle.previous.or(carried);
+                let restored = resumed_whole(&order, anew.is_some(), &plan, caller, &base);
+                if let Some(turns) = &restored {
+                    middle.turns = turns;
+                }
                 let summary = self.llm_summary(&middle, caller, order.window).await;
                 summariser_failed = summary.is_none() && self.summarizer.is_some();
                 summary

@@ -33,6 +33,7 @@ mod media;
 pub use media::{cap_media, count_media};
 mod merge;
 pub mod message;
+mod output_facts;
 mod placeholders;
 mod pretoken;
 mod prune;

@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::calls::{index_calls, result_info, CallInfo};
 use super::errors::error_line;
 use super::message::{clip, Message, Role};
+use super::output_facts::output_facts;
 use super::placeholders::{DUPLICATE_PREFIX, PRUNED_ERROR, PRUNED_PREFIX};
 use super::summary::has_marker;
 use super::tokens::Counter;
@@ -324,13 +325,20 @@ fn later_copies(messages: &[Message], min_chars: usize) -> HashMap<usize, usize>
 }
 
 /// One line that keeps what a later turn may need from an output: which call, how big,
-/// and the line that says what failed, if anything did. Its size in lines only: every
+/// the files it wrote or reported, its quantities and identifiers (a few, see
+/// [`output_facts`]), and the line that says what failed, if anything did. Its size in lines only: every
 /// pruned output stays in the prompt for the rest of the session, and what the stubs add
 /// up to decides how soon an event can no longer stop after the last one's and must
 /// rewrite older history (a character count beside the lines said nothing more).
 pub fn describe_output(label: &str, text: &str) -> String {
     let lines = text.bytes().filter(|&b| b == b'\n').count() + usize::from(!text.ends_with('\n'));
     let mut line = format!("{PRUNED_PREFIX}{label} pruned by compaction: {lines} lines");
+    // Before the error: a later reader takes everything after the error's mark as the
+    // error line ([`error_line`]).
+    if let Some(facts) = output_facts(text) {
+        line.push_str("; ");
+        line.push_str(&facts);
+    }
     if let Some(err) = error_line(text) {
         line.push_str(PRUNED_ERROR);
         line.push_str(&err);
@@ -584,6 +592,47 @@ mod tests {
         ]));
         let pruner = Pruner::new(&fresh, &opts, &c);
         assert!(pruner.since_pruned(&fresh, 0..3, 1, |_| false).is_none());
+    }
+
+    /// A pruned output's stub keeps the facts a later turn may ask for, with its error
+    /// line after them, where a later request's reader finds the error alone.
+    #[test]
+    fn a_stub_keeps_the_outputs_facts_and_its_error_line() {
+        let noise = "building target 12 of many, nothing to report here\n".repeat(30);
+        for (facts, error) in [
+            (
+                "HTML coverage report saved at reports/html/index.html",
+                "fatal: unable to access remote: the requested URL returned error: 403",
+            ),
+            (
+                "Stored the dataset snapshot under /srv/snap/2026-q3.tar.zst",
+                "FAILED tests/test_io.py::test_roundtrip - OSError: disk quota exceeded",
+            ),
+            (
+                "compile finished in 12.8s, binary at out/bin/agentd",
+                "error: linker `cc` not found",
+            ),
+            (
+                "pushed commit 9e01f3ab2 to the review branch",
+                "npm ERR! missing script: lint-staged",
+            ),
+        ] {
+            let text = format!("{noise}{facts}\n{noise}{error}\n{noise}");
+            let stub = describe_output("bash command=make", &text);
+            assert_eq!(error_line(&stub).as_deref(), Some(error), "{stub}");
+            let kept = stub.split(PRUNED_ERROR).next().unwrap_or_default();
+            let fact = facts
+                .split_whitespace()
+                .find(|w| w.contains('/') || w.contains("12.8s") || w.starts_with("9e01"))
+                .unwrap_or_default()
+                .trim_end_matches(',');
+            assert!(kept.contains(fact), "{fact}: {stub}");
+        }
+        // An output with nothing to keep keeps its line as before.
+        assert_eq!(
+            describe_output("read_file path=a.txt", &noise),
+            "[output of read_file path=a.txt pruned by compaction: 30 lines]"
+        );
     }
 
     #[test]

@@ -18,8 +18,8 @@ use serde_json::Value;
 
 use super::chunk::MIN_INPUT;
 use super::{
-    check_answer, chunk_turns, first_chunk_limit, focus, min_tokens, summary_budget, AnswerProblem,
-    AnswerStream, ChunkRoom, ClientFocus, Expect, SummaryRequest,
+    check_answer, chunk_turns, first_chunk_limit, focus, min_tokens, summary_budget, summary_floor,
+    AnswerProblem, AnswerStream, ChunkRoom, ClientFocus, Expect, SummaryRequest,
 };
 use crate::body;
 use crate::cause::{BoxError, Chain};
@@ -87,9 +87,9 @@ pub struct Middle<'a> {
     pub previous: Option<&'a str>,
     /// What comes after them, where the focus is read from.
     pub after: &'a [Message],
-    /// The most tokens the summary may take: what is left of the target beside what is
-    /// kept (asking for more would pay for text that is thrown away); none when the
-    /// summary stands for a whole history and nothing is kept beside it.
+    /// The most tokens the summary may take above the floor ([`super::summary_floor`]):
+    /// what is left of the target beside what is kept; none when the summary stands for a
+    /// whole history and nothing is kept beside it.
     pub budget_cap: Limit,
     /// The window of the request, for the summary's share of it; `None`: not known, and
     /// the summariser's own window bounds the share alone.
@@ -258,7 +258,15 @@ impl Summarizer {
         let share_of = middle
             .context_window
             .map_or(window, |w| window.min(w.usize()));
-        let budget = middle.budget_cap.clamp(summary_budget(content, share_of));
+        // What is left of the target beside what the plan keeps bounds the summary, but
+        // never below the floor a model can write a checkpoint in: a preparation aims
+        // below its event's fill, and in a 30k window that left 64 tokens for 15k of turns
+        // (issue 40). A longer summary than the plan made room for folds the oldest kept
+        // turns into it, where the request is over its target.
+        let budget = middle
+            .budget_cap
+            .clamp(summary_budget(content, share_of))
+            .max(summary_floor(share_of));
         let Some((prompt, limit)) = room.plan(budget, &counter) else {
             ledger.metrics.summarizer_skipped();
             return Err(Failure::NoRoom(window));

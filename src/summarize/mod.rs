@@ -49,8 +49,12 @@ use crate::redact::redact;
 /// The summary aims at this share, in percent, of the tokens it replaces: enough for exact
 /// paths, commands and errors, small enough that compaction still frees most of the space.
 pub const SUMMARY_RATIO_PERCENT: usize = 20;
-/// However little is summarised, the template's sections need room to say something useful.
-pub const SUMMARY_FLOOR: usize = 1000;
+/// However little is summarised, a model needs this much to write a checkpoint whose
+/// sections say something (Hermes Agent's compressor asks for 2,000 at least too).
+pub const SUMMARY_FLOOR: usize = 2000;
+/// Below this window the floor is a tenth of it instead: a 2k-token local model has no
+/// room for a 2,000-token answer.
+const SMALL_WINDOW: usize = 20_000;
 /// Beyond this a summary stops paying for itself: it is read on every later turn.
 pub const SUMMARY_CEILING: usize = 12_000;
 /// Nor may it take more than a tenth of the window it has to fit in.
@@ -81,13 +85,22 @@ pub fn focus(client: Option<&ClientFocus>, after: &[Message]) -> Option<String> 
 }
 
 /// Token budget for a summary of `content_tokens`, for a model with a `window`-token context:
-/// 20% of the content, at least 1,000, at most min(12,000, window / 10). The ceiling wins over
-/// the floor on small windows.
+/// 20% of the content, at most min(12,000, window / 10), at least [`summary_floor`].
 pub fn summary_budget(content_tokens: usize, window: usize) -> usize {
     let ceiling = SUMMARY_CEILING.min(window / SUMMARY_WINDOW_DIVISOR);
     (content_tokens / 100 * SUMMARY_RATIO_PERCENT)
-        .max(SUMMARY_FLOOR)
         .min(ceiling)
+        .max(summary_floor(window))
+}
+
+/// The least a summary is asked for in a `window`-token context: [`SUMMARY_FLOOR`], or a
+/// tenth of a window smaller than [`SMALL_WINDOW`].
+pub fn summary_floor(window: usize) -> usize {
+    if window < SMALL_WINDOW {
+        window / SUMMARY_WINDOW_DIVISOR
+    } else {
+        SUMMARY_FLOOR
+    }
 }
 
 /// What the user is working on now, from the latest user messages of `messages` (usually the
@@ -132,6 +145,10 @@ pub(crate) mod tests {
         assert_eq!(summary_budget(100_000, 32_000), 3200);
         assert_eq!(summary_budget(100_000, 8000), 800);
         assert_eq!(summary_budget(0, 0), 0);
+        // Issue 40's 30k session: a few thousand tokens replaced still get the floor.
+        assert_eq!(summary_budget(4_000, 30_000), 2000);
+        assert_eq!(summary_budget(4_000, 19_999), 1999);
+        assert_eq!(summary_budget(4_000, 2048), 204);
     }
 
     #[test]

@@ -1,0 +1,638 @@
+//! The facts a pruned tool output's stub keeps beside its size and its error line: the
+//! files it says it wrote or reported, quantities with their units, and identifiers.
+//!
+//! A stub stays in every later prompt, and outputs that produce an artefact report it
+//! once, in a line a later turn needs whole ("JUnit report written to
+//! build/reports/junit.xml", "Saved the checkpoint to ckpt/epoch_3.pt"); an event that
+//! prunes the output drops it even where nothing is summarised. So a few of them ride on
+//! the stub, within [`MAX_CHARS`]: the stubs of a session add up (see
+//! [`super::prune::describe_output`]), and a few dozen tokens are what a pruned turn can
+//! spare. Each fact is read from its line after that line's secrets are masked: a fact is
+//! a piece of a line, and a piece of a key is a leak the whole key's mask cannot catch.
+
+use std::borrow::Cow;
+
+use crate::redact::redact;
+
+use super::message::clip;
+use super::scan::{announces_file, paths};
+
+/// Most characters the facts of one stub take (about 40 tokens).
+const MAX_CHARS: usize = 150;
+/// Most files, quantities and identifiers kept; the budget usually binds first.
+const MAX_FILES: usize = 2;
+const MAX_NUMBERS: usize = 3;
+const MAX_IDS: usize = 2;
+/// Characters of a line read for facts: a minified blob of one line says none.
+const LINE_CHARS: usize = 1000;
+/// Longest identifier kept: longer ones are digests of data, not names.
+const MAX_ID: usize = 40;
+
+/// Words besides the writing verbs the digest knows ([`announces_file`]) that say a line's
+/// path is a product of the run: "Writing output to", "dumped to", "-> dist/app.js".
+const PRODUCT_WORDS: &[&str] = &[
+    "writing",
+    "saving",
+    "dumped",
+    "emitted",
+    "published",
+    "uploaded",
+    "->",
+    "=>",
+    "copied to",
+    "moved to",
+    "logged to",
+];
+
+/// Units a quantity is a fact with: time, size, rate, share, and what outputs count.
+const UNITS: &[&str] = &[
+    "ns",
+    "us",
+    "µs",
+    "ms",
+    "s",
+    "sec",
+    "secs",
+    "second",
+    "seconds",
+    "min",
+    "mins",
+    "minute",
+    "minutes",
+    "h",
+    "hr",
+    "hrs",
+    "hour",
+    "hours",
+    "day",
+    "days",
+    "b",
+    "kb",
+    "mb",
+    "gb",
+    "tb",
+    "kib",
+    "mib",
+    "gib",
+    "tib",
+    "byte",
+    "bytes",
+    "%",
+    "rps",
+    "qps",
+    "req/s",
+    "/s",
+    "/min",
+    "/h",
+    "/sec",
+    "tokens",
+    "rows",
+    "lines",
+    "files",
+    "tests",
+    "passed",
+    "failed",
+    "errors",
+    "warnings",
+    "skipped",
+    "requests",
+    "items",
+    "records",
+    "epochs",
+    "steps",
+    "iterations",
+    "retries",
+    "attempts",
+    "workers",
+    "threads",
+    "cores",
+    "nodes",
+    "replicas",
+    "connections",
+    "chars",
+    "characters",
+    "pages",
+    "commits",
+    "packages",
+    "hz",
+    "mhz",
+    "ghz",
+    "x",
+];
+
+/// Words after which a bare number is a limit or a status: "limit 500", "exit code 137".
+const LIMIT_WORDS: &[&str] = &[
+    "limit",
+    "max",
+    "maximum",
+    "min",
+    "minimum",
+    "timeout",
+    "quota",
+    "cap",
+    "threshold",
+    "budget",
+    "code",
+    "status",
+    "port",
+    "pid",
+];
+
+/// Words that say the word after them names something: "commit 3f9a2c1", "job: 48213".
+const ID_WORDS: &[&str] = &[
+    "id",
+    "commit",
+    "sha",
+    "job",
+    "run",
+    "build",
+    "request",
+    "trace",
+    "session",
+    "ticket",
+    "issue",
+    "pr",
+    "order",
+    "container",
+    "image",
+    "digest",
+    "uuid",
+    "revision",
+    "version",
+    "tag",
+    "task",
+    "deployment",
+    "release",
+];
+
+/// Words that mark a line as a summary of the run: its quantities outrank those of the
+/// lines it sums up (a test's time against the suite's).
+const SUMMARY_WORDS: &[&str] = &[
+    "total",
+    "passed",
+    "failed",
+    "elapsed",
+    "finished",
+    "took",
+    "peak",
+    "used",
+    "limit",
+    "summary",
+    "result",
+    "done",
+    "completed",
+    "size",
+];
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    File,
+    Number,
+    Id,
+}
+
+/// A fact found on a line: how much it says (higher first, then the later line), where,
+/// and the line it is read from again once masked.
+struct Found {
+    rank: u8,
+    line: usize,
+    kind: Kind,
+    text: String,
+    source: String,
+}
+
+/// The facts of an output as one clause for its stub (`files: build/junit.xml; 80 passed,
+/// took 0.52s; id 3f9a2c1`), `None` when it holds none.
+pub fn output_facts(text: &str) -> Option<String> {
+    let mut kept: Vec<Found> = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = clip(raw.trim(), LINE_CHARS);
+        if !line
+            .bytes()
+            .any(|b| b.is_ascii_digit() || b == b'/' || b == b'.')
+        {
+            continue;
+        }
+        for found in line_facts(line, n) {
+            keep(&mut kept, found);
+        }
+    }
+    compose(kept)
+}
+
+/// The facts of one line, unmasked yet.
+fn line_facts(line: &str, n: usize) -> Vec<Found> {
+    let mut out = Vec::new();
+    let found = |kind, rank, text: String| Found {
+        rank,
+        line: n,
+        kind,
+        text,
+        source: line.to_owned(),
+    };
+    if announces_product(line) {
+        paths(line, |p| {
+            out.push(found(Kind::File, 1, p.to_owned()));
+            true
+        });
+    }
+    let words: Vec<&str> = line.split_whitespace().map(trim_word).collect();
+    let summary = words.iter().any(|w| is_one_of(w, SUMMARY_WORDS));
+    for i in 0..words.len() {
+        if let Some(q) = quantity(&words, i) {
+            out.push(found(Kind::Number, u8::from(summary), q));
+        } else if let Some((id, named)) = identifier(&words, i) {
+            out.push(found(Kind::Id, u8::from(named), id));
+        }
+    }
+    out
+}
+
+/// Whether a line says the file on it was made or reported by the run.
+fn announces_product(line: &str) -> bool {
+    if announces_file(line) {
+        return true;
+    }
+    let lower = line.to_ascii_lowercase();
+    PRODUCT_WORDS.iter().any(|w| lower.contains(w))
+}
+
+/// Keeps `found` among the best few of its kind: one fact of each shape (the same words
+/// with other digits: `took 12 ms` on every line of a test run says one thing, the latest
+/// of them), and past the kind's share the least telling (the earliest of the lowest
+/// rank) makes way.
+fn keep(kept: &mut Vec<Found>, found: Found) {
+    let shape = |f: &Found| -> String { f.text.chars().filter(|c| !c.is_ascii_digit()).collect() };
+    let found_shape = shape(&found);
+    if let Some(k) = kept
+        .iter_mut()
+        .find(|k| k.kind == found.kind && shape(k) == found_shape)
+    {
+        if k.text != found.text && (k.rank, k.line) <= (found.rank, found.line) {
+            *k = found;
+        }
+        return;
+    }
+    let most = match found.kind {
+        Kind::File => MAX_FILES,
+        Kind::Number => MAX_NUMBERS,
+        Kind::Id => MAX_IDS,
+    };
+    let same: Vec<usize> = (0..kept.len())
+        .filter(|&i| kept[i].kind == found.kind)
+        .collect();
+    if same.len() < most {
+        kept.push(found);
+        return;
+    }
+    let weakest = same
+        .into_iter()
+        .min_by_key(|&i| (kept[i].rank, kept[i].line));
+    if let Some(i) = weakest.filter(|&i| (kept[i].rank, kept[i].line) <= (found.rank, found.line)) {
+        kept[i] = found;
+    }
+}
+
+/// The clause the kept facts make, files first, each kind in the order of its lines,
+/// within [`MAX_CHARS`]. A fact its masked line no longer holds is dropped.
+fn compose(mut kept: Vec<Found>) -> Option<String> {
+    kept.sort_by_key(|f| (f.kind, f.line));
+    let mut parts: Vec<(Kind, String)> = Vec::new();
+    let mut used = 0;
+    for f in kept {
+        if !survives_masking(&f) {
+            continue;
+        }
+        let cost = f.text.len() + 2;
+        if used + cost > MAX_CHARS {
+            continue;
+        }
+        used += cost;
+        parts.push((f.kind, f.text));
+    }
+    let group = |kind: Kind, label: &str| {
+        let texts: Vec<&str> = parts
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, t)| t.as_str())
+            .collect();
+        (!texts.is_empty()).then(|| format!("{label}{}", texts.join(", ")))
+    };
+    let clauses: Vec<String> = [
+        group(Kind::File, "files: "),
+        group(Kind::Number, ""),
+        group(Kind::Id, "ids: "),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!clauses.is_empty()).then(|| clauses.join("; "))
+}
+
+/// Whether `f` is still read from its line once the line's secrets are masked.
+fn survives_masking(f: &Found) -> bool {
+    match redact(&f.source) {
+        Cow::Borrowed(_) => true,
+        Cow::Owned(masked) => line_facts(&masked, f.line)
+            .iter()
+            .any(|g| g.kind == f.kind && g.text == f.text),
+    }
+}
+
+/// A word without the punctuation around it in prose: `(took`, `0.52s)`, `junit.xml.`
+fn trim_word(word: &str) -> &str {
+    word.trim_matches(|c: char| matches!(c, '(' | ')' | '[' | ']' | ',' | ';' | '"' | '\'' | '`'))
+        .trim_end_matches(['.', ':'])
+}
+
+fn is_one_of(word: &str, list: &[&str]) -> bool {
+    list.iter().any(|w| w.eq_ignore_ascii_case(word))
+}
+
+/// The quantity word `i` starts, with the word that names it: `took 0.52s`, `14 MiB`,
+/// `limit 500`, `60 requests/minute`. `None` for a bare number, a version or a date.
+fn quantity(words: &[&str], i: usize) -> Option<String> {
+    let word = words[i];
+    if let Some((key, value)) = word.split_once('=') {
+        return limit_setting(key, value).then(|| word.to_owned());
+    }
+    let digits = number_len(word)?;
+    let (number, unit) = word.split_at(digits);
+    let before = i.checked_sub(1).map(|b| words[b]);
+    let limit = before.filter(|b| is_one_of(b.trim_end_matches(['=', ':']), LIMIT_WORDS));
+    let joined_unit = !unit.is_empty() && is_unit(unit);
+    let next_unit = unit.is_empty() && words.get(i + 1).is_some_and(|u| is_unit(u));
+    if !joined_unit && !next_unit && limit.is_none() {
+        return None;
+    }
+    if !unit.is_empty() && !joined_unit {
+        return None;
+    }
+    let mut q = String::new();
+    if let Some(b) = before.filter(|b| b.chars().all(char::is_alphabetic) && !is_unit(b)) {
+        q.push_str(b);
+        q.push(' ');
+    } else if let Some(l) = limit {
+        q.push_str(l);
+        q.push(' ');
+    }
+    q.push_str(number);
+    q.push_str(unit);
+    if next_unit {
+        q.push(' ');
+        q.push_str(words[i + 1]);
+    }
+    Some(q)
+}
+
+/// Whether `key=value` sets a limit to a quantity: `max_retries=5`, `timeout=30s`.
+fn limit_setting(key: &str, value: &str) -> bool {
+    let limit_key = key
+        .split(['_', '-', '.'])
+        .any(|part| is_one_of(part, LIMIT_WORDS) || is_one_of(part, &["retries", "rate"]));
+    let number = number_len(value).is_some_and(|n| n == value.len() || is_unit(&value[n..]));
+    limit_key && number
+}
+
+/// Bytes of the number `word` starts with (`1,234.5`), `None` when it starts with none.
+fn number_len(word: &str) -> Option<usize> {
+    let b = word.as_bytes();
+    if !b.first()?.is_ascii_digit() {
+        return None;
+    }
+    let mut end = 0;
+    while end < b.len()
+        && (b[end].is_ascii_digit()
+            || (matches!(b[end], b',' | b'.' | b'_')
+                && b.get(end + 1).is_some_and(u8::is_ascii_digit)))
+    {
+        end += 1;
+    }
+    Some(end)
+}
+
+/// Whether `word` is a unit, or a rate of one (`requests/minute`, `MB/s`).
+fn is_unit(word: &str) -> bool {
+    let w = word.trim_end_matches(['.', ',']);
+    if is_one_of(w, UNITS) {
+        return true;
+    }
+    match w.split_once('/') {
+        Some((a, b)) => (a.is_empty() || is_one_of(a, UNITS)) && !b.is_empty() && is_per(b),
+        None => false,
+    }
+}
+
+/// The unit after a `/` of a rate: a time, or a count's own unit.
+fn is_per(word: &str) -> bool {
+    is_one_of(word, UNITS) || is_one_of(word, &["minute", "hour", "second", "day", "request"])
+}
+
+/// The identifier word `i` is, and whether a word names it as one: a UUID, a commit-like
+/// hash, a ticket key (`PROJ-1234`), or a word with a digit after an id word (`job 48213`,
+/// `request_id=req_8f2a91`).
+fn identifier(words: &[&str], i: usize) -> Option<(String, bool)> {
+    let word = words[i];
+    if word.len() > MAX_ID || word.len() < 4 {
+        return None;
+    }
+    if let Some((key, value)) = word.split_once('=') {
+        let named = key.to_ascii_lowercase().ends_with("id");
+        return (named && value.len() >= 4 && has_digit(value) && is_id_text(value))
+            .then(|| (word.to_owned(), true));
+    }
+    let after_id_word = i
+        .checked_sub(1)
+        .is_some_and(|b| is_one_of(words[b].trim_start_matches('#'), ID_WORDS));
+    let bare = word.trim_start_matches('#');
+    let named = after_id_word && has_digit(bare) && is_id_text(bare);
+    let shaped = is_hash(bare) || is_uuid(bare) || is_ticket(bare);
+    (shaped || named).then(|| (word.to_owned(), named))
+}
+
+fn has_digit(word: &str) -> bool {
+    word.bytes().any(|b| b.is_ascii_digit())
+}
+
+fn is_id_text(word: &str) -> bool {
+    word.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
+
+/// A commit or content hash: 7 to 40 hex digits, letters and digits both.
+fn is_hash(word: &str) -> bool {
+    (7..=MAX_ID).contains(&word.len())
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        && has_digit(word)
+        && word.bytes().any(|b| b.is_ascii_alphabetic())
+}
+
+fn is_uuid(word: &str) -> bool {
+    let groups: Vec<usize> = word.split('-').map(str::len).collect();
+    groups == [8, 4, 4, 4, 12] && word.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+/// `PROJ-1234`, `INC-20931`: capitals, a hyphen, three digits or more.
+fn is_ticket(word: &str) -> bool {
+    word.split_once('-').is_some_and(|(key, n)| {
+        key.len() >= 2
+            && key.bytes().all(|b| b.is_ascii_uppercase())
+            && n.len() >= 3
+            && n.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `lines` of filler around `fact_line`, as a long output has them.
+    fn output(fact_line: &str) -> String {
+        let noise: String = (0..40)
+            .map(|i| format!("collecting item {i} of the suite\n"))
+            .collect();
+        format!("{noise}{fact_line}\n{noise}")
+    }
+
+    fn facts(fact_line: &str) -> String {
+        output_facts(&output(fact_line)).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_file_the_output_wrote_or_reported_is_kept_however_it_is_said() {
+        for (line, path) in [
+            (
+                "Coverage XML saved as artifacts/cov/coverage.xml",
+                "artifacts/cov/coverage.xml",
+            ),
+            (
+                "wrote 2048 bytes -> dist/bundle.min.js",
+                "dist/bundle.min.js",
+            ),
+            (
+                "Exported the embeddings to /data/emb/v3/vectors.npy",
+                "/data/emb/v3/vectors.npy",
+            ),
+            (
+                "[INFO] Writing model weights to runs/exp12/last.ckpt",
+                "runs/exp12/last.ckpt",
+            ),
+            (
+                "Trace file generated: perf/flame-2026.svg",
+                "perf/flame-2026.svg",
+            ),
+            (
+                "Dumped the schema into db/schema_dump.sql",
+                "db/schema_dump.sql",
+            ),
+        ] {
+            let kept = facts(line);
+            assert!(
+                kept.contains(&format!("files: {path}")),
+                "{line:?}: {kept:?}"
+            );
+        }
+        // A path merely read or listed is no product of the run.
+        assert_eq!(
+            output_facts(&output("reading config from conf/app.toml")),
+            None
+        );
+    }
+
+    #[test]
+    fn a_quantity_with_its_unit_or_a_limit_is_kept_with_its_name() {
+        for (line, quantity) in [
+            ("peak resident memory 734 MiB", "memory 734 MiB"),
+            ("Finished release build in 41.7s", "in 41.7s"),
+            (
+                "throttled: 120 requests/minute per key",
+                "120 requests/minute",
+            ),
+            (
+                "the batch importer loaded 52,310 rows",
+                "loaded 52,310 rows",
+            ),
+            ("process exited with code 137", "code 137"),
+            ("worker pool capped at max 16 threads", "max 16 threads"),
+            ("retry policy: max_retries=7 between calls", "max_retries=7"),
+            ("disk usage at 93.5% on /var", "at 93.5%"),
+        ] {
+            let kept = facts(line);
+            assert!(kept.contains(quantity), "{line:?}: {kept:?}");
+        }
+        // Versions, dates and bare counts are not quantities.
+        for line in [
+            "upgraded serde to 1.0.210",
+            "on 2026-11-22 at 10:31",
+            "step 3 of 9",
+        ] {
+            assert_eq!(output_facts(&output(line)), None, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn identifiers_are_kept_by_their_shape_or_the_word_naming_them() {
+        for (line, id) in [
+            (
+                "[main 4be91c07] fix the off-by-one in the pager",
+                "4be91c07",
+            ),
+            ("Queued as job 88213, poll for status", "88213"),
+            (
+                "request_id=rq_5Zt81a returned 502 upstream",
+                "request_id=rq_5Zt81a",
+            ),
+            ("Linked to OPS-4471 for follow-up", "OPS-4471"),
+            ("container 3c5e0d9f1a2b started", "3c5e0d9f1a2b"),
+            (
+                "created volume 0f8fad5b-d9cb-469f-a165-70867728950e",
+                "0f8fad5b-d9cb-469f-a165-70867728950e",
+            ),
+        ] {
+            let kept = facts(line);
+            assert!(kept.contains(id), "{line:?}: {kept:?}");
+        }
+    }
+
+    #[test]
+    fn a_summary_line_outranks_the_lines_it_sums_up() {
+        let per_test: String = (0..60)
+            .map(|i| format!("test parser::case_{i} ... ok <{i} ms>\n"))
+            .collect();
+        let text = format!("{per_test}Summary: 58 passed, 2 failed, elapsed 9.4 s\n");
+        let kept = output_facts(&text).unwrap_or_default();
+        assert!(
+            kept.contains("58 passed") && kept.contains("2 failed"),
+            "{kept}"
+        );
+        assert!(kept.contains("elapsed 9.4 s"), "{kept}");
+        assert!(!kept.contains("case_"), "{kept}");
+    }
+
+    #[test]
+    fn the_facts_stay_within_their_budget() {
+        let text: String = (0..500)
+            .map(|i| {
+                format!("Saved shard {i} to /mnt/output/shards/part-{i:05}.parquet ({i} MiB) id={i:08x}aa{i}\n")
+            })
+            .collect();
+        let kept = output_facts(&text).unwrap_or_default();
+        assert!(!kept.is_empty());
+        assert!(kept.len() <= MAX_CHARS + 20, "{} chars: {kept}", kept.len());
+        // The latest files outrank the first ones.
+        assert!(kept.contains("part-00499.parquet"), "{kept}");
+    }
+
+    #[test]
+    fn a_fact_is_read_from_its_line_masked() {
+        let kept = facts("Uploaded to s3://bkt/run.tar with AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY");
+        assert!(!kept.contains("wJalrXUtn"), "{kept}");
+        assert!(!kept.contains("K7MDENG"), "{kept}");
+        // An id word before a secret's value keeps no piece of it.
+        let kept = facts("session token ghp_R4nd0mT0k3nV4lu3xyzABCDEF123456 expires 3600 s");
+        assert!(!kept.contains("ghp_"), "{kept}");
+        assert!(!kept.contains("R4nd0m"), "{kept}");
+    }
+}
