@@ -243,8 +243,20 @@ async fn alternate(
     history: &mut Vec<Value>,
     turns: std::ops::Range<usize>,
 ) -> Vec<String> {
+    alternate_every(replicas, mock, history, turns, Duration::ZERO).await
+}
+
+/// [`alternate`], each turn sent `gap` after the answer to the one before.
+async fn alternate_every(
+    replicas: &[Proxy; 2],
+    mock: &Mock,
+    history: &mut Vec<Value>,
+    turns: std::ops::Range<usize>,
+    gap: Duration,
+) -> Vec<String> {
     let mut headers = Vec::new();
     for n in turns {
+        tokio::time::sleep(gap).await;
         history.push(ask(n));
         let proxy = &replicas[n % 2];
         let (status, x) = send(proxy, "Bearer fleet-client", 200, &request(history)).await;
@@ -317,6 +329,41 @@ async fn a_conversation_compacted_on_one_replica_resumes_on_the_other() {
         used += line.rsplit(' ').next().unwrap().parse::<u32>().unwrap();
     }
     assert!(used >= 2, "{used} prepared compactions used: {headers:#?}");
+}
+
+/// A fast tool loop: turns 50 ms apart, alternating between replicas, so that a turn
+/// reaches one replica while the summary its conversation needs is still being made on
+/// the other (the mock's summariser takes 200 ms). The turn joins that call or takes its
+/// result: one summariser call per compaction event, as with turns far apart.
+#[tokio::test]
+async fn a_fast_tool_loop_across_replicas_pays_one_summary_per_event() {
+    let Some(redis) = Redis::start() else { return };
+    let mock = Mock::start().await;
+    let replicas = replicas(&mock, &redis, "fast", Some(WINDOW));
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let gap = Duration::from_millis(50);
+    let headers = alternate_every(&replicas, &mock, &mut history, 0..45, gap).await;
+
+    let events = headers.iter().filter(|x| x.contains("summary=llm")).count();
+    assert!(events >= 2, "{headers:#?}");
+    let logs = || format!("A:\n{}\nB:\n{}", replicas[0].logs(), replicas[1].logs());
+    assert_eq!(
+        mock.summaries().len(),
+        events,
+        "summariser calls for {events} events: {headers:#?}\n{}",
+        logs()
+    );
+    assert!(
+        !headers.iter().any(|x| x.contains("fallback")),
+        "{headers:#?}"
+    );
+    // What was prepared was used: at most one preparation, overtaken by the session's
+    // end, is left.
+    let mut wasted = 0;
+    for proxy in &replicas {
+        wasted += metric(proxy, "compaction_proxy_prepared_total{fate=\"wasted\"}").await;
+    }
+    assert!(wasted <= 1, "{wasted} prepared compactions wasted: {headers:#?}\n{}", logs());
 }
 
 #[tokio::test]
