@@ -382,6 +382,12 @@ async fn a_fast_tool_loop_across_replicas_pays_one_summary_per_event() {
 
     let logs = || format!("A:\n{}\nB:\n{}", replicas[0].logs(), replicas[1].logs());
     let calls = mock.summaries().len();
+    let fates = [
+        prepared(&replicas, "made").await,
+        prepared(&replicas, "used").await,
+        prepared(&replicas, "wasted").await,
+    ];
+    eprintln!("2 events; summariser calls: {calls}; prepared made, used, wasted: {fates:?}");
     assert_eq!(
         calls,
         2,
@@ -395,11 +401,6 @@ async fn a_fast_tool_loop_across_replicas_pays_one_summary_per_event() {
             .all(|x| x.contains("summary=llm")),
         "{headers:#?}"
     );
-    let fates = [
-        prepared(&replicas, "made").await,
-        prepared(&replicas, "used").await,
-        prepared(&replicas, "wasted").await,
-    ];
     assert_eq!(
         fates,
         [2, 2, 0],
@@ -426,7 +427,7 @@ async fn a_preparation_an_event_went_without_is_not_made_again_on_the_other_repl
     tokio::time::sleep(Duration::from_secs(12)).await;
     let logs = || format!("A:\n{}\nB:\n{}", replicas[0].logs(), replicas[1].logs());
     let calls = mock.summaries().len();
-    eprintln!("1 event, its preparation abandoned: {calls} summariser calls");
+    eprintln!("1 event, its preparation abandoned; summariser calls: {calls}");
     assert_eq!(calls, 1, "{headers:#?}\n{}", logs());
     assert_eq!(prepared(&replicas, "used").await, 0);
     assert!(prepared(&replicas, "wasted").await <= 1);
