@@ -27,7 +27,8 @@ use crate::units::Ours;
 
 impl Attempt<'_> {
     /// Starts the background compaction of this request towards `goal`, unless the
-    /// conversation has one prepared or running, or every preparation slot is busy.
+    /// conversation's stage has one prepared or running, here or on another replica, or
+    /// every preparation slot is busy.
     pub(super) fn prepare(&mut self, goal: Goal) {
         let Some((prepared, at)) = self.preparation() else {
             return;
@@ -107,8 +108,7 @@ impl Attempt<'_> {
         };
         let (partition, stage, hashes) = (at.partition, at.stage, at.prefixes.to_vec());
         let local = prepared.take(&at).await;
-        // A preparation of this replica's may be behind: made for an event that another
-        // replica had, whose checkpoint this request is resumed from.
+        // One that would take the request no further than its checkpoint is of no use.
         let local = match local {
             Some(found) if self.behind(&found.checkpoint) => {
                 prepared.unused(&found);
@@ -118,7 +118,7 @@ impl Attempt<'_> {
         };
         let found = match local {
             Some(found) => found,
-            // None here: another replica may have prepared this conversation's event.
+            // None here: another replica may have prepared this stage's event.
             None => match self.prepared_elsewhere(stage, &hashes).await {
                 Some(checkpoint) => Found::elsewhere(Arc::new(checkpoint)),
                 None => return false,
