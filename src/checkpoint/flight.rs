@@ -346,6 +346,85 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::checkpoint::seal::Sealer;
+    use crate::checkpoint::store::{Backend, StoreFuture};
+
+    /// Leases as a shared store keeps them, in memory: a claim's holder, or a result.
+    #[derive(Default)]
+    struct Leases(Mutex<HashMap<u128, Result<Vec<u8>, u128>>>);
+
+    impl LeaseStore for Leases {
+        fn claim(&self, flight: u128, holder: u128, _lease: Duration) -> StoreFuture<'_, bool> {
+            let mut leases = self.0.lock().unwrap();
+            let claimed = *leases.entry(flight).or_insert(Err(holder)) == Err(holder);
+            Box::pin(async move { Ok(claimed) })
+        }
+
+        fn settle(
+            &self,
+            flight: u128,
+            _holder: u128,
+            result: Vec<u8>,
+            _keep: Duration,
+        ) -> StoreFuture<'_, ()> {
+            self.0.lock().unwrap().insert(flight, Ok(result));
+            Box::pin(async { Ok(()) })
+        }
+
+        fn peek(&self, flight: u128) -> StoreFuture<'_, Peek> {
+            let peek = match self.0.lock().unwrap().get(&flight) {
+                Some(Ok(result)) => Peek::Done(result.clone()),
+                Some(Err(_)) => Peek::Running,
+                None => Peek::Free,
+            };
+            Box::pin(async move { Ok(peek) })
+        }
+
+        fn clear_leases(&self) -> StoreFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    const NUMBER: Sharing<u32> = Sharing {
+        label: "number",
+        encode: |n| n.to_le_bytes().to_vec(),
+        decode: |bytes| Ok(u32::from_le_bytes(bytes.try_into().unwrap_or_default())),
+        keep: Duration::from_secs(60),
+    };
+
+    /// Work that no request waits on is made by one process; another that comes for it
+    /// while it runs leaves it to that one, without waiting, and takes its result after.
+    #[tokio::test]
+    async fn work_under_way_in_another_process_is_left_to_it_and_taken_once_made() {
+        let (leases, guard) = (
+            Leases::default(),
+            Guard::new(Backend::Redis, Duration::from_secs(1)),
+        );
+        let seal = Sealer::new(None).seal_credential(b"sk-1");
+        let process = |holder| Across {
+            guard: &guard,
+            leases: &leases,
+            holder,
+            rest: AtRest::new(&seal, true),
+        };
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let first = once(process(1), 9, &NUMBER, || async {
+            released.await.unwrap();
+            7
+        });
+        let second = async {
+            tokio::task::yield_now().await;
+            let under_way = once(process(2), 9, &NUMBER, || async { 8 }).await;
+            assert!(matches!(under_way, Share::Elsewhere));
+            assert!(!ends_within(process(2), 9, Duration::from_millis(50)).await);
+            release.send(()).unwrap();
+        };
+        let (made, ()) = tokio::join!(first, second);
+        assert!(matches!(made, Share::Made(7)));
+        assert!(ends_within(process(2), 9, Duration::from_millis(50)).await);
+        let taken = once(process(2), 9, &NUMBER, || async { 8 }).await;
+        assert!(matches!(taken, Share::Taken(7)));
+    }
 
     #[tokio::test]
     async fn concurrent_callers_share_one_run() {
