@@ -418,7 +418,7 @@ async fn a_preparation_an_event_went_without_is_not_made_again_on_the_other_repl
     let Some(redis) = Redis::start() else { return };
     let mock = Mock::start().await;
     let replicas = replicas(&mock, &redis, "abandoned", Some(WINDOW));
-    let headers = tool_loop(&replicas, &mock, Duration::from_millis(50), 1500, 1).await;
+    let headers = tool_loop(&replicas, &mock, Duration::from_millis(50), 3000, 1).await;
     assert!(
         headers.last().unwrap().contains("summary=fallback"),
         "{headers:#?}"
