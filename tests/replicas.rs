@@ -1,6 +1,7 @@
 //! Replicas sharing one Redis: a conversation compacted on one resumes on the other with
 //! the same bytes and no new summary; the same summary needed by both at once is made
-//! once; a Redis that dies costs no turn (its outage is logged once and counted) and is
+//! once; a tool loop whose turns alternate between them 50 ms apart pays one summary per
+//! compaction event, prepared by one of them; a Redis that dies costs no turn (its outage is logged once and counted) and is
 //! used again once it is back; a window one replica learned is known to the other; a
 //! Redis behind TLS, with a certificate of the operator's own CA, is reached through
 //! `rediss://` and `cache.redis_ca_file`; what they share through Redis is sealed, so a

@@ -240,8 +240,7 @@ impl Prepared {
         self.current(&mut self.lock(), at).is_some()
     }
 
-    /// Where the preparation of the conversation's current stage is still running, if it
-    /// is.
+    /// Where the preparation of the conversation's current stage runs, while it does.
     pub fn in_progress(&self, at: &Conversation<'_>) -> Option<Underway> {
         let mut entries = self.lock();
         let key = self.current(&mut entries, at)?;
