@@ -1,11 +1,11 @@
 //! Replicas sharing one Redis: a conversation compacted on one resumes on the other with
 //! the same bytes and no new summary; the same summary needed by both at once is made
 //! once; a tool loop whose turns alternate between them 50 ms apart pays one summary per
-//! compaction event, prepared by one of them; a Redis that dies costs no turn (its outage is logged once and counted) and is
-//! used again once it is back; a window one replica learned is known to the other; a
-//! Redis behind TLS, with a certificate of the operator's own CA, is reached through
-//! `rediss://` and `cache.redis_ca_file`; what they share through Redis is sealed, so a
-//! dump of it holds none of the conversation's text.
+//! compaction event, prepared by one of them; a Redis that dies costs no turn (its outage
+//! is logged once and counted) and is used again once it is back; a window one replica
+//! learned is known to the other; a Redis behind TLS, with a certificate of the
+//! operator's own CA, is reached through `rediss://` and `cache.redis_ca_file`; what they
+//! share through Redis is sealed, so a dump of it holds none of the conversation's text.
 //!
 //! Each test starts its own `redis-server` (from `COMPACTION_PROXY_REDIS_SERVER`, else
 //! PATH; `scripts/setup-redis.sh` installs it) on a free loopback port, and is skipped
