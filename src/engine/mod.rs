@@ -36,6 +36,7 @@ pub mod message;
 mod placeholders;
 mod pretoken;
 mod prune;
+mod quantity;
 mod regions;
 mod roles;
 mod sanitize;

@@ -1,0 +1,247 @@
+//! Which numbers in free text are worth keeping: a quantity says what it counts (a unit,
+//! a rate) or bounds the work (a limit word before it). "Keep the retry budget under 30
+//! per minute", "the dump is 12 GiB", "no more than 8 workers" each hold one; "Python 3",
+//! "line 12" and "step 2" do not. A run of four digits or more (a count, an id) is kept
+//! whatever follows it, as before. Hand scanning, linear in the text, no regular
+//! expressions.
+
+/// How much a number says, least first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Amount {
+    /// Four digits or more with nothing to say what they count.
+    Count,
+    /// A number with its unit or rate: `12 GiB`, `250ms`, `30 requests per minute`.
+    Measure,
+    /// A number a limit word bounds: `at most 3`, `under 30 per minute`, `limit of 200`.
+    Limit,
+}
+
+/// Units read as a word of their own after a number (`12 GiB`, `30 rows`), or glued to
+/// it (`12GiB`), lowercase. Countable nouns count too: a number of rows or workers is
+/// a size someone may hold the work to.
+const UNITS: &str = concat!(
+    // time
+    "ns us µs ms msec millisecond milliseconds sec secs second seconds min mins ",
+    "minute minutes hr hrs hour hours day days week weeks month months year years ",
+    // data and rates
+    "b kb mb gb tb pb kib mib gib tib byte bytes bit bits kbps mbps gbps rps qps ",
+    "tps rpm hz khz mhz ghz fps ops % percent pct ",
+    // money and sizes on a screen or a scale
+    "usd eur gbp dollars euros cents px pt em rem dpi kg g km cm mm ",
+    // what work is counted in
+    "token tokens char chars character characters line lines row rows record ",
+    "records item items file files request requests req reqs call calls query ",
+    "queries connection connections conns thread threads worker workers process ",
+    "processes retry retries attempt attempts user users tenant tenants order ",
+    "orders event events message messages job jobs task tasks iteration iterations ",
+    "page pages entry entries batch batches core cores cpu cpus vcpu vcpus node ",
+    "nodes replica replicas instance instances pod pods shard shards partition ",
+    "partitions column columns test tests step steps epoch epochs sample samples ",
+    "document documents docs word words commit commits times concurrent parallel ",
+    "digits ",
+);
+
+/// Units only read glued to their number (`30s`, `5m`, `2h`, `10k`, `3x`): alone, these
+/// letters are words or variables.
+const GLUED_UNITS: &str = "s m h d k x w";
+
+/// Words after a number that make it a rate with the time word after them (`30 per
+/// minute`, `5 a second`, `100 every hour`).
+const RATE_WORDS: &str = "per a an each every";
+
+/// Time words of a rate.
+const RATE_TIMES: &str =
+    "second sec minute min hour day week month request call run user tenant batch";
+
+/// Words that, up to [`LIMIT_REACH`] words before a number, bound the work by it:
+/// "at most", "no more than", "a limit of", "capped at", "under", "≤".
+const LIMIT_WORDS: &str = concat!(
+    "most least than under below above beyond max maximum min minimum limit limits ",
+    "limited limiting cap caps capped capping exceed exceeds exceeding within ",
+    "budget threshold ceiling quota upto < <= ≤ > >= ≥ only over ",
+);
+
+/// How many words before a number a limit word may stand ("limit the pool to 8").
+const LIMIT_REACH: usize = 4;
+
+/// Number words that stand for a number with a unit or a limit ("thirty per minute",
+/// "at most two retries"). Not "one": "one of the tests" is no quantity.
+const NUMBER_WORDS: &str = concat!(
+    "two three four five six seven eight nine ten eleven twelve fifteen twenty ",
+    "thirty forty fifty sixty hundred thousand million billion dozen half ",
+);
+
+/// Whether `word` is one of the space-separated `words`.
+fn listed(words: &str, word: &str) -> bool {
+    !word.is_empty() && words.split(' ').any(|w| w == word)
+}
+
+/// The most telling amount in `text`, if any number in it says something.
+pub fn amount(text: &str) -> Option<Amount> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut best = None;
+    for i in 0..words.len() {
+        let found = amount_at(&words, i);
+        if found == Some(Amount::Limit) {
+            return found;
+        }
+        best = best.max(found);
+    }
+    best
+}
+
+/// The amount the word at `i` starts, if it is a number that says something.
+fn amount_at(words: &[&str], i: usize) -> Option<Amount> {
+    let word = words[i].trim_start_matches(['(', '~', '$', '≈', '[', '"', '\'']);
+    let word = word.trim_end_matches([',', '.', ';', ':', ')', ']', '"', '\'', '!', '?']);
+    let (digits, suffix) = split_number(word)?;
+    let measure = if suffix.is_empty() {
+        unit_follows(words, i)
+    } else {
+        is_unit(suffix, true) || unit_follows(words, i)
+    };
+    // A number word says something only with its unit: "at most two" alone is prose.
+    if limit_before(words, i) && (digits > 0 || measure) {
+        Some(Amount::Limit)
+    } else if measure {
+        Some(Amount::Measure)
+    } else {
+        (digits >= 4).then_some(Amount::Count)
+    }
+}
+
+/// A number's digits (0 for a number word) and what is glued after it (`ms`, `%`,
+/// `/min`); `None` when the word is no number. Versions, dates and times (`3.11.2`,
+/// `2024-05-01`, `12:30`) are none.
+fn split_number(word: &str) -> Option<(usize, &str)> {
+    let lower = word.to_ascii_lowercase();
+    if listed(NUMBER_WORDS, &lower) {
+        return Some((0, ""));
+    }
+    let b = word.as_bytes();
+    if !b.first().is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut digits = 0;
+    let mut dots = 0;
+    let mut end = 0;
+    while end < b.len() {
+        match b[end] {
+            c if c.is_ascii_digit() => digits += 1,
+            // A separator between digits: `1,000`, `2.5`, `1_000`.
+            b'.' | b',' | b'_' if b.get(end + 1).is_some_and(u8::is_ascii_digit) => {
+                dots += usize::from(b[end] == b'.');
+            }
+            _ => break,
+        }
+        end += 1;
+    }
+    let suffix = &word[end..];
+    let dated = suffix.starts_with(['-', ':']) || dots > 1;
+    (!dated).then_some((digits, suffix))
+}
+
+/// Whether `suffix` is a unit; `glued` when it follows the digits with no space.
+fn is_unit(suffix: &str, glued: bool) -> bool {
+    let lower = suffix.to_ascii_lowercase();
+    // `30/min`, `req/s`, `100/sec`: a rate.
+    if let Some(per) = lower.strip_prefix('/') {
+        return !per.is_empty() && per.bytes().all(|c| c.is_ascii_alphabetic());
+    }
+    let lower = lower.split('/').next().unwrap_or("");
+    listed(UNITS, lower) || (glued && listed(GLUED_UNITS, lower))
+}
+
+/// Whether the words after a number give its unit or make it a rate.
+fn unit_follows(words: &[&str], i: usize) -> bool {
+    let word = |j: usize| {
+        words.get(j).map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric() && c != '%' && c != '/')
+                .to_ascii_lowercase()
+        })
+    };
+    let Some(next) = word(i + 1) else {
+        return false;
+    };
+    if is_unit(&next, false) {
+        return true;
+    }
+    let after = word(i + 2).unwrap_or_default();
+    let after = after.trim_end_matches('s');
+    listed(RATE_WORDS, &next) && listed(RATE_TIMES, after)
+}
+
+/// Whether a limit word stands up to [`LIMIT_REACH`] words before the number at `i`, in
+/// the same clause.
+fn limit_before(words: &[&str], i: usize) -> bool {
+    let from = i.saturating_sub(LIMIT_REACH);
+    for w in words[from..i].iter().rev() {
+        let lower = w.to_ascii_lowercase();
+        let bare = lower.trim_matches(|c: char| c.is_ascii_punctuation() && !"<>=".contains(c));
+        if listed(LIMIT_WORDS, bare) || bare.starts_with('≤') || bare.starts_with('≥') {
+            return true;
+        }
+        // A clause ends before the word: "in 2020, under the old plan" bounds nothing.
+        if w.ends_with([',', ';', '.', ':']) {
+            return false;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_number_with_its_unit_is_a_measure() {
+        for s in [
+            "The export file is 12 GiB uncompressed.",
+            "p99 latency sits around 250ms on staging",
+            "the warehouse table has 840k rows",
+            "each worker gets 2 cores",
+            "we were billed 40 USD for the run",
+            "it processes 75 requests per second at peak",
+            "about thirty calls a minute",
+        ] {
+            assert_eq!(amount(s), Some(Amount::Measure), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_number_a_limit_word_bounds_is_a_limit() {
+        for s in [
+            "Also, keep the retry budget under 30 per minute.",
+            "Use at most 3 parallel jobs on the runner.",
+            "There's a hard limit of 200 messages per conversation.",
+            "no more than 8 workers please",
+            "responses must stay ≤ 512 tokens",
+            "Cap the pool at 16 connections.",
+            "limit the batch to 50 rows",
+            "stay within 2% of the baseline",
+        ] {
+            assert_eq!(amount(s), Some(Amount::Limit), "{s}");
+        }
+    }
+
+    #[test]
+    fn versions_dates_positions_and_bare_small_numbers_say_nothing() {
+        for s in [
+            "Upgrade to Python 3.11.4 first.",
+            "See line 12 of the parser.",
+            "Meeting on 2024-05-01 at 12:30.",
+            "Do step 2 before step 3.",
+            "Retry it.",
+            "one of the tests is flaky",
+        ] {
+            assert_eq!(amount(s), None, "{s}");
+        }
+        // Four digits or more: a count or an id, as before.
+        assert_eq!(amount("ticket 48213 again"), Some(Amount::Count));
+        // A limit word in an earlier clause bounds nothing.
+        assert_eq!(
+            amount("Back in 2021, under the old plan."),
+            Some(Amount::Count)
+        );
+    }
+}
