@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::errors::line_score;
 use super::message::{clip, clip_end, one_line, Message};
+use super::quantity::{self, Amount};
 use super::scan;
 use super::tokens::Counter;
 use crate::redact::redact;
@@ -241,21 +242,15 @@ fn fact_score(line: &str) -> u8 {
     if scan::announces_file(line) && has_path(line) {
         return 4;
     }
-    if scan::decision(line) == Some(true) {
+    let amount = quantity::amount(line);
+    if scan::decision(line) == Some(true) || amount == Some(Amount::Limit) {
         return 3;
     }
-    if error >= 2 {
+    if error >= 2 || amount == Some(Amount::Measure) {
         return 2;
     }
-    // A count, an id, a limit: four digits or more in a row.
-    let mut run = 0;
-    for b in line.bytes() {
-        run = if b.is_ascii_digit() { run + 1 } else { 0 };
-        if run >= 4 {
-            return 1;
-        }
-    }
-    0
+    // A count or an id: four digits or more in a row.
+    u8::from(amount == Some(Amount::Count))
 }
 
 fn has_path(line: &str) -> bool {

@@ -87,7 +87,7 @@ pub fn amount(text: &str) -> Option<Amount> {
         }
         best = best.max(found);
     }
-    best
+    best.or_else(|| has_count(text).then_some(Amount::Count))
 }
 
 /// The amount the word at `i` starts, if it is a number that says something.
@@ -103,16 +103,24 @@ fn amount_at(words: &[&str], i: usize) -> Option<Amount> {
     // A number word says something only with its unit: "at most two" alone is prose.
     if limit_before(words, i) && (digits > 0 || measure) {
         Some(Amount::Limit)
-    } else if measure {
-        Some(Amount::Measure)
     } else {
-        (digits >= 4).then_some(Amount::Count)
+        measure.then_some(Amount::Measure)
     }
 }
 
+/// Whether `text` holds four digits or more in a row: a count, an id (`tenant_4821`), a
+/// date.
+fn has_count(text: &str) -> bool {
+    let mut run = 0;
+    text.bytes().any(|b| {
+        run = if b.is_ascii_digit() { run + 1 } else { 0 };
+        run >= 4
+    })
+}
+
 /// A number's digits (0 for a number word) and what is glued after it (`ms`, `%`,
-/// `/min`); `None` when the word is no number. Versions, dates and times (`3.11.2`,
-/// `2024-05-01`, `12:30`) are none.
+/// `/min`); `None` when the word is no number with a unit. Versions, dates and times
+/// (`3.11.2`, `2024-05-01`, `12:30`) have none.
 fn split_number(word: &str) -> Option<(usize, &str)> {
     let lower = word.to_ascii_lowercase();
     if listed(NUMBER_WORDS, &lower) {
@@ -229,15 +237,20 @@ mod tests {
         for s in [
             "Upgrade to Python 3.11.4 first.",
             "See line 12 of the parser.",
-            "Meeting on 2024-05-01 at 12:30.",
             "Do step 2 before step 3.",
             "Retry it.",
             "one of the tests is flaky",
         ] {
             assert_eq!(amount(s), None, "{s}");
         }
-        // Four digits or more: a count or an id, as before.
-        assert_eq!(amount("ticket 48213 again"), Some(Amount::Count));
+        // Four digits or more in a row: a count, an id or a date, as before.
+        for s in [
+            "ticket 48213 again",
+            "tenant_4821 fails",
+            "due 2024-05-01 at 12:30",
+        ] {
+            assert_eq!(amount(s), Some(Amount::Count), "{s}");
+        }
         // A limit word in an earlier clause bounds nothing.
         assert_eq!(
             amount("Back in 2021, under the old plan."),

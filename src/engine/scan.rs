@@ -506,6 +506,62 @@ pub fn is_narration(sentence: &str) -> bool {
     false
 }
 
+/// Words of a clause that forbid what it names: "never", "do not", "leave ... alone",
+/// "keep ... unchanged", "off limits".
+const PROHIBITIONS: &[&str] = &[
+    "never",
+    "don't",
+    "do not",
+    "dont",
+    "must not",
+    "mustn't",
+    "should not",
+    "shouldn't",
+    "not allowed",
+    "forbidden",
+    "avoid",
+    "untouched",
+    "unchanged",
+    "alone",
+    "as is",
+    "read-only",
+    "read only",
+    "off limits",
+    "off-limits",
+    "hands off",
+    "no changes",
+    "not to",
+    "without touching",
+    "without modifying",
+    "without changing",
+];
+
+/// The paths a sentence of the user's forbids: those in a clause (between `,`, `;` and
+/// "but") that holds a prohibition. "You may edit src/a.py, but never touch src/b.py"
+/// forbids src/b.py only.
+pub fn forbidden_paths(sentence: &str) -> Vec<String> {
+    static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[PROHIBITIONS]));
+    let mut found = Vec::new();
+    for clause in sentence.split([',', ';']).flat_map(|c| c.split(" but ")) {
+        if WORDS.find(clause, true).is_some() {
+            paths(clause, |p| {
+                found.push(p.to_string());
+                true
+            });
+        }
+    }
+    found
+}
+
+/// What a message pasted: the bodies of its fenced blocks.
+pub fn pasted(text: &str) -> Vec<String> {
+    if !text.contains("```") {
+        return Vec::new();
+    }
+    let (_, fences) = split_fences(text);
+    fences.iter().map(|f| f.body.join("\n")).collect()
+}
+
 /// Whether a user message sets a rule for later work ("Never modify config/prod.yaml").
 pub fn is_constraint(text: &str) -> bool {
     static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[CONSTRAINT_WORDS]));
