@@ -12,8 +12,10 @@
 //! - file paths and URLs from call arguments, commands and outputs;
 //! - a preview of the last turns before the cut.
 //!
-//! Observations a plain-text agent gets back as user messages are read for errors and
-//! paths, not kept as requests. The engine's own placeholders are not history and are
+//! Observations a plain-text agent gets back as user messages (framed, or raw output
+//! answering its command) are read for errors and paths, not kept as requests; a
+//! person's words joined after one are the user's own. A path the user forbade modifying
+//! is listed as forbidden, never as written. The engine's own placeholders are not history and are
 //! left out.
 //!
 //! Within its budget it drops the least valuable items first (see [`Tier`]). The result
