@@ -591,7 +591,7 @@ impl Digest {
     fn add_words(&mut self, text: &str) {
         // What the user pasted or quoted is read like an output; their own words are kept.
         self.add_errors(text, "user message");
-        self.add_user_paths(text);
+        self.add_paths(text, Tier::Seen);
         // An agent's own status lines (aider's "Applied edit to ...") are not requests.
         let own = scan::without_status_lines(text);
         let text = own.trim();
@@ -628,19 +628,6 @@ impl Digest {
             if let Some(rules) = item.rules.take() {
                 item.text = rules;
             }
-        }
-    }
-
-    /// Paths a person names are paths seen, never files written: "never modify
-    /// config/prod.yaml, it is generated" writes nothing. What they pasted is output.
-    fn add_user_paths(&mut self, text: &str) {
-        let (own, _) = scan::own_words(text);
-        scan::paths(&own, |p| {
-            self.push(Section::Files, Tier::Seen, p);
-            true
-        });
-        for pasted in scan::pasted(text) {
-            self.add_paths(&pasted, Tier::Seen);
         }
     }
 
@@ -785,7 +772,9 @@ impl Digest {
 
     /// Paths are one short word each ([`scan::paths`]): no flattening needed. A path on
     /// a line that says it was written (a report, an artefact) is a product of the work
-    /// and ranks with the findings, wherever it stands in a long listing.
+    /// and ranks with the findings, wherever it stands in a long listing; unless the line
+    /// is a person's sentence ("never modify config/prod.yaml, it is generated"): a tool
+    /// writes files, words do not.
     fn add_paths(&mut self, text: &str, tier: Tier) {
         let mut new = 0;
         scan::paths(text, |p| {
@@ -796,7 +785,8 @@ impl Digest {
         if tier >= Tier::Fact || !scan::announces_file(text) {
             return;
         }
-        for line in text.lines().filter(|l| scan::announces_file(l)) {
+        let reported = |l: &&str| scan::announces_file(l) && !scan::reads_as_speech(l);
+        for line in text.lines().filter(reported) {
             scan::paths(line, |p| {
                 self.push(Section::Files, Tier::Fact, p);
                 true
@@ -1925,9 +1915,9 @@ mod tests {
                 );
             }
         }
-        // A user's words write nothing; a tool's output still does.
+        // A person's words write nothing; a tool's output still does.
         let turns = parse(json!([
-            {"role": "user", "content": "The coverage report is saved in out/cov_q3.xml, have a look."},
+            {"role": "user", "content": "Could you compare it with the coverage report I saved in out/cov_q3.xml?"},
             {"role": "assistant", "content": null, "tool_calls": [
                 {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"pytest --cov\"}"}}]},
             {"role": "tool", "tool_call_id": "a", "content": "Coverage XML written to file out/cov_q4.xml"},

@@ -553,15 +553,6 @@ pub fn forbidden_paths(sentence: &str) -> Vec<String> {
     found
 }
 
-/// What a message pasted: the bodies of its fenced blocks.
-pub fn pasted(text: &str) -> Vec<String> {
-    if !text.contains("```") {
-        return Vec::new();
-    }
-    let (_, fences) = split_fences(text);
-    fences.iter().map(|f| f.body.join("\n")).collect()
-}
-
 /// Whether a user message sets a rule for later work ("Never modify config/prod.yaml").
 pub fn is_constraint(text: &str) -> bool {
     static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[CONSTRAINT_WORDS]));
