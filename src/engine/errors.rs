@@ -277,23 +277,27 @@ const HTTP_REASONS: &[&str] = &[
 /// `HTTP/1.1 502 Bad Gateway`, `HTTP Error 404: Not Found`, `status code 429`,
 /// `429 Too Many Requests`.
 fn http_error(t: &str) -> bool {
-    let words: Vec<&str> = t.split_whitespace().collect();
-    words.iter().enumerate().any(|(i, w)| {
-        let code = w.trim_matches(|c: char| !c.is_ascii_digit());
-        let status = code.len() == 3
-            && w.len() <= code.len() + 2
-            && matches!(code.as_bytes()[0], b'4' | b'5');
-        if !status {
-            return false;
-        }
-        let named = words[i.saturating_sub(3)..i].iter().any(|b| {
-            b.starts_with("HTTP")
-                || b.eq_ignore_ascii_case("status")
-                || b.eq_ignore_ascii_case("code")
-        });
-        let reason = words[i + 1..].join(" ");
-        named || HTTP_REASONS.iter().any(|r| reason.starts_with(r))
+    let b = t.as_bytes();
+    // Each three-digit word from 400 to 599 (`503`, `(429)`, `404:`), as cheap as the
+    // bytes of the line.
+    (0..b.len().saturating_sub(2)).any(|i| {
+        let status = matches!(b[i], b'4' | b'5')
+            && b[i + 1].is_ascii_digit()
+            && b[i + 2].is_ascii_digit()
+            && (i == 0 || !b[i - 1].is_ascii_alphanumeric())
+            && b.get(i + 3).is_none_or(|c| !c.is_ascii_alphanumeric());
+        status && http_status_at(t, i)
     })
+}
+
+/// Whether the status at `at` is one: "HTTP", "status" or "code" stands in the three
+/// words before it, or a reason phrase follows it.
+fn http_status_at(t: &str, at: usize) -> bool {
+    let named = t[..at].split_whitespace().rev().take(3).any(|w| {
+        w.starts_with("HTTP") || w.eq_ignore_ascii_case("status") || w.eq_ignore_ascii_case("code")
+    });
+    let rest = t[at + 3..].trim_start_matches([':', ')', ' ']);
+    named || HTTP_REASONS.iter().any(|r| rest.starts_with(r))
 }
 
 fn starts_like_error(t: &str) -> bool {
@@ -322,8 +326,10 @@ static CANDIDATES: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
             "permission denied",
             "exit code",
             "exit status",
-            // HTTP statuses, and library exceptions whose names say no "error".
-            "http",
+            // HTTP statuses (`HTTP 503`, `HTTP/1.1 502`; not every URL), and library
+            // exceptions whose names say no "error".
+            "http ",
+            "http/",
             "status code",
             "bad request",
             "unauthorized",

@@ -5,6 +5,11 @@
 //! whatever follows it, as before. Hand scanning, linear in the text, no regular
 //! expressions.
 
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+use super::scan::Phrases;
+
 /// How much a number says, least first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Amount {
@@ -71,13 +76,39 @@ const NUMBER_WORDS: &str = concat!(
     "thirty forty fifty sixty hundred thousand million billion dozen half ",
 );
 
-/// Whether `word` is one of the space-separated `words`.
-fn listed(words: &str, word: &str) -> bool {
-    !word.is_empty() && words.split(' ').any(|w| w == word)
+/// A list above as a set, built once: asked of every number of every line of an output
+/// that is cut.
+type WordSet = LazyLock<HashSet<&'static str>>;
+
+static UNIT_SET: WordSet = LazyLock::new(|| UNITS.split(' ').collect());
+static GLUED_SET: WordSet = LazyLock::new(|| GLUED_UNITS.split(' ').collect());
+static RATE_SET: WordSet = LazyLock::new(|| RATE_WORDS.split(' ').collect());
+static RATE_TIME_SET: WordSet = LazyLock::new(|| RATE_TIMES.split(' ').collect());
+static LIMIT_SET: WordSet = LazyLock::new(|| LIMIT_WORDS.split(' ').collect());
+static NUMBER_SET: WordSet = LazyLock::new(|| NUMBER_WORDS.split(' ').collect());
+
+/// Whether `word` is in `words`, ASCII case ignored.
+fn listed(words: &WordSet, word: &str) -> bool {
+    if word.is_empty() {
+        false
+    } else if word.bytes().any(|b| b.is_ascii_uppercase()) {
+        words.contains(word.to_ascii_lowercase().as_str())
+    } else {
+        words.contains(word)
+    }
 }
 
 /// The most telling amount in `text`, if any number in it says something.
 pub fn amount(text: &str) -> Option<Amount> {
+    // Most lines of an output hold no number: a pass over their bytes (and, without a
+    // digit, one search for number words) spares splitting them into words.
+    static SPELLED: LazyLock<Phrases> = LazyLock::new(|| {
+        let words: Vec<&str> = NUMBER_WORDS.split(' ').collect();
+        Phrases::new(&[&words])
+    });
+    if !text.bytes().any(|b| b.is_ascii_digit()) && SPELLED.find(text, true).is_none() {
+        return None;
+    }
     let words: Vec<&str> = text.split_whitespace().collect();
     let mut best = None;
     for i in 0..words.len() {
@@ -122,11 +153,10 @@ fn has_count(text: &str) -> bool {
 /// `/min`); `None` when the word is no number with a unit. Versions, dates and times
 /// (`3.11.2`, `2024-05-01`, `12:30`) have none.
 fn split_number(word: &str) -> Option<(usize, &str)> {
-    let lower = word.to_ascii_lowercase();
-    if listed(NUMBER_WORDS, &lower) {
-        return Some((0, ""));
-    }
     let b = word.as_bytes();
+    if b.first().is_some_and(u8::is_ascii_alphabetic) {
+        return listed(&NUMBER_SET, word).then_some((0, ""));
+    }
     if !b.first().is_some_and(u8::is_ascii_digit) {
         return None;
     }
@@ -151,32 +181,27 @@ fn split_number(word: &str) -> Option<(usize, &str)> {
 
 /// Whether `suffix` is a unit; `glued` when it follows the digits with no space.
 fn is_unit(suffix: &str, glued: bool) -> bool {
-    let lower = suffix.to_ascii_lowercase();
     // `30/min`, `req/s`, `100/sec`: a rate.
-    if let Some(per) = lower.strip_prefix('/') {
+    if let Some(per) = suffix.strip_prefix('/') {
         return !per.is_empty() && per.bytes().all(|c| c.is_ascii_alphabetic());
     }
-    let lower = lower.split('/').next().unwrap_or("");
-    listed(UNITS, lower) || (glued && listed(GLUED_UNITS, lower))
+    let unit = suffix.split('/').next().unwrap_or("");
+    listed(&UNIT_SET, unit) || (glued && listed(&GLUED_SET, unit))
 }
 
 /// Whether the words after a number give its unit or make it a rate.
 fn unit_follows(words: &[&str], i: usize) -> bool {
     let word = |j: usize| {
-        words.get(j).map(|w| {
+        words.get(j).map_or("", |w| {
             w.trim_matches(|c: char| !c.is_alphanumeric() && c != '%' && c != '/')
-                .to_ascii_lowercase()
         })
     };
-    let Some(next) = word(i + 1) else {
-        return false;
-    };
-    if is_unit(&next, false) {
+    let next = word(i + 1);
+    if is_unit(next, false) {
         return true;
     }
-    let after = word(i + 2).unwrap_or_default();
-    let after = after.trim_end_matches('s');
-    listed(RATE_WORDS, &next) && listed(RATE_TIMES, after)
+    let after = word(i + 2).trim_end_matches('s');
+    listed(&RATE_SET, next) && listed(&RATE_TIME_SET, after)
 }
 
 /// Whether a limit word stands up to [`LIMIT_REACH`] words before the number at `i`, in
@@ -184,9 +209,8 @@ fn unit_follows(words: &[&str], i: usize) -> bool {
 fn limit_before(words: &[&str], i: usize) -> bool {
     let from = i.saturating_sub(LIMIT_REACH);
     for w in words[from..i].iter().rev() {
-        let lower = w.to_ascii_lowercase();
-        let bare = lower.trim_matches(|c: char| c.is_ascii_punctuation() && !"<>=".contains(c));
-        if listed(LIMIT_WORDS, bare) || bare.starts_with('≤') || bare.starts_with('≥') {
+        let bare = w.trim_matches(|c: char| c.is_ascii_punctuation() && !"<>=".contains(c));
+        if listed(&LIMIT_SET, bare) || bare.starts_with('≤') || bare.starts_with('≥') {
             return true;
         }
         // A clause ends before the word: "in 2020, under the old plan" bounds nothing.

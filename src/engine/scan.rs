@@ -823,8 +823,12 @@ fn reads_as_prose(line: &str) -> bool {
 pub fn decision(sentence: &str) -> Option<bool> {
     static PHRASES: LazyLock<Phrases> =
         LazyLock::new(|| Phrases::new(&[STRONG_DECISION, WEAK_DECISION]));
+    // Asked of every line of an output that is cut: the forms read word by word below are
+    // looked for in the same single pass first.
+    static CHOICES: LazyLock<Phrases> =
+        LazyLock::new(|| Phrases::new(&[&["use", "using", "it is"]]));
     let found = PHRASES.find(sentence, true);
-    if found == Some(0) {
+    if found == Some(0) || CHOICES.find(sentence, true).is_none() {
         return found.map(|list| list == 0);
     }
     let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
