@@ -15,8 +15,8 @@
 //! Observations a plain-text agent gets back as user messages (framed, or raw output
 //! answering its command) are read for errors and paths, not kept as requests; a
 //! person's words joined after one are the user's own. A path the user forbade modifying
-//! is listed as forbidden, never as written. The engine's own placeholders are not history and are
-//! left out.
+//! is listed as forbidden, never as written. The engine's own placeholders are not
+//! history and are left out.
 //!
 //! Within its budget it drops the least valuable items first (see [`Tier`]). The result
 //! is plain Markdown sections that [`Digest::read_previous`] parses back, so the next
@@ -284,8 +284,9 @@ struct Item {
     /// A shorter form to fall back on before dropping the item: a user message without
     /// what it pasted.
     short: Option<String>,
-    /// The rules and numbers of a user message that sets a rule, taken from the whole
-    /// message (the item may hold only its ends): what it keeps before a fact is dropped.
+    /// The rules and numbers of a user message that sets a rule or states a number,
+    /// taken from the whole message (the item may hold only its ends): what it keeps
+    /// before a fact is dropped.
     rules: Option<String>,
     /// A path the user forbade modifying.
     forbidden: bool,

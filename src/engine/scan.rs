@@ -249,6 +249,7 @@ fn spoken_tail(text: &str) -> usize {
 
 /// Longest paragraph read as a person's words: an interjection is a few sentences.
 const SPEECH_MAX: usize = 800;
+const SPEECH_LINES: usize = 6;
 
 /// Words with which a person addresses the agent ("please", "you", "also", "btw"), which
 /// a command's output rarely holds in a paragraph of prose.
@@ -286,7 +287,8 @@ const SPEECH_MARKS: &[&str] = &[
 pub fn reads_as_speech(paragraph: &str) -> bool {
     static MARKS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[SPEECH_MARKS]));
     let t = paragraph.trim_matches(['\n', '\r']);
-    if t.trim().is_empty() || t.len() > SPEECH_MAX || t.lines().count() > 6 || !reads_as_words(t) {
+    let short = t.len() <= SPEECH_MAX && t.lines().count() <= SPEECH_LINES;
+    if !short || !reads_as_words(t) {
         return false;
     }
     is_constraint(t)
