@@ -132,6 +132,12 @@ const CONSTRAINT_WORDS: &[&str] = &[
     "forbidden",
     "required",
     "important",
+    "untouched",
+    "off limits",
+    "off-limits",
+    "read-only",
+    "hands off",
+    "under no circumstances",
 ];
 
 /// File extensions that make a bare word (`setup.py`, `Cargo.toml`) a file name.
@@ -544,6 +550,10 @@ const PROHIBITIONS: &[&str] = &[
 pub fn forbidden_paths(sentence: &str) -> Vec<String> {
     static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[PROHIBITIONS]));
     let mut found = Vec::new();
+    // Most sentences forbid nothing: one search spares splitting them.
+    if WORDS.find(sentence, true).is_none() {
+        return found;
+    }
     for clause in sentence.split([',', ';']).flat_map(|c| c.split(" but ")) {
         if WORDS.find(clause, true).is_some() {
             paths(clause, |p| {
@@ -555,10 +565,11 @@ pub fn forbidden_paths(sentence: &str) -> Vec<String> {
     found
 }
 
-/// Whether a user message sets a rule for later work ("Never modify config/prod.yaml").
+/// Whether a user message sets a rule for later work ("Never modify config/prod.yaml"):
+/// a word that says so, or a path it forbids ("Leave settings/base.toml alone").
 pub fn is_constraint(text: &str) -> bool {
     static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[CONSTRAINT_WORDS]));
-    WORDS.find(text, true).is_some()
+    WORDS.find(text, true).is_some() || !forbidden_paths(text).is_empty()
 }
 
 /// Lists of lowercase phrases looked for in one pass over a text, ASCII case ignored and
@@ -1324,6 +1335,25 @@ mod tests {
         assert_eq!(p.find("the cargo build", true), None);
         assert_eq!(p.find("the cargo build", false), Some(1));
         assert_eq!(p.find("nothing here", true), None);
+    }
+
+    #[test]
+    fn a_path_forbidden_in_other_words_is_a_constraint() {
+        for s in [
+            "Leave infra/prod_vars.tf alone please.",
+            "The file ci/release.yml is off limits for this task.",
+            "Treat tools/gen_schema.py as read-only.",
+            "Keep migrations/0042_init.sql untouched.",
+        ] {
+            assert!(is_constraint(s), "{s}");
+            assert_eq!(forbidden_paths(s).len(), 1, "{s}");
+        }
+        // Naming a path is not forbidding it.
+        assert!(!is_constraint("Leave a comment in src/app.py when done."));
+        assert_eq!(
+            forbidden_paths("You may edit src/a.py, but never touch src/b.py."),
+            ["src/b.py"]
+        );
     }
 
     #[test]
