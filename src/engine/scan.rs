@@ -820,13 +820,14 @@ pub fn decisions(text: &str) -> Vec<(String, bool)> {
     found
 }
 
-/// A line that starts with a capital letter, ends a sentence, says six words or more and
-/// holds none of the marks of code.
+/// A line that starts with a capital letter, ends a sentence, says six words or more (three
+/// when it settles on an option: "OK, msgspec it is.") and holds none of the marks of code.
 fn reads_as_prose(line: &str) -> bool {
     let t = line.trim();
+    let words = t.split_whitespace().count();
     t.starts_with(|c: char| c.is_ascii_uppercase())
         && t.ends_with('.')
-        && t.split_whitespace().count() >= 6
+        && (words >= 6 || (words >= 3 && decision(t) == Some(true)))
         && !t.contains(['{', '}', ';', '=', '<', '>'])
 }
 
@@ -1208,6 +1209,9 @@ mod tests {
         ] {
             assert_eq!(decision(s), Some(true), "{s}");
             assert_eq!(decisions(s).len(), 1, "{s}");
+            // Also after an edit block the reply left open, as aider splits them.
+            let open = format!("```python\napp.py\n=======\n    x = 2\n\n{s}");
+            assert_eq!(decisions(&open).len(), 1, "{open}");
         }
         // Using a tool for the next step narrates; so does a description.
         for s in [
