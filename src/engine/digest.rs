@@ -942,71 +942,32 @@ impl Digest {
         left.drop(&mut self.items, &order, |_, item| {
             item.tier <= Tier::Preview
         });
-        // A message without its paste may read like another: it is then said already.
-        let mut asks: HashSet<String> = self
-            .items
-            .iter()
-            .filter(|i| i.alive && i.section == Section::Asks)
-            .map(|i| i.text.clone())
-            .collect();
-        for (i, item) in self.items.iter_mut().enumerate().filter(|(_, i)| i.alive) {
-            if left.size <= budget {
-                break;
-            }
-            let Some(short) = item.short.take() else {
-                continue;
-            };
-            if asks.contains(&short) {
-                // Said already: not one to bring back.
-                refill[i] = false;
-                left.kill(item);
-                continue;
-            }
-            asks.remove(&item.text);
-            left.size -= item.rendered_len();
-            item.text = short;
-            left.size += item.rendered_len();
-            asks.insert(item.text.clone());
-        }
+        left.unpaste(&mut self.items, &mut refill);
         left.drop(&mut self.items, &order, |i, item| {
             !spared[i] && item.tier < Tier::Finding
         });
         // A message that sets a rule keeps its rules and its numbers before any fact of
         // the same rank is given up: its other words (a greeting, a pasted token, "carry
         // on") say least per character.
-        for item in self.items.iter_mut().filter(|i| i.alive) {
-            if left.size <= budget {
-                break;
-            }
+        left.shorten(&mut self.items, |item| {
             // A rule, or a message that states a number.
             let holds = item.tier == Tier::Rule || item.rules.is_some();
             if item.section != Section::Asks || !holds {
-                continue;
+                return None;
             }
             let rules = item
                 .rules
                 .take()
                 .unwrap_or_else(|| rules_and_numbers(&item.text));
-            if !rules.is_empty() && rules.len() < item.text.len() {
-                left.size -= item.rendered_len();
-                item.text = rules;
-                left.size += item.rendered_len();
-            }
-        }
+            (!rules.is_empty() && rules.len() < item.text.len()).then_some(rules)
+        });
         // A long decision gives up its end before a fact is dropped whole: its first
         // words state it (the rest is mostly the reasoning, or the next sentence run on
         // without a space), and the room pays for another fact.
-        for item in self.items.iter_mut().filter(|i| i.alive) {
-            if left.size <= budget {
-                break;
-            }
-            if item.section != Section::Decisions || item.text.len() <= DENSE_DECISION {
-                continue;
-            }
-            left.size -= item.rendered_len();
-            item.text = one_line(&item.text, DENSE_DECISION);
-            left.size += item.rendered_len();
-        }
+        left.shorten(&mut self.items, |item| {
+            let long = item.section == Section::Decisions && item.text.len() > DENSE_DECISION;
+            long.then(|| one_line(&item.text, DENSE_DECISION))
+        });
         left.drop(&mut self.items, &order, |_, _| true);
         // Items go whole, oldest first, so the last one dropped may leave more room than
         // the excess it had to cover: a smaller one dropped before it fits there again
@@ -1096,6 +1057,54 @@ impl Left {
             let item = &mut items[i];
             if item.alive && may(i, item) {
                 self.kill(item);
+            }
+        }
+    }
+
+    /// Gives user messages their words without what they pasted, in order, until the
+    /// digest fits. A message without its paste may read like another: it is then said
+    /// already, and dropped for good (`refill` no longer brings it back).
+    fn unpaste(&mut self, items: &mut [Item], refill: &mut [bool]) {
+        let mut asks: HashSet<String> = items
+            .iter()
+            .filter(|i| i.alive && i.section == Section::Asks)
+            .map(|i| i.text.clone())
+            .collect();
+        for (i, item) in items.iter_mut().enumerate().filter(|(_, i)| i.alive) {
+            if self.size <= self.budget {
+                return;
+            }
+            let Some(short) = item.short.take() else {
+                continue;
+            };
+            if asks.contains(&short) {
+                refill[i] = false;
+                self.kill(item);
+                continue;
+            }
+            asks.remove(&item.text);
+            self.size -= item.rendered_len();
+            item.text = short;
+            self.size += item.rendered_len();
+            asks.insert(item.text.clone());
+        }
+    }
+
+    /// Gives the items that `shorter` has a shorter text for that text, in order, until
+    /// the digest fits.
+    fn shorten(
+        &mut self,
+        items: &mut [Item],
+        mut shorter: impl FnMut(&mut Item) -> Option<String>,
+    ) {
+        for item in items.iter_mut().filter(|i| i.alive) {
+            if self.size <= self.budget {
+                return;
+            }
+            if let Some(text) = shorter(item) {
+                self.size -= item.rendered_len();
+                item.text = text;
+                self.size += item.rendered_len();
             }
         }
     }
