@@ -138,6 +138,10 @@ const CONSTRAINT_WORDS: &[&str] = &[
     "read-only",
     "hands off",
     "under no circumstances",
+    "refrain",
+    "stay away",
+    "prohibited",
+    "not to be",
 ];
 
 /// File extensions that make a bare word (`setup.py`, `Cargo.toml`) a file name.
@@ -542,6 +546,11 @@ const PROHIBITIONS: &[&str] = &[
     "without touching",
     "without modifying",
     "without changing",
+    "as it is",
+    "refrain",
+    "stay away",
+    "prohibited",
+    "not to be",
 ];
 
 /// The paths a sentence of the user's forbids: those in a clause (between `,`, `;` and
@@ -1348,6 +1357,11 @@ mod tests {
             "The file ci/release.yml is off limits for this task.",
             "Treat tools/gen_schema.py as read-only.",
             "Keep migrations/0042_init.sql untouched.",
+            "Please refrain from editing web/theme.css.",
+            "Stay away from scripts/rotate_keys.sh, it runs in prod.",
+            "Changing db/seed.sql is prohibited.",
+            "lib/compat.py is not to be modified",
+            "Keep docs/api.md as it is.",
         ] {
             assert!(is_constraint(s), "{s}");
             assert_eq!(forbidden_paths(s).len(), 1, "{s}");
