@@ -123,7 +123,10 @@ pub fn amount(text: &str) -> Option<Amount> {
 
 /// The amount the word at `i` starts, if it is a number that says something.
 fn amount_at(words: &[&str], i: usize) -> Option<Amount> {
-    let word = words[i].trim_start_matches(['(', '~', '$', '≈', '[', '"', '\'']);
+    // `≤30`, `<200ms`: the bound glued to its number.
+    let glued_bound = words[i].starts_with(['<', '>', '≤', '≥']);
+    let word =
+        words[i].trim_start_matches(['(', '~', '$', '≈', '[', '"', '\'', '<', '>', '=', '≤', '≥']);
     let word = word.trim_end_matches([',', '.', ';', ':', ')', ']', '"', '\'', '!', '?']);
     let (digits, suffix) = split_number(word)?;
     let measure = if suffix.is_empty() {
@@ -132,7 +135,8 @@ fn amount_at(words: &[&str], i: usize) -> Option<Amount> {
         is_unit(suffix, true) || unit_follows(words, i)
     };
     // A number word says something only with its unit: "at most two" alone is prose.
-    if limit_before(words, i) && (digits > 0 || measure) {
+    let bounded = glued_bound || limit_before(words, i) || limit_after(words, i);
+    if bounded && (digits > 0 || measure) {
         Some(Amount::Limit)
     } else {
         measure.then_some(Amount::Measure)
@@ -221,6 +225,33 @@ fn limit_before(words: &[&str], i: usize) -> bool {
     false
 }
 
+/// Words that bound a number from after it: "200 rows max", "30 a minute at most",
+/// "five retries tops", "2 GiB or less".
+const LIMIT_AFTER: &str = "max maximum most tops less fewer";
+
+/// How many words after a number such a word may stand ("30 requests per minute at
+/// most").
+const LIMIT_AFTER_REACH: usize = 5;
+
+static LIMIT_AFTER_SET: WordSet = LazyLock::new(|| LIMIT_AFTER.split(' ').collect());
+
+/// Whether a word of [`LIMIT_AFTER`] follows the number at `i` in the same clause.
+fn limit_after(words: &[&str], i: usize) -> bool {
+    if words[i].ends_with([',', ';', '.', ':']) {
+        return false;
+    }
+    for w in words.iter().skip(i + 1).take(LIMIT_AFTER_REACH) {
+        let bare = w.trim_matches(|c: char| c.is_ascii_punctuation());
+        if listed(&LIMIT_AFTER_SET, bare) {
+            return true;
+        }
+        if w.ends_with([',', ';', '.', ':']) {
+            return false;
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +282,10 @@ mod tests {
             "Cap the pool at 16 connections.",
             "limit the batch to 50 rows",
             "stay within 2% of the baseline",
+            "p95 must be ≤250ms",
+            "200 rows max per insert",
+            "the scraper may send 30 requests per minute at most",
+            "give it five retries tops",
         ] {
             assert_eq!(amount(s), Some(Amount::Limit), "{s}");
         }

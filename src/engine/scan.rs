@@ -103,7 +103,16 @@ const STRONG_DECISION: &[&str] = &[
     "better choice",
     "right choice",
     "way to go",
+    "way forward",
     "best bet",
+    "better fit",
+    "best fit",
+    "makes more sense",
+    "makes the most sense",
+    "settle for",
+    "final choice",
+    "my pick",
+    "our pick",
 ];
 const WEAK_DECISION: &[&str] = &[
     "because", "i'll", "i will", "we'll", "we will", "let's", "let us", "going to",
@@ -1215,6 +1224,8 @@ mod tests {
             "Going with the second layout.",
             "I'd rather keep SQLite than add a server.",
             "We will be using Celery beat for the nightly jobs.",
+            "A trie is the better fit here.",
+            "My pick is zstd at level 3.",
         ] {
             assert_eq!(decision(s), Some(true), "{s}");
             assert_eq!(decisions(s).len(), 1, "{s}");
