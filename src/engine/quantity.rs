@@ -89,7 +89,9 @@ static NUMBER_SET: WordSet = LazyLock::new(|| NUMBER_WORDS.split(' ').collect())
 
 /// Whether `word` is in `words`, ASCII case ignored.
 fn listed(words: &WordSet, word: &str) -> bool {
-    if word.is_empty() {
+    // No listed word is longer: a longer one is not hashed.
+    const LONGEST: usize = 12;
+    if word.is_empty() || word.len() > LONGEST {
         false
     } else if word.bytes().any(|b| b.is_ascii_uppercase()) {
         words.contains(word.to_ascii_lowercase().as_str())
@@ -106,13 +108,14 @@ pub fn amount(text: &str) -> Option<Amount> {
         let words: Vec<&str> = NUMBER_WORDS.split(' ').collect();
         Phrases::new(&[&words])
     });
-    if !text.bytes().any(|b| b.is_ascii_digit()) && SPELLED.find(text, true).is_none() {
+    let spelled = SPELLED.find(text, true).is_some();
+    if !spelled && !text.bytes().any(|b| b.is_ascii_digit()) {
         return None;
     }
     let words: Vec<&str> = text.split_whitespace().collect();
     let mut best = None;
     for i in 0..words.len() {
-        let found = amount_at(&words, i);
+        let found = amount_at(&words, i, spelled);
         if found == Some(Amount::Limit) {
             return found;
         }
@@ -121,14 +124,15 @@ pub fn amount(text: &str) -> Option<Amount> {
     best.or_else(|| has_count(text).then_some(Amount::Count))
 }
 
-/// The amount the word at `i` starts, if it is a number that says something.
-fn amount_at(words: &[&str], i: usize) -> Option<Amount> {
+/// The amount the word at `i` starts, if it is a number that says something; `spelled`
+/// when the text holds a number word at all.
+fn amount_at(words: &[&str], i: usize, spelled: bool) -> Option<Amount> {
     // `≤30`, `<200ms`: the bound glued to its number.
     let glued_bound = words[i].starts_with(['<', '>', '≤', '≥']);
     let word =
         words[i].trim_start_matches(['(', '~', '$', '≈', '[', '"', '\'', '<', '>', '=', '≤', '≥']);
     let word = word.trim_end_matches([',', '.', ';', ':', ')', ']', '"', '\'', '!', '?']);
-    let (digits, suffix) = split_number(word)?;
+    let (digits, suffix) = split_number(word, spelled)?;
     let measure = if suffix.is_empty() {
         unit_follows(words, i)
     } else {
@@ -153,13 +157,13 @@ fn has_count(text: &str) -> bool {
     })
 }
 
-/// A number's digits (0 for a number word) and what is glued after it (`ms`, `%`,
-/// `/min`); `None` when the word is no number with a unit. Versions, dates and times
+/// A number's digits (0 for a number word, looked for only when `spelled`) and what is
+/// glued after it (`ms`, `%`, `/min`); `None` when the word is no number with a unit. Versions, dates and times
 /// (`3.11.2`, `2024-05-01`, `12:30`) have none.
-fn split_number(word: &str) -> Option<(usize, &str)> {
+fn split_number(word: &str, spelled: bool) -> Option<(usize, &str)> {
     let b = word.as_bytes();
     if b.first().is_some_and(u8::is_ascii_alphabetic) {
-        return listed(&NUMBER_SET, word).then_some((0, ""));
+        return (spelled && listed(&NUMBER_SET, word)).then_some((0, ""));
     }
     if !b.first().is_some_and(u8::is_ascii_digit) {
         return None;
