@@ -187,7 +187,7 @@ fn fact_lines(
         let start = at;
         at += line.len();
         let t = line.trim();
-        if t.len() < 8 || scan::is_numbered_line(line) {
+        if t.len() < 8 || scan::is_numbered_line(line) || is_cut_note(t) {
             continue;
         }
         let score = fact_score(t);
@@ -220,6 +220,12 @@ fn fact_lines(
     }
     kept.sort();
     kept
+}
+
+/// Whether `line` is the note of an earlier cut: its "600 characters" is no fact of the
+/// text's, and keeping it as one would keep a cut text from getting any smaller.
+fn is_cut_note(line: &str) -> bool {
+    line.starts_with("[... ") && line.ends_with(" characters omitted by compaction ...]")
 }
 
 /// The lines of `text` that state facts, within `room` characters, in their order: what
@@ -320,6 +326,9 @@ mod tests {
         assert!(out.starts_with(&format!("\n  {opening}\n[... ")), "{out}");
         assert!(out.contains(rule), "{out}");
         assert!(out.contains(limit), "{out}");
+        // The note of an earlier cut is no limit of the text's: cut again, it goes.
+        let note = "[... 600 characters omitted by compaction ...]";
+        assert_eq!(fact_lines(note, note.len(), 200, |_, _| true), vec![]);
         // Only rules and limits: the rest of the task's own lines go.
         assert!(!out.contains("KeyError"), "{out}");
         // No room for rules: the opening and the note alone.
