@@ -7,7 +7,8 @@
 //! prunes the output drops it even where nothing is summarised. So a few of them ride on
 //! the stub, within [`MAX_CHARS`]: the stubs of a session add up (see
 //! [`super::prune::describe_output`]), and a few dozen tokens are what a pruned turn can
-//! spare. Each fact is read from its line after that line's secrets are masked: a fact is
+//! spare. What a quantity is (a number with its unit or rate) is [`quantity`]'s to say,
+//! as everywhere in the engine. Each fact is read from its line after that line's secrets are masked: a fact is
 //! a piece of a line, and a piece of a key is a leak the whole key's mask cannot catch.
 
 use std::borrow::Cow;
@@ -15,6 +16,7 @@ use std::borrow::Cow;
 use crate::redact::redact;
 
 use super::message::clip;
+use super::quantity;
 use super::scan::{announces_file, paths};
 
 /// Most characters the facts of one stub take (about 40 tokens).
@@ -42,82 +44,6 @@ const PRODUCT_WORDS: &[&str] = &[
     "copied to",
     "moved to",
     "logged to",
-];
-
-/// Units a quantity is a fact with: time, size, rate, share, and what outputs count.
-const UNITS: &[&str] = &[
-    "ns",
-    "us",
-    "µs",
-    "ms",
-    "s",
-    "sec",
-    "secs",
-    "second",
-    "seconds",
-    "min",
-    "mins",
-    "minute",
-    "minutes",
-    "h",
-    "hr",
-    "hrs",
-    "hour",
-    "hours",
-    "day",
-    "days",
-    "b",
-    "kb",
-    "mb",
-    "gb",
-    "tb",
-    "kib",
-    "mib",
-    "gib",
-    "tib",
-    "byte",
-    "bytes",
-    "%",
-    "rps",
-    "qps",
-    "req/s",
-    "/s",
-    "/min",
-    "/h",
-    "/sec",
-    "tokens",
-    "rows",
-    "lines",
-    "files",
-    "tests",
-    "passed",
-    "failed",
-    "errors",
-    "warnings",
-    "skipped",
-    "requests",
-    "items",
-    "records",
-    "epochs",
-    "steps",
-    "iterations",
-    "retries",
-    "attempts",
-    "workers",
-    "threads",
-    "cores",
-    "nodes",
-    "replicas",
-    "connections",
-    "chars",
-    "characters",
-    "pages",
-    "commits",
-    "packages",
-    "hz",
-    "mhz",
-    "ghz",
-    "x",
 ];
 
 /// Words after which a bare number is a limit or a status: "limit 500", "exit code 137".
@@ -356,12 +282,12 @@ fn quantity(words: &[&str], i: usize) -> Option<String> {
     if let Some((key, value)) = word.split_once('=') {
         return limit_setting(key, value).then(|| word.to_owned());
     }
-    let digits = number_len(word)?;
+    let digits = quantity::number_end(word)?;
     let (number, unit) = word.split_at(digits);
     let before = i.checked_sub(1).map(|b| words[b]);
     let limit = before.filter(|b| is_one_of(b.trim_end_matches(['=', ':']), LIMIT_WORDS));
-    let joined_unit = !unit.is_empty() && is_unit(unit);
-    let next_unit = unit.is_empty() && words.get(i + 1).is_some_and(|u| is_unit(u));
+    let joined_unit = !unit.is_empty() && quantity::is_unit(unit, true);
+    let next_unit = unit.is_empty() && words.get(i + 1).is_some_and(|u| is_unit_word(u));
     if !joined_unit && !next_unit && limit.is_none() {
         return None;
     }
@@ -369,7 +295,7 @@ fn quantity(words: &[&str], i: usize) -> Option<String> {
         return None;
     }
     let mut q = String::new();
-    if let Some(b) = before.filter(|b| b.chars().all(char::is_alphabetic) && !is_unit(b)) {
+    if let Some(b) = before.filter(|b| b.chars().all(char::is_alphabetic) && !is_unit_word(b)) {
         q.push_str(b);
         q.push(' ');
     } else if let Some(l) = limit {
@@ -390,42 +316,14 @@ fn limit_setting(key: &str, value: &str) -> bool {
     let limit_key = key
         .split(['_', '-', '.'])
         .any(|part| is_one_of(part, LIMIT_WORDS) || is_one_of(part, &["retries", "rate"]));
-    let number = number_len(value).is_some_and(|n| n == value.len() || is_unit(&value[n..]));
+    let number = quantity::number_end(value)
+        .is_some_and(|n| n == value.len() || quantity::is_unit(&value[n..], true));
     limit_key && number
 }
 
-/// Bytes of the number `word` starts with (`1,234.5`), `None` when it starts with none.
-fn number_len(word: &str) -> Option<usize> {
-    let b = word.as_bytes();
-    if !b.first()?.is_ascii_digit() {
-        return None;
-    }
-    let mut end = 0;
-    while end < b.len()
-        && (b[end].is_ascii_digit()
-            || (matches!(b[end], b',' | b'.' | b'_')
-                && b.get(end + 1).is_some_and(u8::is_ascii_digit)))
-    {
-        end += 1;
-    }
-    Some(end)
-}
-
-/// Whether `word` is a unit, or a rate of one (`requests/minute`, `MB/s`).
-fn is_unit(word: &str) -> bool {
-    let w = word.trim_end_matches(['.', ',']);
-    if is_one_of(w, UNITS) {
-        return true;
-    }
-    match w.split_once('/') {
-        Some((a, b)) => (a.is_empty() || is_one_of(a, UNITS)) && !b.is_empty() && is_per(b),
-        None => false,
-    }
-}
-
-/// The unit after a `/` of a rate: a time, or a count's own unit.
-fn is_per(word: &str) -> bool {
-    is_one_of(word, UNITS) || is_one_of(word, &["minute", "hour", "second", "day", "request"])
+/// Whether `word` (a word of its own, trailing punctuation and all) is a unit or a rate.
+fn is_unit_word(word: &str) -> bool {
+    quantity::is_unit(word.trim_end_matches(['.', ',']), false)
 }
 
 /// The identifier word `i` is, and whether a word names it as one: a UUID, a commit-like

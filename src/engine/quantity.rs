@@ -26,7 +26,7 @@ pub enum Amount {
 /// a size someone may hold the work to.
 const UNITS: &str = concat!(
     // time
-    "ns us µs ms msec millisecond milliseconds sec secs second seconds min mins ",
+    "ns us µs ms s msec millisecond milliseconds sec secs second seconds min mins ",
     "minute minutes hr hrs hour hours day days week weeks month months year years ",
     // data and rates
     "b kb mb gb tb pb kib mib gib tib byte bytes bit bits kbps mbps gbps rps qps ",
@@ -43,7 +43,9 @@ const UNITS: &str = concat!(
     "nodes replica replicas instance instances pod pods shard shards partition ",
     "partitions column columns test tests step steps epoch epochs sample samples ",
     "document documents docs word words commit commits times concurrent parallel ",
-    "digits ",
+    "digits package packages warning warnings error errors ",
+    // a run's outcome counts (`58 passed`, `3 failed`)
+    "passed failed skipped ",
 );
 
 /// Units only read glued to their number (`30s`, `5m`, `2h`, `10k`, `3x`): alone, these
@@ -187,8 +189,18 @@ fn split_number(word: &str, spelled: bool) -> Option<(usize, &str)> {
     (!dated).then_some((digits, suffix))
 }
 
-/// Whether `suffix` is a unit; `glued` when it follows the digits with no space.
-fn is_unit(suffix: &str, glued: bool) -> bool {
+/// Bytes of the number `word` starts with (`1,234.5`, `250` of `250ms`); `None` when it
+/// starts with none, or with a version, a date or a time, which count nothing.
+pub fn number_end(word: &str) -> Option<usize> {
+    if !word.as_bytes().first()?.is_ascii_digit() {
+        return None;
+    }
+    split_number(word, false).map(|(_, suffix)| word.len() - suffix.len())
+}
+
+/// Whether `suffix` is a unit, or a rate of one (`ms`, `requests/minute`, `/s`); `glued`
+/// when it follows the digits with no space, where single letters count too (`30s`).
+pub fn is_unit(suffix: &str, glued: bool) -> bool {
     // `30/min`, `req/s`, `100/sec`: a rate.
     if let Some(per) = suffix.strip_prefix('/') {
         return !per.is_empty() && per.bytes().all(|c| c.is_ascii_alphabetic());
