@@ -34,6 +34,7 @@ pub use media::{cap_media, count_media};
 mod merge;
 pub mod message;
 mod output_facts;
+mod phrases;
 mod placeholders;
 mod pretoken;
 mod prune;

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
-use super::scan::Phrases;
+use super::phrases::Phrases;
 
 /// How much a number says, least first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use aho_corasick::AhoCorasick;
+use super::phrases::Phrases;
 
 /// Fenced blocks tagged with one of these hold shell commands.
 const SHELL_TAGS: &[&str] = &[
@@ -588,77 +588,6 @@ pub fn forbidden_paths(sentence: &str) -> Vec<String> {
 pub fn is_constraint(text: &str) -> bool {
     static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[CONSTRAINT_WORDS]));
     WORDS.find(text, true).is_some() || !forbidden_paths(text).is_empty()
-}
-
-/// Lists of lowercase phrases looked for in one pass over a text, ASCII case ignored and
-/// a typographic apostrophe read as a straight one. The digest asks this of every
-/// sentence and every line of output: a search per phrase, each setting up its own
-/// searcher, was most of the digest's time.
-pub struct Phrases {
-    /// `None` only if the automaton could not be built; then each phrase is searched
-    /// for on its own.
-    automaton: Option<AhoCorasick>,
-    /// Per pattern: the list it came from, and its text.
-    patterns: Vec<(usize, String)>,
-}
-
-impl Phrases {
-    pub fn new(lists: &[&[&str]]) -> Phrases {
-        let mut patterns = Vec::new();
-        for (list, phrases) in lists.iter().enumerate() {
-            for p in phrases.iter() {
-                patterns.push((list, (*p).to_string()));
-                if p.contains('\'') {
-                    patterns.push((list, p.replace('\'', "\u{2019}")));
-                }
-            }
-        }
-        let automaton = AhoCorasick::builder()
-            .ascii_case_insensitive(true)
-            .build(patterns.iter().map(|(_, p)| p))
-            .ok();
-        Phrases {
-            automaton,
-            patterns,
-        }
-    }
-
-    /// The lowest list any phrase found in `text` belongs to; with `words`, only a phrase
-    /// with no letter or digit right before or after it counts.
-    pub fn find(&self, text: &str, words: bool) -> Option<usize> {
-        let b = text.as_bytes();
-        let whole = |at: usize, end: usize| {
-            !words
-                || ((at == 0 || !b[at - 1].is_ascii_alphanumeric())
-                    && (end == b.len() || !b[end].is_ascii_alphanumeric()))
-        };
-        let Some(ac) = &self.automaton else {
-            // ASCII lowercasing keeps every byte where it was.
-            let lower = text.to_ascii_lowercase();
-            return self
-                .patterns
-                .iter()
-                .filter(|(_, p)| {
-                    lower
-                        .match_indices(p.as_str())
-                        .any(|(at, _)| whole(at, at + p.len()))
-                })
-                .map(|(list, _)| *list)
-                .min();
-        };
-        let mut best: Option<usize> = None;
-        for m in ac.find_overlapping_iter(text) {
-            if !whole(m.start(), m.end()) {
-                continue;
-            }
-            let list = self.patterns[m.pattern().as_usize()].0;
-            if list == 0 {
-                return Some(0);
-            }
-            best = Some(best.map_or(list, |b| b.min(list)));
-        }
-        best
-    }
 }
 
 /// A fenced block of a message: its tag (lowercased, maybe empty) and its lines.
