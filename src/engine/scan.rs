@@ -73,31 +73,6 @@ const WEAK_DECISION: &[&str] = &[
     "the plan is",
 ];
 
-/// Words that turn a user message into a constraint on all later work. Not "keep": "keep
-/// going" is how users say carry on.
-const CONSTRAINT_WORDS: &[&str] = &[
-    "never",
-    "always",
-    "must",
-    "don't",
-    "do not",
-    "dont",
-    "only",
-    "avoid",
-    "make sure",
-    "unchanged",
-    "as is",
-    "stick to",
-    "no new",
-    "without",
-    "should not",
-    "shouldn't",
-    "not allowed",
-    "forbidden",
-    "required",
-    "important",
-];
-
 /// File extensions that make a bare word (`setup.py`, `Cargo.toml`) a file name.
 const FILE_EXTENSIONS: &[&str] = &[
     "py",
@@ -362,10 +337,10 @@ pub fn is_narration(sentence: &str) -> bool {
     false
 }
 
-/// Whether a user message sets a rule for later work ("Never modify config/prod.yaml").
+/// Whether a user message sets a rule for later work ("Never modify config/prod.yaml",
+/// "leave the schema alone", "at most 3 retries"): see [`super::constraint`].
 pub fn is_constraint(text: &str) -> bool {
-    static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[CONSTRAINT_WORDS]));
-    WORDS.find(text, true).is_some()
+    super::constraint::is_constraint(text)
 }
 
 /// Lists of lowercase phrases looked for in one pass over a text, ASCII case ignored and
