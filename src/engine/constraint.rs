@@ -19,9 +19,12 @@ enum Rule {
     /// "don't", "do not": a prohibition when it governs a change verb or stands as a
     /// command; not "I don't know".
     Negation,
-    /// "without", "not to": a prohibition only before a change ("without asking", "not
-    /// to touch"); "it ran without errors" sets nothing.
+    /// "without", "nobody": a prohibition only before a change ("without asking",
+    /// "nobody edits"); "it ran without errors" sets nothing.
     Without,
+    /// "not" before a change ("we are not touching the API"), unless it reports what was
+    /// done ("it was not modified").
+    Not,
     /// "can't", "cannot": a prohibition on the listener or on a change ("you can't use
     /// the network", "we cannot rename it"); not "I can't reproduce it".
     Cannot,
@@ -29,7 +32,8 @@ enum Rule {
     Requirement,
     /// "at most", "within", "under": a bound when a quantity follows.
     Bound,
-    /// "limit", "quota", "budget": a bound when a quantity is next to it.
+    /// "limit", "quota", "at most": a bound when a quantity is next to it ("a 5 GB
+    /// quota", "3 retries at most").
     Limit,
     /// "only": a restriction, unless it reports a count ("only one test failed").
     Only,
@@ -99,28 +103,54 @@ const ALWAYS: &[&str] = &[
     "non-negotiable",
     "no exceptions",
     "at all times",
+    "unmodified",
+    "unaltered",
+    "sacred",
+    "rather not",
+    "rather you didn't",
+    "prefer not to",
+    "prefer you not",
+    "limit yourself",
+    "restrict yourself",
+    "confine yourself",
+    "keep your changes",
+    "limit your changes",
+    "remember to",
+    "essential",
+    "crucial",
+    "requirement",
+    "no longer than",
+    "no larger than",
+    "no bigger than",
+    "no higher than",
+    "no later than",
 ];
 
 const NEVER: &[&str] = &["never"];
 const NEGATION: &[&str] = &["don't", "do not", "dont"];
-const WITHOUT: &[&str] = &["without", "not to"];
+const WITHOUT: &[&str] = &["without", "not to", "won't", "nobody", "no one", "no-one"];
+const NOT: &[&str] = &["not"];
 const CANNOT: &[&str] = &["can't", "cannot", "can not"];
 const REQUIREMENT: &[&str] = &[
     "has to", "have to", "need to", "needs to", "got to", "gotta",
 ];
 const BOUND: &[&str] = &[
-    "at most",
-    "at least",
     "up to",
     "within",
     "under",
     "below",
     "less than",
     "fewer than",
-    "maximum of",
-    "minimum of",
 ];
 const LIMIT: &[&str] = &[
+    "at most",
+    "at least",
+    "at the most",
+    "tops",
+    "allows",
+    "allowed",
+    "permits",
+    "throttled",
     "limit",
     "limits",
     "cap",
@@ -141,6 +171,7 @@ const RULES: &[(Rule, &[&str])] = &[
     (Rule::Never, NEVER),
     (Rule::Negation, NEGATION),
     (Rule::Without, WITHOUT),
+    (Rule::Not, NOT),
     (Rule::Cannot, CANNOT),
     (Rule::Requirement, REQUIREMENT),
     (Rule::Bound, BOUND),
@@ -245,6 +276,11 @@ const REPORT_VERBS: &[&str] = &[
 const REPORT_SUBJECTS: &[&str] = &[
     "i", "it", "they", "that", "this", "he", "she", "which", "who", "there", "tests", "these",
     "those",
+];
+
+/// Words before "not" that make it a report of what was done.
+const REPORT_AUXILIARIES: &[&str] = &[
+    "was", "were", "did", "does", "has", "have", "had", "wasn't", "it", "i",
 ];
 
 /// Verbs after "I don't" that still state a rule: "I don't want new dependencies".
@@ -395,6 +431,7 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         Rule::Never => !is_one_of(before, NEVER_REPORTS),
         Rule::Negation => negation(before, after),
         Rule::Without => is_change(after),
+        Rule::Not => is_change(after) && !is_one_of(before, REPORT_AUXILIARIES),
         Rule::Cannot => {
             let passive = same(after, "be") && is_change(next_word(text, after_end).0);
             (same(before, "you") && !is_verb_of(after, REPORT_VERBS)) || is_change(after) || passive
@@ -628,6 +665,37 @@ mod tests {
             "Running the suite against prod is not permitted.",
             "The migrations are not to be touched.",
         ]);
+    }
+
+    #[test]
+    fn more_prohibitions_and_requirements() {
+        all_new(&[
+            "We are not touching the public API in this PR.",
+            "Nobody edits the release notes but me.",
+            "I'd rather not add a database.",
+            "Limit yourself to the files in src/parser/.",
+            "The wire format stays unmodified.",
+            "Remember to regenerate the snapshots.",
+            "It is essential that the CLI flags keep their names.",
+            "The diff should be no longer than a screen.",
+        ]);
+        for s in [
+            "The file was not modified by the script.",
+            "It won't compile on stable.",
+            "No one knows why.",
+        ] {
+            assert!(!is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_limit_may_follow_its_quantity() {
+        all_new(&[
+            "Three retries at most.",
+            "The API allows 60 requests per minute.",
+            "Keep each call to 5 seconds tops.",
+        ]);
+        assert!(!is_constraint("Tabs are allowed in the Makefile."));
     }
 
     #[test]
