@@ -424,6 +424,9 @@ fn word_byte_at(text: &str, i: usize) -> bool {
 
 /// Whether the marker at `at..end` sets a constraint by its rule.
 fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
+    if rule == Rule::Always {
+        return true;
+    }
     let before = prev_word(text, at);
     let (after, after_end) = next_word(text, end);
     match rule {
@@ -436,7 +439,7 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
             let passive = same(after, "be") && is_change(next_word(text, after_end).0);
             (same(before, "you") && !is_verb_of(after, REPORT_VERBS)) || is_change(after) || passive
         }
-        Rule::Requirement => !is_one_of(before, &["i", "do", "does", "did"]),
+        Rule::Requirement => !same(before, "i"),
         Rule::Bound => quantity_within(&text[end..], 3),
         Rule::Limit => quantity_within(&text[end..], 4) || quantity_before(&text[..at]),
         Rule::Only => only(before, after),
@@ -487,10 +490,10 @@ fn is_word_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '\'' | '\u{2019}' | '_')
 }
 
-/// The word that ends where `at` starts (skipping blank space and punctuation other
-/// than a sentence end); empty at a sentence or clause start.
+/// The word that ends where `at` starts, past blank space; empty at the start of a
+/// sentence, a clause, a line or a bullet, where a command starts.
 fn prev_word(text: &str, at: usize) -> &str {
-    let head = text[..at].trim_end();
+    let head = text[..at].trim_end_matches([' ', '\t']);
     if head.ends_with(['.', '!', '?', ',', ';', ':', '\n', '(', '-']) || head.is_empty() {
         return "";
     }
@@ -869,6 +872,14 @@ mod tests {
         assert!(!is_constraint("Do you know where the config lives?"));
         // A rule in one sentence, a question in the next.
         assert!(is_constraint("Never edit main.rs. Why is it failing?"));
+    }
+
+    #[test]
+    fn a_line_break_starts_a_command() {
+        // "it" ends the line before: the negation still opens its own line.
+        assert!(is_constraint(
+            "That is all I have about it\nDon't go near the prod cluster"
+        ));
     }
 
     #[test]
