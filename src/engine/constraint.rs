@@ -37,6 +37,13 @@ enum Rule {
     Limit,
     /// "only": a restriction, unless it reports a count ("only one test failed").
     Only,
+    /// "no more" closing its clause: a bound on what came before ("30 a minute, no
+    /// more").
+    Closing,
+    /// "keep" (or "hold") to a quantity: "keep the batch to 500 rows".
+    Keep,
+    /// "nothing" that may change: "nothing under infra/ should be edited".
+    Nothing,
     /// "alone": a prohibition after "leave" ("leave the schema alone").
     Alone,
     /// "frozen", "locked": a rule when said of the thing ("the API is frozen").
@@ -62,9 +69,17 @@ const ALWAYS: &[&str] = &[
     "hands-off",
     "stay away from",
     "keep away from",
+    "keep clear of",
+    "stay clear of",
+    "steer clear of",
     "stay out of",
-    "keep out of",
+    "keep out",
     "under no circumstances",
+    "under no condition",
+    "under any circumstances",
+    "on no account",
+    "in no event",
+    "by no means",
     "in no case",
     "refrain from",
     "avoid",
@@ -124,6 +139,21 @@ const ALWAYS: &[&str] = &[
     "no bigger than",
     "no higher than",
     "no later than",
+    "not ours to",
+    "not yours to",
+    "not mine to",
+    "not for you to",
+    "not for us to",
+    "as it stands",
+    "as they stand",
+    "the way it is",
+    "the way they are",
+    "byte-for-byte",
+    "byte for byte",
+    "out of scope",
+    "out of the diff",
+    "no-go",
+    "off the table",
 ];
 
 const NEVER: &[&str] = &["never"];
@@ -151,6 +181,11 @@ const LIMIT: &[&str] = &[
     "allowed",
     "permits",
     "throttled",
+    "throttles",
+    "throttle",
+    "or less",
+    "or fewer",
+    "or lower",
     "limit",
     "limits",
     "cap",
@@ -162,6 +197,9 @@ const LIMIT: &[&str] = &[
     "allowance",
 ];
 const ONLY: &[&str] = &["only"];
+const CLOSING: &[&str] = &["no more", "no less", "no fewer"];
+const KEEP: &[&str] = &["keep", "hold"];
+const NOTHING: &[&str] = &["nothing"];
 const ALONE: &[&str] = &["alone"];
 const STATE: &[&str] = &["frozen", "locked", "immutable"];
 const NO: &[&str] = &["no"];
@@ -177,6 +215,9 @@ const RULES: &[(Rule, &[&str])] = &[
     (Rule::Bound, BOUND),
     (Rule::Limit, LIMIT),
     (Rule::Only, ONLY),
+    (Rule::Closing, CLOSING),
+    (Rule::Keep, KEEP),
+    (Rule::Nothing, NOTHING),
     (Rule::Alone, ALONE),
     (Rule::State, STATE),
     (Rule::No, NO),
@@ -440,9 +481,14 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
             (same(before, "you") && !is_verb_of(after, REPORT_VERBS)) || is_change(after) || passive
         }
         Rule::Requirement => !same(before, "i"),
-        Rule::Bound => quantity_within(&text[end..], 3),
-        Rule::Limit => quantity_within(&text[end..], 4) || quantity_before(&text[..at]),
+        Rule::Bound => !measured(before) && quantity_within(&text[end..], 3),
+        Rule::Limit => {
+            !measured(before) && (quantity_within(&text[end..], 6) || quantity_before(&text[..at]))
+        }
         Rule::Only => only(before, after),
+        Rule::Closing => after.is_empty(),
+        Rule::Keep => quantity_within(&text[end..], 4),
+        Rule::Nothing => modal_change_within(&text[end..], 6),
         Rule::Alone => leave_before(&text[..at]),
         Rule::State => is_one_of(before, STATE_VERBS),
         Rule::No => {
@@ -534,6 +580,50 @@ fn quantity_within(text: &str, words: usize) -> bool {
         .take(words)
         .any(is_quantity)
 }
+
+/// Whether a bound after `before` reports a measurement ("it took under 5 seconds",
+/// "finished in under a minute") rather than setting one.
+fn measured(before: &str) -> bool {
+    is_one_of(before, MEASURED)
+}
+
+/// Verbs and words before a quantity that report what was measured.
+const MEASURED: &[&str] = &[
+    "took",
+    "ran",
+    "finished",
+    "completed",
+    "was",
+    "were",
+    "used",
+    "got",
+    "had",
+    "needed",
+    "failed",
+    "passed",
+    "returned",
+    "printed",
+    "showed",
+];
+
+/// Whether, within the first `words` words, a modal verb comes and a change verb
+/// later ("under infra/ should be edited").
+fn modal_change_within(text: &str, words: usize) -> bool {
+    let mut modal = false;
+    for word in text.split_whitespace().take(words) {
+        let word = word.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+        if modal && is_change(word) {
+            return true;
+        }
+        modal |= is_one_of(word, MODALS);
+    }
+    false
+}
+
+/// Verbs that say what may or must happen.
+const MODALS: &[&str] = &[
+    "should", "may", "can", "must", "shall", "is", "gets", "will",
+];
 
 /// Whether a quantity ends one of the two words before a limit ("a 500 MB cap").
 fn quantity_before(text: &str) -> bool {
@@ -699,6 +789,55 @@ mod tests {
             "Keep each call to 5 seconds tops.",
         ]);
         assert!(!is_constraint("Tabs are allowed in the Makefile."));
+    }
+
+    #[test]
+    fn ownership_scope_and_sameness() {
+        all_new(&[
+            "The file infra/main.tf is owned by ops, so it's not ours to edit.",
+            "infra/main.tf is not yours to modify.",
+            "infra/main.tf stays exactly the way it is.",
+            "I'd prefer that you leave infra/main.tf as it stands.",
+            "Keep infra/main.tf byte-for-byte identical.",
+            "Edits to infra/main.tf are out of scope.",
+            "Changing infra/main.tf is a no-go.",
+            "Refactors are off the table this sprint.",
+            "On no account rename the tables.",
+            "Steer clear of the legacy importer.",
+            "The Makefile is someone else's; keep out.",
+        ]);
+    }
+
+    #[test]
+    fn nothing_that_may_change() {
+        all_new(&["Nothing under infra/ should be edited."]);
+        assert!(!is_constraint("Nothing changed after the restart."));
+    }
+
+    #[test]
+    fn a_bound_closing_its_clause_or_kept_to() {
+        all_new(&[
+            "We get 30 requests a minute from the provider, no more.",
+            "Keep the batch to 500 rows.",
+            "Each request may take 2 seconds or less.",
+            "The provider throttles us at 30 req/min.",
+            "The limit on the search API is 60 per minute.",
+        ]);
+        for s in [
+            "I have no more ideas.",
+            "Keep going with the next file.",
+            "It is more or less done.",
+        ] {
+            assert!(!is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_measurement_is_no_bound() {
+        for s in ["It took under 5 seconds.", "The run used at least 3 GB."] {
+            assert!(!is_constraint(s), "{s}");
+        }
+        assert!(is_constraint("Respond in under 200 ms."));
     }
 
     #[test]
