@@ -463,13 +463,20 @@ fn word_byte_at(text: &str, i: usize) -> bool {
         .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
 }
 
+/// How far each side of a marker its rule looks, in bytes: a rule reads the words right
+/// around it, and a bound keeps a long line without spaces (minified JSON, a base64
+/// blob) linear however many markers it holds.
+const AROUND: usize = 120;
+
 /// Whether the marker at `at..end` sets a constraint by its rule.
 fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
     if rule == Rule::Always {
         return true;
     }
-    let before = prev_word(text, at);
-    let (after, after_end) = next_word(text, end);
+    let ahead = window_after(text, end);
+    let behind = window_before(text, at);
+    let before = prev_word(behind);
+    let (after, after_end) = next_word(ahead);
     match rule {
         Rule::Always => true,
         Rule::Never => !is_one_of(before, NEVER_REPORTS),
@@ -477,24 +484,40 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         Rule::Without => is_change(after),
         Rule::Not => is_change(after) && !is_one_of(before, REPORT_AUXILIARIES),
         Rule::Cannot => {
-            let passive = same(after, "be") && is_change(next_word(text, after_end).0);
+            let passive = same(after, "be") && is_change(next_word(&ahead[after_end..]).0);
             (same(before, "you") && !is_verb_of(after, REPORT_VERBS)) || is_change(after) || passive
         }
         Rule::Requirement => !same(before, "i"),
-        Rule::Bound => !measured(before) && quantity_within(&text[end..], 3),
-        Rule::Limit => {
-            !measured(before) && (quantity_within(&text[end..], 6) || quantity_before(&text[..at]))
-        }
+        Rule::Bound => !measured(before) && quantity_within(ahead, 3),
+        Rule::Limit => !measured(before) && (quantity_within(ahead, 6) || quantity_before(behind)),
         Rule::Only => only(before, after),
         Rule::Closing => after.is_empty(),
-        Rule::Keep => quantity_within(&text[end..], 4),
-        Rule::Nothing => modal_change_within(&text[end..], 6),
-        Rule::Alone => leave_before(&text[..at]),
+        Rule::Keep => quantity_within(ahead, 4),
+        Rule::Nothing => modal_change_within(ahead, 6),
+        Rule::Alone => leave_before(behind),
         Rule::State => is_one_of(before, STATE_VERBS),
         Rule::No => {
-            is_one_of(after, NO_CHANGES) && !is_one_of(next_word(text, after_end).0, NO_REPORTS)
+            is_one_of(after, NO_CHANGES) && !is_one_of(next_word(&ahead[after_end..]).0, NO_REPORTS)
         }
     }
+}
+
+/// Up to [`AROUND`] bytes of `text` before `at`, from a character's start.
+fn window_before(text: &str, at: usize) -> &str {
+    let mut start = at.saturating_sub(AROUND);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..at]
+}
+
+/// Up to [`AROUND`] bytes of `text` from `end`, to a character's end.
+fn window_after(text: &str, end: usize) -> &str {
+    let mut stop = (end + AROUND).min(text.len());
+    while !text.is_char_boundary(stop) {
+        stop -= 1;
+    }
+    &text[end..stop]
 }
 
 /// A negation forbids a change, or commands ("Please don't ..."), or states a wish; it
@@ -536,10 +559,10 @@ fn is_word_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '\'' | '\u{2019}' | '_')
 }
 
-/// The word that ends where `at` starts, past blank space; empty at the start of a
-/// sentence, a clause, a line or a bullet, where a command starts.
-fn prev_word(text: &str, at: usize) -> &str {
-    let head = text[..at].trim_end_matches([' ', '\t']);
+/// The word that ends `head`, past blank space; empty at the start of a sentence, a
+/// clause, a line or a bullet, where a command starts.
+fn prev_word(head: &str) -> &str {
+    let head = head.trim_end_matches([' ', '\t']);
     if head.ends_with(['.', '!', '?', ',', ';', ':', '\n', '(', '-']) || head.is_empty() {
         return "";
     }
@@ -551,16 +574,16 @@ fn prev_word(text: &str, at: usize) -> &str {
     &head[start..]
 }
 
-/// The word that starts after `end`, past blank space and a few adverbs ("don't ever
+/// The word that starts `tail`, past blank space and a few adverbs ("don't ever
 /// touch"), and where it ends; empty when a sentence or clause ends first.
-fn next_word(text: &str, end: usize) -> (&str, usize) {
-    let mut at = end;
+fn next_word(tail: &str) -> (&str, usize) {
+    let mut at = 0;
     loop {
-        let tail = &text[at..];
-        let start = at + (tail.len() - tail.trim_start_matches([' ', '\t']).len());
-        let tail = &text[start..];
-        let len = tail.find(|c: char| !is_word_char(c)).unwrap_or(tail.len());
-        let word = &tail[..len];
+        let rest = &tail[at..];
+        let start = at + (rest.len() - rest.trim_start_matches([' ', '\t']).len());
+        let rest = &tail[start..];
+        let len = rest.find(|c: char| !is_word_char(c)).unwrap_or(rest.len());
+        let word = &rest[..len];
         at = start + len;
         if word.is_empty() || !is_one_of(word, SKIPPED_ADVERBS) {
             return (word, at);
@@ -581,8 +604,8 @@ fn quantity_within(text: &str, words: usize) -> bool {
         .any(is_quantity)
 }
 
-/// Whether a bound after `before` reports a measurement ("it took under 5 seconds",
-/// "finished in under a minute") rather than setting one.
+/// Whether a bound after `before` reports a measurement ("it took under 5 seconds", "it
+/// used at least 3 GB") rather than setting one.
 fn measured(before: &str) -> bool {
     is_one_of(before, MEASURED)
 }
@@ -679,14 +702,24 @@ fn is_verb_of(word: &str, list: &[&str]) -> bool {
 }
 
 /// Whether the marker at `at` is in a question that asks rather than requests ("Do you
-/// know why it must fail?", not "Can you make sure it stays?").
+/// know why it must fail?", not "Can you make sure it stays?"). Only the sentence's
+/// part within [`AROUND`] bytes is read: a longer one counts as a statement.
 fn in_question(text: &str, at: usize) -> bool {
-    let end = text[at..].find(['.', '!', '?', '\n']).map(|i| at + i);
-    if end.is_none_or(|i| text.as_bytes()[i] != b'?') {
+    let ahead = window_after(text, at);
+    if ahead
+        .find(['.', '!', '?', '\n'])
+        .is_none_or(|i| ahead.as_bytes()[i] != b'?')
+    {
         return false;
     }
-    let start = text[..at].rfind(['.', '!', '?', '\n']).map_or(0, |i| i + 1);
-    let opening = text[start..at].trim_start();
+    let behind = window_before(text, at);
+    let start = match behind.rfind(['.', '!', '?', '\n']) {
+        Some(i) => i + 1,
+        // The opening is out of reach: read as a statement.
+        None if behind.len() < at => return false,
+        None => 0,
+    };
+    let opening = behind[start..].trim_start();
     let requests = [
         "can you",
         "could you",
@@ -1019,6 +1052,17 @@ mod tests {
         assert!(is_constraint(
             "That is all I have about it\nDon't go near the prod cluster"
         ));
+    }
+
+    #[test]
+    fn long_lines_and_long_questions() {
+        // A line without spaces full of markers (each reads its window only: time grows
+        // with the line, checked by hand at 60,000 and 120,000 markers) sets no bound.
+        assert!(!is_constraint(&"limit-".repeat(20_000)));
+        // A question whose opening is out of reach reads as a statement.
+        let question = format!("Why {} must it?", "very ".repeat(60));
+        assert!(is_constraint(&question));
+        assert!(!is_constraint("Why must it?"));
     }
 
     #[test]
