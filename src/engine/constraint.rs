@@ -591,8 +591,12 @@ fn next_word(tail: &str) -> (&str, usize) {
     }
 }
 
-/// Words between a negation and its verb that do not change what it governs.
-const SKIPPED_ADVERBS: &[&str] = &["ever", "even", "just", "really", "actually", "please"];
+/// Words between a negation and its verb or noun that do not change what it governs
+/// ("don't ever touch", "without my approval", "without first asking").
+const SKIPPED_ADVERBS: &[&str] = &[
+    "ever", "even", "just", "really", "actually", "please", "first", "my", "your", "our", "a",
+    "an", "the", "any", "prior", "explicit",
+];
 
 /// Whether a quantity (digits, "$5", "two") starts one of the first `words` words.
 fn quantity_within(text: &str, words: usize) -> bool {
@@ -923,6 +927,14 @@ mod tests {
     fn not_to_and_without_forbid_only_a_change() {
         assert!(is_constraint("Be careful not to break the public API."));
         assert!(is_constraint("Do it without touching the fixtures."));
+        // Past a determiner or an adverb.
+        for s in [
+            "Land it without my approval and it gets reverted.",
+            "Go ahead without first asking.",
+            "Ship it without a review from me.",
+        ] {
+            assert!(is_constraint(s), "{s}");
+        }
         // The old list read these as rules.
         for s in ["It ran without errors.", "The script exits without output."] {
             assert!(old_list(s) && !is_constraint(s), "{s}");
