@@ -19,8 +19,8 @@ enum Rule {
     /// "don't", "do not": a prohibition when it governs a change verb or stands as a
     /// command; not "I don't know".
     Negation,
-    /// "without", "nobody": a prohibition only before a change ("without asking",
-    /// "nobody edits"); "it ran without errors" sets nothing.
+    /// "without", "not to", "won't", "nobody": a prohibition only before a change
+    /// ("without asking", "nobody edits"); "it ran without errors" sets nothing.
     Without,
     /// "not" before a change ("we are not touching the API"), unless it reports what was
     /// done ("it was not modified").
@@ -30,7 +30,7 @@ enum Rule {
     Cannot,
     /// "has to", "need to": a requirement, unless the speaker says what they must do.
     Requirement,
-    /// "at most", "within", "under": a bound when a quantity follows.
+    /// "within", "under", "up to": a bound when a quantity follows.
     Bound,
     /// "limit", "quota", "at most": a bound when a quantity is next to it ("a 5 GB
     /// quota", "3 retries at most").
