@@ -49,16 +49,10 @@ fn litellm() -> Option<PathBuf> {
     if installed.exists() {
         return Some(installed);
     }
-    assert!(
-        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
-        "{} is missing: run scripts/setup-litellm.sh",
-        installed.display()
-    );
-    eprintln!(
-        "skipping: {} is missing (run scripts/setup-litellm.sh)",
-        installed.display()
-    );
-    None
+    support::Needs::Clients.missing(
+        &format!("{} is missing", installed.display()),
+        "run scripts/setup-litellm.sh",
+    )
 }
 
 /// A running `litellm` proxy, stopped (by its own process id) when dropped.

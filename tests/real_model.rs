@@ -68,12 +68,10 @@ fn installed() -> Option<(PathBuf, PathBuf)> {
         ),
         _ => "COMPACTION_PROXY_LLAMA_SERVER and COMPACTION_PROXY_LLAMA_MODEL are not set".into(),
     };
-    assert!(
-        std::env::var_os("COMPACTION_PROXY_REQUIRE_LLAMA").is_none(),
-        "{problem}: run scripts/setup-llama.sh and export the paths it prints"
-    );
-    eprintln!("skipping: {problem} (scripts/setup-llama.sh installs them)");
-    None
+    support::Needs::Llama.missing(
+        &problem,
+        "run scripts/setup-llama.sh and export the paths it prints",
+    )
 }
 
 /// A running `llama-server`, stopped (by its own process id) when dropped.

@@ -1,14 +1,15 @@
 //! Replicas sharing one Redis: a conversation compacted on one resumes on the other with
 //! the same bytes and no new summary; the same summary needed by both at once is made
-//! once; a Redis that dies costs no turn (its outage is logged once and counted) and is
-//! used again once it is back; a window one replica learned is known to the other; a
-//! Redis behind TLS, with a certificate of the operator's own CA, is reached through
-//! `rediss://` and `cache.redis_ca_file`; what they share through Redis is sealed, so a
-//! dump of it holds none of the conversation's text.
+//! once; a tool loop whose turns alternate between them 50 ms apart pays one summary per
+//! compaction event, prepared by one of them; a Redis that dies costs no turn (its outage
+//! is logged once and counted) and is used again once it is back; a window one replica
+//! learned is known to the other; a Redis behind TLS, with a certificate of the
+//! operator's own CA, is reached through `rediss://` and `cache.redis_ca_file`; what they
+//! share through Redis is sealed, so a dump of it holds none of the conversation's text.
 //!
 //! Each test starts its own `redis-server` (from `COMPACTION_PROXY_REDIS_SERVER`, else
 //! PATH; `scripts/setup-redis.sh` installs it) on a free loopback port, and is skipped
-//! without one unless `COMPACTION_PROXY_REQUIRE_REDIS=1`.
+//! without one unless `COMPACTION_PROXY_REQUIRE_REDIS` is set.
 
 // Test code: a failed step should stop the test where it failed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -64,12 +65,10 @@ impl Redis {
             .status()
             .is_ok_and(|s| s.success());
         if !installed {
-            assert!(
-                std::env::var("COMPACTION_PROXY_REQUIRE_REDIS").as_deref() != Ok("1"),
-                "COMPACTION_PROXY_REQUIRE_REDIS=1 and no redis-server at {path:?}"
+            return support::Needs::Redis.missing(
+                &format!("no redis-server at {path:?}"),
+                "scripts/setup-redis.sh installs it",
             );
-            eprintln!("skipped: no redis-server (scripts/setup-redis.sh installs it)");
-            return None;
         }
         let free_port = || {
             std::net::TcpListener::bind("127.0.0.1:0")
@@ -245,15 +244,61 @@ async fn alternate(
 ) -> Vec<String> {
     let mut headers = Vec::new();
     for n in turns {
-        history.push(ask(n));
-        let proxy = &replicas[n % 2];
-        let (status, x) = send(proxy, "Bearer fleet-client", 200, &request(history)).await;
-        assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
-        assert!(mock.state.violations.lock().unwrap().is_empty(), "turn {n}");
-        headers.push(x);
-        history.extend(agent_round(n));
+        headers.push(turn(replicas, mock, history, n, 200).await);
     }
     headers
+}
+
+/// Plays turn `n` of a session on replica `n % 2`, the summariser answering after
+/// `summary_delay_ms`; returns its `x-compaction` header. The turn must succeed.
+async fn turn(
+    replicas: &[Proxy; 2],
+    mock: &Mock,
+    history: &mut Vec<Value>,
+    n: usize,
+    summary_delay_ms: u64,
+) -> String {
+    history.push(ask(n));
+    let proxy = &replicas[n % 2];
+    let body = request(history);
+    let (status, x) = send(proxy, "Bearer fleet-client", summary_delay_ms, &body).await;
+    assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
+    assert!(mock.state.violations.lock().unwrap().is_empty(), "turn {n}");
+    history.extend(agent_round(n));
+    x
+}
+
+/// A compaction event's header: a summary made for this turn, or put in place.
+fn is_event(x: &str) -> bool {
+    x.contains("summary=llm") || x.contains("summary=fallback")
+}
+
+/// A tool loop whose turns come `gap` apart (after the answer to the one before),
+/// alternating between replicas, until `events` compaction events; returns each turn's
+/// header.
+async fn tool_loop(
+    replicas: &[Proxy; 2],
+    mock: &Mock,
+    gap: Duration,
+    summary_delay_ms: u64,
+    events: usize,
+) -> Vec<String> {
+    let mut history = vec![json!({"role": "system", "content": "You are a coding agent."})];
+    let mut headers: Vec<String> = Vec::new();
+    for n in 0..120 {
+        tokio::time::sleep(gap).await;
+        headers.push(turn(replicas, mock, &mut history, n, summary_delay_ms).await);
+        if headers.iter().filter(|x| is_event(x)).count() == events {
+            return headers;
+        }
+    }
+    panic!("fewer than {events} events: {headers:#?}");
+}
+
+/// The sum over both replicas of `compaction_proxy_prepared_total` for `fate`.
+async fn prepared(replicas: &[Proxy; 2], fate: &str) -> u64 {
+    let name = format!("compaction_proxy_prepared_total{{fate=\"{fate}\"}}");
+    metric(&replicas[0], &name).await + metric(&replicas[1], &name).await
 }
 
 /// The value of the metric `name` (with its labels) at `proxy`'s `/metrics`.
@@ -317,6 +362,74 @@ async fn a_conversation_compacted_on_one_replica_resumes_on_the_other() {
         used += line.rsplit(' ').next().unwrap().parse::<u32>().unwrap();
     }
     assert!(used >= 2, "{used} prepared compactions used: {headers:#?}");
+}
+
+/// A fast tool loop: turns 50 ms apart, alternating between replicas, so that turns reach
+/// one replica while the other prepares their conversation's next event (the mock's
+/// summariser takes 200 ms). Each event takes the one preparation made for it, on either
+/// replica: one summariser call per event, as with turns far apart, and what is prepared
+/// is made once, by one replica, and used.
+#[tokio::test]
+async fn a_fast_tool_loop_across_replicas_pays_one_summary_per_event() {
+    let Some(redis) = Redis::start() else { return };
+    let mock = Mock::start().await;
+    let replicas = replicas(&mock, &redis, "fast", Some(WINDOW));
+    // Two events; the session stops there, before the next one is prepared.
+    let headers = tool_loop(&replicas, &mock, Duration::from_millis(50), 200, 2).await;
+    // Whatever still runs in the background ends, and its calls are counted.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let logs = || format!("A:\n{}\nB:\n{}", replicas[0].logs(), replicas[1].logs());
+    let calls = mock.summaries().len();
+    let fates = [
+        prepared(&replicas, "made").await,
+        prepared(&replicas, "used").await,
+        prepared(&replicas, "wasted").await,
+    ];
+    eprintln!("2 events; summariser calls: {calls}; prepared made, used, wasted: {fates:?}");
+    assert_eq!(
+        calls,
+        2,
+        "summariser calls for 2 events: {headers:#?}\n{}",
+        logs()
+    );
+    assert!(
+        headers
+            .iter()
+            .filter(|x| is_event(x))
+            .all(|x| x.contains("summary=llm")),
+        "{headers:#?}"
+    );
+    assert_eq!(
+        fates,
+        [2, 2, 0],
+        "made, used, wasted: {headers:#?}\n{}",
+        logs()
+    );
+}
+
+/// A summariser slower than an event may wait: the event goes with the digest, and the
+/// preparation it went without is the only call made for it. The replica that did not
+/// prepare it does not take the call over once its holder's lease lapses: the
+/// conversation has moved on.
+#[tokio::test]
+async fn a_preparation_an_event_went_without_is_not_made_again_on_the_other_replica() {
+    let Some(redis) = Redis::start() else { return };
+    let mock = Mock::start().await;
+    let replicas = replicas(&mock, &redis, "abandoned", Some(WINDOW));
+    let headers = tool_loop(&replicas, &mock, Duration::from_millis(50), 3000, 1).await;
+    assert!(
+        headers.last().unwrap().contains("summary=fallback"),
+        "{headers:#?}"
+    );
+    // Past the lease of the abandoned call (10 s).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let logs = || format!("A:\n{}\nB:\n{}", replicas[0].logs(), replicas[1].logs());
+    let calls = mock.summaries().len();
+    eprintln!("1 event, its preparation abandoned; summariser calls: {calls}");
+    assert_eq!(calls, 1, "{headers:#?}\n{}", logs());
+    assert_eq!(prepared(&replicas, "used").await, 0);
+    assert!(prepared(&replicas, "wasted").await <= 1);
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::checkpoint_store::{CheckpointStore, Tally};
-use super::flight::{self, Across, Flights, Sharing};
+use super::flight::{self, Across, Flights, Share, Sharing};
 use super::hash::{Key, Partition, Tenant};
 use super::lease_store::LeaseStore;
 use super::memory::MemoryStore;
@@ -362,22 +362,23 @@ impl Checkpoints {
     }
 
     /// The compaction prepared for a conversation (`key` names it): made here, or, with a
-    /// shared store, taken from the replica that prepared it first, so that a conversation
-    /// whose turns go to several replicas pays for one preparation. The result is the hash
-    /// of the prefix its checkpoint replaces, and the checkpoint.
+    /// shared store, taken from the replica that prepared it first, or left to the replica
+    /// preparing it now, so that a conversation whose turns go to several replicas pays for
+    /// one preparation. The result is the hash of the prefix its checkpoint replaces, and
+    /// the checkpoint.
     pub async fn prepare_once<F, Fut>(
         &self,
         seal: &Seal,
         key: u128,
         work: F,
-    ) -> Option<(u128, Checkpoint)>
+    ) -> Share<Option<(u128, Checkpoint)>>
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Option<(u128, Checkpoint)>>,
     {
         match self.across(seal) {
-            Some(via) => flight::across(via, key, &PREPARED, work).await,
-            None => work().await,
+            Some(via) => flight::once(via, key, &PREPARED, work).await,
+            None => Share::Made(work().await),
         }
     }
 
@@ -386,6 +387,15 @@ impl Checkpoints {
     pub async fn prepared_elsewhere(&self, seal: &Seal, key: u128) -> Option<(u128, Checkpoint)> {
         let via = self.across(seal)?;
         flight::made_elsewhere(via, key, &PREPARED).await.flatten()
+    }
+
+    /// Whether the compaction another replica is preparing for the conversation `key`
+    /// names ends within `wait`.
+    pub async fn prepared_elsewhere_within(&self, seal: &Seal, key: u128, wait: Duration) -> bool {
+        match self.across(seal) {
+            Some(via) => flight::ends_within(via, key, wait).await,
+            None => false,
+        }
     }
 
     /// The store shared with other processes, when there is one and it is reachable now.

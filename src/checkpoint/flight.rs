@@ -25,6 +25,9 @@ const LEASE: Duration = Duration::from_secs(10);
 const RENEW_EVERY: Duration = Duration::from_secs(3);
 /// How often a waiter looks for the result.
 const POLL: Duration = Duration::from_millis(100);
+/// How often a request that waits a moment for another process's result looks for it: a
+/// poll's lag is time the request waits.
+const BRIEF_POLL: Duration = Duration::from_millis(25);
 
 /// An identity for this process's claims, unlikely to be any other's.
 pub fn holder_id() -> u128 {
@@ -72,11 +75,54 @@ impl<T> Sharing<T> {
 
 /// The shared store a flight across processes goes through: its leases, within the
 /// cache's time limit, as `holder`.
+#[derive(Clone, Copy)]
 pub(super) struct Across<'a> {
     pub guard: &'a Guard,
     pub leases: &'a dyn LeaseStore,
     pub holder: u128,
     pub rest: AtRest<'a>,
+}
+
+/// Where a flight stands for this process, after one look at the store.
+enum Stand<T> {
+    /// Another process made its result.
+    Done(T),
+    /// Another process holds it.
+    Running,
+    /// This process claimed it: its work runs here, for every process.
+    Claimed,
+    /// The store failed, or left a result this build (or this request's seal) cannot
+    /// read: the work runs here, unshared.
+    Alone,
+}
+
+/// One look at `key` in the store, claiming it when no process holds it.
+async fn stand<T>(via: Across<'_>, key: u128, sharing: &Sharing<T>) -> Stand<T> {
+    let Across {
+        guard,
+        leases,
+        holder,
+        rest,
+    } = via;
+    match guard.bounded(leases.peek(key)).await {
+        Ok(Peek::Done(bytes)) => sharing
+            .read(rest, key, bytes)
+            .map_or(Stand::Alone, Stand::Done),
+        Ok(Peek::Running) => Stand::Running,
+        Ok(Peek::Free) => match guard.bounded(leases.claim(key, holder, LEASE)).await {
+            Ok(true) => Stand::Claimed,
+            // Claimed by another process since the look.
+            Ok(false) => Stand::Running,
+            Err(error) => {
+                guard.failed(&error);
+                Stand::Alone
+            }
+        },
+        Err(error) => {
+            guard.failed(&error);
+            Stand::Alone
+        }
+    }
 }
 
 /// The result of `work` for `key`, made here or by the process that claimed it first, or
@@ -93,34 +139,71 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = T>,
 {
+    loop {
+        match stand(via, key, sharing).await {
+            Stand::Done(result) => return result,
+            Stand::Running => tokio::time::sleep(POLL).await,
+            Stand::Claimed => return hold(via, key, sharing, work).await,
+            Stand::Alone => return work().await,
+        }
+    }
+}
+
+/// What [`once`] did about a flight.
+pub enum Share<T> {
+    /// This process made the result (for the others too, when the store is shared).
+    Made(T),
+    /// Another process had made it: this one took it.
+    Taken(T),
+    /// Another process is making it; this one left it to them.
+    Elsewhere,
+}
+
+impl<T> Share<T> {
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Share<U> {
+        match self {
+            Share::Made(result) => Share::Made(f(result)),
+            Share::Taken(result) => Share::Taken(f(result)),
+            Share::Elsewhere => Share::Elsewhere,
+        }
+    }
+}
+
+/// The result of `work` for `key`, made here unless another process made it already or is
+/// making it now; unlike [`across`], a flight running elsewhere is not waited for. For
+/// work that no request waits on (a compaction prepared ahead), which the process whose
+/// request needs the result takes from the store then.
+pub(super) async fn once<T, F, Fut>(
+    via: Across<'_>,
+    key: u128,
+    sharing: &Sharing<T>,
+    work: F,
+) -> Share<T>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = T>,
+{
+    match stand(via, key, sharing).await {
+        Stand::Done(result) => Share::Taken(result),
+        Stand::Running => Share::Elsewhere,
+        Stand::Claimed => Share::Made(hold(via, key, sharing, work).await),
+        Stand::Alone => Share::Made(work().await),
+    }
+}
+
+/// Runs `work` for the flight `key` this process claimed, renewing the claim while it
+/// runs, and leaves its result for the others.
+async fn hold<T, F, Fut>(via: Across<'_>, key: u128, sharing: &Sharing<T>, work: F) -> T
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = T>,
+{
     let Across {
         guard,
         leases,
         holder,
         rest,
     } = via;
-    loop {
-        match guard.bounded(leases.peek(key)).await {
-            Ok(Peek::Done(bytes)) => match sharing.read(rest, key, bytes) {
-                Some(result) => return result,
-                None => return work().await,
-            },
-            Ok(Peek::Running) => tokio::time::sleep(POLL).await,
-            Ok(Peek::Free) => match guard.bounded(leases.claim(key, holder, LEASE)).await {
-                Ok(true) => break,
-                // Claimed by another process since the look: wait for it.
-                Ok(false) => {}
-                Err(error) => {
-                    guard.failed(&error);
-                    return work().await;
-                }
-            },
-            Err(error) => {
-                guard.failed(&error);
-                return work().await;
-            }
-        }
-    }
     let mut work = pin!(work());
     let mut renewing = true;
     let result = loop {
@@ -167,6 +250,24 @@ pub(super) async fn made_elsewhere<T>(
             }
         }
     }
+}
+
+/// Whether the flight `key` another process holds ends within `wait`: its result is left,
+/// or its claim lapsed. `false` too when the store cannot tell.
+pub(super) async fn ends_within(via: Across<'_>, key: u128, wait: Duration) -> bool {
+    let ended = async {
+        loop {
+            match via.guard.bounded(via.leases.peek(key)).await {
+                Ok(Peek::Running) => tokio::time::sleep(BRIEF_POLL).await,
+                Ok(Peek::Done(_) | Peek::Free) => return true,
+                Err(error) => {
+                    via.guard.failed(&error);
+                    return false;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(wait, ended).await.unwrap_or(false)
 }
 
 /// Each running flight with the number of callers holding it.
@@ -245,6 +346,85 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::checkpoint::seal::Sealer;
+    use crate::checkpoint::store::{Backend, StoreFuture};
+
+    /// Leases as a shared store keeps them, in memory: a claim's holder, or a result.
+    #[derive(Default)]
+    struct Leases(Mutex<HashMap<u128, Result<Vec<u8>, u128>>>);
+
+    impl LeaseStore for Leases {
+        fn claim(&self, flight: u128, holder: u128, _lease: Duration) -> StoreFuture<'_, bool> {
+            let mut leases = self.0.lock().unwrap();
+            let claimed = *leases.entry(flight).or_insert(Err(holder)) == Err(holder);
+            Box::pin(async move { Ok(claimed) })
+        }
+
+        fn settle(
+            &self,
+            flight: u128,
+            _holder: u128,
+            result: Vec<u8>,
+            _keep: Duration,
+        ) -> StoreFuture<'_, ()> {
+            self.0.lock().unwrap().insert(flight, Ok(result));
+            Box::pin(async { Ok(()) })
+        }
+
+        fn peek(&self, flight: u128) -> StoreFuture<'_, Peek> {
+            let peek = match self.0.lock().unwrap().get(&flight) {
+                Some(Ok(result)) => Peek::Done(result.clone()),
+                Some(Err(_)) => Peek::Running,
+                None => Peek::Free,
+            };
+            Box::pin(async move { Ok(peek) })
+        }
+
+        fn clear_leases(&self) -> StoreFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    const NUMBER: Sharing<u32> = Sharing {
+        label: "number",
+        encode: |n| n.to_le_bytes().to_vec(),
+        decode: |bytes| Ok(u32::from_le_bytes(bytes.try_into().unwrap_or_default())),
+        keep: Duration::from_secs(60),
+    };
+
+    /// Work that no request waits on is made by one process; another that comes for it
+    /// while it runs leaves it to that one, without waiting, and takes its result after.
+    #[tokio::test]
+    async fn work_under_way_in_another_process_is_left_to_it_and_taken_once_made() {
+        let (leases, guard) = (
+            Leases::default(),
+            Guard::new(Backend::Redis, Duration::from_secs(1)),
+        );
+        let seal = Sealer::new(None).seal_credential(b"sk-1");
+        let process = |holder| Across {
+            guard: &guard,
+            leases: &leases,
+            holder,
+            rest: AtRest::new(&seal, true),
+        };
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let first = once(process(1), 9, &NUMBER, || async {
+            released.await.unwrap();
+            7
+        });
+        let second = async {
+            tokio::task::yield_now().await;
+            let under_way = once(process(2), 9, &NUMBER, || async { 8 }).await;
+            assert!(matches!(under_way, Share::Elsewhere));
+            assert!(!ends_within(process(2), 9, Duration::from_millis(50)).await);
+            release.send(()).unwrap();
+        };
+        let (made, ()) = tokio::join!(first, second);
+        assert!(matches!(made, Share::Made(7)));
+        assert!(ends_within(process(2), 9, Duration::from_millis(50)).await);
+        let taken = once(process(2), 9, &NUMBER, || async { 8 }).await;
+        assert!(matches!(taken, Share::Taken(7)));
+    }
 
     #[tokio::test]
     async fn concurrent_callers_share_one_run() {

@@ -12,7 +12,8 @@ use memchr::memmem::Finder;
 
 use super::policy::{self, Decision, Goal, Marks};
 use super::{Attempt, Trigger};
-use crate::checkpoint::{Applied, Checkpoint, Key, Partition, Prepared};
+use crate::checkpoint::prepared::Underway;
+use crate::checkpoint::{Applied, Checkpoint, Key};
 use crate::compactor::{messages_of, Resumed};
 use crate::engine::{self, budget};
 use crate::units::{Ours, Theirs, Window};
@@ -78,12 +79,12 @@ impl Attempt<'_> {
     /// otherwise the event is made now without the summariser (pruning, and the digest
     /// where a summary is needed). `true` when the request was rewritten.
     async fn event(&mut self, goal: Goal) -> bool {
-        if self.preparing() {
+        if let Some(underway) = self.preparing() {
             if self.fits_whole(goal) {
                 tracing::debug!(id = self.ctx.id, "the event waits for its preparation");
                 return false;
             }
-            if !self.prepared_within(PREPARED_WAIT).await {
+            if !self.prepared_within(underway, PREPARED_WAIT).await {
                 self.discard_preparation();
                 self.done.digest_only = true;
                 return self.rewrite(goal).await;
@@ -154,38 +155,36 @@ impl Attempt<'_> {
         Ours((bytes as f64 * per_byte) as u64).theirs(self.ctx.factor())
     }
 
-    /// Where this conversation's preparation is kept: the preparations, the conversation's
-    /// partition and prefix hashes. `None` when preparations are off or the conversation
-    /// has no partition yet.
-    fn preparation(&mut self) -> Option<(&Prepared, Partition, &[u128])> {
-        let app = self.ctx.app;
-        let prepared = app.prepared()?;
-        let partition = self.work.partition?;
-        let hashes = self.work.hashes(self.ctx.dialect, partition)?;
-        Some((prepared, partition, hashes))
-    }
-
-    /// Whether the conversation's running preparation ends within `wait`.
-    async fn prepared_within(&mut self, wait: Duration) -> bool {
-        match self.preparation() {
-            Some((prepared, partition, hashes)) => {
-                prepared.ends_within(partition, hashes, wait).await
+    /// Whether the conversation's running preparation, here or on another replica, ends
+    /// within `wait`.
+    async fn prepared_within(&mut self, underway: Underway, wait: Duration) -> bool {
+        let Some((prepared, at)) = self.preparation() else {
+            return false;
+        };
+        match underway {
+            Underway::Here => prepared.ends_within(&at, wait).await,
+            Underway::Elsewhere => {
+                let stage = at.stage;
+                let Some(cache) = &self.ctx.app.checkpoints else {
+                    return false;
+                };
+                let seal = self.ctx.seal(cache);
+                cache.prepared_elsewhere_within(&seal, stage, wait).await
             }
-            None => false,
         }
     }
 
-    /// Whether this conversation's next event is being prepared right now.
-    fn preparing(&mut self) -> bool {
-        self.preparation()
-            .is_some_and(|(prepared, partition, hashes)| prepared.in_progress(partition, hashes))
+    /// Where this conversation's next event is being prepared right now, if it is.
+    fn preparing(&mut self) -> Option<Underway> {
+        let (prepared, at) = self.preparation()?;
+        prepared.in_progress(&at)
     }
 
     /// Cancels the conversation's running preparation: this turn's event is made without
     /// it, which leaves it behind, and the next event is prepared from this one.
     fn discard_preparation(&mut self) {
-        if let Some((prepared, partition, hashes)) = self.preparation() {
-            prepared.discard(partition, hashes);
+        if let Some((prepared, at)) = self.preparation() {
+            prepared.discard(&at);
         }
     }
 

@@ -15,7 +15,9 @@ use http::Request;
 use super::policy::Goal;
 use super::{Attempt, Promote};
 use crate::app::App;
-use crate::checkpoint::prepared::Fate;
+use crate::checkpoint::flight::Share;
+use crate::checkpoint::prepared::{Conversation, Fate, Found};
+use crate::checkpoint::Prepared;
 use crate::checkpoint::{Checkpoint, Key, Partition};
 use crate::compactor::{messages_of, Base, Caller, Keys, Order, Resumed};
 use crate::dialect::Dialect;
@@ -25,28 +27,19 @@ use crate::units::Ours;
 
 impl Attempt<'_> {
     /// Starts the background compaction of this request towards `goal`, unless the
-    /// conversation has one prepared or running, or every preparation slot is busy.
+    /// conversation's stage has one prepared or running, here or on another replica, or
+    /// every preparation slot is busy.
     pub(super) fn prepare(&mut self, goal: Goal) {
-        let app = self.ctx.app;
-        let Some(prepared) = app.prepared() else {
+        let Some((prepared, at)) = self.preparation() else {
             return;
         };
-        let dialect = self.ctx.dialect;
-        let partition = *self
-            .work
-            .partition
-            .get_or_insert_with(|| self.ctx.partition());
-        let Some(hashes) = self.work.hashes(dialect, partition) else {
-            return;
-        };
-        if prepared.holds(partition, hashes) {
+        if prepared.holds(&at) {
             return;
         }
-        let Some(&prefix) = hashes.last() else {
+        let Some(&prefix) = at.prefixes.last() else {
             return;
         };
-        let conversation = conversation(partition, self.done.resumed.as_ref(), hashes);
-        let hashes = hashes.to_vec();
+        let (partition, stage, hashes) = (at.partition, at.stage, at.prefixes.to_vec());
         let key = Key { partition, prefix };
         // The conversation as this request has it (resumed, counted): a copy, since the
         // request goes on with its own.
@@ -58,13 +51,18 @@ impl Attempt<'_> {
         }) else {
             return;
         };
-        let Some(ticket) = prepared.start(key) else {
+        let app = self.ctx.app;
+        let Some(prepared) = app.prepared() else {
+            return;
+        };
+        let Some(ticket) = prepared.start(key, stage) else {
             return;
         };
         // Half a turn of the conversation's growth: turns vary about that much about it.
         let spare = Ours(self.growth().ours(self.ctx.factor()).0 / 2);
+        let dialect = self.ctx.dialect;
         let job = Preparation {
-            conversation,
+            stage,
             spare,
             app: Arc::clone(app),
             parts: copy(self.ctx.parts),
@@ -82,14 +80,14 @@ impl Attempt<'_> {
         let traced = telemetry::background("prepare compaction");
         let task = tokio::spawn(async move {
             let app = Arc::clone(&job.app);
-            let checkpoint = match traced {
+            let ended = match traced {
                 Some((_span, parent)) => {
                     telemetry::in_background(parent, job.run(base, goal)).await
                 }
                 None => job.run(base, goal).await,
             };
             if let Some(prepared) = app.prepared() {
-                prepared.finish(ticket, checkpoint);
+                prepared.finish(ticket, ended);
             }
         });
         prepared.running(key, task.abort_handle());
@@ -105,45 +103,31 @@ impl Attempt<'_> {
         let Some(prepared) = app.prepared() else {
             return false;
         };
-        let dialect = self.ctx.dialect;
-        let partition = *self
-            .work
-            .partition
-            .get_or_insert_with(|| self.ctx.partition());
-        let Some(hashes) = self.work.hashes(dialect, partition).map(<[u128]>::to_vec) else {
+        let Some((_, at)) = self.preparation() else {
             return false;
         };
-        // A preparation of this replica's may be behind: made for an event that another
-        // replica had, whose checkpoint this request is resumed from.
-        let local = match prepared.take(partition, &hashes).await {
-            Some(checkpoint) if self.behind(&checkpoint) => {
-                prepared.count(Fate::Wasted);
+        let (partition, stage, hashes) = (at.partition, at.stage, at.prefixes.to_vec());
+        let local = prepared.take(&at).await;
+        // One that would take the request no further than its checkpoint is of no use.
+        let local = match local {
+            Some(found) if self.behind(&found.checkpoint) => {
+                prepared.unused(&found);
                 None
             }
             local => local,
         };
-        let checkpoint = match local {
-            Some(checkpoint) => checkpoint,
-            // None here: another replica may have prepared this conversation's event.
-            None => {
-                let Some(cache) = &app.checkpoints else {
-                    return false;
-                };
-                let conversation = conversation(partition, self.done.resumed.as_ref(), &hashes);
-                let Some((prefix, checkpoint)) = cache
-                    .prepared_elsewhere(&self.ctx.seal(cache), conversation)
-                    .await
-                else {
-                    return false;
-                };
-                if hashes.get(checkpoint.prefix_len) != Some(&prefix) || self.behind(&checkpoint) {
-                    return false;
-                }
-                Arc::new(checkpoint)
-            }
+        let found = match local {
+            Some(found) => found,
+            // None here: another replica may have prepared this stage's event.
+            None => match self.prepared_elsewhere(stage, &hashes).await {
+                Some(checkpoint) => Found::elsewhere(Arc::new(checkpoint)),
+                None => return false,
+            },
         };
+        let dialect = self.ctx.dialect;
+        let checkpoint = Arc::clone(&found.checkpoint);
         let Some(&prefix) = hashes.get(checkpoint.prefix_len) else {
-            prepared.count(Fate::Wasted);
+            prepared.unused(&found);
             return false;
         };
         // The client's own messages, with the prepared form in place of those it covers,
@@ -155,7 +139,7 @@ impl Attempt<'_> {
             .base(dialect)
             .and_then(|base| messages_of(&base.view)?.get(checkpoint.prefix_len).cloned());
         if !checkpoint.continues(next.as_ref()) {
-            prepared.count(Fate::Wasted);
+            prepared.unused(&found);
             // Back to the conversation as resumed: the engine compacts it as usual.
             self.work.forget_base();
             if let Some(hit) = resumed {
@@ -192,6 +176,37 @@ impl Attempt<'_> {
 }
 
 impl Attempt<'_> {
+    /// Where this conversation's preparations are kept, and the conversation as this
+    /// request has it. `None` when preparations are off.
+    pub(super) fn preparation(&mut self) -> Option<(&Prepared, Conversation<'_>)> {
+        let prepared = self.ctx.app.prepared()?;
+        let partition = *self
+            .work
+            .partition
+            .get_or_insert_with(|| self.ctx.partition());
+        let prefixes = self.work.hashes(self.ctx.dialect, partition)?;
+        let resumed = self.done.resumed.as_ref();
+        let at = Conversation {
+            partition,
+            prefixes,
+            stage: stage(partition, resumed, prefixes),
+            resumed: resumed.map(|hit| &*hit.checkpoint),
+        };
+        Some((prepared, at))
+    }
+
+    /// The checkpoint another replica prepared for the conversation's `stage`, waited for
+    /// while it runs, if it replaces a prefix of this request's messages (`hashes`) and
+    /// takes it further than the checkpoint it is resumed from.
+    async fn prepared_elsewhere(&self, stage: u128, hashes: &[u128]) -> Option<Checkpoint> {
+        let cache = self.ctx.app.checkpoints.as_ref()?;
+        let (prefix, checkpoint) = cache
+            .prepared_elsewhere(&self.ctx.seal(cache), stage)
+            .await?;
+        (hashes.get(checkpoint.prefix_len) == Some(&prefix) && !self.behind(&checkpoint))
+            .then_some(checkpoint)
+    }
+
     /// Whether a prepared checkpoint would take this request no further than the one it is
     /// resumed from: it replaces fewer of the client's messages, or is that checkpoint.
     fn behind(&self, prepared: &Checkpoint) -> bool {
@@ -203,11 +218,12 @@ impl Attempt<'_> {
     }
 }
 
-/// Names a conversation for its preparation, the same on every turn between two of its
-/// compactions and on every replica: the checkpoint it is resumed from, or, before its
-/// first compaction, its first messages. Two conversations that start alike share the
-/// name; what one prepares is taken by the other only if it replaces the same messages.
-fn conversation(partition: Partition, resumed: Option<&Resumed>, hashes: &[u128]) -> u128 {
+/// Names the stage a conversation is at for its preparation, the same on every turn
+/// between two of its compactions and on every replica: the checkpoint it is resumed from,
+/// or, before its first compaction, its first messages. Two conversations that start alike
+/// share the name; what one prepares is taken by the other only if it replaces the same
+/// messages.
+fn stage(partition: Partition, resumed: Option<&Resumed>, hashes: &[u128]) -> u128 {
     let anchor = match resumed {
         Some(hit) => hit.key.prefix,
         None => hashes[hashes.len().saturating_sub(1).min(FIRST_MESSAGES)],
@@ -225,8 +241,8 @@ const FIRST_MESSAGES: usize = 3;
 
 /// What a preparation needs, owned: it outlives the request that started it.
 struct Preparation {
-    /// The conversation, as [`conversation`] names it.
-    conversation: u128,
+    /// The conversation's stage, as [`stage`] names it.
+    stage: u128,
     app: Arc<App>,
     /// The client's request head, whose credentials pay for the summary.
     parts: Parts,
@@ -251,15 +267,21 @@ struct Preparation {
 impl Preparation {
     /// The checkpoint the compaction of `base` towards `goal` makes, exactly as the
     /// request's own compaction would have made it; with a shared store, the one another
-    /// replica prepared for this conversation, if it replaces the same messages.
-    async fn run(self, base: Base, goal: Goal) -> Option<Checkpoint> {
-        let cache = self.app.checkpoints.as_ref()?;
-        let (prefix, checkpoint) = cache
-            .prepare_once(&cache.seal(&self.parts.headers), self.conversation, || {
+    /// replica prepared for this stage of the conversation, if it replaces the same
+    /// messages, or none when another replica is preparing it now.
+    async fn run(self, base: Base, goal: Goal) -> Share<Option<Checkpoint>> {
+        let Some(cache) = self.app.checkpoints.as_ref() else {
+            return Share::Made(None);
+        };
+        let shared = cache
+            .prepare_once(&cache.seal(&self.parts.headers), self.stage, || {
                 self.compact(base, goal)
             })
-            .await?;
-        (self.hashes.get(checkpoint.prefix_len) == Some(&prefix)).then_some(checkpoint)
+            .await;
+        shared.map(|made| {
+            let (prefix, checkpoint) = made?;
+            (self.hashes.get(checkpoint.prefix_len) == Some(&prefix)).then_some(checkpoint)
+        })
     }
 
     /// The compaction itself, with the prefix hash its checkpoint replaces.

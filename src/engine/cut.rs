@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::errors::line_score;
 use super::message::{clip, clip_end, one_line, Message};
+use super::quantity::{self, Amount};
 use super::scan;
 use super::tokens::Counter;
 use crate::redact::redact;
@@ -62,9 +63,10 @@ pub fn cut_keeping(msg: &mut Message, tokens: usize, least: usize, counter: &Cou
 }
 
 /// `msg` down to its first `chars` characters (after leading blank space), the lines of
-/// the rest that set a rule within `rules` characters (one the user added in a message
-/// joined to it: the digest ranks a rule above all else), and a note of the cut: what
-/// states the work when nothing else of the task has room. Whether it got smaller.
+/// the rest that set a rule or bound the work by a number within `rules` characters (one
+/// the user added in a message joined to it: the digest ranks a rule above all else), and
+/// a note of the cut: what states the work when nothing else of the task has room.
+/// Whether it got smaller.
 pub fn cut_to_opening(msg: &mut Message, chars: usize, rules: usize, counter: &Counter) -> bool {
     let Some(Value::String(original)) = msg.content().cloned() else {
         return false;
@@ -76,7 +78,8 @@ pub fn cut_to_opening(msg: &mut Message, chars: usize, rules: usize, counter: &C
         .nth(chars)
         .map_or(masked.len(), |(at, _)| lead + at);
     let rest = &masked[end..];
-    let kept: Vec<String> = fact_lines(rest, rest.len(), rules, |score| score == RULE)
+    let rule = |score, line: &str| score == RULE || quantity::amount(line) == Some(Amount::Limit);
+    let kept: Vec<String> = fact_lines(rest, rest.len(), rules, rule)
         .into_iter()
         .map(|(_, l)| l)
         .collect();
@@ -112,7 +115,9 @@ pub fn keep_facts(text: &str, keep: usize) -> String {
     let opening = clip(text, OPENING_CHARS.min(keep - keep / 6)).len();
     let b = kept_end(text, opening, keep / 6);
     let middle_end = text.len() - b.len();
-    let facts = fact_lines(&text[opening..], middle_end - opening, keep / 3, |_| true);
+    let facts = fact_lines(&text[opening..], middle_end - opening, keep / 3, |_, _| {
+        true
+    });
     let facts_len: usize = facts.iter().map(|(_, l)| l.len() + 1).sum();
     let head = keep
         .saturating_sub(b.len() + facts_len)
@@ -171,7 +176,7 @@ fn fact_lines(
     text: &str,
     before: usize,
     room: usize,
-    wanted: impl Fn(u8) -> bool,
+    wanted: impl Fn(u8, &str) -> bool,
 ) -> Vec<(usize, String)> {
     let mut found: Vec<(u8, usize, String)> = Vec::new();
     let mut at = 0;
@@ -182,18 +187,18 @@ fn fact_lines(
         let start = at;
         at += line.len();
         let t = line.trim();
-        if t.len() < 8 || scan::is_numbered_line(line) {
+        if t.len() < 8 || scan::is_numbered_line(line) || is_cut_note(t) {
             continue;
         }
         let score = fact_score(t);
-        if score > 0 && wanted(score) {
+        if score > 0 && wanted(score, t) {
             found.push((score, start, one_line(t, FACT_LINE_CHARS)));
         }
         // A long line's sentences may be kept alone when the line does not fit.
         if t.len() > LONG_LINE {
             for sentence in scan::sentences(t) {
                 let score = fact_score(sentence);
-                if score > 0 && wanted(score) && sentence.len() < t.len() {
+                if score > 0 && wanted(score, sentence) && sentence.len() < t.len() {
                     found.push((score, start, one_line(sentence, FACT_LINE_CHARS)));
                 }
             }
@@ -217,10 +222,16 @@ fn fact_lines(
     kept
 }
 
+/// Whether `line` is the note of an earlier cut: its "600 characters" is no fact of the
+/// text's, and keeping it as one would keep a cut text from getting any smaller.
+fn is_cut_note(line: &str) -> bool {
+    line.starts_with("[... ") && line.ends_with(" characters omitted by compaction ...]")
+}
+
 /// The lines of `text` that state facts, within `room` characters, in their order: what
 /// to keep of a text that has room for little else.
 pub fn facts_within(text: &str, room: usize) -> Vec<String> {
-    fact_lines(text, text.len(), room, |_| true)
+    fact_lines(text, text.len(), room, |_, _| true)
         .into_iter()
         .map(|(_, l)| l)
         .collect()
@@ -241,21 +252,15 @@ fn fact_score(line: &str) -> u8 {
     if scan::announces_file(line) && has_path(line) {
         return 4;
     }
-    if scan::decision(line) == Some(true) {
+    let amount = quantity::amount(line);
+    if scan::decision(line) == Some(true) || amount == Some(Amount::Limit) {
         return 3;
     }
-    if error >= 2 {
+    if error >= 2 || amount == Some(Amount::Measure) {
         return 2;
     }
-    // A count, an id, a limit: four digits or more in a row.
-    let mut run = 0;
-    for b in line.bytes() {
-        run = if b.is_ascii_digit() { run + 1 } else { 0 };
-        if run >= 4 {
-            return 1;
-        }
-    }
-    0
+    // A count or an id: four digits or more in a row.
+    u8::from(amount == Some(Amount::Count))
 }
 
 fn has_path(line: &str) -> bool {
@@ -311,7 +316,8 @@ mod tests {
             "Background on the importer. ".repeat(30)
         );
         let rule = "Quick note: never modify config/prod_7.yaml; ops deploys it by hand.";
-        let text = format!("{task}\nKeyError: 'tenant_9'\n\n{rule} Carry on.");
+        let limit = "Heads up, the partner API takes at most 40 calls an hour.";
+        let text = format!("{task}\nKeyError: 'tenant_9'\n\n{rule} Carry on.\n\n{limit}");
         let mut m = Message::parse(0, &serde_json::json!({"role": "user", "content": text}), &c)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(cut_to_opening(&mut m, 60, 200, &c));
@@ -319,7 +325,11 @@ mod tests {
         let opening: String = task.trim_start().chars().take(60).collect();
         assert!(out.starts_with(&format!("\n  {opening}\n[... ")), "{out}");
         assert!(out.contains(rule), "{out}");
-        // Only rules: the rest of the task's own lines go.
+        assert!(out.contains(limit), "{out}");
+        // The note of an earlier cut is no limit of the text's: cut again, it goes.
+        let note = "[... 600 characters omitted by compaction ...]";
+        assert_eq!(fact_lines(note, note.len(), 200, |_, _| true), vec![]);
+        // Only rules and limits: the rest of the task's own lines go.
         assert!(!out.contains("KeyError"), "{out}");
         // No room for rules: the opening and the note alone.
         let mut m = Message::parse(0, &serde_json::json!({"role": "user", "content": text}), &c)

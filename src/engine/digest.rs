@@ -12,9 +12,11 @@
 //! - file paths and URLs from call arguments, commands and outputs;
 //! - a preview of the last turns before the cut.
 //!
-//! Observations a plain-text agent gets back as user messages are read for errors and
-//! paths, not kept as requests. The engine's own placeholders are not history and are
-//! left out.
+//! Observations a plain-text agent gets back as user messages (framed, or raw output
+//! answering its command) are read for errors and paths, not kept as requests; a
+//! person's words joined after one are the user's own. A path the user forbade modifying
+//! is listed as forbidden, never as written. The engine's own placeholders are not
+//! history and are left out.
 //!
 //! Within its budget it drops the least valuable items first (see [`Tier`]). The result
 //! is plain Markdown sections that [`Digest::read_previous`] parses back, so the next
@@ -32,6 +34,7 @@ use super::errors::{error_line, line_score};
 use super::media::{PLACEHOLDER_END, PLACEHOLDER_START};
 use super::message::{call_id, clip, keep_ends, one_line, Message, Role};
 use super::placeholders::{DUPLICATE_PREFIX, PRUNED_PREFIX};
+use super::quantity::{self, Amount};
 use super::roles::OPENING;
 use super::sanitize::STUB;
 use super::scan;
@@ -41,6 +44,9 @@ use crate::redact::redact;
 const H_EARLIER: &str = "## Earlier summary";
 /// Written before a path an output said it wrote (a report, an artefact).
 const WRITTEN: &str = "written: ";
+/// Written before a path the user said not to modify: never listed as written, whatever
+/// a later line says of it.
+const FORBIDDEN: &str = "forbidden: ";
 
 /// Headings of earlier versions of the digest, read as the section they became.
 const OLD_HEADINGS: &[(&str, Section)] = &[
@@ -278,19 +284,22 @@ struct Item {
     /// A shorter form to fall back on before dropping the item: a user message without
     /// what it pasted.
     short: Option<String>,
-    /// The rules and numbers of a user message that sets a rule, taken from the whole
-    /// message (the item may hold only its ends): what it keeps before a fact is dropped.
+    /// The rules and numbers of a user message that sets a rule or states a number,
+    /// taken from the whole message (the item may hold only its ends): what it keeps
+    /// before a fact is dropped.
     rules: Option<String>,
+    /// A path the user forbade modifying.
+    forbidden: bool,
 }
 
 impl Item {
     /// What the item is written after: a file the work wrote says so, so that a digest
     /// read back ranks it as the fact it was, not as any path seen.
     fn lead(&self) -> &'static str {
-        if self.section == Section::Files && self.tier >= Tier::Fact {
-            WRITTEN
-        } else {
-            ""
+        match self.section {
+            Section::Files if self.forbidden => FORBIDDEN,
+            Section::Files if self.tier >= Tier::Fact => WRITTEN,
+            _ => "",
         }
     }
 
@@ -367,6 +376,8 @@ struct Digest {
     error_lines: HashMap<String, usize>,
     /// Whether a request is listed yet: the first one ranks as a rule.
     has_ask: bool,
+    /// Paths the user forbade modifying, as their rules name them.
+    forbidden: HashSet<String>,
     /// How it is written: its headings.
     layout: Layout,
     ask_head: usize,
@@ -382,6 +393,7 @@ impl Digest {
             last_call: None,
             error_lines: HashMap::new(),
             has_ask: false,
+            forbidden: HashSet::new(),
             layout: Layout::of_budget(budget),
             // However large the budget, one message may not take most of it.
             ask_head: ASK_HEAD.min(budget / 3),
@@ -466,6 +478,11 @@ impl Digest {
                 Some(path) => {
                     self.push(section, Tier::Fact, path);
                 }
+                None if text.starts_with(FORBIDDEN) => {
+                    let path = &text[FORBIDDEN.len()..];
+                    self.forbid(path.to_string());
+                    self.push(section, Tier::Touched, path);
+                }
                 // A path that made it into an earlier digest was worth listing then.
                 None => {
                     self.push(section, Tier::Touched, &text);
@@ -482,6 +499,9 @@ impl Digest {
         let mut index = HashMap::new();
         // The latest command of a plain-text agent, which the next observation answers.
         let mut command: Option<String> = None;
+        // Whether the message before gave a plain-text agent's command: a user message
+        // after it that reads as no one's words is its output.
+        let mut answers_command = false;
         let mut previews = Vec::new();
         for (i, m) in turns.iter().enumerate() {
             let raw = m.text();
@@ -494,21 +514,25 @@ impl Digest {
                 None => raw,
             };
             let text = without_placeholders(&raw);
-            match m.role {
-                Role::User => self.add_user(&text, command.as_deref()),
+            answers_command = match m.role {
+                Role::User => {
+                    self.add_user(&text, command.as_deref(), answers_command);
+                    false
+                }
                 Role::Assistant => {
                     self.add_calls(m, &mut index);
-                    self.add_assistant_text(&text, &mut command);
+                    self.add_assistant_text(&text, &mut command)
                 }
                 Role::Tool | Role::Function => {
                     let who = result_info(turns, i, &index)
                         .map_or_else(|| "tool".to_string(), |c| c.label());
                     // A pruned output still names its error.
                     self.add_output(&raw, &text, &who);
+                    false
                 }
                 // Instructions are kept by the engine, never summarised.
-                Role::System | Role::Developer => {}
-            }
+                Role::System | Role::Developer => answers_command,
+            };
             if i + LAST_TURNS >= turns.len() {
                 previews.extend(preview(m, &text, turns, i, &index));
             }
@@ -542,21 +566,30 @@ impl Digest {
         self.earlier.is_empty() && !self.items.iter().any(|i| i.alive)
     }
 
-    fn add_user(&mut self, text: &str, command: Option<&str>) {
+    /// A user message: an observation a text agent hands back (by its framing, or raw
+    /// output answering the command just given), with what a person added after it read
+    /// as their own words; else the user's own words.
+    fn add_user(&mut self, text: &str, command: Option<&str>, answers_command: bool) {
         let text = text.trim();
         if text.is_empty() {
             return;
         }
-        if scan::is_observation(text) {
+        if scan::is_observation(text) || (answers_command && !scan::reads_as_words(text)) {
             // An observation may carry what a person added after it (a run of user
             // messages joined into one): those words are a request like any other.
             let (observation, added) = scan::split_observation(text);
             self.add_output(observation, observation, command.unwrap_or("observation"));
             if !added.is_empty() && !scan::is_observation(added) {
-                self.add_user(added, command);
+                self.add_words(added);
             }
             return;
         }
+        self.add_words(text);
+    }
+
+    /// What a person wrote: kept as a request, its constraints, limits and numbers kept
+    /// wherever they stand in it.
+    fn add_words(&mut self, text: &str) {
         // What the user pasted or quoted is read like an output; their own words are kept.
         self.add_errors(text, "user message");
         self.add_paths(text, Tier::Seen);
@@ -569,21 +602,32 @@ impl Digest {
         let cut = |t: &str| tidy(&cut_ask(t, self.ask_head, self.ask_tail));
         let ask = cut(&scan::shorten_fences(text, Some(FENCE_MAX)));
         let words = cut(&scan::shorten_fences(text, None));
+        let task = !self.has_ask;
         let at = self.push_ask(ask, text);
-        if let Some(item) = at.and_then(|at| self.items.get_mut(at)) {
-            if words.len() < item.text.len() {
-                item.short = Some(redact(&words).into_owned());
-            }
-            if item.tier == Tier::Rule {
-                let rules = rules_and_numbers(&scan::shorten_fences(text, None));
-                item.rules = (!rules.is_empty()).then(|| redact(&rules).into_owned());
-                // Cut to its ends, the message may no longer say the rule it sets (one
-                // sentence inside a long line): its rules and numbers stand for it.
-                if !scan::is_constraint(&item.text) {
-                    if let Some(rules) = item.rules.take() {
-                        item.text = rules;
-                    }
-                }
+        let Some(item) = at.and_then(|at| self.items.get_mut(at)) else {
+            return;
+        };
+        if words.len() < item.text.len() {
+            item.short = Some(redact(&words).into_owned());
+        }
+        // The task's statement is kept apart in most compactions; its numbers are not
+        // worth its words.
+        if item.tier < Tier::Fact || (task && item.tier != Tier::Rule) {
+            return;
+        }
+        let said = scan::shorten_fences(text, None);
+        let parts = salient_parts(&said);
+        let rules = redact(&parts.join(" ")).into_owned();
+        item.rules = (!rules.is_empty()).then_some(rules);
+        // Cut to its ends, the message may no longer say a rule or a limit it sets (one
+        // sentence inside a long line): its rules and numbers stand for it.
+        let lost = parts.iter().any(|p| {
+            let p = redact(p);
+            !item.text.contains(p.trim_end_matches(['.', '!', '?']))
+        });
+        if lost {
+            if let Some(rules) = item.rules.take() {
+                item.text = rules;
             }
         }
     }
@@ -596,13 +640,23 @@ impl Digest {
     fn push_ask(&mut self, ask: String, whole: &str) -> Option<usize> {
         let first = !std::mem::replace(&mut self.has_ask, true);
         let (own, pasted) = scan::own_words(whole);
-        let tier = if scan::is_constraint(&own) {
+        for path in own
+            .lines()
+            .flat_map(scan::sentences)
+            .flat_map(scan::forbidden_paths)
+        {
+            self.forbid(path);
+        }
+        let amount = quantity::amount(&own);
+        let tier = if scan::is_constraint(&own) || amount == Some(Amount::Limit) {
             Tier::Rule
         } else if pasted && own.split_whitespace().count() < HANDOVER_WORDS {
             Tier::Seen
-        } else if first {
-            // Often the goal, when the task itself was folded in; but the task is kept
-            // apart in most compactions, so it ranks with the facts, not the rules.
+        } else if first || amount.is_some() {
+            // The first is often the goal, when the task itself was folded in; but the
+            // task is kept apart in most compactions, so it ranks with the facts, not the
+            // rules. A number the user states (a size, a count, an id) is said once, like
+            // an error or a decision.
             Tier::Fact
         } else {
             Tier::Ask
@@ -610,7 +664,9 @@ impl Digest {
         self.push(Section::Asks, tier, &ask)
     }
 
-    fn add_assistant_text(&mut self, text: &str, command: &mut Option<String>) {
+    /// An assistant's decisions and commands; whether it gave a command.
+    fn add_assistant_text(&mut self, text: &str, command: &mut Option<String>) -> bool {
+        let mut commanded = false;
         for (sentence, _) in scan::decisions(text) {
             self.push(
                 Section::Decisions,
@@ -623,7 +679,9 @@ impl Digest {
             self.add_paths(&cmd, Tier::Touched);
             self.push_call(label.clone(), 1);
             *command = Some(label);
+            commanded = true;
         }
+        commanded
     }
 
     /// The calls an assistant message makes, each also put in `index` under its id for
@@ -715,7 +773,9 @@ impl Digest {
 
     /// Paths are one short word each ([`scan::paths`]): no flattening needed. A path on
     /// a line that says it was written (a report, an artefact) is a product of the work
-    /// and ranks with the findings, wherever it stands in a long listing.
+    /// and ranks with the findings, wherever it stands in a long listing; unless the line
+    /// is a person's sentence ("never modify config/prod.yaml, it is generated"): a tool
+    /// writes files, words do not.
     fn add_paths(&mut self, text: &str, tier: Tier) {
         let mut new = 0;
         scan::paths(text, |p| {
@@ -726,7 +786,8 @@ impl Digest {
         if tier >= Tier::Fact || !scan::announces_file(text) {
             return;
         }
-        for line in text.lines().filter(|l| scan::announces_file(l)) {
+        let reported = |l: &&str| scan::announces_file(l) && !scan::reads_as_speech(l);
+        for line in text.lines().filter(reported) {
             scan::paths(line, |p| {
                 self.push(Section::Files, Tier::Fact, p);
                 true
@@ -752,6 +813,7 @@ impl Digest {
         let text = masked.into_owned();
         let at = self.items.len();
         self.seen[section as usize].insert(text.clone(), at);
+        let forbidden = section == Section::Files && self.is_forbidden(&text);
         self.items.push(Item {
             section,
             tier,
@@ -760,8 +822,33 @@ impl Digest {
             alive: true,
             short: None,
             rules: None,
+            forbidden,
         });
         Some(at)
+    }
+
+    /// Notes a path the user forbade modifying, and marks it where it is listed already.
+    fn forbid(&mut self, path: String) {
+        if !self.forbidden.insert(path) {
+            return;
+        }
+        for at in 0..self.items.len() {
+            let item = &self.items[at];
+            if item.section == Section::Files && !item.forbidden && self.is_forbidden(&item.text) {
+                self.items[at].forbidden = true;
+            }
+        }
+    }
+
+    /// Whether `path` is one the user forbade, as they named it or under a directory
+    /// (`/repo/config/prod.yaml` for `config/prod.yaml`).
+    fn is_forbidden(&self, path: &str) -> bool {
+        self.forbidden.iter().any(|f| {
+            path == f
+                || path
+                    .strip_suffix(f.as_str())
+                    .is_some_and(|dir| dir.ends_with('/'))
+        })
     }
 
     /// An item met again: it stays, at the higher of its tiers.
@@ -790,6 +877,7 @@ impl Digest {
             alive: true,
             short: None,
             rules: None,
+            forbidden: false,
         });
     }
 
@@ -854,69 +942,32 @@ impl Digest {
         left.drop(&mut self.items, &order, |_, item| {
             item.tier <= Tier::Preview
         });
-        // A message without its paste may read like another: it is then said already.
-        let mut asks: HashSet<String> = self
-            .items
-            .iter()
-            .filter(|i| i.alive && i.section == Section::Asks)
-            .map(|i| i.text.clone())
-            .collect();
-        for (i, item) in self.items.iter_mut().enumerate().filter(|(_, i)| i.alive) {
-            if left.size <= budget {
-                break;
-            }
-            let Some(short) = item.short.take() else {
-                continue;
-            };
-            if asks.contains(&short) {
-                // Said already: not one to bring back.
-                refill[i] = false;
-                left.kill(item);
-                continue;
-            }
-            asks.remove(&item.text);
-            left.size -= item.rendered_len();
-            item.text = short;
-            left.size += item.rendered_len();
-            asks.insert(item.text.clone());
-        }
+        left.unpaste(&mut self.items, &mut refill);
         left.drop(&mut self.items, &order, |i, item| {
             !spared[i] && item.tier < Tier::Finding
         });
         // A message that sets a rule keeps its rules and its numbers before any fact of
         // the same rank is given up: its other words (a greeting, a pasted token, "carry
         // on") say least per character.
-        for item in self.items.iter_mut().filter(|i| i.alive) {
-            if left.size <= budget {
-                break;
-            }
-            if item.section != Section::Asks || item.tier != Tier::Rule {
-                continue;
+        left.shorten(&mut self.items, |item| {
+            // A rule, or a message that states a number.
+            let holds = item.tier == Tier::Rule || item.rules.is_some();
+            if item.section != Section::Asks || !holds {
+                return None;
             }
             let rules = item
                 .rules
                 .take()
                 .unwrap_or_else(|| rules_and_numbers(&item.text));
-            if !rules.is_empty() && rules.len() < item.text.len() {
-                left.size -= item.rendered_len();
-                item.text = rules;
-                left.size += item.rendered_len();
-            }
-        }
+            (!rules.is_empty() && rules.len() < item.text.len()).then_some(rules)
+        });
         // A long decision gives up its end before a fact is dropped whole: its first
         // words state it (the rest is mostly the reasoning, or the next sentence run on
         // without a space), and the room pays for another fact.
-        for item in self.items.iter_mut().filter(|i| i.alive) {
-            if left.size <= budget {
-                break;
-            }
-            if item.section != Section::Decisions || item.text.len() <= DENSE_DECISION {
-                continue;
-            }
-            left.size -= item.rendered_len();
-            item.text = one_line(&item.text, DENSE_DECISION);
-            left.size += item.rendered_len();
-        }
+        left.shorten(&mut self.items, |item| {
+            let long = item.section == Section::Decisions && item.text.len() > DENSE_DECISION;
+            long.then(|| one_line(&item.text, DENSE_DECISION))
+        });
         left.drop(&mut self.items, &order, |_, _| true);
         // Items go whole, oldest first, so the last one dropped may leave more room than
         // the excess it had to cover: a smaller one dropped before it fits there again
@@ -1010,6 +1061,54 @@ impl Left {
         }
     }
 
+    /// Gives user messages their words without what they pasted, in order, until the
+    /// digest fits. A message without its paste may read like another: it is then said
+    /// already, and dropped for good (`refill` no longer brings it back).
+    fn unpaste(&mut self, items: &mut [Item], refill: &mut [bool]) {
+        let mut asks: HashSet<String> = items
+            .iter()
+            .filter(|i| i.alive && i.section == Section::Asks)
+            .map(|i| i.text.clone())
+            .collect();
+        for (i, item) in items.iter_mut().enumerate().filter(|(_, i)| i.alive) {
+            if self.size <= self.budget {
+                return;
+            }
+            let Some(short) = item.short.take() else {
+                continue;
+            };
+            if asks.contains(&short) {
+                refill[i] = false;
+                self.kill(item);
+                continue;
+            }
+            asks.remove(&item.text);
+            self.size -= item.rendered_len();
+            item.text = short;
+            self.size += item.rendered_len();
+            asks.insert(item.text.clone());
+        }
+    }
+
+    /// Gives the items that `shorter` has a shorter text for that text, in order, until
+    /// the digest fits.
+    fn shorten(
+        &mut self,
+        items: &mut [Item],
+        mut shorter: impl FnMut(&mut Item) -> Option<String>,
+    ) {
+        for item in items.iter_mut().filter(|i| i.alive) {
+            if self.size <= self.budget {
+                return;
+            }
+            if let Some(text) = shorter(item) {
+                self.size -= item.rendered_len();
+                item.text = text;
+                self.size += item.rendered_len();
+            }
+        }
+    }
+
     /// Brings a dropped item back if it fits within the budget.
     fn put_back(&mut self, item: &mut Item) {
         let n = self.per_section[item.section as usize];
@@ -1058,14 +1157,21 @@ fn decision_tier(sentence: &str) -> Tier {
 
 /// Whether a sentence names something the model could not guess: a word holding a
 /// digit, `_`, `/`, a backtick, a call's `(`, a capital past its first letter
-/// (`ContextCompressor`) or a `.` between letters (`config.yaml`).
+/// (`ContextCompressor`) or a `.` between letters (`config.yaml`), or a capitalised name
+/// inside the sentence ("in Redis", "with Postgres").
 fn names_something(sentence: &str) -> bool {
-    sentence.split_whitespace().any(|word| {
+    sentence.split_whitespace().enumerate().any(|(i, word)| {
         let word = word.trim_matches(|c: char| ",.;:!?\"'()[]".contains(c));
         let inner_dot = word.split('.').filter(|part| !part.is_empty()).count() > 1;
+        let name = i > 0
+            && word.len() > 1
+            && word.starts_with(|c: char| c.is_ascii_uppercase())
+            && !word.starts_with("I'")
+            && !word.starts_with("I\u{2019}");
         word.contains(|c: char| c.is_ascii_digit() || "_/`(".contains(c))
             || word.chars().skip(1).any(|c| c.is_ascii_uppercase())
             || inner_dot
+            || name
     })
 }
 
@@ -1222,15 +1328,21 @@ fn cut_ask(text: &str, head: usize, tail: usize) -> String {
     )
 }
 
-/// A user message reduced to what it asks to hold: each sentence that sets a rule, whole,
-/// and each number (four digits or more: a count, an id, a limit) in the clause that says
-/// what it counts, in their order on one line. Empty when it holds neither.
+/// A user message reduced to what it asks to hold: its [`salient_parts`] on one line.
+/// Empty when it holds none.
 fn rules_and_numbers(text: &str) -> String {
+    salient_parts(text).join(" ")
+}
+
+/// Each sentence of a user message that sets a rule, whole, and each number that says
+/// something ([`quantity::amount`]: a limit, a size with its unit, a count or an id) in
+/// the clause that says what it counts, in their order.
+fn salient_parts(text: &str) -> Vec<Cow<'_, str>> {
     let mut kept: Vec<Cow<'_, str>> = Vec::new();
     for sentence in text.lines().flat_map(scan::sentences) {
         if scan::is_constraint(sentence) {
             kept.push(Cow::Borrowed(sentence));
-        } else if has_number(sentence) {
+        } else if quantity::amount(sentence).is_some() {
             let clause = number_clause(sentence);
             kept.push(if clause.ends_with(['.', '!', '?']) {
                 Cow::Borrowed(clause)
@@ -1239,16 +1351,7 @@ fn rules_and_numbers(text: &str) -> String {
             });
         }
     }
-    kept.join(" ")
-}
-
-/// Whether `text` holds four digits or more in a row.
-fn has_number(text: &str) -> bool {
-    let mut run = 0;
-    text.bytes().any(|b| {
-        run = if b.is_ascii_digit() { run + 1 } else { 0 };
-        run >= 4
-    })
+    kept
 }
 
 /// The clause of `sentence` (between `,`, `;` and `:`) that holds its number, when that
@@ -1258,7 +1361,7 @@ fn number_clause(sentence: &str) -> &str {
     sentence
         .split([',', ';', ':'])
         .map(|c| c.trim().trim_end_matches('.'))
-        .find(|c| has_number(c))
+        .find(|c| quantity::amount(c).is_some())
         .filter(|c| c.len() >= LEAST)
         .unwrap_or(sentence)
 }
@@ -1780,6 +1883,154 @@ mod tests {
             d.contains("We will store timestamps as UTC in events_q1 from now on."),
             "{d}"
         );
+    }
+
+    #[test]
+    fn a_path_the_user_forbade_is_never_listed_as_written() {
+        let forbid = [
+            "Never modify deploy/values_prod.yaml, it is generated by the release job.",
+            "Leave deploy/values_prod.yaml alone; the report builder writes it.",
+            "You can change the chart, but don't touch deploy/values_prod.yaml (saved by ops).",
+            "Please keep deploy/values_prod.yaml unchanged, it's exported nightly.",
+        ];
+        for rule in forbid {
+            // The rule before a tool's line that reports writing the path, and after it.
+            let wrote = json!({"role": "tool", "tool_call_id": "a", "content": "Report written to deploy/values_prod.yaml"});
+            let call = json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"make report\"}"}}]});
+            let user = json!({"role": "user", "content": rule});
+            for turns in [
+                parse(json!([user, call, wrote])),
+                parse(json!([call, wrote, user])),
+            ] {
+                for budget in [10_000, 400] {
+                    let d = digest(None, &turns, budget);
+                    assert!(
+                        !d.contains("written: deploy/values_prod.yaml"),
+                        "{rule}\n{d}"
+                    );
+                    let again = shorten(&d, budget / 2);
+                    assert!(!again.contains("written: deploy/"), "{rule}\n{again}");
+                }
+                let d = digest(None, &turns, 10_000);
+                assert!(
+                    d.contains("- forbidden: deploy/values_prod.yaml\n"),
+                    "{rule}\n{d}"
+                );
+                // Read back, it is still forbidden.
+                let next = digest(Some(&d), &turns[..1], 10_000);
+                assert!(
+                    next.contains("- forbidden: deploy/values_prod.yaml\n"),
+                    "{next}"
+                );
+            }
+        }
+        // A person's words write nothing; a tool's output still does.
+        let turns = parse(json!([
+            {"role": "user", "content": "Could you compare it with the coverage report I saved in out/cov_q3.xml?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"pytest --cov\"}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "Coverage XML written to file out/cov_q4.xml"},
+        ]));
+        let d = digest(None, &turns, 10_000);
+        assert!(!d.contains("written: out/cov_q3.xml"), "{d}");
+        assert!(d.contains("- written: out/cov_q4.xml\n"), "{d}");
+    }
+
+    #[test]
+    fn a_person_among_a_text_agents_observations_is_heard() {
+        let interjections = [
+            (
+                "Also, keep the retry budget under 30 per minute.",
+                "under 30 per minute",
+            ),
+            (
+                "btw we can't exceed 2 GiB of memory on the runner",
+                "exceed 2 GiB",
+            ),
+            (
+                "Quick note: the sandbox allows at most 4 parallel jobs.",
+                "at most 4 parallel",
+            ),
+            (
+                "Remember the nightly batch is about 80k rows, plan for that.",
+                "80k rows",
+            ),
+        ];
+        for (said, number) in interjections {
+            let observation = format!(
+                "OBSERVATION:\n{}test result: ok. 4 passed",
+                "Compiling net v0.1.0\n".repeat(30)
+            );
+            let turns = parse(json!([
+                {"role": "user", "content": "Fix the flaky retry test."},
+                {"role": "assistant", "content": "Let me run the tests.\n```bash\ncargo test\n```"},
+                // An observation and the person's words after it, joined as one message.
+                {"role": "user", "content": format!("{observation}\n\n{said}")},
+                {"role": "assistant", "content": "Let me look at the backoff.\n```bash\ncat src/backoff.rs\n```"},
+                // Raw output answering the command, no framing.
+                {"role": "user", "content": "pub fn backoff(n: u32) -> u64 {\n    2u64.pow(n)\n}"},
+            ]));
+            let d = digest(None, &turns, 10_000);
+            let asks = d
+                .split("\n\n")
+                .find(|s| s.starts_with(Section::Asks.heading()))
+                .unwrap_or_default();
+            assert!(asks.contains(said), "{said}\n{d}");
+            assert!(!asks.contains("OBSERVATION"), "{d}");
+            assert!(!asks.contains("pub fn backoff"), "{d}");
+            // In a digest of a few lines, the person's limit outlasts the rest.
+            let small = digest(None, &turns, 200);
+            assert!(small.contains(number), "{said}\n{small}");
+        }
+    }
+
+    #[test]
+    fn a_limit_in_the_middle_of_a_long_message_is_kept_with_its_rules() {
+        let filler = "Some background on how the importer got here over the years. ".repeat(12);
+        for limit in [
+            "The vendor API allows no more than 30 requests per minute.",
+            "Keep each batch under 500 rows.",
+            "Our budget is 2 GiB of memory per worker",
+            "Retries must stop after 90 seconds.",
+        ] {
+            let message = format!(
+                "Never push to main directly. {filler}\n{limit}\n{filler} Always open a pull request."
+            );
+            let turns = parse(json!([
+                {"role": "user", "content": "Speed up the importer."},
+                {"role": "user", "content": message},
+                {"role": "assistant", "content": "Decision: we stream the rows through a bounded channel_q8."},
+            ]));
+            for budget in [10_000, 1_000, 400] {
+                let d = digest(None, &turns, budget);
+                assert!(d.len() <= budget, "{d}");
+                let kept = limit.trim_end_matches('.');
+                assert!(d.contains(kept), "{budget}: {limit}\n{d}");
+                assert!(d.contains("Never push to main directly."), "{budget}: {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_number_the_user_states_ranks_with_the_facts() {
+        for said in [
+            "fwiw the staging bucket holds about 3 TB",
+            "The queue peaks near 1200 messages a second.",
+            "each render takes 40ms on my laptop",
+            "that table is 80 columns wide",
+        ] {
+            let turns = parse(json!([
+                {"role": "user", "content": "Make the export faster."},
+                {"role": "user", "content": said},
+                {"role": "user", "content": "Thanks, and what about the docs?"},
+                {"role": "assistant", "content": "Let's open the exporter and see what it does first."},
+            ]));
+            let mut d = Digest::new(10_000);
+            d.add_turns(&turns);
+            let item = d.items.iter().find(|i| i.text == said);
+            assert_eq!(item.map(|i| i.tier), Some(Tier::Fact), "{said}");
+        }
     }
 
     #[test]

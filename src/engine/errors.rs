@@ -40,13 +40,15 @@ pub fn error_line(text: &str) -> Option<String> {
     // Only lines holding a candidate word are scored: outputs run to megabytes of file
     // contents, and one search over the whole text finds them.
     for m in candidates.find_iter(text) {
-        if m.start() < done {
+        // A candidate that opens a line (`\nE `) is on the line after its newline.
+        let found = m.start() + usize::from(text.as_bytes()[m.start()] == b'\n');
+        if found < done {
             continue;
         }
-        let start = text[done..m.start()]
+        let start = text[done..found]
             .rfind('\n')
             .map_or(done, |at| done + at + 1);
-        let end = line_end(text, m.start());
+        let end = line_end(text, found);
         done = end + 1;
         let line = &text[start..end];
         let t = line.trim_start();
@@ -107,7 +109,7 @@ fn traceback_end(text: &str, from: usize) -> Option<(&str, usize)> {
 /// reporting: the digest lists every such line of an output, not only the best.
 pub fn line_score(line: &str) -> u8 {
     let t = line.trim_start();
-    if CANDIDATES.as_ref().is_some_and(|c| c.is_match(t)) {
+    if t.starts_with("E ") || CANDIDATES.as_ref().is_some_and(|c| c.is_match(t)) {
         score(t)
     } else {
         0
@@ -137,7 +139,9 @@ fn score(t: &str) -> u8 {
     if t.starts_with("error[") {
         return 6;
     }
-    if let Some(rest) = t.strip_prefix("error: ") {
+    // `error: ...`, `ERROR: ...`, `Error: ...`.
+    if let Some(rest) = t.get(..7).filter(|p| p.eq_ignore_ascii_case("error: ")) {
+        let rest = &t[rest.len()..];
         // cargo's closing line says only that there were errors.
         let closing = rest.starts_with("could not compile")
             || rest.starts_with("aborting due to")
@@ -149,15 +153,29 @@ fn score(t: &str) -> u8 {
         || t.starts_with("panic: ")
         || t.starts_with("fatal: ")
         || t.starts_with("fatal error:")
+        || t.starts_with("Exception in thread ")
+        || located_error(t)
     {
         return 5;
     }
-    // pytest's assertion lines: `E       AssertionError: ...`.
-    let t = t
-        .strip_prefix("E ")
-        .map_or(t, |rest| rest.trim_start_matches(' '));
-    if names_exception(t) || t.starts_with("FAIL:") || t.starts_with("FAIL ") {
+    // pytest's assertion lines: `E       AssertionError: ...`; any other is the detail
+    // of one (`E       assert 3 == 4`).
+    let (t, detail) = match t.strip_prefix("E ") {
+        Some(rest) => (rest.trim_start_matches(' '), 3),
+        None => (t, 0),
+    };
+    // Java's cause of a wrapped exception.
+    let t = t.strip_prefix("Caused by: ").unwrap_or(t);
+    if names_exception(t)
+        || t.starts_with("FAIL:")
+        || t.starts_with("FAIL ")
+        || t.starts_with("[ERROR] ")
+        || http_error(t)
+    {
         return 4;
+    }
+    if detail > 0 {
+        return detail;
     }
     if t.contains("command not found")
         || t.contains("No such file or directory")
@@ -191,15 +209,95 @@ fn npm_boilerplate(rest: &str) -> bool {
 }
 
 /// `ValueError: ...`, `java.lang.IllegalStateException: ...`, `TypeError: ...`: a dotted
-/// name ending in Error or Exception, then a colon (not Rust's `Error::new`).
+/// name ending in Error or Exception, then a colon (not Rust's `Error::new`); or a type
+/// of a library's module, whatever its name ends in, then its message
+/// (`psycopg2.errors.UniqueViolation: duplicate key`, `httpx.ConnectTimeout: timed out`).
 fn names_exception(t: &str) -> bool {
     let name_end = t
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '$'))
         .unwrap_or(t.len());
     let name = &t[..name_end];
     let rest = &t[name_end..];
-    (name.ends_with("Error") || name.ends_with("Exception"))
-        && (rest.is_empty() || (rest.starts_with(':') && !rest.starts_with("::")))
+    let said = rest.starts_with(':') && !rest.starts_with("::");
+    ((name.ends_with("Error") || name.ends_with("Exception")) && (rest.is_empty() || said))
+        || (module_type(name) && rest.starts_with(": "))
+}
+
+/// `psycopg2.errors.UniqueViolation`: a lowercase module path, then a type in CamelCase.
+fn module_type(name: &str) -> bool {
+    let Some((module, ty)) = name.rsplit_once('.') else {
+        return false;
+    };
+    let ident =
+        |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    module.starts_with(|c: char| c.is_ascii_lowercase())
+        && module.split('.').all(ident)
+        && ty.len() >= 4
+        && ty.starts_with(|c: char| c.is_ascii_uppercase())
+        && ty.bytes().any(|b| b.is_ascii_lowercase())
+        && ident(ty)
+}
+
+/// A compiler's diagnostic at a place in a file: `src/a.c:12:5: error: ...`,
+/// `Main.java:9: error: ...`, `app.ts(3,7): error TS2322: ...`,
+/// `x.cpp(12): fatal error C1083: ...`.
+fn located_error(t: &str) -> bool {
+    let Some(at) = t.find(": error").or_else(|| t.find(": fatal error")) else {
+        return false;
+    };
+    let place = &t[..at];
+    !place.contains(char::is_whitespace)
+        && place.contains(['.', '/'])
+        && place.bytes().any(|b| b.is_ascii_digit())
+        && (place.contains(':') || place.ends_with(')'))
+}
+
+/// Reasons an HTTP error status is written with.
+const HTTP_REASONS: &[&str] = &[
+    "Bad Request",
+    "Unauthorized",
+    "Payment Required",
+    "Forbidden",
+    "Not Found",
+    "Method Not Allowed",
+    "Request Timeout",
+    "Conflict",
+    "Gone",
+    "Payload Too Large",
+    "Unprocessable",
+    "Too Many Requests",
+    "Internal Server Error",
+    "Not Implemented",
+    "Bad Gateway",
+    "Service Unavailable",
+    "Gateway Timeout",
+];
+
+/// An HTTP error status as clients report it: `HTTP 503 Service Unavailable`,
+/// `HTTP/1.1 502 Bad Gateway`, `HTTP Error 404: Not Found`, `status code 429`,
+/// `429 Too Many Requests`.
+fn http_error(t: &str) -> bool {
+    let b = t.as_bytes();
+    // Each three-digit word from 400 to 599 (`503`, `(429)`, `404:`), as cheap as the
+    // bytes of the line.
+    (0..b.len().saturating_sub(2)).any(|i| {
+        let status = matches!(b[i], b'4' | b'5')
+            && b[i + 1].is_ascii_digit()
+            && b[i + 2].is_ascii_digit()
+            && (i == 0 || !b[i - 1].is_ascii_alphanumeric())
+            && b.get(i + 3).is_none_or(|c| !c.is_ascii_alphanumeric());
+        status && http_status_at(t, i)
+    })
+}
+
+/// Whether the status at `at` is one: "HTTP", "status" or "code" stands in the three
+/// words before it, or a reason phrase follows it.
+fn http_status_at(t: &str, at: usize) -> bool {
+    let named = t[..at].split_whitespace().rev().take(3).any(|w| {
+        w.starts_with("HTTP") || w.eq_ignore_ascii_case("status") || w.eq_ignore_ascii_case("code")
+    });
+    let rest = t[at + 3..].trim_start_matches([':', ')', ' ']);
+    named || HTTP_REASONS.iter().any(|r| rest.starts_with(r))
 }
 
 fn starts_like_error(t: &str) -> bool {
@@ -228,6 +326,25 @@ static CANDIDATES: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
             "permission denied",
             "exit code",
             "exit status",
+            // HTTP statuses (`HTTP 503`, `HTTP/1.1 502`; not every URL), and library
+            // exceptions whose names say no "error".
+            "http ",
+            "http/",
+            "status code",
+            "bad request",
+            "unauthorized",
+            "forbidden",
+            "unavailable",
+            "too many requests",
+            "bad gateway",
+            "timeout",
+            "timed out",
+            "refused",
+            "violation",
+            "exceeded",
+            "invalid",
+            // pytest's detail lines, `E   assert 3 == 4`, at a line's start.
+            "\nE ",
         ])
         .ok()
 });
@@ -298,6 +415,49 @@ mod tests {
             error_line("ERRORS:\nerror: boom").as_deref(),
             Some("error: boom")
         );
+    }
+
+    #[test]
+    fn any_diagnostic_line_is_an_error_line() {
+        // Each appended to ordinary output, as an agent's tool hands it back.
+        for line in [
+            "aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host db:5432",
+            "botocore.errorfactory.NoSuchBucket: The specified bucket does not exist",
+            "httpx.ReadTimeout: timed out while reading the response",
+            "psycopg.errors.UndefinedColumn: column \"tenant\" does not exist",
+            "ERROR: could not open extension control file",
+            "Error: Cannot find module './routes/billing'",
+            "lib/queue.c:88:14: error: 'slot' undeclared (first use in this function)",
+            "web/app.ts(41,9): error TS2345: Argument of type 'string' is not assignable",
+            "HTTP 503 Service Unavailable",
+            "curl: (22) The requested URL returned error: 429 Too Many Requests",
+            "Exception in thread \"worker-2\" java.util.ConcurrentModificationException",
+            "Caused by: org.postgresql.util.PSQLException: FATAL: role \"app\" does not exist",
+            "panic: runtime error: slice bounds out of range [:9] with capacity 4",
+            "npm ERR! Could not resolve dependency: peer react@\"^17\"",
+        ] {
+            let out = format!("collecting inputs\nstep 1 done\n{line}\n");
+            assert_eq!(error_line(&out).as_deref(), Some(line), "{line}");
+            assert!(line_score(line) >= 4, "{line}: {}", line_score(line));
+        }
+        // pytest's detail lines report too (spaces run together, as every line is
+        // kept), below the exception that names the failure.
+        let pytest =
+            "    def test_total():\n>       assert total([1, 2]) == 4\nE       assert 3 == 4\n";
+        assert_eq!(error_line(pytest).as_deref(), Some("E assert 3 == 4"));
+    }
+
+    #[test]
+    fn names_and_statuses_that_report_nothing_are_no_error() {
+        for line in [
+            "logging.handlers.RotatingFileHandler rotates at midnight",
+            "served 200 OK in 12ms",
+            "see http://example.com/status for the 404 page design",
+            "src/app.c:12:5: warning: unused variable 'x'",
+            "Error handling is described in docs/errors.md",
+        ] {
+            assert!(line_score(line) < 4, "{line}: {}", line_score(line));
+        }
     }
 
     #[test]

@@ -38,6 +38,7 @@ mod output_facts;
 mod placeholders;
 mod pretoken;
 mod prune;
+mod quantity;
 mod regions;
 mod roles;
 mod sanitize;

@@ -60,17 +60,62 @@ const STRONG_DECISION: &[&str] = &[
     "switch to",
     "from now on",
     "going forward",
+    // Committing to an option, in the forms agents say it in: "going with orjson",
+    // "sticking with the v1 client", "switched to Postgres", "in favour of zstd".
+    "going with",
+    "went with",
+    "stick with",
+    "sticking with",
+    "stay with",
+    "staying with",
+    "stick to",
+    "sticking to",
+    "switching to",
+    "switched to",
+    "migrate to",
+    "migrating to",
+    "migrated to",
+    "in favor of",
+    "in favour of",
+    "rather than",
+    "i'd rather",
+    "we'd rather",
+    "choosing",
+    "chosen",
+    "opt for",
+    "opting for",
+    "settle on",
+    "settling on",
+    "prefer",
+    "preferring",
+    "standardize on",
+    "standardise on",
+    "adopt",
+    "adopting",
+    "commit to",
+    "be using",
+    "the plan is",
+    "the approach is",
+    "the solution is",
+    "best option",
+    "better option",
+    "best choice",
+    "better choice",
+    "right choice",
+    "way to go",
+    "way forward",
+    "best bet",
+    "better fit",
+    "best fit",
+    "makes more sense",
+    "makes the most sense",
+    "settle for",
+    "final choice",
+    "my pick",
+    "our pick",
 ];
 const WEAK_DECISION: &[&str] = &[
-    "because",
-    "i'll",
-    "i will",
-    "we'll",
-    "we will",
-    "let's",
-    "let us",
-    "going to",
-    "the plan is",
+    "because", "i'll", "i will", "we'll", "we will", "let's", "let us", "going to",
 ];
 
 /// File extensions that make a bare word (`setup.py`, `Cargo.toml`) a file name.
@@ -163,12 +208,122 @@ pub fn observation_end(text: &str) -> Option<usize> {
 }
 
 /// A user message split into the observation it hands back and what a person added
-/// after it (empty when nothing was).
+/// after it (empty when nothing was): after the agent's own framing of the output, or
+/// else the last paragraphs when they read as a person's words ([`reads_as_speech`]).
+/// A text agent's observation and the user's interjection after it arrive as one message
+/// once consecutive user messages are joined, and most agents frame no end to an output.
 pub fn split_observation(text: &str) -> (&str, &str) {
-    match observation_end(text) {
-        Some(end) => (&text[..end], text[end..].trim()),
-        None => (text, ""),
+    let end = observation_end(text).unwrap_or_else(|| spoken_tail(text));
+    (&text[..end], text[end..].trim())
+}
+
+/// Where the paragraphs a person added after an output start: the text's length when
+/// none did. The first paragraph is always the output's.
+fn spoken_tail(text: &str) -> usize {
+    let mut end = text.len();
+    while let Some(at) = text[..end].trim_end().rfind("\n\n") {
+        let paragraph = &text[at..end];
+        if !reads_as_speech(paragraph) || is_observation(paragraph) {
+            break;
+        }
+        end = at;
     }
+    end
+}
+
+/// Longest paragraph read as a person's words: an interjection is a few sentences.
+const SPEECH_MAX: usize = 800;
+const SPEECH_LINES: usize = 6;
+
+/// Words with which a person addresses the agent ("please", "you", "also", "btw"), which
+/// a command's output rarely holds in a paragraph of prose.
+const SPEECH_MARKS: &[&str] = &[
+    "you",
+    "your",
+    "you're",
+    "you'll",
+    "please",
+    "thanks",
+    "thank you",
+    "also",
+    "btw",
+    "by the way",
+    "fyi",
+    "heads up",
+    "one more thing",
+    "reminder",
+    "remember",
+    "keep in mind",
+    "actually",
+    "hold on",
+    "we",
+    "we're",
+    "our",
+    "let's",
+    "i'd like",
+    "i want",
+    "i need",
+];
+
+/// Whether a paragraph reads as a person's words: a few lines of prose (no indentation,
+/// no tool's `hint:` label, no error report, mostly words) that address the agent, set a
+/// rule or bound the work by a number.
+pub fn reads_as_speech(paragraph: &str) -> bool {
+    static MARKS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[SPEECH_MARKS]));
+    let t = paragraph.trim_matches(['\n', '\r']);
+    let short = t.len() <= SPEECH_MAX && t.lines().count() <= SPEECH_LINES;
+    if !short || !reads_as_words(t) {
+        return false;
+    }
+    is_constraint(t)
+        || MARKS.find(t, true).is_some()
+        || super::quantity::amount(t) == Some(super::quantity::Amount::Limit)
+}
+
+/// Whether the first paragraph of `text` is prose, every line of it: what a person
+/// writes, where a command's output has listings, code, indentation or labels.
+pub fn reads_as_words(text: &str) -> bool {
+    // Blank lines before it, not its indentation, are left out.
+    let first = text.trim_start_matches(['\n', '\r']);
+    let first = first.split("\n\n").next().unwrap_or("");
+    let lines: Vec<&str> = first.lines().filter(|l| !l.trim().is_empty()).collect();
+    !lines.is_empty() && lines.iter().all(|l| prose_line(l))
+}
+
+/// A line of prose: not indented, not opened by a tool's lowercase label (`fatal:`,
+/// `hint:`), no error report, at least two thirds letters, spaces and punctuation of
+/// sentences, and two words or more of which at least half are words of letters (a
+/// listing's `drwxr-xr-x 2 dev dev 4096` has fields).
+fn prose_line(line: &str) -> bool {
+    if line.starts_with([' ', '\t']) {
+        return false;
+    }
+    let t = line.trim();
+    let first = t.split_whitespace().next().unwrap_or("");
+    let label = first.len() > 1
+        && first.ends_with(':')
+        && first[..first.len() - 1]
+            .bytes()
+            .all(|b| b.is_ascii_lowercase());
+    let plain = t
+        .chars()
+        .filter(|c| c.is_alphabetic() || " ,.;'!?\u{2019}".contains(*c))
+        .count();
+    let words = t.split_whitespace().count();
+    let lettered = t
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| ",.;:!?\"'()".contains(c)))
+        .filter(|w| {
+            !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_alphabetic() || "'-\u{2019}".contains(c))
+        })
+        .count();
+    lettered >= 2
+        && 2 * lettered >= words
+        && !label
+        && 3 * plain >= 2 * t.chars().count()
+        && super::errors::line_score(t) < 2
 }
 
 /// How lines that aider writes into the user's side of its chat begin: what it did and
@@ -337,10 +492,67 @@ pub fn is_narration(sentence: &str) -> bool {
     false
 }
 
+/// Words of a clause that forbid what it names: "never", "do not", "leave ... alone",
+/// "keep ... unchanged", "off limits".
+const PROHIBITIONS: &[&str] = &[
+    "never",
+    "don't",
+    "do not",
+    "dont",
+    "must not",
+    "mustn't",
+    "should not",
+    "shouldn't",
+    "not allowed",
+    "forbidden",
+    "avoid",
+    "untouched",
+    "unchanged",
+    "alone",
+    "as is",
+    "read-only",
+    "read only",
+    "off limits",
+    "off-limits",
+    "hands off",
+    "no changes",
+    "not to",
+    "without touching",
+    "without modifying",
+    "without changing",
+    "as it is",
+    "refrain",
+    "stay away",
+    "prohibited",
+    "not to be",
+];
+
+/// The paths a sentence of the user's forbids: those in a clause (between `,`, `;` and
+/// "but") that holds a prohibition. "You may edit src/a.py, but never touch src/b.py"
+/// forbids src/b.py only.
+pub fn forbidden_paths(sentence: &str) -> Vec<String> {
+    static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[PROHIBITIONS]));
+    let mut found = Vec::new();
+    // Most sentences forbid nothing: one search spares splitting them.
+    if WORDS.find(sentence, true).is_none() {
+        return found;
+    }
+    for clause in sentence.split([',', ';']).flat_map(|c| c.split(" but ")) {
+        if WORDS.find(clause, true).is_some() {
+            paths(clause, |p| {
+                found.push(p.to_string());
+                true
+            });
+        }
+    }
+    found
+}
+
 /// Whether a user message sets a rule for later work ("Never modify config/prod.yaml",
-/// "leave the schema alone", "at most 3 retries"): see [`super::constraint`].
+/// "at most 3 retries": see [`super::constraint`]), or forbids a path ("Leave
+/// settings/base.toml alone").
 pub fn is_constraint(text: &str) -> bool {
-    super::constraint::is_constraint(text)
+    super::constraint::is_constraint(text) || !forbidden_paths(text).is_empty()
 }
 
 /// Lists of lowercase phrases looked for in one pass over a text, ASCII case ignored and
@@ -559,8 +771,8 @@ pub fn shorten_fences(text: &str, max: Option<usize>) -> String {
 
 /// Sentences of an assistant message's prose that state a decision or a conclusion, with
 /// whether a strong phrase marks them. The rule: a sentence (ended by `.`, `!` or a line
-/// break; questions are not decisions) of at least four words that holds one of the
-/// phrases above as whole words. Code blocks and indented code are skipped.
+/// break; questions are not decisions) of at least four words, three for a strong one,
+/// that [`decision`] reads as one. Code blocks and indented code are skipped.
 pub fn decisions(text: &str) -> Vec<(String, bool)> {
     let (prose, fences) = split_fences(text);
     let mut found = Vec::new();
@@ -577,34 +789,181 @@ pub fn decisions(text: &str) -> Vec<(String, bool)> {
         }
         for sentence in sentences(line) {
             let s = strip_lead(sentence);
-            if s.ends_with('?') || s.split_whitespace().count() < 4 {
+            let words = s.split_whitespace().count();
+            if s.ends_with('?') || words < 3 {
                 continue;
             }
-            if let Some(strong) = decision(s) {
-                found.push((s.to_string(), strong));
+            // Three words settle on an option ("Redis it is."); a weaker phrase needs more.
+            match decision(s) {
+                Some(strong) if strong || words >= 4 => found.push((s.to_string(), strong)),
+                _ => {}
             }
         }
     }
     found
 }
 
-/// A line that starts with a capital letter, ends a sentence, says six words or more and
-/// holds none of the marks of code.
+/// A line that starts with a capital letter, ends a sentence, says six words or more (three
+/// when it settles on an option: "OK, msgspec it is.") and holds none of the marks of code.
 fn reads_as_prose(line: &str) -> bool {
     let t = line.trim();
+    let words = t.split_whitespace().count();
     t.starts_with(|c: char| c.is_ascii_uppercase())
         && t.ends_with('.')
-        && t.split_whitespace().count() >= 6
+        && (words >= 6 || (words >= 3 && decision(t) == Some(true)))
         && !t.contains(['{', '}', ';', '=', '<', '>'])
 }
 
-/// Whether a sentence holds a decision phrase: `Some(true)` for a strong one,
-/// `Some(false)` for a weak one.
+/// Whether a sentence states a decision: `Some(true)` for a strong one (a phrase that
+/// says what was found or chosen, an option named and settled on: "Redis it is", "I'm
+/// going to use orjson for this"), `Some(false)` for a weak one.
 pub fn decision(sentence: &str) -> Option<bool> {
     static PHRASES: LazyLock<Phrases> =
         LazyLock::new(|| Phrases::new(&[STRONG_DECISION, WEAK_DECISION]));
-    PHRASES.find(sentence, true).map(|list| list == 0)
+    // Asked of every line of an output that is cut: the forms read word by word below are
+    // looked for in the same single pass first.
+    static CHOICES: LazyLock<Phrases> =
+        LazyLock::new(|| Phrases::new(&[&["use", "using", "it is"]]));
+    let found = PHRASES.find(sentence, true);
+    if found == Some(0) || CHOICES.find(sentence, true).is_none() {
+        return found.map(|list| list == 0);
+    }
+    let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
+    if settles_on(&lower) || chooses_to_use(&lower) {
+        return Some(true);
+    }
+    found.map(|list| list == 0)
 }
+
+/// "Redis it is.", "orjson it is, then": an option named, then settled on.
+fn settles_on(lower: &str) -> bool {
+    let t = lower.trim_end_matches(['.', '!', ' ']);
+    let t = t
+        .strip_suffix(" then")
+        .map_or(t, |t| t.trim_end_matches(','));
+    let Some(before) = t.strip_suffix(" it is") else {
+        return false;
+    };
+    // "as it is", "how it is", "that's what it is": no option named.
+    let word = before.rsplit(' ').next().unwrap_or("");
+    !word.is_empty()
+        && !["as", "how", "what", "where", "that", "is", "so", "whatever"].contains(&word)
+}
+
+/// Words right before "use" that make it the agent's own choice ("I'll use", "we're
+/// going to use", "let's use"), not a description ("the parser uses").
+const USE_LEADS: &[&str] = &[
+    "i'll",
+    "we'll",
+    "will",
+    "let's",
+    "should",
+    "shall",
+    "gonna",
+    "i'd",
+    "we'd",
+    "be",
+    "i'm",
+    "we're",
+    "going to",
+    "need to",
+    "want to",
+    "have to",
+    "plan to",
+    "decided to",
+    "prefer to",
+];
+
+/// Objects of "use" that name no option.
+const PRONOUNS: &[&str] = &[
+    "it",
+    "this",
+    "that",
+    "them",
+    "these",
+    "those",
+    "something",
+    "anything",
+    "whatever",
+];
+
+/// Whether the sentence commits to an option by using it ("I'm going to use orjson for
+/// the payloads", "Using a bounded channel between the two sides."), as opposed to
+/// using a tool for the next step ("let's use grep to find the caller", "I'll use the
+/// edit command"), which narrates.
+fn chooses_to_use(lower: &str) -> bool {
+    for (at, verb) in lower
+        .match_indices("using")
+        .chain(lower.match_indices("use"))
+    {
+        let after = &lower[at + verb.len()..];
+        let whole = !lower[..at].ends_with(|c: char| c.is_ascii_alphanumeric())
+            && !after.starts_with(|c: char| c.is_ascii_alphanumeric());
+        let before = lower[..at].trim_end();
+        let led = before.is_empty() || USE_LEADS.iter().any(|l| ends_with_word(before, l));
+        if whole && led && names_an_option(after) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether `before` ends with the words `lead`.
+fn ends_with_word(before: &str, lead: &str) -> bool {
+    before.strip_suffix(lead).is_some_and(|rest| {
+        rest.is_empty() || rest.ends_with(|c: char| !c.is_ascii_alphanumeric() && c != '\'')
+    })
+}
+
+/// Whether what follows "use" names an option rather than an instrument of the next step:
+/// no "to <step>" after it, no "command" or "tool", and an object that is not a pronoun
+/// or an agent's own action.
+fn names_an_option(after: &str) -> bool {
+    let words: Vec<&str> = after
+        .split(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '\'')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let object = words
+        .iter()
+        .find(|w| !["the", "a", "an"].contains(w))
+        .copied()
+        .unwrap_or("");
+    let instrument = words
+        .windows(2)
+        .any(|w| w[0] == "to" && (NARRATION_VERBS.contains(&w[1]) || STEP_VERBS.contains(&w[1])))
+        || words
+            .iter()
+            .any(|w| ["command", "commands", "tool", "tools"].contains(w));
+    !object.is_empty()
+        && !instrument
+        && !PRONOUNS.contains(&object)
+        && !NARRATION_VERBS.contains(&object)
+}
+
+/// Verbs of a step done with a tool ("use sed to replace the line"), beyond the verbs
+/// that narrate exploring ([`NARRATION_VERBS`]).
+const STEP_VERBS: &[&str] = &[
+    "replace",
+    "fix",
+    "change",
+    "remove",
+    "delete",
+    "insert",
+    "apply",
+    "patch",
+    "locate",
+    "understand",
+    "determine",
+    "identify",
+    "display",
+    "show",
+    "count",
+    "debug",
+    "trace",
+    "grep",
+    "compile",
+    "see",
+];
 
 /// A line split after each `.`, `!` or `?` that ends a sentence ([`ends_sentence`]).
 pub fn sentences(line: &str) -> impl Iterator<Item = &str> {
@@ -818,6 +1177,98 @@ mod tests {
     }
 
     #[test]
+    fn committing_to_a_named_option_is_a_decision_whatever_the_verb() {
+        for s in [
+            "We'll go with msgpack for the wire format.",
+            "Using a token bucket instead of the fixed window.",
+            "Switching to PgBouncer in transaction mode.",
+            "Tokio it is.",
+            "Alright, rustls it is, then.",
+            "Let's stick with the v2 schema for now.",
+            "I'm going to use xxhash for the cache keys.",
+            "Going with the second layout.",
+            "I'd rather keep SQLite than add a server.",
+            "We will be using Celery beat for the nightly jobs.",
+            "A trie is the better fit here.",
+            "My pick is zstd at level 3.",
+        ] {
+            assert_eq!(decision(s), Some(true), "{s}");
+            assert_eq!(decisions(s).len(), 1, "{s}");
+            // Also after an edit block the reply left open, as aider splits them.
+            let open = format!("```python\napp.py\n=======\n    x = 2\n\n{s}");
+            assert_eq!(decisions(&open).len(), 1, "{open}");
+        }
+        // Using a tool for the next step narrates; so does a description.
+        for s in [
+            "Let's use grep to find where the token is refreshed.",
+            "I'll use the edit command to change line 40.",
+            "I'm going to use it to print the frames.",
+            "The parser uses a lookup table.",
+            "Leave the function as it is.",
+        ] {
+            assert_ne!(decision(s), Some(true), "{s}");
+        }
+    }
+
+    #[test]
+    fn an_interjection_after_an_observation_is_the_users_own() {
+        for (observation, said) in [
+            (
+                "OBSERVATION:\nrunning 4 tests\ntest result: ok. 4 passed",
+                "Also, keep the retry budget under 30 per minute.",
+            ),
+            (
+                "Observation: {\"rows\": 12, \"next\": null}",
+                "btw please don't touch vendor/ at all",
+            ),
+            (
+                "EXECUTION RESULT of [bash]:\n$ ls\nCargo.toml  src",
+                "Quick one: we can't exceed 2 GiB of memory on the runner.",
+            ),
+            (
+                "<returncode>0</returncode>\n<output>\nok\n</output>",
+                "Remember that staging only has 4 vCPUs.",
+            ),
+        ] {
+            let joined = format!("{observation}\n\n{said}");
+            assert!(is_observation(&joined), "{joined}");
+            let (kept, added) = split_observation(&joined);
+            assert_eq!((kept.trim_end(), added), (observation, said), "{joined}");
+        }
+        // The output's own prose and labels stay in it.
+        for tail in [
+            "hint: Updates were rejected because the remote contains work that you do not have.",
+            "Ran 12 tests in 0.41s",
+            "  You must specify a target.",
+            "Error: you must pass --force to continue",
+        ] {
+            let text = format!("OBSERVATION:\n$ git push\n\n{tail}");
+            assert_eq!(split_observation(&text), (text.as_str(), ""), "{tail}");
+        }
+    }
+
+    #[test]
+    fn output_and_words_are_told_apart_by_their_lines() {
+        for words in [
+            "Keep the retry budget under 30 per minute.",
+            "ok that looks right, carry on",
+            "Please also check the Windows path handling.",
+            "Don't modify settings/prod.toml.",
+        ] {
+            assert!(reads_as_words(words), "{words}");
+        }
+        for output in [
+            "total 8\ndrwxr-xr-x  2 dev dev 4096 Jan  3 10:00 src",
+            "src/main.rs\nsrc/lib.rs",
+            "  File \"app.py\", line 3, in <module>",
+            "{\"status\": \"ok\", \"count\": 3}",
+            "fatal: not a git repository",
+        ] {
+            assert!(!reads_as_words(output), "{output}");
+        }
+    }
+
+    #[test]
     fn sentences_run_together_without_a_space_are_two() {
         let line =
             "The file was printed, exactly as we thought.We will further examine the upload. \
@@ -873,6 +1324,30 @@ mod tests {
         assert_eq!(p.find("the cargo build", true), None);
         assert_eq!(p.find("the cargo build", false), Some(1));
         assert_eq!(p.find("nothing here", true), None);
+    }
+
+    #[test]
+    fn a_path_forbidden_in_other_words_is_a_constraint() {
+        for s in [
+            "Leave infra/prod_vars.tf alone please.",
+            "The file ci/release.yml is off limits for this task.",
+            "Treat tools/gen_schema.py as read-only.",
+            "Keep migrations/0042_init.sql untouched.",
+            "Please refrain from editing web/theme.css.",
+            "Stay away from scripts/rotate_keys.sh, it runs in prod.",
+            "Changing db/seed.sql is prohibited.",
+            "lib/compat.py is not to be modified",
+            "Keep docs/api.md as it is.",
+        ] {
+            assert!(is_constraint(s), "{s}");
+            assert_eq!(forbidden_paths(s).len(), 1, "{s}");
+        }
+        // Naming a path is not forbidding it.
+        assert!(!is_constraint("Leave a comment in src/app.py when done."));
+        assert_eq!(
+            forbidden_paths("You may edit src/a.py, but never touch src/b.py."),
+            ["src/b.py"]
+        );
     }
 
     #[test]

@@ -635,8 +635,8 @@ mod tests {
     /// A client and an upstream speaking WebSocket to each other through a relay of
     /// `kind`, with the server's shutdown to drive.
     struct WsRelay {
-        client: WebSocketStream<tokio::io::DuplexStream>,
-        upstream: WebSocketStream<tokio::io::DuplexStream>,
+        client: Side,
+        upstream: Side,
         shutdown: Shutdown,
         relay: tokio::task::JoinHandle<Result<(u64, u64), RelayError>>,
     }
@@ -666,7 +666,7 @@ mod tests {
     }
 
     /// The next frame a side reads, with close frames answered as tungstenite does.
-    async fn next(ws: &mut WebSocketStream<tokio::io::DuplexStream>) -> Message {
+    async fn next(ws: &mut Side) -> Message {
         tokio::time::timeout(Duration::from_secs(5), ws.next())
             .await
             .expect("nothing read in 5 s")
@@ -678,11 +678,25 @@ mod tests {
         matches!(message, Message::Close(Some(frame)) if frame.code == CloseCode::Away)
     }
 
+    type Side = WebSocketStream<tokio::io::DuplexStream>;
+
+    /// `message` sent by one side reaches the other as it was.
+    async fn passes(from: &mut Side, to: &mut Side, message: Message) {
+        from.send(message.clone()).await.unwrap();
+        assert_eq!(next(to).await, message);
+    }
+
+    async fn both_told_going_away(ws: &mut WsRelay) {
+        let to_client = next(&mut ws.client).await;
+        assert!(going_away(&to_client), "{to_client:?}");
+        let to_upstream = next(&mut ws.upstream).await;
+        assert!(going_away(&to_upstream), "{to_upstream:?}");
+    }
+
     #[tokio::test]
     async fn a_responses_websocket_finishes_its_response_then_both_sides_are_told_going_away() {
         let mut ws = ws_relay(Relayed::ResponsesWebSocket).await;
-        ws.client.send(event("response.create")).await.unwrap();
-        assert_eq!(next(&mut ws.upstream).await, event("response.create"));
+        passes(&mut ws.client, &mut ws.upstream, event("response.create")).await;
         ws.shutdown.drain();
         // The response in flight reaches the client whole.
         for kind in [
@@ -690,13 +704,9 @@ mod tests {
             "response.output_text.delta",
             "response.completed",
         ] {
-            ws.upstream.send(event(kind)).await.unwrap();
-            assert_eq!(next(&mut ws.client).await, event(kind));
+            passes(&mut ws.upstream, &mut ws.client, event(kind)).await;
         }
-        let to_client = next(&mut ws.client).await;
-        assert!(going_away(&to_client), "{to_client:?}");
-        let to_upstream = next(&mut ws.upstream).await;
-        assert!(going_away(&to_upstream), "{to_upstream:?}");
+        both_told_going_away(&mut ws).await;
         let ended = ws.relay.await.unwrap();
         assert!(matches!(ended, Err(RelayError::ShuttingDown)), "{ended:?}");
     }
@@ -704,26 +714,25 @@ mod tests {
     #[tokio::test]
     async fn a_responses_websocket_between_responses_closes_as_soon_as_the_server_drains() {
         let mut ws = ws_relay(Relayed::ResponsesWebSocket).await;
-        ws.client.send(event("response.create")).await.unwrap();
-        next(&mut ws.upstream).await;
-        ws.upstream.send(event("response.failed")).await.unwrap();
-        next(&mut ws.client).await;
+        passes(&mut ws.client, &mut ws.upstream, event("response.create")).await;
+        passes(&mut ws.upstream, &mut ws.client, event("response.failed")).await;
         ws.shutdown.drain();
-        assert!(going_away(&next(&mut ws.client).await));
-        assert!(going_away(&next(&mut ws.upstream).await));
+        both_told_going_away(&mut ws).await;
     }
 
     #[tokio::test]
     async fn another_websocket_goes_on_while_draining_and_is_told_going_away_at_the_grace_end() {
         let mut ws = ws_relay(Relayed::WebSocket).await;
         ws.shutdown.drain();
-        ws.client.send(Message::text("still there")).await.unwrap();
-        assert_eq!(next(&mut ws.upstream).await, Message::text("still there"));
-        ws.upstream.send(Message::text("yes")).await.unwrap();
-        assert_eq!(next(&mut ws.client).await, Message::text("yes"));
+        passes(
+            &mut ws.client,
+            &mut ws.upstream,
+            Message::text("still there"),
+        )
+        .await;
+        passes(&mut ws.upstream, &mut ws.client, Message::text("yes")).await;
         ws.shutdown.close();
-        assert!(going_away(&next(&mut ws.client).await));
-        assert!(going_away(&next(&mut ws.upstream).await));
+        both_told_going_away(&mut ws).await;
     }
 
     #[tokio::test]

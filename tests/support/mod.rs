@@ -1196,9 +1196,51 @@ impl Drop for Proxy {
     }
 }
 
+/// A tool a test needs that the machine may lack, and the switch that turns its absence
+/// from a skip into a failure. One rule for every switch: set to anything but empty or
+/// `0`, it requires the tool (`scripts/test.sh` and CI set them all).
+#[derive(Clone, Copy, Debug)]
+pub enum Needs {
+    /// The real clients and the Python packages the tests drive (`scripts/setup-clients.sh`,
+    /// `scripts/setup-litellm.sh`).
+    Clients,
+    /// A `redis-server` (`scripts/setup-redis.sh`).
+    Redis,
+    /// `llama-server` and its model (`scripts/setup-llama.sh`).
+    Llama,
+}
+
+impl Needs {
+    fn switch(self) -> &'static str {
+        match self {
+            Needs::Clients => "COMPACTION_PROXY_REQUIRE_CLIENTS",
+            Needs::Redis => "COMPACTION_PROXY_REQUIRE_REDIS",
+            Needs::Llama => "COMPACTION_PROXY_REQUIRE_LLAMA",
+        }
+    }
+
+    fn required(self) -> bool {
+        std::env::var_os(self.switch()).is_some_and(|v| !v.is_empty() && v != "0")
+    }
+
+    /// The tool is missing (`why`, and `how` to install it): fails the test when it is
+    /// required, else says on the terminal that the test is skipped and returns `None`.
+    /// The test harness keeps a passing test's printed output to itself, so the line is
+    /// written to the process's stderr directly: a skipped test must not pass unseen.
+    pub fn missing<T>(self, why: &str, how: &str) -> Option<T> {
+        assert!(!self.required(), "{}: {why}; {how}", self.switch());
+        let test = std::thread::current().name().unwrap_or("a test").to_owned();
+        let line = format!(
+            "SKIPPED {test}: {why} ({how}, or set {} to fail instead)\n",
+            self.switch()
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        None
+    }
+}
+
 /// A client `scripts/setup-clients.sh` installs in `./.clients` (at `path` there), or the
-/// one `override_var` names. Without it the test is skipped, unless
-/// `COMPACTION_PROXY_REQUIRE_CLIENTS` is set (as `scripts/test.sh` sets it): then it fails.
+/// one `override_var` names; without it the test is skipped ([`Needs::missing`]).
 pub fn installed_client(path: &str, override_var: Option<&str>) -> Option<std::path::PathBuf> {
     let installed = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(".clients")
@@ -1210,18 +1252,14 @@ pub fn installed_client(path: &str, override_var: Option<&str>) -> Option<std::p
     if client.exists() {
         return Some(client);
     }
-    assert!(
-        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
-        "{} is missing: run scripts/setup-clients.sh",
-        client.display()
-    );
-    eprintln!("skipping: {} is missing", client.display());
-    None
+    Needs::Clients.missing(
+        &format!("{} is missing", client.display()),
+        "run scripts/setup-clients.sh",
+    )
 }
 
 /// The Python of `./.venv` (or `COMPACTION_PROXY_PYTHON`) if it can import `module`, the
-/// client a test drives. Without it the test is skipped, unless
-/// `COMPACTION_PROXY_REQUIRE_CLIENTS` is set (as `scripts/test.sh` sets it): then it fails.
+/// client a test drives; without it the test is skipped ([`Needs::missing`]).
 pub fn python_with(module: &str) -> Option<std::path::PathBuf> {
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
     let python = std::env::var_os("COMPACTION_PROXY_PYTHON")
@@ -1234,16 +1272,10 @@ pub fn python_with(module: &str) -> Option<std::path::PathBuf> {
     if installed {
         return Some(python);
     }
-    assert!(
-        std::env::var_os("COMPACTION_PROXY_REQUIRE_CLIENTS").is_none(),
-        "{module} is missing from {}: run scripts/setup-clients.sh",
-        python.display()
-    );
-    eprintln!(
-        "skipping: {module} is missing from {} (run scripts/setup-clients.sh)",
-        python.display()
-    );
-    None
+    Needs::Clients.missing(
+        &format!("{module} is missing from {}", python.display()),
+        "run scripts/setup-clients.sh",
+    )
 }
 
 /// The bytes a request body holds from its start to the end of the proxy's summary: the
