@@ -118,41 +118,6 @@ const WEAK_DECISION: &[&str] = &[
     "because", "i'll", "i will", "we'll", "we will", "let's", "let us", "going to",
 ];
 
-/// Words that turn a user message into a constraint on all later work. Not "keep": "keep
-/// going" is how users say carry on.
-const CONSTRAINT_WORDS: &[&str] = &[
-    "never",
-    "always",
-    "must",
-    "don't",
-    "do not",
-    "dont",
-    "only",
-    "avoid",
-    "make sure",
-    "unchanged",
-    "as is",
-    "stick to",
-    "no new",
-    "without",
-    "should not",
-    "shouldn't",
-    "not allowed",
-    "forbidden",
-    "required",
-    "important",
-    "untouched",
-    "off limits",
-    "off-limits",
-    "read-only",
-    "hands off",
-    "under no circumstances",
-    "refrain",
-    "stay away",
-    "prohibited",
-    "not to be",
-];
-
 /// File extensions that make a bare word (`setup.py`, `Cargo.toml`) a file name.
 const FILE_EXTENSIONS: &[&str] = &[
     "py",
@@ -583,11 +548,11 @@ pub fn forbidden_paths(sentence: &str) -> Vec<String> {
     found
 }
 
-/// Whether a user message sets a rule for later work ("Never modify config/prod.yaml"):
-/// a word that says so, or a path it forbids ("Leave settings/base.toml alone").
+/// Whether a user message sets a rule for later work ("Never modify config/prod.yaml",
+/// "at most 3 retries": see [`super::constraint`]), or forbids a path ("Leave
+/// settings/base.toml alone").
 pub fn is_constraint(text: &str) -> bool {
-    static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[CONSTRAINT_WORDS]));
-    WORDS.find(text, true).is_some() || !forbidden_paths(text).is_empty()
+    super::constraint::is_constraint(text) || !forbidden_paths(text).is_empty()
 }
 
 /// A fenced block of a message: its tag (lowercased, maybe empty) and its lines.

@@ -1,0 +1,1091 @@
+//! Whether a sentence of the user's sets a constraint: forbids, requires or bounds
+//! something. Recognised by the shape of what is said rather than by a few words, since
+//! users phrase a rule in many ways ("leave X alone", "X is off-limits", "at most 3
+//! retries"). One pass of a phrase automaton finds the markers; each marker's rule then
+//! looks only at the words right around it, so the digest can ask this of every sentence
+//! without allocating.
+
+use std::sync::LazyLock;
+
+use aho_corasick::AhoCorasick;
+
+/// What a marker needs around it to set a constraint.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Rule {
+    /// A constraint wherever it stands: "must", "off-limits", "under no circumstances".
+    Always,
+    /// "never": not in a report of what happened ("I never saw it fail").
+    Never,
+    /// "don't", "do not": a prohibition when it governs a change verb or stands as a
+    /// command; not "I don't know".
+    Negation,
+    /// "without", "not to", "won't", "nobody": a prohibition only before a change
+    /// ("without asking", "nobody edits"); "it ran without errors" sets nothing.
+    Without,
+    /// "not" before a change ("we are not touching the API"), unless it reports what was
+    /// done ("it was not modified").
+    Not,
+    /// "can't", "cannot": a prohibition on the listener or on a change ("you can't use
+    /// the network", "we cannot rename it"); not "I can't reproduce it".
+    Cannot,
+    /// "has to", "need to": a requirement, unless the speaker says what they must do.
+    Requirement,
+    /// "within", "under", "up to": a bound when a quantity follows.
+    Bound,
+    /// "limit", "quota", "at most": a bound when a quantity is next to it ("a 5 GB
+    /// quota", "3 retries at most").
+    Limit,
+    /// "only": a restriction, unless it reports a count ("only one test failed").
+    Only,
+    /// "no more" closing its clause: a bound on what came before ("30 a minute, no
+    /// more").
+    Closing,
+    /// "keep" (or "hold") to a quantity: "keep the batch to 500 rows".
+    Keep,
+    /// "nothing" that may change: "nothing under infra/ should be edited".
+    Nothing,
+    /// "alone": a prohibition after "leave" ("leave the schema alone").
+    Alone,
+    /// "frozen", "locked": a rule when said of the thing ("the API is frozen").
+    State,
+    /// "no": a prohibition before a kind of change ("no new dependencies").
+    No,
+}
+
+/// Markers that set a constraint by themselves.
+const ALWAYS: &[&str] = &[
+    "must",
+    "mustn't",
+    "must not",
+    "forbidden",
+    "prohibited",
+    "banned",
+    "not permitted",
+    "not allowed",
+    "off-limits",
+    "off limits",
+    "out of bounds",
+    "hands off",
+    "hands-off",
+    "stay away",
+    "keep away from",
+    "keep clear of",
+    "stay clear of",
+    "steer clear of",
+    "stay out of",
+    "keep out",
+    "under no circumstances",
+    "under no condition",
+    "under any circumstances",
+    "on no account",
+    "in no event",
+    "by no means",
+    "in no case",
+    "refrain",
+    "avoid",
+    "unchanged",
+    "untouched",
+    "intact",
+    "read-only",
+    "read only",
+    "readonly",
+    "untouchable",
+    "as is",
+    "as it is",
+    "as they are",
+    "not to be",
+    "never to be",
+    "should not",
+    "shouldn't",
+    "should remain",
+    "should stay",
+    "make sure",
+    "be sure to",
+    "ensure",
+    "stick to",
+    "required",
+    "always",
+    "important",
+    "no more than",
+    "no fewer than",
+    "no less than",
+    "not more than",
+    "not exceed",
+    "not to exceed",
+    "capped at",
+    "limited to",
+    "mandatory",
+    "non-negotiable",
+    "no exceptions",
+    "at all times",
+    "unmodified",
+    "unaltered",
+    "sacred",
+    "rather not",
+    "rather you didn't",
+    "prefer not to",
+    "prefer you not",
+    "limit yourself",
+    "restrict yourself",
+    "confine yourself",
+    "keep your changes",
+    "limit your changes",
+    "remember to",
+    "essential",
+    "crucial",
+    "requirement",
+    "no longer than",
+    "no larger than",
+    "no bigger than",
+    "no higher than",
+    "no later than",
+    "not ours to",
+    "not yours to",
+    "not mine to",
+    "not for you to",
+    "not for us to",
+    "as it stands",
+    "as they stand",
+    "the way it is",
+    "the way they are",
+    "byte-for-byte",
+    "byte for byte",
+    "out of scope",
+    "out of the diff",
+    "no-go",
+    "off the table",
+];
+
+const NEVER: &[&str] = &["never"];
+const NEGATION: &[&str] = &["don't", "do not", "dont"];
+const WITHOUT: &[&str] = &["without", "not to", "won't", "nobody", "no one", "no-one"];
+const NOT: &[&str] = &["not"];
+const CANNOT: &[&str] = &["can't", "cannot", "can not"];
+const REQUIREMENT: &[&str] = &[
+    "has to", "have to", "need to", "needs to", "got to", "gotta",
+];
+const BOUND: &[&str] = &[
+    "up to",
+    "within",
+    "under",
+    "below",
+    "less than",
+    "fewer than",
+];
+const LIMIT: &[&str] = &[
+    "at most",
+    "at least",
+    "at the most",
+    "tops",
+    "allows",
+    "allowed",
+    "permits",
+    "throttled",
+    "throttles",
+    "throttle",
+    "or less",
+    "or fewer",
+    "or lower",
+    "limit",
+    "limits",
+    "cap",
+    "budget",
+    "quota",
+    "ceiling",
+    "maximum",
+    "max",
+    "allowance",
+];
+const ONLY: &[&str] = &["only"];
+const CLOSING: &[&str] = &["no more", "no less", "no fewer"];
+const KEEP: &[&str] = &["keep", "hold"];
+const NOTHING: &[&str] = &["nothing"];
+const ALONE: &[&str] = &["alone"];
+const STATE: &[&str] = &["frozen", "locked", "immutable"];
+const NO: &[&str] = &["no"];
+
+const RULES: &[(Rule, &[&str])] = &[
+    (Rule::Always, ALWAYS),
+    (Rule::Never, NEVER),
+    (Rule::Negation, NEGATION),
+    (Rule::Without, WITHOUT),
+    (Rule::Not, NOT),
+    (Rule::Cannot, CANNOT),
+    (Rule::Requirement, REQUIREMENT),
+    (Rule::Bound, BOUND),
+    (Rule::Limit, LIMIT),
+    (Rule::Only, ONLY),
+    (Rule::Closing, CLOSING),
+    (Rule::Keep, KEEP),
+    (Rule::Nothing, NOTHING),
+    (Rule::Alone, ALONE),
+    (Rule::State, STATE),
+    (Rule::No, NO),
+];
+
+/// Verbs of changing something (and of using what is forbidden): what a prohibition
+/// governs. Matched with their endings ("touching", "renamed").
+const CHANGE_VERBS: &[&str] = &[
+    "touch",
+    "modify",
+    "change",
+    "edit",
+    "alter",
+    "rename",
+    "delete",
+    "remove",
+    "move",
+    "overwrite",
+    "rewrite",
+    "replace",
+    "push",
+    "force-push",
+    "commit",
+    "merge",
+    "deploy",
+    "drop",
+    "truncate",
+    "upgrade",
+    "downgrade",
+    "bump",
+    "add",
+    "install",
+    "introduce",
+    "use",
+    "disable",
+    "skip",
+    "reformat",
+    "refactor",
+    "call",
+    "hit",
+    "exceed",
+    "break",
+    "mock",
+    "publish",
+    "release",
+    "tamper",
+    "mess",
+    "regenerate",
+    "update",
+    "patch",
+    "reset",
+    "revert",
+    "amend",
+    "expose",
+    "leak",
+    "ask",
+    "asking",
+    "approval",
+    "permission",
+    "consent",
+    "review",
+];
+
+/// Verbs after a negation or "only" that report or feel rather than rule: "I don't
+/// know", "it only happens on CI".
+const REPORT_VERBS: &[&str] = &[
+    "know",
+    "see",
+    "understand",
+    "think",
+    "get",
+    "remember",
+    "believe",
+    "recall",
+    "worry",
+    "hesitate",
+    "mind",
+    "care",
+    "seem",
+    "appear",
+    "matter",
+    "exist",
+    "reproduce",
+    "find",
+    "notice",
+    "agree",
+    "happen",
+    "fail",
+    "work",
+    "pass",
+    "show",
+    "occur",
+    "sure",
+];
+
+/// Subjects of a report: after them a negation says what is, not what must be.
+const REPORT_SUBJECTS: &[&str] = &[
+    "i", "it", "they", "that", "this", "he", "she", "which", "who", "there", "tests", "these",
+    "those",
+];
+
+/// Words before "not" that make it a report of what was done.
+const REPORT_AUXILIARIES: &[&str] = &[
+    "was", "were", "did", "does", "has", "have", "had", "wasn't", "it", "i",
+];
+
+/// Verbs after "I don't" that still state a rule: "I don't want new dependencies".
+const WISH_VERBS: &[&str] = &["want", "allow", "permit", "accept", "like"];
+
+/// Words before "never" that make it a report of the past or of a fact.
+const NEVER_REPORTS: &[&str] = &[
+    "i", "it", "has", "have", "had", "was", "were", "is", "are", "they", "that", "this",
+];
+
+/// Words before "only" that make it no restriction ("the only file", "not only").
+const ONLY_NOT_RULES: &[&str] = &[
+    "the", "not", "if", "my", "our", "its", "his", "her", "their", "an",
+];
+
+/// Words before "only" + a count that make it a report ("there are only 3 left").
+const COUNT_REPORTS: &[&str] = &[
+    "", "there", "is", "are", "was", "were", "had", "has", "have", "it", "and", "but", "i", "we",
+    "they", "that", "which", "so",
+];
+
+/// Quantities written as words.
+const NUMBER_WORDS: &[&str] = &[
+    "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve", "twenty", "fifty", "hundred", "thousand", "once", "twice", "a few", "half",
+];
+
+/// Words before "frozen" or "locked" that say it of the thing, as a rule.
+const STATE_VERBS: &[&str] = &[
+    "is",
+    "are",
+    "stays",
+    "stay",
+    "remains",
+    "remain",
+    "be",
+    "as",
+    "considered",
+    "keep",
+];
+
+/// Kinds of change after "no" that make it a prohibition ("no new dependencies").
+const NO_CHANGES: &[&str] = &[
+    "changes",
+    "change",
+    "edits",
+    "modifications",
+    "new",
+    "touching",
+    "commits",
+    "pushes",
+    "deploys",
+    "deployments",
+    "writes",
+    "network",
+    "internet",
+    "external",
+    "third-party",
+    "additional",
+    "extra",
+    "dependencies",
+    "migrations",
+    "breaking",
+    "force-push",
+    "force-pushes",
+];
+
+/// Words after "no <change>" that report rather than forbid ("no changes were made").
+const NO_REPORTS: &[&str] = &[
+    "were", "was", "is", "are", "have", "has", "had", "found", "detected", "made", "needed",
+];
+
+/// Whether `text` sets a constraint. Questions set none, unless they are requests ("Can
+/// you make sure it stays unchanged?").
+pub fn is_constraint(text: &str) -> bool {
+    MARKERS.any(text, |rule, at, end| {
+        holds(rule, text, at, end) && !in_question(text, at)
+    })
+}
+
+static MARKERS: LazyLock<Markers> = LazyLock::new(Markers::new);
+
+/// Every marker with its rule, found in one pass, ASCII case ignored and a typographic
+/// apostrophe read as a straight one.
+struct Markers {
+    /// `None` only if the automaton could not be built; then each marker is searched for
+    /// on its own.
+    automaton: Option<AhoCorasick>,
+    patterns: Vec<(Rule, String)>,
+}
+
+impl Markers {
+    fn new() -> Markers {
+        let mut patterns = Vec::new();
+        for (rule, phrases) in RULES {
+            for p in phrases.iter() {
+                patterns.push((*rule, (*p).to_string()));
+                if p.contains('\'') {
+                    patterns.push((*rule, p.replace('\'', "\u{2019}")));
+                }
+            }
+        }
+        let automaton = AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(patterns.iter().map(|(_, p)| p))
+            .ok();
+        Markers {
+            automaton,
+            patterns,
+        }
+    }
+
+    /// Whether `test` holds for any marker found as a whole word, given its rule, start
+    /// and end.
+    fn any(&self, text: &str, mut test: impl FnMut(Rule, usize, usize) -> bool) -> bool {
+        let whole = |at: usize, end: usize| {
+            !word_byte_at(text, at.wrapping_sub(1)) && !word_byte_at(text, end)
+        };
+        let Some(ac) = &self.automaton else {
+            let lower = text.to_ascii_lowercase();
+            return self.patterns.iter().any(|(rule, p)| {
+                lower
+                    .match_indices(p.as_str())
+                    .any(|(at, _)| whole(at, at + p.len()) && test(*rule, at, at + p.len()))
+            });
+        };
+        ac.find_overlapping_iter(text).any(|m| {
+            let rule = self.patterns[m.pattern().as_usize()].0;
+            whole(m.start(), m.end()) && test(rule, m.start(), m.end())
+        })
+    }
+}
+
+/// Whether the byte at `i` continues a word (a letter, digit or `_`: "max_tokens" is a
+/// name, not a limit; a missing byte does not).
+fn word_byte_at(text: &str, i: usize) -> bool {
+    text.as_bytes()
+        .get(i)
+        .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+}
+
+/// How far each side of a marker its rule looks, in bytes: a rule reads the words right
+/// around it, and a bound keeps a long line without spaces (minified JSON, a base64
+/// blob) linear however many markers it holds.
+const AROUND: usize = 120;
+
+/// Whether the marker at `at..end` sets a constraint by its rule.
+fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
+    if rule == Rule::Always {
+        return true;
+    }
+    let ahead = window_after(text, end);
+    let behind = window_before(text, at);
+    let before = prev_word(behind);
+    let (after, after_end) = next_word(ahead);
+    match rule {
+        Rule::Always => true,
+        Rule::Never => !is_one_of(before, NEVER_REPORTS),
+        Rule::Negation => negation(before, after),
+        Rule::Without => is_change(after),
+        Rule::Not => is_change(after) && !is_one_of(before, REPORT_AUXILIARIES),
+        Rule::Cannot => {
+            let passive = same(after, "be") && is_change(next_word(&ahead[after_end..]).0);
+            (same(before, "you") && !is_verb_of(after, REPORT_VERBS)) || is_change(after) || passive
+        }
+        Rule::Requirement => !same(before, "i"),
+        Rule::Bound => !measured(before) && quantity_within(ahead, 3),
+        Rule::Limit => !measured(before) && (quantity_within(ahead, 6) || quantity_before(behind)),
+        Rule::Only => only(before, after),
+        Rule::Closing => after.is_empty(),
+        Rule::Keep => quantity_within(ahead, 4),
+        Rule::Nothing => modal_change_within(ahead, 6),
+        Rule::Alone => leave_before(behind),
+        Rule::State => is_one_of(before, STATE_VERBS),
+        Rule::No => {
+            is_one_of(after, NO_CHANGES) && !is_one_of(next_word(&ahead[after_end..]).0, NO_REPORTS)
+        }
+    }
+}
+
+/// Up to [`AROUND`] bytes of `text` before `at`, from a character's start.
+fn window_before(text: &str, at: usize) -> &str {
+    let mut start = at.saturating_sub(AROUND);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..at]
+}
+
+/// Up to [`AROUND`] bytes of `text` from `end`, to a character's end.
+fn window_after(text: &str, end: usize) -> &str {
+    let mut stop = (end + AROUND).min(text.len());
+    while !text.is_char_boundary(stop) {
+        stop -= 1;
+    }
+    &text[end..stop]
+}
+
+/// A negation forbids a change, or commands ("Please don't ..."), or states a wish; it
+/// does not when it reports ("I don't know", "the tests don't pass").
+fn negation(before: &str, after: &str) -> bool {
+    if is_change(after) || is_one_of(after, WISH_VERBS) {
+        return true;
+    }
+    !is_verb_of(after, REPORT_VERBS) && !is_one_of(before, REPORT_SUBJECTS)
+}
+
+/// "only" restricts ("use only the stdlib", "touch only src/"), unless it is part of a
+/// noun phrase, reports how something behaves, or reports a count.
+fn only(before: &str, after: &str) -> bool {
+    if is_one_of(before, ONLY_NOT_RULES) || is_verb_of(after, REPORT_VERBS) {
+        return false;
+    }
+    !(is_quantity(after) && is_one_of(before, COUNT_REPORTS))
+}
+
+/// Whether "leave" (or "leaving") comes within the six words before, in the same
+/// sentence ("leave db/schema.sql alone": a dot inside a name ends nothing).
+fn leave_before(text: &str) -> bool {
+    for word in text.split_whitespace().rev().take(6) {
+        if word.ends_with(['.', '!', '?', ';', ':']) {
+            return false;
+        }
+        if is_verb_of(
+            word.trim_start_matches(|c: char| !c.is_ascii_alphanumeric()),
+            &["leave"],
+        ) {
+            return true;
+        }
+    }
+    false
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '\'' | '\u{2019}' | '_')
+}
+
+/// The word that ends `head`, past blank space; empty at the start of a sentence, a
+/// clause, a line or a bullet, where a command starts.
+fn prev_word(head: &str) -> &str {
+    let head = head.trim_end_matches([' ', '\t']);
+    if head.ends_with(['.', '!', '?', ',', ';', ':', '\n', '(', '-']) || head.is_empty() {
+        return "";
+    }
+    let start = head
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !is_word_char(c))
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    &head[start..]
+}
+
+/// The word that starts `tail`, past blank space and a few adverbs ("don't ever
+/// touch"), and where it ends; empty when a sentence or clause ends first.
+fn next_word(tail: &str) -> (&str, usize) {
+    let mut at = 0;
+    loop {
+        let rest = &tail[at..];
+        let start = at + (rest.len() - rest.trim_start_matches([' ', '\t']).len());
+        let rest = &tail[start..];
+        let len = rest.find(|c: char| !is_word_char(c)).unwrap_or(rest.len());
+        let word = &rest[..len];
+        at = start + len;
+        if word.is_empty() || !is_one_of(word, SKIPPED_ADVERBS) {
+            return (word, at);
+        }
+    }
+}
+
+/// Words between a negation and its verb or noun that do not change what it governs
+/// ("don't ever touch", "without my approval", "without first asking").
+const SKIPPED_ADVERBS: &[&str] = &[
+    "ever", "even", "just", "really", "actually", "please", "first", "my", "your", "our", "a",
+    "an", "the", "any", "prior", "explicit",
+];
+
+/// Whether a quantity (digits, "$5", "two") starts one of the first `words` words.
+fn quantity_within(text: &str, words: usize) -> bool {
+    let clause = text.split([';', '\n', '!', '?']).next().unwrap_or("");
+    clause
+        .split(|c: char| c.is_whitespace() || c == ':' || c == '=')
+        .filter(|w| !w.is_empty())
+        .take(words)
+        .any(is_quantity)
+}
+
+/// Whether a bound after `before` reports a measurement ("it took under 5 seconds", "it
+/// used at least 3 GB") rather than setting one.
+fn measured(before: &str) -> bool {
+    is_one_of(before, MEASURED)
+}
+
+/// Verbs and words before a quantity that report what was measured.
+const MEASURED: &[&str] = &[
+    "took",
+    "ran",
+    "finished",
+    "completed",
+    "was",
+    "were",
+    "used",
+    "got",
+    "had",
+    "needed",
+    "failed",
+    "passed",
+    "returned",
+    "printed",
+    "showed",
+];
+
+/// Whether, within the first `words` words, a modal verb comes and a change verb
+/// later ("under infra/ should be edited").
+fn modal_change_within(text: &str, words: usize) -> bool {
+    let mut modal = false;
+    for word in text.split_whitespace().take(words) {
+        let word = word.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+        if modal && is_change(word) {
+            return true;
+        }
+        modal |= is_one_of(word, MODALS);
+    }
+    false
+}
+
+/// Verbs that say what may or must happen.
+const MODALS: &[&str] = &[
+    "should", "may", "can", "must", "shall", "is", "gets", "will",
+];
+
+/// Whether a quantity ends one of the two words before a limit ("a 500 MB cap").
+fn quantity_before(text: &str) -> bool {
+    text.split_whitespace().rev().take(2).any(is_quantity)
+}
+
+fn is_quantity(word: &str) -> bool {
+    let w = word.trim_start_matches(['$', '€', '£', '~', '(']);
+    w.starts_with(|c: char| c.is_ascii_digit()) || is_one_of(word, NUMBER_WORDS)
+}
+
+/// Whether `word` is one of `list`, ASCII case ignored, a typographic apostrophe read
+/// as a straight one.
+fn is_one_of(word: &str, list: &[&str]) -> bool {
+    list.iter().any(|w| same(word, w))
+}
+
+fn same(word: &str, plain: &str) -> bool {
+    if !word.contains('\u{2019}') {
+        return word.eq_ignore_ascii_case(plain);
+    }
+    let mut a = word.chars().map(|c| if c == '\u{2019}' { '\'' } else { c });
+    let mut b = plain.chars();
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return true,
+            (Some(x), Some(y)) if x.eq_ignore_ascii_case(&y) => {}
+            _ => return false,
+        }
+    }
+}
+
+fn is_change(word: &str) -> bool {
+    is_verb_of(word, CHANGE_VERBS)
+}
+
+/// Whether `word` is one of the verbs of `list` with an ending ("touching", "renamed",
+/// "dropped", "uses").
+fn is_verb_of(word: &str, list: &[&str]) -> bool {
+    list.iter().any(|verb| {
+        let stem = verb.strip_suffix('e').unwrap_or(verb);
+        let Some(head) = word.get(..stem.len()) else {
+            return false;
+        };
+        if !head.eq_ignore_ascii_case(stem) {
+            return false;
+        }
+        let rest = &word[stem.len()..];
+        let doubled = rest.len() > 1 && rest.as_bytes()[0] == stem.as_bytes()[stem.len() - 1];
+        let ending = if doubled { &rest[1..] } else { rest };
+        is_one_of(ending, &["", "e", "s", "es", "ed", "d", "ing"])
+    })
+}
+
+/// Whether the marker at `at` is in a question that asks rather than requests ("Do you
+/// know why it must fail?", not "Can you make sure it stays?"). Only the sentence's
+/// part within [`AROUND`] bytes is read: a longer one counts as a statement.
+fn in_question(text: &str, at: usize) -> bool {
+    let ahead = window_after(text, at);
+    if ahead
+        .find(['.', '!', '?', '\n'])
+        .is_none_or(|i| ahead.as_bytes()[i] != b'?')
+    {
+        return false;
+    }
+    let behind = window_before(text, at);
+    let start = match behind.rfind(['.', '!', '?', '\n']) {
+        Some(i) => i + 1,
+        // The opening is out of reach: read as a statement.
+        None if behind.len() < at => return false,
+        None => 0,
+    };
+    let opening = behind[start..].trim_start();
+    let requests = [
+        "can you",
+        "could you",
+        "would you",
+        "will you",
+        "please",
+        "can we",
+        "could we",
+    ];
+    !requests.iter().any(|r| {
+        opening
+            .get(..r.len())
+            .is_some_and(|h| h.eq_ignore_ascii_case(r))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The word list this module replaced: each phrasing below that it missed (or
+    /// wrongly caught) is what a rule here is for.
+    fn old_list(text: &str) -> bool {
+        const OLD: &[&str] = &[
+            "never",
+            "always",
+            "must",
+            "don't",
+            "do not",
+            "dont",
+            "only",
+            "avoid",
+            "make sure",
+            "unchanged",
+            "as is",
+            "stick to",
+            "no new",
+            "without",
+            "should not",
+            "shouldn't",
+            "not allowed",
+            "forbidden",
+            "required",
+            "important",
+        ];
+        crate::engine::scan::Phrases::new(&[OLD])
+            .find(text, true)
+            .is_some()
+    }
+
+    /// Each of `found` is a constraint that the old list missed.
+    fn all_new(found: &[&str]) {
+        for s in found {
+            assert!(is_constraint(s), "missed: {s}");
+            assert!(!old_list(s), "not new: {s}");
+        }
+    }
+
+    #[test]
+    fn prohibitions_however_phrased() {
+        all_new(&[
+            "The vendor/ directory is off-limits.",
+            "Hands off src/legacy/parser.c, it is shared with the firmware team.",
+            "Stay away from the deploy scripts.",
+            "The billing module is out of bounds for this change.",
+            "Under no circumstances push to main.",
+            "Please refrain from editing the generated files.",
+            "Touching settings/prod.py is prohibited.",
+            "Running the suite against prod is not permitted.",
+            "The migrations are not to be touched.",
+        ]);
+    }
+
+    #[test]
+    fn more_prohibitions_and_requirements() {
+        all_new(&[
+            "We are not touching the public API in this PR.",
+            "Nobody edits the release notes but me.",
+            "I'd rather not add a database.",
+            "Limit yourself to the files in src/parser/.",
+            "The wire format stays unmodified.",
+            "Remember to regenerate the snapshots.",
+            "It is essential that the CLI flags keep their names.",
+            "The diff should be no longer than a screen.",
+        ]);
+        for s in [
+            "The file was not modified by the script.",
+            "It won't compile on stable.",
+            "No one knows why.",
+        ] {
+            assert!(!is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_limit_may_follow_its_quantity() {
+        all_new(&[
+            "Three retries at most.",
+            "The API allows 60 requests per minute.",
+            "Keep each call to 5 seconds tops.",
+        ]);
+        assert!(!is_constraint("Tabs are allowed in the Makefile."));
+    }
+
+    #[test]
+    fn ownership_scope_and_sameness() {
+        all_new(&[
+            "The file infra/main.tf is owned by ops, so it's not ours to edit.",
+            "infra/main.tf is not yours to modify.",
+            "infra/main.tf stays exactly the way it is.",
+            "I'd prefer that you leave infra/main.tf as it stands.",
+            "Keep infra/main.tf byte-for-byte identical.",
+            "Edits to infra/main.tf are out of scope.",
+            "Changing infra/main.tf is a no-go.",
+            "Refactors are off the table this sprint.",
+            "On no account rename the tables.",
+            "Steer clear of the legacy importer.",
+            "The Makefile is someone else's; keep out.",
+        ]);
+    }
+
+    #[test]
+    fn nothing_that_may_change() {
+        all_new(&["Nothing under infra/ should be edited."]);
+        assert!(!is_constraint("Nothing changed after the restart."));
+    }
+
+    #[test]
+    fn a_bound_closing_its_clause_or_kept_to() {
+        all_new(&[
+            "We get 30 requests a minute from the provider, no more.",
+            "Keep the batch to 500 rows.",
+            "Each request may take 2 seconds or less.",
+            "The provider throttles us at 30 req/min.",
+            "The limit on the search API is 60 per minute.",
+        ]);
+        for s in [
+            "I have no more ideas.",
+            "Keep going with the next file.",
+            "It is more or less done.",
+        ] {
+            assert!(!is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_measurement_is_no_bound() {
+        for s in ["It took under 5 seconds.", "The run used at least 3 GB."] {
+            assert!(!is_constraint(s), "{s}");
+        }
+        assert!(is_constraint("Respond in under 200 ms."));
+    }
+
+    #[test]
+    fn read_only_is_a_rule() {
+        // The old list caught it only by the "only" in it.
+        assert!(is_constraint("config/base.yaml is read-only for you."));
+        assert!(is_constraint("Treat the fixtures as read only."));
+    }
+
+    #[test]
+    fn leave_alone_needs_leave_before_it() {
+        all_new(&[
+            "Leave the schema in db/schema.sql alone.",
+            "Please leave vendor/openssl alone for now.",
+        ]);
+        assert!(!is_constraint("I was alone on call last night."));
+    }
+
+    #[test]
+    fn a_frozen_or_locked_thing_is_a_rule_said_of_it() {
+        all_new(&[
+            "The lockfile is frozen until the release.",
+            "Treat the public schema as locked.",
+        ]);
+        assert!(!is_constraint("A frozen dataclass holds the settings."));
+    }
+
+    #[test]
+    fn cannot_binds_the_listener_or_a_change_not_the_speaker() {
+        all_new(&[
+            "You can't use the network in this sandbox.",
+            "We cannot rename the public endpoints.",
+            "The config can\u{2019}t be changed by the agent.",
+        ]);
+        assert!(!is_constraint("I can't reproduce it on my machine."));
+        assert!(!is_constraint("We cannot find the log file anywhere."));
+    }
+
+    #[test]
+    fn no_before_a_kind_of_change_forbids_it() {
+        all_new(&[
+            "No changes to the CI workflow, please.",
+            "No edits in third_party/ at all.",
+            "No extra dependencies.",
+        ]);
+        assert!(!is_constraint("No changes were made to the file."));
+    }
+
+    #[test]
+    fn not_to_and_without_forbid_only_a_change() {
+        assert!(is_constraint("Be careful not to break the public API."));
+        assert!(is_constraint("Do it without touching the fixtures."));
+        // Past a determiner or an adverb.
+        for s in [
+            "Land it without my approval and it gets reverted.",
+            "Go ahead without first asking.",
+            "Ship it without a review from me.",
+        ] {
+            assert!(is_constraint(s), "{s}");
+        }
+        // The old list read these as rules.
+        for s in ["It ran without errors.", "The script exits without output."] {
+            assert!(old_list(s) && !is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn negations_that_command_or_govern_a_change() {
+        for s in [
+            "Don't touch the migrations.",
+            "Please do not rename api/v1.py.",
+            "We don't deploy on Fridays.",
+            "I don't want any new crates.",
+            "Don\u{2019}t ever edit the lockfile by hand.",
+            "dont commit the .env file",
+        ] {
+            assert!(is_constraint(s), "{s}");
+        }
+        // Reports with a negation, all of which the old list took for rules.
+        for s in [
+            "I don't know why the build broke.",
+            "The tests don't pass on CI.",
+            "I do not understand the stack trace.",
+            "Don't worry about the warnings.",
+        ] {
+            assert!(old_list(s) && !is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn never_is_a_rule_unless_it_reports() {
+        assert!(is_constraint("Never modify config/prod.yaml"));
+        assert!(is_constraint("We never force-push shared branches."));
+        assert!(is_constraint("The keys are never to be logged."));
+        for s in [
+            "I never saw that error before.",
+            "It has never worked on Windows.",
+        ] {
+            assert!(old_list(s) && !is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn requirements_however_phrased() {
+        all_new(&[
+            "The output has to stay byte-identical.",
+            "Every handler needs to log its request id.",
+            "You have to run the formatter before committing.",
+            "Be sure to bump the version in Cargo.toml.",
+            "Ensure the cache is cleared between runs.",
+            "Keep the wire format exactly as it is.",
+            "The public API should remain stable.",
+            "Signing is mandatory for every release.",
+        ]);
+        assert!(!is_constraint("I have to admit the error is odd."));
+    }
+
+    #[test]
+    fn bounds_need_a_quantity() {
+        all_new(&[
+            "Use at most 4 worker threads.",
+            "Keep responses under 200 ms.",
+            "The patch should be no more than 50 lines.",
+            "Retry up to 3 times.",
+            "Finish within 10 minutes.",
+            "At least two reviewers approve each PR.",
+            "Stay below 80% CPU.",
+        ]);
+        for s in [
+            "Under the hood it calls requests.",
+            "The branch is up to date.",
+            "Put it within the loop.",
+        ] {
+            assert!(!is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn limits_need_a_quantity_beside_them() {
+        all_new(&[
+            "We have a budget of 5,000 tokens per request.",
+            "There is a cap of 100 requests per minute.",
+            "The API quota is 20k calls a day.",
+            "Stay inside a 512 MiB ceiling.",
+            "The rate limit: 60 per minute.",
+            "Max 3 retries per job.",
+        ]);
+        for s in [
+            "The rate limit was hit yesterday.",
+            "Set max_tokens=4096 in the request.",
+        ] {
+            assert!(!is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn only_restricts_unless_it_reports() {
+        for s in [
+            "Use only the standard library.",
+            "Only touch files under src/.",
+            "Run only 2 jobs at a time.",
+        ] {
+            assert!(is_constraint(s), "{s}");
+        }
+        for s in [
+            "Only one test failed.",
+            "It only happens on CI.",
+            "There are only 3 left.",
+            "The only difference is the flag.",
+        ] {
+            assert!(old_list(s) && !is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn questions_set_no_rule_unless_they_request() {
+        assert!(is_constraint("Can you make sure the API stays unchanged?"));
+        assert!(!is_constraint("Do you know why it must be sorted?"));
+        assert!(!is_constraint("Do you know where the config lives?"));
+        // A rule in one sentence, a question in the next.
+        assert!(is_constraint("Never edit main.rs. Why is it failing?"));
+    }
+
+    #[test]
+    fn a_line_break_starts_a_command() {
+        // "it" ends the line before: the negation still opens its own line.
+        assert!(is_constraint(
+            "That is all I have about it\nDon't go near the prod cluster"
+        ));
+    }
+
+    #[test]
+    fn long_lines_and_long_questions() {
+        // A line without spaces full of markers (each reads its window only: time grows
+        // with the line, checked by hand at 60,000 and 120,000 markers) sets no bound.
+        assert!(!is_constraint(&"limit-".repeat(20_000)));
+        // A question whose opening is out of reach reads as a statement.
+        let question = format!("Why {} must it?", "very ".repeat(60));
+        assert!(is_constraint(&question));
+        assert!(!is_constraint("Why must it?"));
+    }
+
+    #[test]
+    fn verbs_match_with_their_endings() {
+        for w in [
+            "touch", "touching", "Renamed", "dropped", "uses", "using", "change",
+        ] {
+            assert!(is_change(w), "{w}");
+        }
+        for w in ["touchy", "used_by", "usual", "add_"] {
+            assert!(!is_change(w), "{w}");
+        }
+    }
+}
