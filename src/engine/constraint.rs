@@ -769,7 +769,7 @@ mod tests {
             "required",
             "important",
         ];
-        crate::engine::scan::Phrases::new(&[OLD])
+        crate::engine::phrases::Phrases::new(&[OLD])
             .find(text, true)
             .is_some()
     }
