@@ -445,8 +445,8 @@ async fn with_the_window_learned_the_refused_chat_turn_takes_the_digest_at_once(
 }
 
 /// A fact in the middle of a long early turn: what the digest, cutting each message to
-/// its ends, leaves out.
-const PLANTED: &str = "The release codename is HERON-7731.";
+/// its ends and its salient sentences (rules, limits, numbers), leaves out.
+const PLANTED: &str = "The release codename is Grey Heron.";
 
 /// Turn `n` of a review session: a draft to review, about 5% of the window, with
 /// [`PLANTED`] in the middle of turn 3's.

@@ -12,10 +12,12 @@
 //! a piece of a line, and a piece of a key is a leak the whole key's mask cannot catch.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use crate::redact::redact;
 
 use super::message::clip;
+use super::phrases::Phrases;
 use super::quantity;
 use super::scan::{announces_file, paths};
 
@@ -133,10 +135,12 @@ pub fn output_facts(text: &str) -> Option<String> {
     let mut kept: Vec<Found> = Vec::new();
     for (n, raw) in text.lines().enumerate() {
         let line = clip(raw.trim(), LINE_CHARS);
-        if !line
-            .bytes()
-            .any(|b| b.is_ascii_digit() || b == b'/' || b == b'.')
-        {
+        // Quantities and identifiers hold a digit; a line without one states a fact only
+        // when it reports a file, and most lines of an output do neither: they are passed
+        // over without being split into words (this runs on every output a compaction
+        // prunes).
+        let digit = line.bytes().any(|b| b.is_ascii_digit());
+        if !digit && !(line.contains(['/', '.']) && announces_product(line)) {
             continue;
         }
         for found in line_facts(line, n) {
@@ -176,11 +180,8 @@ fn line_facts(line: &str, n: usize) -> Vec<Found> {
 
 /// Whether a line says the file on it was made or reported by the run.
 fn announces_product(line: &str) -> bool {
-    if announces_file(line) {
-        return true;
-    }
-    let lower = line.to_ascii_lowercase();
-    PRODUCT_WORDS.iter().any(|w| lower.contains(w))
+    static PRODUCTS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[PRODUCT_WORDS]));
+    announces_file(line) || PRODUCTS.find(line, false).is_some()
 }
 
 /// Keeps `found` among the best few of its kind: one fact of each shape (the same words
@@ -368,6 +369,9 @@ fn is_hash(word: &str) -> bool {
 }
 
 fn is_uuid(word: &str) -> bool {
+    if word.len() != 36 {
+        return false;
+    }
     let groups: Vec<usize> = word.split('-').map(str::len).collect();
     groups == [8, 4, 4, 4, 12] && word.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
 }

@@ -517,7 +517,7 @@ mod tests {
     use crate::shutdown::Shutdown;
     use futures_util::{SinkExt, StreamExt};
     use http::{header, Version};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
     use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
     use tokio_tungstenite::tungstenite::protocol::Role;
     use tokio_tungstenite::tungstenite::Message;
@@ -553,18 +553,23 @@ mod tests {
         )));
     }
 
+    type Relay = tokio::task::JoinHandle<Result<(u64, u64), RelayError>>;
+
+    /// A relay of another protocol between two in-memory ends, with the server's shutdown
+    /// to drive: the client's end, the upstream's end, the shutdown and the relay's task.
+    fn byte_relay() -> (DuplexStream, DuplexStream, Shutdown, Relay) {
+        let (client, client_end) = tokio::io::duplex(64);
+        let (upstream, upstream_end) = tokio::io::duplex(64);
+        let shutdown = Shutdown::default();
+        let watch = shutdown.watch_switched();
+        let idle = Duration::from_secs(5);
+        let relay = tokio::spawn(relay(client, upstream, idle, watch, Relayed::Bytes));
+        (client_end, upstream_end, shutdown, relay)
+    }
+
     #[tokio::test]
     async fn bytes_pass_both_ways_and_each_close_is_passed_on() {
-        let (client, mut client_end) = tokio::io::duplex(64);
-        let (upstream, mut upstream_end) = tokio::io::duplex(64);
-        let shutdown = Shutdown::default();
-        let relay = tokio::spawn(relay(
-            client,
-            upstream,
-            Duration::from_secs(5),
-            shutdown.watch_switched(),
-            Relayed::Bytes,
-        ));
+        let (mut client_end, mut upstream_end, _shutdown, relay) = byte_relay();
         client_end.write_all(b"ping").await.unwrap();
         let mut buf = [0; 4];
         upstream_end.read_exact(&mut buf).await.unwrap();
@@ -580,17 +585,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_relay_ends_when_told_the_server_is_closing() {
-        let (client, mut client_end) = tokio::io::duplex(64);
-        let (upstream, mut upstream_end) = tokio::io::duplex(64);
-        let shutdown = Shutdown::default();
-        let watch = shutdown.watch_switched();
-        let relay = tokio::spawn(relay(
-            client,
-            upstream,
-            Duration::from_secs(5),
-            watch,
-            Relayed::Bytes,
-        ));
+        let (mut client_end, mut upstream_end, shutdown, relay) = byte_relay();
         client_end.write_all(b"ping").await.unwrap();
         let mut buf = [0; 4];
         upstream_end.read_exact(&mut buf).await.unwrap();
@@ -611,17 +606,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_relay_silent_both_ways_ends_after_the_idle_timeout() {
-        let (client, mut client_end) = tokio::io::duplex(64);
-        let (upstream, _upstream_end) = tokio::io::duplex(64);
         let began = Instant::now();
-        let shutdown = Shutdown::default();
-        let relay = tokio::spawn(relay(
-            client,
-            upstream,
-            Duration::from_secs(5),
-            shutdown.watch_switched(),
-            Relayed::Bytes,
-        ));
+        let (mut client_end, _upstream_end, _shutdown, relay) = byte_relay();
         // Traffic one way keeps it open past the timeout.
         for _ in 0..3 {
             tokio::time::sleep(Duration::from_secs(3)).await;
