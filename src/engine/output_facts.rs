@@ -140,7 +140,8 @@ pub fn output_facts(text: &str) -> Option<String> {
         // over without being split into words (this runs on every output a compaction
         // prunes).
         let digit = line.bytes().any(|b| b.is_ascii_digit());
-        if !digit && !(line.contains(['/', '.']) && announces_product(line)) {
+        let reports_file = || line.contains(['/', '.']) && announces_product(line);
+        if !(digit || reports_file()) {
             continue;
         }
         for found in line_facts(line, n) {
