@@ -150,13 +150,27 @@ fn amount_at(words: &[&str], i: usize, spelled: bool) -> Option<Amount> {
 }
 
 /// Whether `text` holds four digits or more in a row: a count, an id (`tenant_4821`), a
-/// date.
+/// date. Not inside a content digest (`d41d8cd98f00b204e9800998ecf8427e`): its digits
+/// count nothing, and a listing of checksums would otherwise read as a message full of
+/// numbers the user stated.
 fn has_count(text: &str) -> bool {
-    let mut run = 0;
-    text.bytes().any(|b| {
-        run = if b.is_ascii_digit() { run + 1 } else { 0 };
-        run >= 4
+    text.split_whitespace().filter(|w| !is_digest(w)).any(|w| {
+        let mut run = 0;
+        w.bytes().any(|b| {
+            run = if b.is_ascii_digit() { run + 1 } else { 0 };
+            run >= 4
+        })
     })
+}
+
+/// Whether `word` is a checksum or a content hash: 16 hex characters or more, letters
+/// and digits both (md5, sha1, sha256, a git object name written whole).
+fn is_digest(word: &str) -> bool {
+    let w = word.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    w.len() >= 16
+        && w.bytes().all(|b| b.is_ascii_hexdigit())
+        && w.bytes().any(|b| b.is_ascii_digit())
+        && w.bytes().any(|b| b.is_ascii_alphabetic())
 }
 
 /// A number's digits (0 for a number word, looked for only when `spelled`) and what is
@@ -304,6 +318,25 @@ mod tests {
             "give it five retries tops",
         ] {
             assert_eq!(amount(s), Some(Amount::Limit), "{s}");
+        }
+    }
+
+    /// A checksum's digits count nothing; an id or a count beside it still does.
+    #[test]
+    fn a_content_hash_is_no_count() {
+        for s in [
+            "/srv/a.txt d41d8cd98f00b204e9800998ecf8427e",
+            "sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "HEAD is now at 3add5e1546cfbbb91c765a1a67021a10e2f1c3d4 fix the build",
+            "etag \"5bf6b7349149944d65ea0b1f423b5009\"",
+        ] {
+            assert_eq!(amount(s), None, "{s}");
+        }
+        for s in [
+            "tenant_4821 is the one that fails",
+            "d41d8cd98f00b204e9800998ecf8427e and 12000 more files",
+        ] {
+            assert_eq!(amount(s), Some(Amount::Count), "{s}");
         }
     }
 
