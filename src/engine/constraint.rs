@@ -7,7 +7,7 @@
 
 use std::sync::LazyLock;
 
-use aho_corasick::AhoCorasick;
+use super::phrases::Phrases;
 
 /// What a marker needs around it to set a constraint.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -397,63 +397,21 @@ const NO_REPORTS: &[&str] = &[
 /// Whether `text` sets a constraint. Questions set none, unless they are requests ("Can
 /// you make sure it stays unchanged?").
 pub fn is_constraint(text: &str) -> bool {
-    MARKERS.any(text, |rule, at, end| {
-        holds(rule, text, at, end) && !in_question(text, at)
+    // A marker stands alone when no letter, digit or `_` touches it: "max_tokens" is a
+    // name, not a limit.
+    let whole =
+        |at: usize, end: usize| !word_byte_at(text, at.wrapping_sub(1)) && !word_byte_at(text, end);
+    MARKERS.any(text, whole, |list, at, end| {
+        holds(RULES[list].0, text, at, end) && !in_question(text, at)
     })
 }
 
-static MARKERS: LazyLock<Markers> = LazyLock::new(Markers::new);
-
-/// Every marker with its rule, found in one pass, ASCII case ignored and a typographic
-/// apostrophe read as a straight one.
-struct Markers {
-    /// `None` only if the automaton could not be built; then each marker is searched for
-    /// on its own.
-    automaton: Option<AhoCorasick>,
-    patterns: Vec<(Rule, String)>,
-}
-
-impl Markers {
-    fn new() -> Markers {
-        let mut patterns = Vec::new();
-        for (rule, phrases) in RULES {
-            for p in phrases.iter() {
-                patterns.push((*rule, (*p).to_string()));
-                if p.contains('\'') {
-                    patterns.push((*rule, p.replace('\'', "\u{2019}")));
-                }
-            }
-        }
-        let automaton = AhoCorasick::builder()
-            .ascii_case_insensitive(true)
-            .build(patterns.iter().map(|(_, p)| p))
-            .ok();
-        Markers {
-            automaton,
-            patterns,
-        }
-    }
-
-    /// Whether `test` holds for any marker found as a whole word, given its rule, start
-    /// and end.
-    fn any(&self, text: &str, mut test: impl FnMut(Rule, usize, usize) -> bool) -> bool {
-        let whole = |at: usize, end: usize| {
-            !word_byte_at(text, at.wrapping_sub(1)) && !word_byte_at(text, end)
-        };
-        let Some(ac) = &self.automaton else {
-            let lower = text.to_ascii_lowercase();
-            return self.patterns.iter().any(|(rule, p)| {
-                lower
-                    .match_indices(p.as_str())
-                    .any(|(at, _)| whole(at, at + p.len()) && test(*rule, at, at + p.len()))
-            });
-        };
-        ac.find_overlapping_iter(text).any(|m| {
-            let rule = self.patterns[m.pattern().as_usize()].0;
-            whole(m.start(), m.end()) && test(rule, m.start(), m.end())
-        })
-    }
-}
+/// Every rule's markers, found in one pass, ASCII case ignored and a typographic
+/// apostrophe read as a straight one; a find's list is its rule's place in [`RULES`].
+static MARKERS: LazyLock<Phrases> = LazyLock::new(|| {
+    let lists: Vec<&[&str]> = RULES.iter().map(|(_, phrases)| *phrases).collect();
+    Phrases::new(&lists)
+});
 
 /// Whether the byte at `i` continues a word (a letter, digit or `_`: "max_tokens" is a
 /// name, not a limit; a missing byte does not).

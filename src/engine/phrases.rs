@@ -46,31 +46,34 @@ impl Phrases {
                 || ((at == 0 || !b[at - 1].is_ascii_alphanumeric())
                     && (end == b.len() || !b[end].is_ascii_alphanumeric()))
         };
+        let mut best: Option<usize> = None;
+        self.any(text, whole, |list, _, _| {
+            best = Some(best.map_or(list, |b| b.min(list)));
+            list == 0
+        });
+        best
+    }
+
+    /// Whether `test` holds for any phrase found in `text` where `whole` says it stands
+    /// alone, given its list, start and end; it is asked of each such find until it holds.
+    pub fn any(
+        &self,
+        text: &str,
+        whole: impl Fn(usize, usize) -> bool,
+        mut test: impl FnMut(usize, usize, usize) -> bool,
+    ) -> bool {
         let Some(ac) = &self.automaton else {
             // ASCII lowercasing keeps every byte where it was.
             let lower = text.to_ascii_lowercase();
-            return self
-                .patterns
-                .iter()
-                .filter(|(_, p)| {
-                    lower
-                        .match_indices(p.as_str())
-                        .any(|(at, _)| whole(at, at + p.len()))
-                })
-                .map(|(list, _)| *list)
-                .min();
+            return self.patterns.iter().any(|(list, p)| {
+                lower
+                    .match_indices(p.as_str())
+                    .any(|(at, _)| whole(at, at + p.len()) && test(*list, at, at + p.len()))
+            });
         };
-        let mut best: Option<usize> = None;
-        for m in ac.find_overlapping_iter(text) {
-            if !whole(m.start(), m.end()) {
-                continue;
-            }
+        ac.find_overlapping_iter(text).any(|m| {
             let list = self.patterns[m.pattern().as_usize()].0;
-            if list == 0 {
-                return Some(0);
-            }
-            best = Some(best.map_or(list, |b| b.min(list)));
-        }
-        best
+            whole(m.start(), m.end()) && test(list, m.start(), m.end())
+        })
     }
 }
