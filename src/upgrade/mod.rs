@@ -356,10 +356,17 @@ impl Gate {
     /// How much of `data` may be written `toward` a side: all of it, or the part up to
     /// where the relay closes; none once it has decided to.
     fn writable(&self, toward: Toward, data: &[u8]) -> usize {
-        let mut trial = self.lock().clone();
-        if trial.decided {
+        let state = self.lock();
+        if state.decided {
             return 0;
         }
+        if state.phase == Phase::Serving {
+            // No close is decided while serving: every byte passes, and the trial read
+            // (a copy of the state per write) is spared until the server shuts down.
+            return data.len();
+        }
+        let mut trial = state.clone();
+        drop(state);
         trial.read(self.kind, toward, data)
     }
 
