@@ -6,7 +6,7 @@ static fallback) on the same transcripts, and in what the proxy's LLM summariser
 
     python3 bench/fidelity.py --binary target/debug/compaction-proxy \
         [--hermes-python ~/.cache/compaction-proxy-bench/hermes-0.19.0/bin/python] \
-        [--corpora real,generated,real2] [--generated-n 10] [--details out.jsonl] [--out table.md]
+        [--corpora real,generated,real2,real3] [--generated-n 10] [--details out.jsonl] [--out table.md]
 
 Facts are planted by fixtures/transcripts/plant.py (seeded: every run plants the same
 bytes): a constraint and a number in a user interjection, an exact error line appended to
@@ -24,6 +24,11 @@ follow the usual ones: by window, by source and by phrasing (ours, what the summ
 was shown, Hermes), with secret leaks, structure validity (every tool call answered right
 after its turn, a user or tool turn last), task kept, and a forbidden path listed in a
 digest as written (the rule inverted). real and generated plant and print what they did.
+
+The real3 corpus (fixtures/transcripts/real3: OpenHands' CodeAct agents, AutoGen 0.2 chats,
+LangGraph agents) is held out from the tuning of the rules: it is planted by
+fixtures/transcripts/plant3.py in wordings of its own and measured and reported as real2
+is (with the seed prefix fidelity3).
 
 Each planted transcript (chat completions) is compacted offline with
 
@@ -76,6 +81,7 @@ sys.path.insert(0, os.path.join(ROOT, "fixtures", "transcripts"))
 sys.path.insert(0, HERE)
 import plant as planting  # noqa: E402
 import plant2  # noqa: E402
+import plant3  # noqa: E402
 import digest_facts  # noqa: E402
 
 KINDS = ["constraint", "number", "error", "path", "decision"]
@@ -133,12 +139,12 @@ def real_corpus():
     return out
 
 
-def real2_corpus():
-    """The second real corpus (fixtures/transcripts/real2), planted by plant2.py in its
-    own wordings: each session's slot is its place in name order, so every phrasing is
-    used about equally. Entries carry a fourth element: the source, and the phrasing of
-    each fact."""
-    root = os.path.join(ROOT, "fixtures/transcripts/real2")
+def planted_corpus(folder, planter, prefix):
+    """A held-apart real corpus (fixtures/transcripts/FOLDER), planted by its own planter
+    in its own wordings: each session's slot is its place in name order, so every
+    phrasing is used about equally. Entries carry a fourth element: the source, and the
+    phrasing of each fact."""
+    root = os.path.join(ROOT, "fixtures/transcripts", folder)
     with open(os.path.join(root, "manifest.json")) as f:
         sources = {e["name"]: e["source"] for e in json.load(f)}
     out = []
@@ -146,13 +152,17 @@ def real2_corpus():
         name = os.path.basename(path)[:-len(".chat.json")]
         with open(path) as f:
             body = json.load(f)
-        planted, facts = plant2.plant(body, f"fidelity2:{name}", slot)
+        planted, facts = planter.plant(body, f"{prefix}:{name}", slot)
         meta = {"source": sources[name], "phrasing": {k: v["phrasing"] for k, v in facts.items()},
                 "frame": facts.get("number", {}).get("frame"),
                 "subject": facts.get("constraint", {}).get("subject"),
                 "with_unit": facts.get("number", {}).get("with_unit")}
         out.append((name, planted, {k: (v["index"], v["text"]) for k, v in facts.items()}, meta))
     return out
+
+
+# The held-apart corpora: folder, planter, seed prefix.
+PLANTED = {"real2": ("real2", plant2, "fidelity2"), "real3": ("real3", plant3, "fidelity3")}
 
 
 def generated_corpus(n, steps):
@@ -457,7 +467,7 @@ def run_corpus(name, corpus, args, details):
                 rec.update(breakdown(meta, out, wname))
             jobs.append({"messages": body["messages"], "window": w, "facts": facts, "name": tname,
                          "wname": wname, "target": target, "floor": floor, "meta": meta})
-            # real2 (meta) is shown to the summariser at every window; the table's own
+            # real2 and real3 (meta) are shown to the summariser at every window; the table's own
             # figure stays the 25% and 50% windows' of every corpus.
             standard = wname in ("25%", "50%")
             if standard or meta:
@@ -675,13 +685,13 @@ def main():
     for name in args.corpora.split(","):
         if name == "real":
             corpus = real_corpus()
-        elif name == "real2":
-            corpus = real2_corpus()
+        elif name in PLANTED:
+            corpus = planted_corpus(*PLANTED[name])
         else:
             corpus = generated_corpus(args.generated_n, args.generated_steps)
         res = run_corpus(name, corpus, args, details)
         print_tables(name, len(corpus), *res, have_hermes=bool(args.hermes_python))
-        if name == "real2":
+        if name in PLANTED:
             print_breakdown(name, details, have_hermes=bool(args.hermes_python))
         sys.stdout.flush()
     if args.details:
