@@ -40,6 +40,8 @@ pub(crate) mod memory_trim;
 pub(crate) mod metrics;
 pub(crate) mod model_record;
 pub(crate) mod passthrough;
+pub(crate) mod path;
+pub mod proxy;
 pub(crate) mod redact;
 pub(crate) mod router;
 pub mod server;

@@ -20,15 +20,12 @@ use crate::body::{IdleTimeout, ProxyBody, Replay};
 use crate::config::Config;
 use crate::error::ProxyError;
 
-// Public for the proxy's error, which keeps a refused path as its cause.
 mod own_body;
-pub mod path;
 mod pool;
 // Public for the framing tests in `tests/`, which compare it with hyper's client.
 pub mod http1;
 
 pub use own_body::own_body_headers;
-pub use path::normalise as normalise_path;
 
 use http1::RequestFraming;
 pub use pool::Tunnel;
