@@ -34,6 +34,8 @@ pub mod dialect;
 pub mod engine;
 pub(crate) mod error;
 pub(crate) mod growth;
+// Public for the framing tests in `tests/`, which compare it with hyper's client.
+pub mod http1;
 pub(crate) mod limits;
 pub mod logging;
 pub(crate) mod memory_trim;

@@ -8,7 +8,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::app::App;
 use crate::router;
-use crate::server::{self, http1::RequestBody, Handler, Handling, Settings};
+use crate::server::{self, Handler, Handling, RequestBody, Settings};
 
 /// Binds, prints the start-up line and serves until a shutdown signal.
 pub async fn run(app: App) -> std::io::Result<()> {

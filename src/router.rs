@@ -20,7 +20,7 @@ use crate::checkpoint::cache::Health;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::limits::{ClientBody, Reservation};
-use crate::server::http1::request_body::RequestBody;
+use crate::server::RequestBody;
 use crate::summarize::ClientFocus;
 use crate::{codex_ws, compaction_path, passthrough, upgrade};
 

@@ -3,6 +3,17 @@
 //! finish (bounded by the grace period). A connection switched to another protocol (see
 //! `upgrade`) keeps its place under the cap while it is relayed or bridged, and is closed
 //! cleanly at shutdown (see `shutdown`).
+//!
+//! The HTTP/1.1 server side is the proxy's own, in place of hyper's: lean by design, since
+//! every idle keep-alive connection costs what it holds. An idle connection holds its
+//! socket, its task and one timer, and no buffer; a request costs one read buffer, its
+//! header map, and one `writev` for its answer's head (with the first frame of the body
+//! when that is ready). The request body reads itself from the socket, in the
+//! connection's task, when its reader polls it: no channel, no task of its own. Files
+//! follow the connection: [`conn`] (the phases), [`head`] (parse and limits),
+//! [`request_body`] (its framing decoded), [`response`] (the answer's head and framing),
+//! [`upgrade`] (the socket handed over after a 101), [`io`] (the socket as they share it);
+//! what frames a message on either side is [`crate::http1`]'s.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -17,7 +28,14 @@ use crate::body::ProxyBody;
 use crate::memory_trim;
 use crate::shutdown::Shutdown;
 
-pub mod http1;
+pub mod conn;
+pub mod head;
+mod io;
+pub mod request_body;
+mod response;
+pub mod upgrade;
+
+pub use request_body::RequestBody;
 
 /// What the server serves: each request's handling, and the measure of load the memory
 /// trimmer reads. The server knows nothing of what a request is for.
@@ -26,7 +44,7 @@ pub trait Handler: Send + Sync + 'static {
     /// which a switched connection keeps for as long as it is relayed.
     fn handle(
         &self,
-        request: http::Request<http1::RequestBody>,
+        request: http::Request<RequestBody>,
         slot: Arc<OwnedSemaphorePermit>,
     ) -> Handling;
     /// Requests handled so far (a bridged WebSocket's among them).
@@ -77,7 +95,7 @@ pub async fn serve<H: Handler>(
                     let stream = stream_nodelay(stream, peer);
                     let watch = connections.watch();
                     let handler = handling(&handler, slot);
-                    tokio::spawn(http1::conn::serve(stream, keep_alive, watch, handler));
+                    tokio::spawn(conn::serve(stream, keep_alive, watch, handler));
                 }
                 // Out of file descriptors and the like: pause instead of spinning.
                 Err(e) => {
@@ -151,7 +169,7 @@ async fn connection_slot(slots: &Arc<Semaphore>, full: &mut bool) -> Option<Owne
 fn handling<H: Handler>(
     handler: &Arc<H>,
     slot: Arc<OwnedSemaphorePermit>,
-) -> impl FnMut(http::Request<http1::RequestBody>) -> Handling {
+) -> impl FnMut(http::Request<RequestBody>) -> Handling {
     let handler = Arc::clone(handler);
     move |request| handler.handle(request, Arc::clone(&slot))
 }

@@ -12,7 +12,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::io::Shared;
 use crate::body::BodyReadError;
-use crate::upstream::http1::{BodyDecoder, Decoded};
+use crate::http1::{BodyDecoder, Decoded};
 
 /// The body of one request on a connection served by [`super::conn`].
 pub struct RequestBody {
