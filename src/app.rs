@@ -82,7 +82,15 @@ impl App {
         )?;
         let telemetry = OtlpEndpoint::from_settings(&config.telemetry.otlp_endpoint)
             .map_err(ConfigError::Invalid)?
-            .map(|endpoint| Arc::new(Telemetry::new(endpoint, upstream.base_url())));
+            .map(|endpoint| {
+                let collector = Upstream::collector(&config, &endpoint.origin())?;
+                Ok::<_, UpstreamInitError>(Arc::new(Telemetry::new(
+                    endpoint,
+                    collector,
+                    upstream.base_url(),
+                )))
+            })
+            .transpose()?;
         Ok(Self {
             telemetry,
             buffers: Buffers::new(config.limits.max_buffered_bytes),

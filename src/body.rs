@@ -16,6 +16,18 @@ use crate::cause::BoxError;
 
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
+/// Why a client's request body could not be read to its end (the server's reader
+/// fails with it; the error the client is answered with is told from it).
+#[derive(Debug, thiserror::Error)]
+pub enum BodyReadError {
+    #[error("the client closed the connection before the end of the request body")]
+    Truncated,
+    #[error("malformed chunked request body")]
+    Chunked,
+    #[error("reading the request body failed")]
+    Io(#[source] std::io::Error),
+}
+
 pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
     Full::new(bytes.into())
         .map_err(|e| match e {})

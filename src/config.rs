@@ -730,6 +730,11 @@ impl OtlpEndpoint {
         })
     }
 
+    /// `http://host:port`, where the exports go.
+    pub fn origin(&self) -> String {
+        format!("http://{}", self.authority)
+    }
+
     /// The configured endpoint, else `OTEL_EXPORTER_OTLP_ENDPOINT`; `Ok(None)` when
     /// neither is set (traces off).
     pub fn from_settings(configured: &str) -> Result<Option<Self>, String> {

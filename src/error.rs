@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use http::{header, HeaderValue, Response, StatusCode};
 
-use crate::body::{self, ProxyBody};
+use crate::body::{self, BodyReadError, ProxyBody};
 use crate::cause::{BoxError, Chain};
 use crate::limits::{BodyError, Overloaded};
-use crate::server::http1::request_body::BodyReadError;
-use crate::upstream::path::PathError;
+use crate::path::PathError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {

@@ -5,7 +5,7 @@ use clap::Parser;
 use compaction_proxy::app::App;
 use compaction_proxy::cli::{CheckArgs, Cli, Command, ServeArgs};
 use compaction_proxy::config::{Config, Overrides};
-use compaction_proxy::{command, logging, server};
+use compaction_proxy::{command, logging, proxy};
 
 /// Exit status for a configuration the proxy cannot run with.
 const EXIT_BAD_CONFIG: u8 = 2;
@@ -35,7 +35,7 @@ fn serve(args: &ServeArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(1, &e),
     };
-    match runtime.block_on(server::run(app)) {
+    match runtime.block_on(proxy::run(app)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(1, &e),
     }

@@ -10,7 +10,6 @@ use crate::checkpoint::Checkpoints;
 use crate::compaction_report::Trigger;
 use crate::dialect::Dialect;
 use crate::engine::SummarySource;
-use crate::summarize::REASONS;
 
 /// The summary sources counted: a compaction without a summary counts none.
 const SOURCES: [SummarySource; 4] = [
@@ -25,6 +24,49 @@ const SOURCES: [SummarySource; 4] = [
 const BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
+
+/// Why a summariser answer was not used: the `reason` label of
+/// `compaction_proxy_summarizer_rejected_total` (the summariser tells its checks' findings
+/// in these terms, so every reason it can give has its counter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    Empty,
+    Truncated,
+    Refusal,
+    Structure,
+    Echo,
+    NoContent,
+    Short,
+    DroppedFacts,
+}
+
+impl Rejection {
+    /// Every reason, in the order the metrics list them (each at its own index).
+    pub const ALL: [Rejection; 8] = [
+        Rejection::Empty,
+        Rejection::Truncated,
+        Rejection::Refusal,
+        Rejection::Structure,
+        Rejection::Echo,
+        Rejection::NoContent,
+        Rejection::Short,
+        Rejection::DroppedFacts,
+    ];
+
+    /// The label in metrics and log lines.
+    pub fn label(self) -> &'static str {
+        match self {
+            Rejection::Empty => "empty",
+            Rejection::Truncated => "truncated",
+            Rejection::Refusal => "refusal",
+            Rejection::Structure => "structure",
+            Rejection::Echo => "echo",
+            Rejection::NoContent => "no-content",
+            Rejection::Short => "short",
+            Rejection::DroppedFacts => "dropped-facts",
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -45,8 +87,8 @@ pub struct Metrics {
     tokens_saved: AtomicU64,
     /// Summariser calls that gave a usable summary (`[0]`) or did not (`[1]`).
     summarizer_calls: [AtomicU64; 2],
-    /// Summariser answers rejected, by reason (see [`crate::summarize::REASONS`]).
-    summarizer_rejected: [AtomicU64; REASONS.len()],
+    /// Summariser answers rejected, by reason.
+    summarizer_rejected: [AtomicU64; Rejection::ALL.len()],
     /// Summaries not asked for: the summariser's window cannot hold its prompt and turns.
     summarizer_skipped: AtomicU64,
     compaction_time: Histogram,
@@ -112,13 +154,11 @@ impl Metrics {
         self.summarizer_calls[usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A summariser answer that was not usable, for `reason` (one of [`REASONS`]). The
-    /// call counts as a failed one too.
-    pub fn summarizer_rejected(&self, reason: &str) {
+    /// A summariser answer that was not usable, for `reason`. The call counts as a
+    /// failed one too.
+    pub fn summarizer_rejected(&self, reason: Rejection) {
         self.summarizer_call(false);
-        if let Some(i) = REASONS.iter().position(|r| *r == reason) {
-            self.summarizer_rejected[i].fetch_add(1, Ordering::Relaxed);
-        }
+        self.summarizer_rejected[reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A summary not asked for, because no call could fit the summariser's window.
@@ -227,7 +267,7 @@ impl Metrics {
             "compaction_proxy_summarizer_rejected_total",
             "Summariser answers rejected before use, by reason (empty, truncated by its cap, refusal, without the checkpoint's headings, repeating the prompt, nothing under the headings, too short for what it replaces).",
             "reason",
-            REASONS.iter().copied().zip(&self.summarizer_rejected),
+            Rejection::ALL.iter().map(|r| r.label()).zip(&self.summarizer_rejected),
         );
         counter(
             &mut out,
@@ -396,6 +436,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_rejection_stands_at_its_own_index() {
+        for (i, reason) in Rejection::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, i, "{}", reason.label());
+        }
+    }
+
+    #[test]
     fn renders_prometheus_counters() {
         let metrics = Metrics::default();
         metrics.request();
@@ -405,7 +452,7 @@ mod tests {
         metrics.summary(SummarySource::Fallback);
         metrics.tokens_saved(1200);
         metrics.summarizer_call(false);
-        metrics.summarizer_rejected("echo");
+        metrics.summarizer_rejected(Rejection::Echo);
         metrics.summarizer_skipped();
         let text = metrics.render(None, 0);
         assert!(text.contains("compaction_proxy_summarizer_rejected_total{reason=\"echo\"} 1\n"));

@@ -8,7 +8,7 @@ use crate::app::App;
 use crate::body::ProxyBody;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
-use crate::server::http1::request_body::RequestBody;
+use crate::server::RequestBody;
 
 pub async fn forward(
     app: &App,

@@ -20,9 +20,9 @@ use crate::checkpoint::cache::Health;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::limits::{ClientBody, Reservation};
-use crate::server::http1::request_body::RequestBody;
+use crate::server::RequestBody;
 use crate::summarize::ClientFocus;
-use crate::{codex_ws, compaction_path, passthrough, upgrade, upstream};
+use crate::{codex_ws, compaction_path, passthrough, upgrade};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -69,7 +69,7 @@ pub async fn handle(
     let path = tracing::enabled!(tracing::Level::INFO).then(|| request.uri().path().to_owned());
     // Dot segments are resolved before anything looks at the path, so the route and the
     // upstream see the same one, and it stays under the base URL's path.
-    let normalised = upstream::normalise_path(request.uri());
+    let normalised = crate::path::normalise(request.uri());
     let response = match normalised {
         Err(e) => {
             tracing::warn!(id, error = %e, "refused path");

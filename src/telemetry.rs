@@ -22,12 +22,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
 use memchr::memmem::Finder;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::body::{self, Ending, ProxyBody, Watcher};
 use crate::compaction_report::XCompaction;
 use crate::config::OtlpEndpoint as Endpoint;
+use crate::upstream::Upstream;
 use crate::usage_scan::UsageScan;
 
 /// Spans waiting for export; more are dropped.
@@ -50,13 +50,15 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    pub fn new(endpoint: Endpoint, upstream_base_url: &str) -> Self {
+    /// Spans go to `endpoint` through `collector`, a client of the endpoint's origin.
+    pub fn new(endpoint: Endpoint, collector: Upstream, upstream_base_url: &str) -> Self {
         let (sender, receiver) = mpsc::channel(QUEUE);
         let counters = Arc::new(ExportCounters::default());
         Self {
             sender,
             exporter: Mutex::new(Some(Exporter {
                 endpoint,
+                collector,
                 receiver,
                 failing: AtomicBool::new(false),
                 counters: Arc::clone(&counters),
@@ -525,6 +527,7 @@ struct ExportCounters {
 struct Exporter {
     counters: Arc<ExportCounters>,
     endpoint: Endpoint,
+    collector: Upstream,
     receiver: mpsc::Receiver<SpanData>,
     /// The last export failed: the next failure is not logged again.
     failing: AtomicBool,
@@ -542,7 +545,9 @@ impl Exporter {
                 }
             }
             let body = encode(&batch);
-            let sent = tokio::time::timeout(EXPORT_TIMEOUT, post(&self.endpoint, &body)).await;
+            let sent =
+                tokio::time::timeout(EXPORT_TIMEOUT, post(&self.collector, &self.endpoint, body))
+                    .await;
             let result = sent.unwrap_or_else(|_| Err("timed out".to_owned()));
             let spans = batch.len() as u64;
             match result {
@@ -568,39 +573,29 @@ impl Exporter {
     }
 }
 
-/// One OTLP/HTTP export: a POST on a new connection.
-async fn post(endpoint: &Endpoint, body: &[u8]) -> Result<(), String> {
-    let mut stream = tokio::net::TcpStream::connect(&endpoint.authority)
-        .await
+/// One OTLP/HTTP export: a POST through the collector's client, which keeps the
+/// connection for the next one.
+async fn post(collector: &Upstream, endpoint: &Endpoint, body: Vec<u8>) -> Result<(), String> {
+    let uri = endpoint
+        .path
+        .parse::<http::Uri>()
         .map_err(|e| e.to_string())?;
-    let head = format!(
-        "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        endpoint.path,
-        endpoint.authority,
-        body.len()
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/x-protobuf"),
     );
-    stream
-        .write_all(head.as_bytes())
+    let answer = collector
+        .send(http::Method::POST, &uri, &headers, body::full(body))
         .await
-        .map_err(|e| e.to_string())?;
-    stream.write_all(body).await.map_err(|e| e.to_string())?;
-    let mut answer = [0u8; 32];
-    let mut read = 0;
-    while read < 12 {
-        let n = stream
-            .read(&mut answer[read..])
-            .await
-            .map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("connection closed before an answer".into());
-        }
-        read += n;
-    }
-    let status = std::str::from_utf8(&answer[9..12]).unwrap_or("");
-    if status.starts_with('2') {
+        .map_err(|e| crate::cause::Chain(&e).to_string())?;
+    let status = answer.status();
+    // Read to its end, so the connection goes back to the pool.
+    let _ = http_body_util::BodyExt::collect(answer.into_body()).await;
+    if status.is_success() {
         Ok(())
     } else {
-        Err(format!("the receiver answered {status}"))
+        Err(format!("the receiver answered {}", status.as_u16()))
     }
 }
 

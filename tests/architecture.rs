@@ -1,6 +1,8 @@
 //! The house's shape, checked: no file of `src/` imports, directly or through others, a
-//! file that imports it back. A circle means two layers that cannot be read, tested or
-//! changed one without the other; the layers are stated in `src/lib.rs`.
+//! file that imports it back, and no folder or file at the top of `src/` imports one of a
+//! layer above its own. A circle means two layers that cannot be read, tested or changed
+//! one without the other. The layers are stated once, in `src/lib.rs`, read from there,
+//! and the README's list must be the same.
 //!
 //! A file's imports are the paths it names that start with `crate::`, `super::` or
 //! `self::` (in `use` declarations and inline), outside comments, strings and its
@@ -268,6 +270,173 @@ fn circles(graph: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<Vec<Module>> {
         }
     }
     walk.found
+}
+
+/// The layers of a numbered list, top to bottom: an entry is a line `N. ` and the lines
+/// after it, and its modules are the names in backticks before the first `` `: ``.
+/// `text` is `src/lib.rs`'s doc comment or the README's section.
+fn layers(text: &str) -> Vec<Vec<String>> {
+    let mut entries: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim_start().trim_start_matches("//!").trim();
+        let numbered = line
+            .split_once(". ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if numbered {
+            entries.push(line.split_once(". ").unwrap().1.to_owned());
+        } else if line.is_empty() || line.starts_with('#') {
+            // A blank line or a heading ends the entry.
+            if entries.last().is_some_and(|e| !e.is_empty()) {
+                entries.push(String::new());
+            }
+        } else if let Some(entry) = entries.last_mut().filter(|e| !e.is_empty()) {
+            entry.push(' ');
+            entry.push_str(line);
+        }
+    }
+    entries
+        .iter()
+        .filter(|e| !e.is_empty())
+        .map(|entry| {
+            let names = entry.find("`: ").map_or("", |end| &entry[..=end]);
+            names
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
+
+/// The layers as `src/lib.rs` states them.
+fn stated_layers(src: &Path) -> Vec<Vec<String>> {
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let doc: String = lib
+        .lines()
+        .take_while(|l| l.starts_with("//!"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    layers(&doc)
+}
+
+/// Every import of a module of a higher layer than the importer's, as
+/// `from -> to`, and every top-level module that stands in no layer.
+fn upward(graph: &BTreeMap<Module, BTreeSet<Module>>, layers: &[Vec<String>]) -> Vec<String> {
+    let layer = |top: &str| layers.iter().position(|l| l.iter().any(|m| m == top));
+    let mut found = BTreeSet::new();
+    // `lib.rs` (the empty path) only declares the modules.
+    for (from, targets) in graph.iter().filter(|(from, _)| !from.is_empty()) {
+        let Some(at) = layer(&from[0]) else {
+            found.insert(format!("{} stands in no layer", from[0]));
+            continue;
+        };
+        for to in targets
+            .iter()
+            .filter(|to| !to.is_empty() && to[0] != from[0])
+        {
+            match layer(&to[0]) {
+                Some(above) if above < at => {
+                    found.insert(format!(
+                        "{} (layer {}) -> {} (layer {})",
+                        from.join("/"),
+                        at + 1,
+                        to.join("/"),
+                        above + 1
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// The imports between top-level modules (a folder is one module).
+fn folders(graph: &BTreeMap<Module, BTreeSet<Module>>) -> BTreeMap<Module, BTreeSet<Module>> {
+    let mut tops: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (from, targets) in graph.iter().filter(|(from, _)| !from.is_empty()) {
+        let entry = tops.entry(vec![from[0].clone()]).or_default();
+        for to in targets
+            .iter()
+            .filter(|to| !to.is_empty() && to[0] != from[0])
+        {
+            entry.insert(vec![to[0].clone()]);
+        }
+    }
+    tops
+}
+
+#[test]
+fn no_module_imports_one_of_a_layer_above_its_own() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let layers = stated_layers(&src);
+    assert!(layers.len() > 1, "src/lib.rs states no layers: {layers:?}");
+    let found = upward(&imports(&modules(&src)), &layers);
+    assert!(
+        found.is_empty(),
+        "imports that run up:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn no_folder_imports_a_folder_that_imports_it_back() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found: Vec<String> = circles(&folders(&imports(&modules(&src))))
+        .into_iter()
+        .map(|c| {
+            let names: Vec<String> = c.iter().map(|m| m.join("/")).collect();
+            names.join(" <-> ")
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "circles between folders:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_readme_states_the_layers_of_src_lib_rs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let start = readme
+        .find("Layers, top to bottom")
+        .expect("the README's Architecture section lists the layers");
+    let section = &readme[start..];
+    let section = &section[..section.find("\n#").unwrap_or(section.len())];
+    assert_eq!(layers(section), stated_layers(&root.join("src")));
+}
+
+/// The layer checker sees an import that runs up, a module in no layer, and reads a
+/// list whose entries run over several lines.
+#[test]
+fn the_checker_sees_an_import_that_runs_up() {
+    let stated = layers(
+        "//! 1. `top`, `edge`: the top.\n//! 2. `middle`: with `this` in\n//!    its text, and more\n//!\n//! 3. `low`,\n//!    `leaf`: the ground.\n",
+    );
+    assert_eq!(
+        stated,
+        [vec!["top", "edge"], vec!["middle"], vec!["low", "leaf"]]
+    );
+    let mut files = BTreeMap::new();
+    let module = |name: &str| vec![name.to_owned()];
+    files.insert(module("top"), "use crate::middle::Thing;".to_owned());
+    files.insert(module("middle"), "fn f() { crate::leaf::go() }".to_owned());
+    files.insert(
+        module("leaf"),
+        "// use crate::top;\nconst X: u8 = 1;".to_owned(),
+    );
+    files.insert(vec!["low".to_owned(), "deep".to_owned()], String::new());
+    assert!(upward(&imports(&files), &stated).is_empty());
+    files.insert(module("leaf"), "use crate::middle::Thing;".to_owned());
+    assert_eq!(
+        upward(&imports(&files), &stated),
+        ["leaf (layer 3) -> middle (layer 2)"]
+    );
+    files.insert(module("stray"), String::new());
+    assert!(upward(&imports(&files), &stated).contains(&"stray stands in no layer".to_owned()));
 }
 
 #[test]

@@ -19,7 +19,7 @@ mod props;
 use props::config;
 
 use bytes::{Buf, Bytes, BytesMut};
-use compaction_proxy::upstream::http1::{parse_head, BodyDecoder, Decoded, WireError};
+use compaction_proxy::http1::{parse_head, BodyDecoder, Decoded, WireError};
 use http::Method;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;

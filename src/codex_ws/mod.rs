@@ -43,7 +43,7 @@ use crate::compaction_path;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::limits::Reservation;
-use crate::server::http1::upgrade::OnUpgrade;
+use crate::server::upgrade::OnUpgrade;
 use crate::shutdown::Watch;
 use crate::upstream::own_body_headers;
 

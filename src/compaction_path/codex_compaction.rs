@@ -32,7 +32,7 @@ use crate::dialect::{codex_items as items, responses, Dialect};
 use crate::engine::{summary, Counter, Message};
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
-use crate::server::http1::request_body::RequestBody;
+use crate::server::RequestBody;
 use crate::units::Ours;
 
 /// The API name of these requests in traces: their span is "responses.compact {model}".

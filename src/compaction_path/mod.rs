@@ -46,7 +46,7 @@ use crate::engine;
 use crate::error::ProxyError;
 use crate::growth::Growth;
 use crate::limits::ClientBody;
-use crate::server::http1::request_body::RequestBody;
+use crate::server::RequestBody;
 use crate::telemetry;
 use crate::units::{Factor, Window};
 

@@ -3,6 +3,17 @@
 //! finish (bounded by the grace period). A connection switched to another protocol (see
 //! `upgrade`) keeps its place under the cap while it is relayed or bridged, and is closed
 //! cleanly at shutdown (see `shutdown`).
+//!
+//! The HTTP/1.1 server side is the proxy's own, in place of hyper's: lean by design, since
+//! every idle keep-alive connection costs what it holds. An idle connection holds its
+//! socket, its task and one timer, and no buffer; a request costs one read buffer, its
+//! header map, and one `writev` for its answer's head (with the first frame of the body
+//! when that is ready). The request body reads itself from the socket, in the
+//! connection's task, when its reader polls it: no channel, no task of its own. Files
+//! follow the connection: [`conn`] (the phases), [`head`] (parse and limits),
+//! [`request_body`] (its framing decoded), [`response`] (the answer's head and framing),
+//! [`upgrade`] (the socket handed over after a 101), [`io`] (the socket as they share it);
+//! what frames a message on either side is [`crate::http1`]'s.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -13,55 +24,61 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::app::App;
 use crate::body::ProxyBody;
 use crate::memory_trim;
-use crate::router;
+use crate::shutdown::Shutdown;
 
-pub mod http1;
+pub mod conn;
+pub mod head;
+mod io;
+pub mod request_body;
+mod response;
+pub mod upgrade;
 
-/// Binds, prints the start-up line and serves until a shutdown signal.
-pub async fn run(app: App) -> std::io::Result<()> {
-    let addr = app
-        .config
-        .listen_addr()
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    eprintln!("listening on http://{local} ({})", app.upstream.base_url());
-    let grace = app.config.shutdown_grace();
-    let app = Arc::new(app);
-    let models = tokio::spawn(keep_models(Arc::clone(&app)));
-    serve(listener, Arc::clone(&app), shutdown_signal(), grace).await;
-    models.abort();
-    if let Some(cache) = &app.checkpoints {
-        cache.save_models(&app.models).await;
-    }
-    Ok(())
+pub use request_body::RequestBody;
+
+/// What the server serves: each request's handling, and the measure of load the memory
+/// trimmer reads. The server knows nothing of what a request is for.
+pub trait Handler: Send + Sync + 'static {
+    /// Answers one request; `slot` is its connection's place under `max_connections`,
+    /// which a switched connection keeps for as long as it is relayed.
+    fn handle(
+        &self,
+        request: http::Request<RequestBody>,
+        slot: Arc<OwnedSemaphorePermit>,
+    ) -> Handling;
+    /// Requests handled so far (a bridged WebSocket's among them).
+    fn requests(&self) -> u64;
+    /// Freed heap went back to the OS.
+    fn memory_trimmed(&self);
 }
 
-/// What the proxy learns of the models outlives it, in the checkpoint store.
-async fn keep_models(app: Arc<App>) {
-    if let Some(cache) = &app.checkpoints {
-        cache.keep_models(&app.models).await;
-    }
+/// How the server serves.
+pub struct Settings {
+    /// How long a connection waits for each request head, from the end of the last answer.
+    pub keep_alive: Duration,
+    pub max_connections: usize,
+    /// How long in-flight requests get to finish after the shutdown signal.
+    pub grace: Duration,
+    /// How often freed heap may go back to the OS after a burst (`None`: never).
+    pub memory_trim: Option<Duration>,
 }
 
 /// Serves connections from `listener` until `shutdown` completes, then drains.
-pub async fn serve(
+/// Each connection holds a watch of `connections` until it ends, so the server sees the
+/// last one go.
+pub async fn serve<H: Handler>(
     listener: TcpListener,
-    app: Arc<App>,
+    handler: Arc<H>,
+    settings: &Settings,
+    connections: &Shutdown,
     shutdown: impl Future<Output = ()>,
-    grace: Duration,
 ) {
-    // The connection waits this long for each request head, from the end of the last
-    // answer: it is the keep-alive idle timeout, and it also drops a client that opens a
-    // connection and never finishes its headers.
-    let keep_alive = app.config.keep_alive_timeout();
-    // Each connection holds a watch of the shutdown until it ends, so the server sees the
-    // last one go.
-    let slots = Arc::new(Semaphore::new(app.config.server.max_connections));
-    let trimmer = start_memory_trim(&app, &slots);
+    // The keep-alive idle timeout also drops a client that opens a connection and never
+    // finishes its headers.
+    let keep_alive = settings.keep_alive;
+    let slots = Arc::new(Semaphore::new(settings.max_connections));
+    let trimmer = start_memory_trim(settings, &handler, &slots);
     let mut full = false;
     tokio::pin!(shutdown);
     loop {
@@ -76,9 +93,9 @@ pub async fn serve(
                     // is switched to another protocol.
                     let slot = Arc::new(slot);
                     let stream = stream_nodelay(stream, peer);
-                    let watch = app.shutdown.watch();
-                    let handler = handler(&app, slot);
-                    tokio::spawn(http1::conn::serve(stream, keep_alive, watch, handler));
+                    let watch = connections.watch();
+                    let handler = handling(&handler, slot);
+                    tokio::spawn(conn::serve(stream, keep_alive, watch, handler));
                 }
                 // Out of file descriptors and the like: pause instead of spinning.
                 Err(e) => {
@@ -94,16 +111,16 @@ pub async fn serve(
         trimmer.abort();
     }
     tracing::info!("shutting down: draining in-flight requests");
-    app.shutdown.drain();
+    connections.drain();
     tokio::select! {
-        () = app.shutdown.all_closed() => tracing::info!("all connections closed"),
-        () = tokio::time::sleep(grace) => {
+        () = connections.all_closed() => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(settings.grace) => {
             // Switched connections close now, each side with a close of its own; HTTP
             // requests still in flight are cut by the exit.
-            app.shutdown.close();
-            let closed = tokio::time::timeout(SWITCHED_CLOSE, app.shutdown.switched_closed());
+            connections.close();
+            let closed = tokio::time::timeout(SWITCHED_CLOSE, connections.switched_closed());
             let _ = closed.await;
-            if app.shutdown.all_ended() {
+            if connections.all_ended() {
                 tracing::info!("all connections closed");
             } else {
                 tracing::warn!("grace period over; exiting with requests in flight");
@@ -113,21 +130,19 @@ pub async fn serve(
 }
 
 /// Starts the timer that returns freed heap to the OS after a burst, where the build can.
-fn start_memory_trim(
-    app: &Arc<App>,
+fn start_memory_trim<H: Handler>(
+    settings: &Settings,
+    handler: &Arc<H>,
     slots: &Arc<Semaphore>,
 ) -> Option<tokio::task::JoinHandle<()>> {
-    let every = app
-        .config
-        .memory_trim_interval()
-        .filter(|_| memory_trim::AVAILABLE)?;
-    let max = app.config.server.max_connections;
-    let (slots, load_app, app) = (Arc::clone(slots), Arc::clone(app), Arc::clone(app));
+    let every = settings.memory_trim.filter(|_| memory_trim::AVAILABLE)?;
+    let max = settings.max_connections;
+    let (slots, measured, told) = (Arc::clone(slots), Arc::clone(handler), Arc::clone(handler));
     let load = move || memory_trim::Load {
         connections: max.saturating_sub(slots.available_permits()),
-        requests: load_app.metrics.requests(),
+        requests: measured.requests(),
     };
-    let trimmed = move || app.metrics.memory_trim();
+    let trimmed = move || told.memory_trimmed();
     Some(tokio::spawn(memory_trim::run(every, load, trimmed)))
 }
 
@@ -150,22 +165,20 @@ async fn connection_slot(slots: &Arc<Semaphore>, full: &mut bool) -> Option<Owne
     Arc::clone(slots).acquire_owned().await.ok()
 }
 
-/// Answers each request of a connection; `slot` is the connection's place under
-/// `server.max_connections`, which a switched connection keeps for as long as it is
-/// relayed.
-fn handler(
-    app: &Arc<App>,
+/// Answers each request of a connection, which holds `slot` while it lives.
+fn handling<H: Handler>(
+    handler: &Arc<H>,
     slot: Arc<OwnedSemaphorePermit>,
-) -> impl FnMut(http::Request<http1::RequestBody>) -> Handling {
-    let app = Arc::clone(app);
-    move |request| Box::pin(router::handle(Arc::clone(&app), request, Arc::clone(&slot)))
+) -> impl FnMut(http::Request<RequestBody>) -> Handling {
+    let handler = Arc::clone(handler);
+    move |request| handler.handle(request, Arc::clone(&slot))
 }
 
 /// One request's handling, boxed: the connection's task holds a pointer to it while it
 /// runs, and nothing once it has answered. The whole request path inline is 23.6 KB in a
 /// debug build, which every idle keep-alive connection's task would hold; boxed, each
 /// request pays one allocation.
-type Handling = Pin<Box<dyn Future<Output = http::Response<ProxyBody>> + Send>>;
+pub type Handling = Pin<Box<dyn Future<Output = http::Response<ProxyBody>> + Send>>;
 
 /// Small SSE events must leave as soon as they are written, not wait for Nagle.
 fn stream_nodelay(stream: tokio::net::TcpStream, peer: SocketAddr) -> tokio::net::TcpStream {
@@ -175,7 +188,8 @@ fn stream_nodelay(stream: tokio::net::TcpStream, peer: SocketAddr) -> tokio::net
     stream
 }
 
-async fn shutdown_signal() {
+/// SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
@@ -195,25 +209,5 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Config;
-
-    /// Every request's handling is built, moved into its box and moved again by each
-    /// future that awaits it, so the rare paths (compaction, upgrades, Codex's endpoints,
-    /// traces) are boxed where they are taken. One awaited inline grows it by its whole
-    /// state: the traced path's wrapper alone made it 10.7 KB (4.9 KB without).
-    #[test]
-    fn a_request_s_handling_stays_small() {
-        let app = Arc::new(App::new(Config::default()).unwrap());
-        let slot = Arc::new(Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap());
-        let request = http::Request::new(http1::request_body::RequestBody::empty());
-        let handling = handler(&app, slot)(request);
-        let size = std::mem::size_of_val(&*handling);
-        assert!(size <= 6 * 1024, "a request's handling is {size} bytes");
     }
 }

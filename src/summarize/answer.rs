@@ -7,6 +7,7 @@
 use super::request::{PREVIOUS_CLOSE, PREVIOUS_OPEN};
 use super::stream::StreamedAnswer;
 use crate::engine::{Counter, END_MARKER, END_MARKER_SHORT, MARKER};
+use crate::metrics::Rejection;
 use crate::redact::redact;
 
 /// Why a summariser's answer cannot be used; the caller falls back.
@@ -30,30 +31,18 @@ pub enum AnswerProblem {
     DroppedFacts { section: String, lost: String },
 }
 
-/// Every [`AnswerProblem::reason`], in the order metrics list them.
-pub const REASONS: [&str; 8] = [
-    "empty",
-    "truncated",
-    "refusal",
-    "structure",
-    "echo",
-    "no-content",
-    "short",
-    "dropped-facts",
-];
-
 impl AnswerProblem {
-    /// The reason's label in metrics and log lines, one of [`REASONS`].
-    pub fn reason(&self) -> &'static str {
+    /// The reason metrics and log lines give for it.
+    pub fn reason(&self) -> Rejection {
         match self {
-            AnswerProblem::Empty => "empty",
-            AnswerProblem::Truncated => "truncated",
-            AnswerProblem::Refusal(_) => "refusal",
-            AnswerProblem::Unstructured(_) => "structure",
-            AnswerProblem::Echo => "echo",
-            AnswerProblem::NoContent => "no-content",
-            AnswerProblem::TooShort { .. } => "short",
-            AnswerProblem::DroppedFacts { .. } => "dropped-facts",
+            AnswerProblem::Empty => Rejection::Empty,
+            AnswerProblem::Truncated => Rejection::Truncated,
+            AnswerProblem::Refusal(_) => Rejection::Refusal,
+            AnswerProblem::Unstructured(_) => Rejection::Structure,
+            AnswerProblem::Echo => Rejection::Echo,
+            AnswerProblem::NoContent => Rejection::NoContent,
+            AnswerProblem::TooShort { .. } => Rejection::Short,
+            AnswerProblem::DroppedFacts { .. } => Rejection::DroppedFacts,
         }
     }
 }
@@ -416,8 +405,8 @@ mod tests {
                 lost: String::new(),
             },
         ];
-        let reasons: Vec<&str> = problems.iter().map(AnswerProblem::reason).collect();
-        assert_eq!(reasons, REASONS);
+        let reasons: Vec<Rejection> = problems.iter().map(AnswerProblem::reason).collect();
+        assert_eq!(reasons, Rejection::ALL);
     }
 
     #[test]

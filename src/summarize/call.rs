@@ -180,7 +180,7 @@ impl Summarizer {
                         Failure::Rejected(problem) => tracing::warn!(
                             id = call.id,
                             model,
-                            reason = problem.reason(),
+                            reason = problem.reason().label(),
                             error = %failure,
                             "no summary accepted from the summariser; falling back"
                         ),
@@ -323,7 +323,7 @@ impl Summarizer {
                     tracing::warn!(
                         id = call.id,
                         model,
-                        reason = problem.reason(),
+                        reason = problem.reason().label(),
                         error = %problem,
                         "summariser answer rejected; its turns are digested"
                     );

@@ -35,7 +35,7 @@ mod request;
 mod serialize;
 mod stream;
 
-pub use answer::{check_answer, min_tokens, AnswerProblem, Expect, REASONS};
+pub use answer::{check_answer, min_tokens, AnswerProblem, Expect};
 pub use call::{Call, Ledger, Middle, Summarizer};
 pub use chunk::{chunk_turns, first_chunk_limit, ChunkRoom};
 pub use request::SummaryRequest;

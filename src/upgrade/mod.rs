@@ -30,9 +30,9 @@ use crate::codex_ws;
 use crate::config::ResponsesWebsocket;
 use crate::error::ProxyError;
 use crate::limits::ClientBody;
-use crate::server::http1::head::asks_upgrade;
-use crate::server::http1::request_body::RequestBody;
-use crate::server::http1::upgrade::OnUpgrade;
+use crate::server::head::asks_upgrade;
+use crate::server::upgrade::OnUpgrade;
+use crate::server::RequestBody;
 use crate::shutdown::Watch;
 use crate::upstream::Upgrade;
 

@@ -20,17 +20,12 @@ use crate::body::{IdleTimeout, ProxyBody, Replay};
 use crate::config::Config;
 use crate::error::ProxyError;
 
-// Public for the proxy's error, which keeps a refused path as its cause.
 mod own_body;
-pub mod path;
 mod pool;
-// Public for the framing tests in `tests/`, which compare it with hyper's client.
-pub mod http1;
 
 pub use own_body::own_body_headers;
-pub use path::normalise as normalise_path;
 
-use http1::RequestFraming;
+use crate::http1::{self, RequestFraming};
 pub use pool::Tunnel;
 use pool::{Answer, Pool, PooledBody, SendError};
 
@@ -118,6 +113,12 @@ impl Upstream {
             false => &summarizer.base_url,
         };
         Self::build(config, base, summarizer.timeout(), key)
+    }
+
+    /// A sender to a trace collector at `origin` (`http://host:port`): no key, and the
+    /// upstream's connection settings.
+    pub fn collector(config: &Config, origin: &str) -> Result<Self, UpstreamInitError> {
+        Self::build(config, origin, config.idle_timeout(), None)
     }
 
     fn build(

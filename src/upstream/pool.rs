@@ -1,6 +1,6 @@
 //! Keep-alive connections to one upstream, and HTTP/1.1 exchanges on them.
 //!
-//! The proxy speaks HTTP/1.1 to the upstream itself (the bytes are in [`super::http1`])
+//! The proxy speaks HTTP/1.1 to the upstream itself (the bytes are in [`crate::http1`])
 //! rather than through hyper's client, whose connection runs as a task of its own and
 //! talks to each request through channels. Here the request's own task writes the
 //! request, reads the response head, and then, from inside the response body the server
@@ -37,9 +37,9 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tower_service::Service;
 
-use super::http1::{self, BodyDecoder, Decoded, RequestFraming, ResponseHead};
 use crate::body::{ProxyBody, Replay};
 use crate::cause::{BoxError, Chain};
+use crate::http1::{self, BodyDecoder, Decoded, RequestFraming, ResponseHead};
 
 /// Idle connections kept at most; more are closed when they fall idle. Well above the
 /// concurrency one proxy sees from its clients, so a busy proxy does not re-dial.

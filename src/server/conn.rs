@@ -31,8 +31,8 @@ use super::request_body::RequestBody;
 use super::response::{self, Asked, Framing, Written};
 use super::upgrade::{self, Pending, Upgraded};
 use crate::body::ProxyBody;
+use crate::http1::{self as wire, BodyDecoder};
 use crate::shutdown::Watch;
-use crate::upstream::http1::{self as wire, BodyDecoder};
 
 /// Serves `stream` until it closes. `handler` answers each request; `keep_alive` is how
 /// long the connection may wait for a request head, from the end of the last answer

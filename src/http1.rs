@@ -1,8 +1,8 @@
-//! HTTP/1.1 to the upstream as bytes: the request head written out, the response head
-//! parsed, and the response body delimited (RFC 9112). No I/O here: the connection in
-//! `pool` feeds these functions what it reads and writes what they make. The rules that
-//! belong to the message rather than to a side (what frames a body, whether the connection
-//! is kept, chunk lines, the body's decoder) serve the server side (`server::http1`) too.
+//! HTTP/1.1 as bytes, for both sides (RFC 9112): the rules that belong to the message
+//! (what frames a body, whether the connection is kept, chunk lines, the body's decoder)
+//! serve the server (`server`) and the client (`upstream`); the client's own part is the
+//! request head written out and the response head parsed. No I/O here: each side's
+//! connection feeds these functions what it reads and writes what they make.
 //!
 //! Answers are framed as hyper's client frames them (`tests/wire.rs` holds
 //! the two side by side), except that a transfer coding other than `chunked` is refused
@@ -280,7 +280,7 @@ fn only_chunked(headers: &HeaderMap) -> Result<(), WireError> {
 }
 
 // The rules below are the message's, not one side's: the server side
-// (`server::http1::head`) reads a request's head by them too.
+// (`server::head`) reads a request's head by them too.
 
 /// Which of the fields that frame a message or steer its connection a head carries,
 /// noted as the head is parsed: each is then looked up in the header map only when it is

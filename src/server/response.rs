@@ -11,8 +11,8 @@ use http::header::{self, HeaderMap};
 use http::{response, Method, StatusCode, Version};
 use http_body::SizeHint;
 
-pub use crate::upstream::http1::Framing;
-use crate::upstream::http1::{self as wire, Present};
+pub use crate::http1::Framing;
+use crate::http1::{self as wire, Present};
 
 /// What the answer's head depends on in the request.
 #[derive(Debug, Clone, Copy)]

@@ -20,7 +20,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::upstream::http1::BodyDecoder;
+use crate::http1::BodyDecoder;
 
 /// Bytes asked of the socket per read. Requests of API clients are heads of a few
 /// hundred bytes and bodies of a few KB to a few MB.

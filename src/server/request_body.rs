@@ -11,18 +11,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::io::Shared;
-use crate::upstream::http1::{BodyDecoder, Decoded};
-
-/// Why a request body could not be read to its end.
-#[derive(Debug, thiserror::Error)]
-pub enum BodyReadError {
-    #[error("the client closed the connection before the end of the request body")]
-    Truncated,
-    #[error("malformed chunked request body")]
-    Chunked,
-    #[error("reading the request body failed")]
-    Io(#[source] std::io::Error),
-}
+use crate::body::BodyReadError;
+use crate::http1::{BodyDecoder, Decoded};
 
 /// The body of one request on a connection served by [`super::conn`].
 pub struct RequestBody {

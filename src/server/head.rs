@@ -13,7 +13,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
 
-use crate::upstream::http1::{self as wire, Present};
+use crate::http1::{self as wire, Present};
 
 /// Request heads longer than this are refused with 431. Far above what API clients send
 /// (nginx's default allows 32 KiB of header lines), and a bound on what a client can make
