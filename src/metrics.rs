@@ -171,89 +171,108 @@ impl Metrics {
         self.compaction_time.observe(elapsed.as_secs_f64());
     }
 
-    /// The Prometheus text; `cache` is the summary cache, when on.
-    /// The counters as Prometheus text; `stale_retries` is the upstream client's count
-    /// (it lives in the client, which counts where it retries).
+    /// The counters as Prometheus text; `cache` is the checkpoint stores, when on, and
+    /// `stale_retries` the upstream client's count (it lives in the client, which counts
+    /// where it retries).
     pub fn render(&self, cache: Option<&Checkpoints>, stale_retries: u64) -> String {
         let mut out = String::with_capacity(2048);
+        self.render_traffic(&mut out, stale_retries);
+        self.render_compactions(&mut out);
+        self.render_summarizer(&mut out);
+        if let Some(cache) = cache {
+            render_cache(&mut out, cache);
+        }
+        out
+    }
+
+    /// Requests in and out, and connections switched to other protocols.
+    fn render_traffic(&self, out: &mut String, stale_retries: u64) {
         counter(
-            &mut out,
+            out,
             "compaction_proxy_requests_total",
             "Requests received from clients, own endpoints excluded.",
             self.requests.load(Ordering::Relaxed),
         );
         counter(
-            &mut out,
+            out,
             "compaction_proxy_upstream_attempts_total",
             "Requests sent to the upstream, retries included.",
             self.upstream_attempts.load(Ordering::Relaxed),
         );
         counter(
-            &mut out,
+            out,
             "compaction_proxy_upstream_stale_retries_total",
             "Requests sent again on a new upstream connection after a reused one closed before answering.",
             stale_retries,
         );
         counter(
-            &mut out,
+            out,
             "compaction_proxy_upgrades_total",
             "Connections the upstream switched to another protocol (WebSocket), relayed byte for byte.",
             self.upgrades.load(Ordering::Relaxed),
         );
         counter(
-            &mut out,
+            out,
             "compaction_proxy_websocket_bridged_total",
             "Codex Responses WebSocket connections the proxy answered itself, each response carried over HTTP.",
             self.websockets_bridged.load(Ordering::Relaxed),
         );
         counter(
-            &mut out,
+            out,
             "compaction_proxy_websocket_responses_total",
             "response.create frames on bridged WebSockets, each sent upstream as POST .../responses.",
             self.websocket_responses.load(Ordering::Relaxed),
         );
+    }
+
+    /// What compaction did, and what the process gave back to the OS.
+    fn render_compactions(&self, out: &mut String) {
         labelled(
-            &mut out,
+            out,
             "compaction_proxy_compactions_total",
             "Chat requests the proxy compacted, by what triggered it.",
             "trigger",
             Trigger::ALL.map(|t| (t.as_str(), &self.compactions[t as usize])),
         );
         labelled(
-            &mut out,
+            out,
             "compaction_proxy_compactions_by_api_total",
             "Requests the proxy rewrote, by the API they speak (chat completions or responses).",
             "api",
             Dialect::ALL.map(|d| (d.as_str(), &self.compactions_by_api[d as usize])),
         );
         labelled(
-            &mut out,
+            out,
             "compaction_proxy_output_lowered_total",
             "Chat requests whose completion cap (max_tokens) the proxy lowered to fit the window, by what triggered it.",
             "trigger",
             Trigger::ALL.map(|t| (t.as_str(), &self.output_lowered[t as usize])),
         );
         labelled(
-            &mut out,
+            out,
             "compaction_proxy_summaries_total",
             "Summaries used in compactions, by source.",
             "source",
             [0, 1, 2, 3].map(|i| (SOURCES[i].as_str(), &self.summaries[i])),
         );
         counter(
-            &mut out,
+            out,
             "compaction_proxy_tokens_saved_total",
             "Prompt tokens removed by compaction (by the proxy's own count).",
             self.tokens_saved.load(Ordering::Relaxed),
         );
         counter(
-            &mut out,
+            out,
             "compaction_proxy_memory_trims_total",
             "Times the freed heap was returned to the OS (malloc_trim, glibc builds), each after a fall in load.",
             self.memory_trims.load(Ordering::Relaxed),
         );
+    }
+
+    /// The summariser's calls, and the time compaction takes besides them.
+    fn render_summarizer(&self, out: &mut String) {
         labelled(
-            &mut out,
+            out,
             "compaction_proxy_summarizer_calls_total",
             "Summariser calls made by the proxy, by outcome (error: HTTP error, timeout, or an answer rejected).",
             "outcome",
@@ -263,57 +282,57 @@ impl Metrics {
             ],
         );
         labelled(
-            &mut out,
+            out,
             "compaction_proxy_summarizer_rejected_total",
             "Summariser answers rejected before use, by reason (empty, truncated by its cap, refusal, without the checkpoint's headings, repeating the prompt, nothing under the headings, too short for what it replaces).",
             "reason",
             Rejection::ALL.iter().map(|r| r.label()).zip(&self.summarizer_rejected),
         );
         counter(
-            &mut out,
+            out,
             "compaction_proxy_summarizer_skipped_total",
             "Summaries not asked for because the summariser's window cannot hold its prompt and any turns (the digest is used).",
             self.summarizer_skipped.load(Ordering::Relaxed),
         );
         self.compaction_time.render(
-            &mut out,
+            out,
             "compaction_proxy_compaction_seconds",
             "Time spent compacting a request, excluding the summariser call.",
         );
-        if let Some(prepared) = cache.and_then(|c| c.prepared.as_ref()) {
-            header(
-                &mut out,
-                "compaction_proxy_prepared_total",
-                "Compactions prepared ahead in the background, by fate: made, used by a compaction event, or wasted (dropped unused).",
-                "counter",
-            );
-            for (fate, count) in prepared.fates() {
-                let _ = writeln!(
-                    out,
-                    "compaction_proxy_prepared_total{{fate=\"{}\"}} {count}",
-                    fate.as_str()
-                );
-            }
-        }
-        if let Some(cache) = cache {
-            render_store(&mut out, cache);
-        }
-        if let Some((checkpoints, bytes)) = cache.map(Checkpoints::held) {
-            gauge(
-                &mut out,
-                "compaction_proxy_cache_checkpoints",
-                "Conversation checkpoints held by the summary cache: in memory, or in the embedded store's file; with Redis, this process's copies in memory.",
-                checkpoints,
-            );
-            gauge(
-                &mut out,
-                "compaction_proxy_cache_bytes",
-                "Estimated bytes held by the summary cache (bounded by cache.max_bytes).",
-                bytes,
-            );
-        }
-        out
     }
+}
+
+/// What the checkpoint stores hold and did: preparations, the store's health, its size.
+fn render_cache(out: &mut String, cache: &Checkpoints) {
+    if let Some(prepared) = cache.prepared.as_ref() {
+        header(
+            out,
+            "compaction_proxy_prepared_total",
+            "Compactions prepared ahead in the background, by fate: made, used by a compaction event, or wasted (dropped unused).",
+            "counter",
+        );
+        for (fate, count) in prepared.fates() {
+            let _ = writeln!(
+                out,
+                "compaction_proxy_prepared_total{{fate=\"{}\"}} {count}",
+                fate.as_str()
+            );
+        }
+    }
+    render_store(out, cache);
+    let (checkpoints, bytes) = cache.held();
+    gauge(
+        out,
+        "compaction_proxy_cache_checkpoints",
+        "Conversation checkpoints held by the summary cache: in memory, or in the embedded store's file; with Redis, this process's copies in memory.",
+        checkpoints,
+    );
+    gauge(
+        out,
+        "compaction_proxy_cache_bytes",
+        "Estimated bytes held by the summary cache (bounded by cache.max_bytes).",
+        bytes,
+    );
 }
 
 /// A fixed-bucket histogram; the sum is kept in microseconds to stay an integer.
