@@ -197,15 +197,14 @@ impl Attempt<'_> {
         let Some(tokens) = self.work.tokens(self.ctx.dialect) else {
             return false;
         };
-        let whole = tokens.theirs(self.ctx.factor()) + self.answer_room().budget(window);
-        whole.0 + budget::margin(window.0) <= window.0
+        policy::fits_whole(tokens.theirs(self.ctx.factor()), self.answer_room(), window)
     }
 
     /// Whether a request at `tokens` (ours) would be compacted before it is sent.
     pub(super) fn over_threshold(&self, tokens: Ours, window: Window) -> bool {
         let prompt = tokens.theirs(self.ctx.factor());
         let marks = Marks::of(&self.ctx.app.config.compaction);
-        prompt + self.answer_room().budget(window) > marks.limit(window)
+        marks.past_threshold(prompt + self.answer_room().budget(window), window)
     }
 
     /// Puts the conversation's checkpoint, when the cache holds one for a prefix of its

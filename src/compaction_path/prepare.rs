@@ -19,7 +19,7 @@ use crate::checkpoint::flight::Share;
 use crate::checkpoint::prepared::{Conversation, Fate, Found};
 use crate::checkpoint::Prepared;
 use crate::checkpoint::{Checkpoint, Key, Partition};
-use crate::compactor::{messages_of, Base, Caller, Keys, Order, Resumed};
+use crate::compactor::{self, messages_of, Base, Caller, Keys, Order, Resumed};
 use crate::dialect::Dialect;
 use crate::engine::{self, SummarySource};
 use crate::telemetry;
@@ -167,11 +167,7 @@ impl Attempt<'_> {
         let Some(base) = self.work.parsed() else {
             return false;
         };
-        let options = goal
-            .relaxed_options()
-            .unwrap_or_else(|| goal.engine_options());
-        let counts = base.counts.as_deref();
-        engine::plan_with_counts(&base.view, counts, &options).is_ok_and(|plan| plan.prunes_alone())
+        compactor::prunes_alone(base, goal.limits().pruning())
     }
 }
 
@@ -312,8 +308,7 @@ impl Preparation {
             self.partition,
         );
         let order = Order {
-            options: goal.engine_options(),
-            relaxed: goal.relaxed_options(),
+            limits: goal.limits(),
             window: goal.window,
             summariser: (!self.digest_only).then_some(&caller),
             original: Some(self.original.clone()),
@@ -357,18 +352,16 @@ impl Preparation {
 /// leave the event short of it, to wait for a summary nobody prepared (measured: 3 s, in
 /// bench/events.py's tight session, with no margin).
 fn event_prunes_alone(base: &Base, goal: Goal, spare: Ours) -> bool {
-    let options = goal
-        .relaxed_options()
-        .unwrap_or_else(|| goal.engine_options());
+    let limits = goal.limits();
+    let options = limits.pruning();
     let lower = |tokens: usize| tokens.saturating_sub(spare.usize());
     let options = engine::Options {
         prune_turn: true,
         target_tokens: options.target_tokens.map(lower),
         prune_settle: options.prune_settle.map(lower),
-        ..options
+        ..options.clone()
     };
-    let counts = base.counts.as_deref();
-    engine::plan_with_counts(&base.view, counts, &options).is_ok_and(|plan| !plan.needs_summary())
+    compactor::needs_no_summary(base, &options)
 }
 
 /// A copy of the client's request head, for the summariser's calls made after the
@@ -443,7 +436,7 @@ mod tests {
         let relaxed = small + (whole - small) / 2;
         let goal = goal(relaxed);
         // Kept whole, the turn in progress leaves pruning short: a summary is needed.
-        let options = goal.relaxed_options().unwrap();
+        let options = goal.limits().relaxed.unwrap();
         let plan = engine::plan(&conversation(200), &options).unwrap();
         assert!(plan.needs_summary());
         // The event, a turn later, prunes that turn too: nothing to prepare.

@@ -6,7 +6,7 @@
 use super::policy::Goal;
 use super::{Attempt, Engine};
 use crate::checkpoint;
-use crate::compactor::{Compaction, Declined, Keys, Order};
+use crate::compactor::{Compaction, Declined, Keys, Limits, Order};
 use crate::engine::{self, budget};
 
 impl Attempt<'_> {
@@ -108,9 +108,12 @@ impl Attempt<'_> {
             max_messages,
             ..options
         };
+        let limits = goal.limits();
         let order = Order {
-            options: with_cap(goal.engine_options()),
-            relaxed: goal.relaxed_options().map(with_cap),
+            limits: Limits {
+                deep: with_cap(limits.deep),
+                relaxed: limits.relaxed.map(with_cap),
+            },
             window: goal.window,
             summariser: self.asks_summariser().then_some(&caller),
             original: Some(self.work.original().clone()),
