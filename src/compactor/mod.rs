@@ -421,8 +421,7 @@ impl Compactor<'_> {
         let started = Instant::now();
         let limits = order.limits.clone();
         let anew = Anew::of(&order);
-        let planned =
-            tokio::task::spawn_blocking(move || Planned::new(base, &limits, anew)).await;
+        let planned = tokio::task::spawn_blocking(move || Planned::new(base, &limits, anew)).await;
         let Planned {
             base,
             options,
