@@ -77,3 +77,54 @@ pub(super) fn halved(cap: Cap, before: Option<u64>) -> Option<LowerCap> {
     }
     cap.lower_to(half)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ASKED: Cap = Cap {
+        field: Some("max_tokens"),
+        asked: Some(8_000),
+    };
+
+    #[test]
+    fn an_output_cap_refusal_lowers_the_cap_to_what_it_says_fits() {
+        let limit = Numbers {
+            completion_limit: Some(4_096),
+            ..Numbers::default()
+        };
+        let lower = LowerCap {
+            field: "max_tokens",
+            asked: 8_000,
+            cap: 4_096,
+        };
+        assert_eq!(after_refusal(ASKED, &limit), Some(lower));
+        // The window and the prompt it names leave the rest, less the margin.
+        let window = Numbers {
+            context_window: Some(10_000),
+            prompt_tokens: Some(6_000),
+            ..Numbers::default()
+        };
+        let room = budget::output_room(10_000, 6_000);
+        assert_eq!(after_refusal(ASKED, &window).map(|l| l.cap), Some(room));
+        // Nothing named, or no field to write a cap into: nothing to lower.
+        assert_eq!(after_refusal(ASKED, &Numbers::default()), None);
+        let no_field = Cap {
+            field: None,
+            ..ASKED
+        };
+        assert_eq!(after_refusal(no_field, &limit), None);
+    }
+
+    #[test]
+    fn a_halved_cap_never_goes_below_a_useful_answer_nor_above_what_is_asked() {
+        assert_eq!(halved(ASKED, Some(8_000)).map(|l| l.cap), Some(4_000));
+        let useless = 2 * budget::MIN_USEFUL_OUTPUT - 2;
+        assert_eq!(halved(ASKED, Some(useless)), None);
+        let lower_already = Cap {
+            asked: Some(3_000),
+            ..ASKED
+        };
+        assert_eq!(halved(lower_already, Some(8_000)), None);
+    }
+}

@@ -30,6 +30,9 @@
 //! changes: `work.rs` holds the request as it is being rewritten, `done.rs` what has been
 //! done to it.
 
+// No function longer than a screen: a phase that grows past it is two phases.
+#![warn(clippy::too_many_lines)]
+
 use std::future::Future;
 use std::sync::Arc;
 

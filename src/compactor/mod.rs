@@ -13,6 +13,9 @@
 //! summary is updated or summarised anew from the client's own messages is decided in one
 //! place too ([`Anew`]), for every caller.
 
+// No function longer than a screen: a phase that grows past it is two phases.
+#![warn(clippy::too_many_lines)]
+
 mod checkpoint;
 mod restore;
 
