@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 use crate::checkpoint::Partition;
-use crate::compactor::{Base, Caller, Compaction, Compactor, Declined, Order};
+use crate::compactor::{Base, Caller, Compaction, Compactor, Declined, Limits, Order};
 use crate::config::Config;
 use crate::dialect::Dialect;
 use crate::engine::{budget, Options};
@@ -239,8 +239,7 @@ fn compact(
         tokens: None,
     };
     let order = Order {
-        options,
-        relaxed: None,
+        limits: Limits::deep(options),
         window: Some(window),
         summariser: Some(&caller),
         original: None,

@@ -25,7 +25,13 @@
 //! - `codex_compaction.rs`: Codex's own compaction requests, answered for upstreams that
 //!   lack them.
 //!
-//! `work.rs` holds the request as it is being rewritten; [`Done`] what has been done to it.
+//! Each phase reads what it needs and says what to change; `request.rs` is the one owner
+//! of a request's state across its attempts, which sequences the phases and makes their
+//! changes: `work.rs` holds the request as it is being rewritten, `done.rs` what has been
+//! done to it.
+
+// No function longer than a screen: a phase that grows past it is two phases.
+#![warn(clippy::too_many_lines)]
 
 use std::future::Future;
 use std::sync::Arc;
@@ -33,16 +39,14 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures_util::future::Either;
 use http::request::Parts;
-use http::{Request, Response};
+use http::Response;
 use http_body_util::{BodyExt, Limited};
 
 use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::checkpoint::{Checkpoint, Checkpoints, Key, Partition, Seal};
-use crate::compaction_report::{Outcome, Trigger, XCompaction};
-use crate::compactor::{Caller, NewCheckpoint, Resumed};
+use crate::compactor::Caller;
 use crate::dialect::{self, Dialect, Head};
-use crate::engine;
 use crate::error::ProxyError;
 use crate::growth::Growth;
 use crate::limits::ClientBody;
@@ -53,22 +57,25 @@ use crate::units::{Factor, Window};
 mod cap;
 pub mod codex_compaction;
 mod count_caps;
+mod done;
 pub mod inspect;
 mod policy;
 mod preflight;
 mod prepare;
 mod recover;
 mod report;
+mod request;
 mod rewrite;
 mod usage;
 mod work;
 
 use inspect::Verdict;
+use request::Request;
 use work::Work;
 
 pub async fn handle(
     app: &Arc<App>,
-    request: Request<ClientBody<RequestBody>>,
+    request: http::Request<ClientBody<RequestBody>>,
     dialect: Dialect,
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -190,7 +197,7 @@ async fn run(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let mut work = Work::new(original, &head);
     let growth = observe_growth(app, parts, &head, &mut work);
-    let mut attempt = Attempt {
+    let mut request = Request {
         ctx: Ctx {
             app,
             parts,
@@ -200,23 +207,23 @@ async fn run(
             growth,
         },
         work,
-        done: Done::default(),
+        done: Default::default(),
     };
-    attempt.preflight().await;
+    request.preflight().await;
     loop {
-        attempt.done.calls += 1;
-        let response = send(app, parts, attempt.work.body.clone()).await?;
+        request.done.calls += 1;
+        let response = send(app, parts, request.work.body.clone()).await?;
         let hold = app.config.first_event_timeout();
-        let verdict = inspect::inspect(response, attempt.ctx.head.stream, hold).await?;
+        let verdict = inspect::inspect(response, request.ctx.head.stream, hold).await?;
         match verdict {
-            Verdict::Deliver(response) => return Ok(attempt.deliver(response).await),
+            Verdict::Deliver(response) => return Ok(request.deliver(response).await),
             Verdict::Refused { parts, body, class } => {
                 // Boxed, as the rare path: inline, its state would be moved with
                 // every request's future (see docs/performance.md).
-                if attempt.done.calls >= app.config.compaction.max_attempts
-                    || !Box::pin(attempt.recover(&class)).await
+                if request.done.calls >= app.config.compaction.max_attempts
+                    || !Box::pin(request.recover(&class)).await
                 {
-                    return Ok(attempt.fail(inspect::deliver_refused(parts, body)));
+                    return Ok(request.fail(inspect::deliver_refused(parts, body)));
                 }
             }
         }
@@ -313,161 +320,6 @@ impl Ctx<'_> {
             self.id,
             partition,
         )
-    }
-}
-
-/// One request across its attempts: who asked, what is being sent, what was done.
-struct Attempt<'a> {
-    ctx: Ctx<'a>,
-    work: Work,
-    done: Done,
-}
-
-/// What the proxy has done to a request so far. The header, the metrics and the log line
-/// are read off it; a request it is all empty for reaches the client unmarked.
-#[derive(Default)]
-struct Done {
-    /// Upstream calls made.
-    calls: u32,
-    /// When the first change was made: before the first call, or after a refusal.
-    trigger: Option<Trigger>,
-    /// The checkpoint put in place of the client's prefix before the first call.
-    resumed: Option<Resumed>,
-    /// The completion cap as the client asked for it and as lowered to fit the window.
-    output: Option<(u64, u64)>,
-    engine: Engine,
-    /// A compaction prepared ahead was put in place: its checkpoint becomes the
-    /// conversation's once the upstream takes the request.
-    promote: Option<Promote>,
-    /// The LLM summariser is no longer worth asking: when a summarised compaction saved
-    /// under a tenth, the middle is small beside what is kept, and another paid summary of
-    /// it would not save more; further attempts escalate with the deterministic digest.
-    digest_only: bool,
-    /// The summariser was asked for this request and gave nothing usable.
-    summariser_failed: bool,
-    /// The least prompt plus completion cap (the upstream's tokens, as we estimate them)
-    /// refused without numbers: no later attempt may be as large.
-    least_refused: Option<crate::units::Theirs>,
-    /// The media parts the client sent and those left, when the oldest were replaced by
-    /// placeholders for an upstream that takes fewer in one request.
-    media: Option<(u64, u64)>,
-}
-
-impl Done {
-    /// Whether the proxy had a go at the request: a refusal returned after that is a
-    /// compaction that failed, not an untouched request.
-    fn tried(&self) -> bool {
-        self.resumed.is_some()
-            || self.output.is_some()
-            || self.media.is_some()
-            || !matches!(self.engine, Engine::Unused)
-    }
-
-    fn triggered(&mut self, trigger: Trigger) {
-        self.trigger.get_or_insert(trigger);
-    }
-
-    fn report(&self) -> Option<&engine::Report> {
-        match &self.engine {
-            Engine::Rewrote { report, .. } => Some(report),
-            _ => None,
-        }
-    }
-}
-
-/// What the engine did with the request.
-#[derive(Default)]
-enum Engine {
-    /// Not asked.
-    #[default]
-    Unused,
-    /// Asked, and it could not shrink the request.
-    Ran,
-    /// It rewrote the request `rewrites` times. `pending` is the checkpoint the last
-    /// rewrite makes, stored once the upstream takes it.
-    Rewrote {
-        rewrites: u32,
-        report: engine::Report,
-        pending: Option<Box<NewCheckpoint>>,
-    },
-}
-
-/// A prepared checkpoint in place (it is the [`Resumed`] one), with the stored checkpoint
-/// it supersedes.
-struct Promote {
-    replaces: Option<Key>,
-}
-
-impl Attempt<'_> {
-    /// The successful answer, marked when the request was rewritten. The upstream took
-    /// the rewritten request: its checkpoint can serve the conversation's next turns.
-    /// The checkpoint is stored before the answer is given back, so that the client's
-    /// next turn finds it, on this replica or another.
-    async fn deliver(&mut self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
-        if let Some(cache) = &self.ctx.app.checkpoints {
-            let done = &mut self.done;
-            match (&mut done.engine, &done.promote, &done.resumed) {
-                (Engine::Rewrote { pending, .. }, _, _) => {
-                    if let Some(pending) = pending.take().map(|p| *p) {
-                        let checkpoint = Arc::new(pending.checkpoint);
-                        // Boxed, as the rare path (see `run`).
-                        let put = self
-                            .ctx
-                            .put(cache, pending.key, checkpoint, pending.replaces);
-                        Box::pin(put).await;
-                    }
-                }
-                (_, Some(promote), Some(hit)) => {
-                    let checkpoint = Arc::clone(&hit.checkpoint);
-                    Box::pin(self.ctx.put(cache, hit.key, checkpoint, promote.replaces)).await;
-                }
-                _ => {}
-            }
-        }
-        // The engine may have run and found nothing to remove: the client's bytes went as
-        // they were, and the answer is theirs, unmarked.
-        let changed = matches!(self.done.engine, Engine::Rewrote { .. })
-            || self.done.resumed.is_some()
-            || self.done.output.is_some()
-            || self.done.media.is_some();
-        if let Some(x) = self.x_compaction(Outcome::Applied).filter(|_| changed) {
-            self.record(&x);
-            response.headers_mut().insert("x-compaction", x.to_header());
-        }
-        self.calibrating(response)
-    }
-
-    /// The answer, tapped for the upstream's count of the prompt, when the model's window
-    /// is known (the count matters) and the request was counted on its way (requests far
-    /// below the window never are, and are not counted for this alone).
-    fn calibrating(&self, response: Response<ProxyBody>) -> Response<ProxyBody> {
-        // The count first: it is at hand, where the window is a lookup.
-        let ours = match self.done.report() {
-            Some(report) => Some(report.tokens_after as u64),
-            None => self.work.parsed().and_then(|base| base.tokens).map(|t| t.0),
-        };
-        let Some(ours) = ours.filter(|_| self.ctx.window().is_some()) else {
-            return response;
-        };
-        let learn = usage::Learn {
-            app: Arc::clone(self.ctx.app),
-            model: self.ctx.head.model.clone(),
-            ours,
-        };
-        response.map(|body| usage::tap(body, learn))
-    }
-
-    /// The upstream's own last refusal, marked as a compaction that did not succeed when
-    /// the proxy had a go at it.
-    fn fail(&self, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
-        if !self.done.tried() {
-            return response;
-        }
-        let x = self.x_compaction(Outcome::Failed);
-        let x = x.unwrap_or_else(|| XCompaction::failed(self.done.calls, self.done.output));
-        self.record(&x);
-        response.headers_mut().insert("x-compaction", x.to_header());
-        response
     }
 }
 

@@ -3,6 +3,7 @@
 //! I/O and no request state: the loop reads the numbers, these say what they mean.
 
 use crate::classify::Kind;
+use crate::compactor::Limits;
 use crate::config::CompactionConfig;
 use crate::engine::{self, budget};
 use crate::units::{Factor, Ours, Theirs, Window};
@@ -95,10 +96,19 @@ impl Goal {
         Ours(self.target.0.saturating_sub((band as f64 * RESERVE) as u64))
     }
 
+    /// The compactor's limits for this goal: the engine's, and those of the relaxed
+    /// target.
+    pub fn limits(self) -> Limits {
+        Limits {
+            deep: self.engine_options(),
+            relaxed: self.relaxed_options(),
+        }
+    }
+
     /// The engine's limits for the relaxed target, if there is one above the target:
     /// pruning that reaches it goes on towards the target as far as it can, so that an
     /// event paid for by pruning alone buys as many turns as one that summarises.
-    pub fn relaxed_options(self) -> Option<engine::Options> {
+    fn relaxed_options(self) -> Option<engine::Options> {
         let relaxed = self.relaxed.filter(|&r| r > self.target)?;
         Some(engine::Options {
             target_tokens: Some(relaxed.usize()),
@@ -147,6 +157,20 @@ impl Marks {
         window.share(self.threshold)
     }
 
+    /// Whether a request of `now` (prompt plus completion budget) is past the threshold:
+    /// it is compacted before it is sent.
+    pub fn past_threshold(self, now: Theirs, window: Window) -> bool {
+        now > self.limit(window)
+    }
+
+    /// Whether a request of `now`, growing by `growth` a turn, is below the prepare mark
+    /// and stays below the threshold for the next [`LOOKAHEAD`] turns: nothing needs
+    /// preparing for it yet.
+    fn quiet(self, now: Theirs, growth: Theirs, window: Window) -> bool {
+        let ahead = now + Theirs(growth.0.saturating_mul(LOOKAHEAD));
+        now <= window.share(self.prepare_at) && !self.past_threshold(ahead, window)
+    }
+
     /// Where an event that aims at `fill` may settle when it prunes alone: [`SETTLE`] of
     /// the way from the threshold down to its fill.
     pub fn settle(self, fill: Theirs, window: Window) -> Theirs {
@@ -189,6 +213,18 @@ pub(super) enum Decision {
     Compact(Goal),
 }
 
+/// The window less the margin kept beside prompt and completion for the difference
+/// between our count and the upstream's ([`budget::margin`]).
+fn usable(window: Window) -> f64 {
+    window.0 as f64 - budget::margin(window.0) as f64
+}
+
+/// Whether a request with `prompt` (the upstream's tokens), past the threshold, still fits
+/// the window whole: its event can wait for the next turn.
+pub(super) fn fits_whole(prompt: Theirs, room: AnswerRoom, window: Window) -> bool {
+    (prompt + room.budget(window)).0 as f64 <= usable(window)
+}
+
 /// Whether a request whose prompt is at most `bound`, growing by at most `growth` a turn,
 /// surely needs nothing before it is sent: below the threshold and the prepare mark both,
 /// and not about to cross the threshold. Costs no token count.
@@ -200,8 +236,7 @@ pub(super) fn surely_fits(
     marks: Marks,
 ) -> bool {
     let now = bound + room.budget(window);
-    let ahead = now + Theirs(growth.0.saturating_mul(LOOKAHEAD));
-    now <= marks.limit(window).min(window.share(marks.prepare_at)) && ahead <= marks.limit(window)
+    !marks.past_threshold(now, window) && marks.quiet(now, growth, window)
 }
 
 /// What a request with `prompt` (the upstream's tokens), growing by about `growth` a
@@ -220,7 +255,7 @@ pub(super) fn decide(
     let budget = room.budget(window);
     let now = prompt + budget;
     let limit = marks.limit(window);
-    let usable = window.0 as f64 - budget::margin(window.0) as f64;
+    let usable = usable(window);
     let fill = marks.fill(now, growth, window);
     let low_water = window.share(marks.low_water);
     let settle = marks.settle(fill, window);
@@ -231,12 +266,11 @@ pub(super) fn decide(
         relaxed: Some(low_water.saturating_sub(budget).ours(factor)),
         settle: Some(settle.saturating_sub(budget).ours(factor)),
     };
-    if now > limit {
+    if marks.past_threshold(now, window) {
         return Decision::Compact(goal);
     }
-    let ahead = now + Theirs(growth.0.saturating_mul(LOOKAHEAD));
     let preparing = marks.prepare_at < marks.threshold;
-    if !preparing || (now <= window.share(marks.prepare_at) && ahead <= limit) {
+    if !preparing || marks.quiet(now, growth, window) {
         return Decision::Send;
     }
     // Prepared now, put in place at the threshold: the turns in between will be added

@@ -3,219 +3,230 @@
 //! conversation as the request has it, by the same [`Compactor`](crate::compactor)
 //! ([`crate::checkpoint::prepared`] keeps the result aside). The turn that crosses the
 //! threshold puts the prepared checkpoint in place of the client's prefix, as a resumed
-//! conversation would be, and goes without waiting for a summary; the upstream taking it
-//! makes it the conversation's checkpoint.
+//! conversation would be ([`Ready`], which the request's owner puts in place), and goes
+//! without waiting for a summary; the upstream taking it makes it the conversation's
+//! checkpoint.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
 use http::Request;
 
 use super::policy::Goal;
-use super::{Attempt, Promote};
+use super::preflight;
+use super::work::Work;
+use super::Ctx;
 use crate::app::App;
 use crate::checkpoint::flight::Share;
-use crate::checkpoint::prepared::{Conversation, Fate, Found};
+use crate::checkpoint::prepared::{Conversation, Found, Ticket, Underway};
 use crate::checkpoint::Prepared;
 use crate::checkpoint::{Checkpoint, Key, Partition};
-use crate::compactor::{messages_of, Base, Caller, Keys, Order, Resumed};
+use crate::compactor::{self, Base, Caller, Keys, Order, Resumed};
 use crate::dialect::Dialect;
 use crate::engine::{self, SummarySource};
 use crate::telemetry;
 use crate::units::Ours;
 
-impl Attempt<'_> {
-    /// Starts the background compaction of this request towards `goal`, unless the
-    /// conversation's stage has one prepared or running, here or on another replica, or
-    /// every preparation slot is busy.
-    pub(super) fn prepare(&mut self, goal: Goal) {
-        let Some((prepared, at)) = self.preparation() else {
-            return;
-        };
-        if prepared.holds(&at) {
-            return;
-        }
-        let Some(&prefix) = at.prefixes.last() else {
-            return;
-        };
-        let (partition, stage, hashes) = (at.partition, at.stage, at.prefixes.to_vec());
-        let key = Key { partition, prefix };
-        // The conversation as this request has it (resumed, counted): a copy, since the
-        // request goes on with its own.
-        let Some(base) = self.work.parsed().map(|base| Base {
-            view: base.view.clone(),
-            source: None,
-            counts: base.counts.clone(),
-            tokens: base.tokens,
-        }) else {
-            return;
-        };
-        let app = self.ctx.app;
-        let Some(prepared) = app.prepared() else {
-            return;
-        };
-        let Some(ticket) = prepared.start(key, stage) else {
-            return;
-        };
-        // Half a turn of the conversation's growth: turns vary about that much about it.
-        let spare = Ours(self.growth().ours(self.ctx.factor()).0 / 2);
-        let dialect = self.ctx.dialect;
-        let job = Preparation {
-            stage,
-            spare,
-            app: Arc::clone(app),
-            parts: copy(self.ctx.parts),
-            model: self.ctx.head.model.clone(),
-            dialect,
-            id: self.ctx.id,
-            partition,
-            hashes,
-            resumed: self.done.resumed.clone(),
-            digest_only: self.done.digest_only,
-            original: self.work.original().clone(),
-        };
-        // In the trace of the request that started it: its summariser call is this
-        // request's doing, even when it ends after the answer.
-        let traced = telemetry::background("prepare compaction");
-        let task = tokio::spawn(async move {
-            let app = Arc::clone(&job.app);
-            let ended = match traced {
-                Some((_span, parent)) => {
-                    telemetry::in_background(parent, job.run(base, goal)).await
-                }
-                None => job.run(base, goal).await,
-            };
-            if let Some(prepared) = app.prepared() {
-                prepared.finish(ticket, ended);
-            }
-        });
-        prepared.running(key, task.abort_handle());
-        tracing::debug!(id = self.ctx.id, "preparing the next compaction");
-    }
+/// What the background compaction of a request reads of it besides its context and work.
+#[derive(Clone, Copy)]
+pub(super) struct Done<'r> {
+    /// The checkpoint it was resumed from.
+    pub resumed: Option<&'r Resumed>,
+    /// It is past asking the summariser.
+    pub digest_only: bool,
+}
 
-    /// At the threshold: puts the prepared checkpoint in place, waiting for its
-    /// preparation if it is still running. `true` when the request then fits and goes as
-    /// it is; `false` when there was none, or it no longer fits (the engine then compacts
-    /// on from it, without a second summariser call).
-    pub(super) async fn use_prepared(&mut self, goal: Goal) -> bool {
-        let app = self.ctx.app;
-        let Some(prepared) = app.prepared() else {
-            return false;
-        };
-        let Some((_, at)) = self.preparation() else {
-            return false;
-        };
-        let (partition, stage, hashes) = (at.partition, at.stage, at.prefixes.to_vec());
-        let local = prepared.take(&at).await;
-        // One that would take the request no further than its checkpoint is of no use.
-        let local = match local {
-            Some(found) if self.behind(&found.checkpoint) => {
-                prepared.unused(&found);
-                None
-            }
-            local => local,
-        };
-        let found = match local {
-            Some(found) => found,
-            // None here: another replica may have prepared this stage's event.
-            None => match self.prepared_elsewhere(stage, &hashes).await {
-                Some(checkpoint) => Found::elsewhere(Arc::new(checkpoint)),
-                None => return false,
-            },
-        };
-        let dialect = self.ctx.dialect;
-        let checkpoint = Arc::clone(&found.checkpoint);
-        let Some(&prefix) = hashes.get(checkpoint.prefix_len) else {
-            prepared.unused(&found);
-            return false;
-        };
-        // The client's own messages, with the prepared form in place of those it covers,
-        // if what follows them still fits after the form.
-        let resumed = self.done.resumed.take();
-        self.work.forget_base();
-        let next = self
-            .work
-            .base(dialect)
-            .and_then(|base| messages_of(&base.view)?.get(checkpoint.prefix_len).cloned());
-        if !checkpoint.continues(next.as_ref()) {
-            prepared.unused(&found);
-            // Back to the conversation as resumed: the engine compacts it as usual.
-            self.work.forget_base();
-            if let Some(hit) = resumed {
-                self.apply(hit.applied.prefix_len, hit.checkpoint, hit.key);
-            }
-            return false;
-        }
-        prepared.count(Fate::Used);
-        let replaces = resumed.map(|hit| hit.key);
-        self.apply(checkpoint.prefix_len, checkpoint, Key { partition, prefix });
-        self.done.promote = Some(Promote { replaces });
-        let fits = self
-            .work
-            .tokens(dialect)
-            .is_some_and(|tokens| goal.window.is_some_and(|w| !self.over_threshold(tokens, w)));
-        // The event has had its summariser call: what more it needs, the digest gives.
-        self.done.digest_only |= !fits || self.prunes_on(goal);
-        fits && !self.done.digest_only
+/// Starts the background compaction of the request towards `goal`, unless the
+/// conversation's stage has one prepared or running, here or on another replica, or
+/// every preparation slot is busy.
+pub(super) fn start(ctx: &Ctx<'_>, work: &mut Work, done: Done<'_>, goal: Goal) {
+    let Some((prepared, at)) = preparation(ctx, work, done.resumed) else {
+        return;
+    };
+    if prepared.holds(&at) {
+        return;
     }
+    let Some(&prefix) = at.prefixes.last() else {
+        return;
+    };
+    let (partition, stage, hashes) = (at.partition, at.stage, at.prefixes.to_vec());
+    let key = Key { partition, prefix };
+    let Some(prepared) = ctx.app.prepared() else {
+        return;
+    };
+    // The conversation as this request has it (resumed, counted): a copy, since the
+    // request goes on with its own.
+    let Some(base) = work.parsed().map(|base| Base {
+        view: base.view.clone(),
+        source: None,
+        counts: base.counts.clone(),
+        tokens: base.tokens,
+    }) else {
+        return;
+    };
+    let Some(ticket) = prepared.start(key, stage) else {
+        return;
+    };
+    // Half a turn of the conversation's growth: turns vary about that much about it.
+    let growth = preflight::growth(ctx, work, done.resumed);
+    let job = Preparation {
+        stage,
+        spare: Ours(growth.ours(ctx.factor()).0 / 2),
+        app: Arc::clone(ctx.app),
+        parts: copy(ctx.parts),
+        model: ctx.head.model.clone(),
+        dialect: ctx.dialect,
+        id: ctx.id,
+        partition,
+        hashes,
+        resumed: done.resumed.cloned(),
+        digest_only: done.digest_only,
+        original: work.original().clone(),
+    };
+    // In the trace of the request that started it: its summariser call is this request's
+    // doing, even when it ends after the answer.
+    let traced = telemetry::background("prepare compaction");
+    let task = tokio::spawn(job.in_background(traced, ticket, base, goal));
+    prepared.running(key, task.abort_handle());
+    tracing::debug!(id = ctx.id, "preparing the next compaction");
+}
 
-    /// Whether the prepared form in place leaves the request above the event's mark (the
-    /// turn that was in progress when it was made is still whole) and pruning alone brings
-    /// it down: the event then prunes on from it, so that it buys several turns, not one.
-    fn prunes_on(&self, goal: Goal) -> bool {
-        let Some(base) = self.work.parsed() else {
-            return false;
-        };
-        let options = goal
-            .relaxed_options()
-            .unwrap_or_else(|| goal.engine_options());
-        let counts = base.counts.as_deref();
-        engine::plan_with_counts(&base.view, counts, &options).is_ok_and(|plan| plan.prunes_alone())
+/// A checkpoint prepared for the conversation's stage, to put in place of the client's
+/// prefix it replaces (`key`).
+pub(super) struct Ready {
+    pub found: Found,
+    pub key: Key,
+}
+
+/// At the threshold: the prepared checkpoint, waited for if its preparation is still
+/// running, here or on another replica. `None` when there is none, or it would take the
+/// request no further than its checkpoint.
+pub(super) async fn take(
+    ctx: &Ctx<'_>,
+    work: &mut Work,
+    resumed: Option<&Resumed>,
+) -> Option<Ready> {
+    let (prepared, at) = preparation(ctx, work, resumed)?;
+    let (partition, stage, hashes) = (at.partition, at.stage, at.prefixes.to_vec());
+    let local = prepared.take(&at).await;
+    // One that would take the request no further than its checkpoint is of no use.
+    let local = match local {
+        Some(found) if behind(resumed, &found.checkpoint) => {
+            prepared.unused(&found);
+            None
+        }
+        local => local,
+    };
+    let found = match local {
+        Some(found) => found,
+        // None here: another replica may have prepared this stage's event.
+        None => {
+            let elsewhere = prepared_elsewhere(ctx, resumed, stage, &hashes).await?;
+            Found::elsewhere(Arc::new(elsewhere))
+        }
+    };
+    let Some(&prefix) = hashes.get(found.checkpoint.prefix_len) else {
+        prepared.unused(&found);
+        return None;
+    };
+    let key = Key { partition, prefix };
+    Some(Ready { found, key })
+}
+
+/// Whether the prepared form in place leaves the request above the event's mark (the
+/// turn that was in progress when it was made is still whole) and pruning alone brings
+/// it down: the event then prunes on from it, so that it buys several turns, not one.
+pub(super) fn prunes_on(work: &Work, goal: Goal) -> bool {
+    work.parsed()
+        .is_some_and(|base| compactor::prunes_alone(base, goal.limits().pruning()))
+}
+
+/// Where this conversation's next event is being prepared right now, if it is.
+pub(super) fn preparing(
+    ctx: &Ctx<'_>,
+    work: &mut Work,
+    resumed: Option<&Resumed>,
+) -> Option<Underway> {
+    let (prepared, at) = preparation(ctx, work, resumed)?;
+    prepared.in_progress(&at)
+}
+
+/// Cancels the conversation's running preparation: this turn's event is made without it,
+/// which leaves it behind, and the next event is prepared from this one.
+pub(super) fn discard(ctx: &Ctx<'_>, work: &mut Work, resumed: Option<&Resumed>) {
+    if let Some((prepared, at)) = preparation(ctx, work, resumed) {
+        prepared.discard(&at);
     }
 }
 
-impl Attempt<'_> {
-    /// Where this conversation's preparations are kept, and the conversation as this
-    /// request has it. `None` when preparations are off.
-    pub(super) fn preparation(&mut self) -> Option<(&Prepared, Conversation<'_>)> {
-        let prepared = self.ctx.app.prepared()?;
-        let partition = *self
-            .work
-            .partition
-            .get_or_insert_with(|| self.ctx.partition());
-        let prefixes = self.work.hashes(self.ctx.dialect, partition)?;
-        let resumed = self.done.resumed.as_ref();
-        let at = Conversation {
-            partition,
-            prefixes,
-            stage: stage(partition, resumed, prefixes),
-            resumed: resumed.map(|hit| &*hit.checkpoint),
-        };
-        Some((prepared, at))
+/// Whether the conversation's running preparation, here or on another replica, ends
+/// within `wait`.
+pub(super) async fn prepared_within(
+    ctx: &Ctx<'_>,
+    work: &mut Work,
+    resumed: Option<&Resumed>,
+    underway: Underway,
+    wait: Duration,
+) -> bool {
+    let Some((prepared, at)) = preparation(ctx, work, resumed) else {
+        return false;
+    };
+    match underway {
+        Underway::Here => prepared.ends_within(&at, wait).await,
+        Underway::Elsewhere => {
+            let Some(cache) = &ctx.app.checkpoints else {
+                return false;
+            };
+            let seal = ctx.seal(cache);
+            cache.prepared_elsewhere_within(&seal, at.stage, wait).await
+        }
     }
+}
 
-    /// The checkpoint another replica prepared for the conversation's `stage`, waited for
-    /// while it runs, if it replaces a prefix of this request's messages (`hashes`) and
-    /// takes it further than the checkpoint it is resumed from.
-    async fn prepared_elsewhere(&self, stage: u128, hashes: &[u128]) -> Option<Checkpoint> {
-        let cache = self.ctx.app.checkpoints.as_ref()?;
-        let (prefix, checkpoint) = cache
-            .prepared_elsewhere(&self.ctx.seal(cache), stage)
-            .await?;
-        (hashes.get(checkpoint.prefix_len) == Some(&prefix) && !self.behind(&checkpoint))
-            .then_some(checkpoint)
-    }
+/// Where this conversation's preparations are kept, and the conversation as the request
+/// has it. `None` when preparations are off.
+fn preparation<'r>(
+    ctx: &Ctx<'r>,
+    work: &'r mut Work,
+    resumed: Option<&'r Resumed>,
+) -> Option<(&'r Prepared, Conversation<'r>)> {
+    let prepared = ctx.app.prepared()?;
+    let partition = *work.partition.get_or_insert_with(|| ctx.partition());
+    let prefixes = work.hashes(ctx.dialect, partition)?;
+    let at = Conversation {
+        partition,
+        prefixes,
+        stage: stage(partition, resumed, prefixes),
+        resumed: resumed.map(|hit| &*hit.checkpoint),
+    };
+    Some((prepared, at))
+}
 
-    /// Whether a prepared checkpoint would take this request no further than the one it is
-    /// resumed from: it replaces fewer of the client's messages, or is that checkpoint.
-    fn behind(&self, prepared: &Checkpoint) -> bool {
-        self.done.resumed.as_ref().is_some_and(|hit| {
-            let resumed = hit.applied.prefix_len;
-            resumed > prepared.prefix_len
-                || (resumed == prepared.prefix_len && hit.checkpoint.messages == prepared.messages)
-        })
-    }
+/// The checkpoint another replica prepared for the conversation's `stage`, waited for
+/// while it runs, if it replaces a prefix of this request's messages (`hashes`) and takes
+/// it further than the checkpoint it is resumed from.
+async fn prepared_elsewhere(
+    ctx: &Ctx<'_>,
+    resumed: Option<&Resumed>,
+    stage: u128,
+    hashes: &[u128],
+) -> Option<Checkpoint> {
+    let cache = ctx.app.checkpoints.as_ref()?;
+    let (prefix, checkpoint) = cache.prepared_elsewhere(&ctx.seal(cache), stage).await?;
+    (hashes.get(checkpoint.prefix_len) == Some(&prefix) && !behind(resumed, &checkpoint))
+        .then_some(checkpoint)
+}
+
+/// Whether a prepared checkpoint would take the request no further than the one it is
+/// resumed from: it replaces fewer of the client's messages, or is that checkpoint.
+fn behind(resumed: Option<&Resumed>, prepared: &Checkpoint) -> bool {
+    resumed.is_some_and(|hit| {
+        let resumed = hit.applied.prefix_len;
+        resumed > prepared.prefix_len
+            || (resumed == prepared.prefix_len && hit.checkpoint.messages == prepared.messages)
+    })
 }
 
 /// Names the stage a conversation is at for its preparation, the same on every turn
@@ -265,6 +276,25 @@ struct Preparation {
 }
 
 impl Preparation {
+    /// Runs the preparation, in the request's trace when it is `traced`, and hands its end
+    /// to the conversation's preparations.
+    async fn in_background(
+        self,
+        traced: Option<(telemetry::ChildSpan, telemetry::Background)>,
+        ticket: Ticket,
+        base: Base,
+        goal: Goal,
+    ) {
+        let app = Arc::clone(&self.app);
+        let ended = match traced {
+            Some((_span, parent)) => telemetry::in_background(parent, self.run(base, goal)).await,
+            None => self.run(base, goal).await,
+        };
+        if let Some(prepared) = app.prepared() {
+            prepared.finish(ticket, ended);
+        }
+    }
+
     /// The checkpoint the compaction of `base` towards `goal` makes, exactly as the
     /// request's own compaction would have made it; with a shared store, the one another
     /// replica prepared for this stage of the conversation, if it replaces the same
@@ -312,8 +342,7 @@ impl Preparation {
             self.partition,
         );
         let order = Order {
-            options: goal.engine_options(),
-            relaxed: goal.relaxed_options(),
+            limits: goal.limits(),
             window: goal.window,
             summariser: (!self.digest_only).then_some(&caller),
             original: Some(self.original.clone()),
@@ -357,18 +386,16 @@ impl Preparation {
 /// leave the event short of it, to wait for a summary nobody prepared (measured: 3 s, in
 /// bench/events.py's tight session, with no margin).
 fn event_prunes_alone(base: &Base, goal: Goal, spare: Ours) -> bool {
-    let options = goal
-        .relaxed_options()
-        .unwrap_or_else(|| goal.engine_options());
+    let limits = goal.limits();
+    let options = limits.pruning();
     let lower = |tokens: usize| tokens.saturating_sub(spare.usize());
     let options = engine::Options {
         prune_turn: true,
         target_tokens: options.target_tokens.map(lower),
         prune_settle: options.prune_settle.map(lower),
-        ..options
+        ..options.clone()
     };
-    let counts = base.counts.as_deref();
-    engine::plan_with_counts(&base.view, counts, &options).is_ok_and(|plan| !plan.needs_summary())
+    compactor::needs_no_summary(base, &options)
 }
 
 /// A copy of the client's request head, for the summariser's calls made after the
@@ -443,7 +470,7 @@ mod tests {
         let relaxed = small + (whole - small) / 2;
         let goal = goal(relaxed);
         // Kept whole, the turn in progress leaves pruning short: a summary is needed.
-        let options = goal.relaxed_options().unwrap();
+        let options = goal.limits().relaxed.unwrap();
         let plan = engine::plan(&conversation(200), &options).unwrap();
         assert!(plan.needs_summary());
         // The event, a turn later, prunes that turn too: nothing to prepare.

@@ -2,9 +2,10 @@
 //! loop's state, and [`record`], the metrics and the one log line of a compaction, for
 //! the loop and for Codex's compaction requests alike.
 
-use super::{Attempt, Engine};
+use super::done::Done;
+use super::Ctx;
 use crate::compaction_report::{Outcome, XCompaction};
-use crate::compactor::{messages_of, Resumed};
+use crate::compactor::{messages_of, Base, Resumed};
 use crate::dialect::Dialect;
 use crate::engine::SummarySource;
 use crate::metrics::Metrics;
@@ -63,68 +64,64 @@ fn stored(hit: &Resumed) -> SummarySource {
     }
 }
 
-impl Attempt<'_> {
-    /// The header's fields, `None` while nothing was done to the request.
-    pub(super) fn x_compaction(&self, outcome: Outcome) -> Option<XCompaction> {
-        let done = &self.done;
-        let trigger = done.trigger?;
-        let report = done.report();
-        let hit = done.resumed.as_ref();
-        // A resumed request is measured from the client's own; one compacted again after
-        // that says where its summary came from, one sent as resumed what it carries.
-        let summary = match (report, hit) {
-            // A compaction prepared ahead, pruned on: its summary is new in this request.
-            (Some(r), Some(hit)) if r.summary == SummarySource::None && done.promote.is_some() => {
-                hit.checkpoint.summary
-            }
-            // Compacted again without a new summary: the stored one is what it carries.
-            (Some(r), Some(hit)) if r.summary == SummarySource::None => stored(hit),
-            (Some(r), _) => r.summary,
-            // A compaction prepared ahead: its summary is new in this request.
-            (None, Some(hit)) if done.promote.is_some() => hit.checkpoint.summary,
-            (None, Some(hit)) => stored(hit),
-            (None, None) => SummarySource::None,
-        };
-        // Without a compaction the messages went as they were (resumed, or with only the
-        // completion cap lowered).
-        let base = self.work.parsed();
-        let sent_messages = || base.and_then(|b| messages_of(&b.view)).map_or(0, Vec::len);
-        let sent_tokens = base.and_then(|b| b.tokens).map_or(0, |t| t.0);
-        Some(XCompaction {
-            outcome,
-            trigger,
-            attempts: done.calls,
-            messages_before: hit.map_or_else(
-                || report.map_or_else(sent_messages, |r| r.messages_before),
-                |h| h.messages_before,
-            ),
-            messages_after: report.map_or_else(sent_messages, |r| r.messages_after),
-            summary,
-            tokens_before: hit.map_or(
-                report.map_or(sent_tokens, |r| r.tokens_before as u64),
-                |h| h.tokens_before.0,
-            ),
-            tokens_after: report.map_or(sent_tokens, |r| r.tokens_after as u64),
-            output: done.output,
-            media: done.media,
-        })
-    }
+/// The header's fields for what was `done` to a request whose base (the request as sent
+/// when nothing compacted it) is `base`; `None` while nothing was done to it.
+pub(super) fn x_compaction(
+    done: &Done,
+    base: Option<&Base>,
+    outcome: Outcome,
+) -> Option<XCompaction> {
+    let trigger = done.trigger?;
+    let report = done.report();
+    let hit = done.resumed.as_ref();
+    // A resumed request is measured from the client's own; one compacted again after that
+    // says where its summary came from, one sent as resumed what it carries.
+    let summary = match (report, hit) {
+        // A compaction prepared ahead, pruned on: its summary is new in this request.
+        (Some(r), Some(hit)) if r.summary == SummarySource::None && done.promote.is_some() => {
+            hit.checkpoint.summary
+        }
+        // Compacted again without a new summary: the stored one is what it carries.
+        (Some(r), Some(hit)) if r.summary == SummarySource::None => stored(hit),
+        (Some(r), _) => r.summary,
+        // A compaction prepared ahead: its summary is new in this request.
+        (None, Some(hit)) if done.promote.is_some() => hit.checkpoint.summary,
+        (None, Some(hit)) => stored(hit),
+        (None, None) => SummarySource::None,
+    };
+    // Without a compaction the messages went as they were (resumed, or with only the
+    // completion cap lowered).
+    let sent_messages = || base.and_then(|b| messages_of(&b.view)).map_or(0, Vec::len);
+    let sent_tokens = base.and_then(|b| b.tokens).map_or(0, |t| t.0);
+    Some(XCompaction {
+        outcome,
+        trigger,
+        attempts: done.calls,
+        messages_before: hit.map_or_else(
+            || report.map_or_else(sent_messages, |r| r.messages_before),
+            |h| h.messages_before,
+        ),
+        messages_after: report.map_or_else(sent_messages, |r| r.messages_after),
+        summary,
+        tokens_before: hit.map_or(
+            report.map_or(sent_tokens, |r| r.tokens_before as u64),
+            |h| h.tokens_before.0,
+        ),
+        tokens_after: report.map_or(sent_tokens, |r| r.tokens_after as u64),
+        output: done.output,
+        media: done.media,
+    })
+}
 
-    /// The metrics and the log line for what was done.
-    pub(super) fn record(&self, x: &XCompaction) {
-        let done = &self.done;
-        let changed = matches!(done.engine, Engine::Rewrote { .. })
-            || done.resumed.is_some()
-            || done.output.is_some()
-            || done.media.is_some();
-        let passes = done.report().map(|r| r.notes.join("; "));
-        let line = LogLine {
-            id: self.ctx.id,
-            dialect: self.ctx.dialect,
-            passes: passes.as_deref().unwrap_or(""),
-            window: self.ctx.window(),
-            ask: "",
-        };
-        record(&self.ctx.app.metrics, x, changed, &line);
-    }
+/// The metrics and the log line for what was `done` to the request of `ctx`.
+pub(super) fn record_request(ctx: &Ctx<'_>, done: &Done, x: &XCompaction) {
+    let passes = done.report().map(|r| r.notes.join("; "));
+    let line = LogLine {
+        id: ctx.id,
+        dialect: ctx.dialect,
+        passes: passes.as_deref().unwrap_or(""),
+        window: ctx.window(),
+        ask: "",
+    };
+    record(&ctx.app.metrics, x, done.changed(), &line);
 }

@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::cap::Cap;
 use crate::checkpoint::{self, Partition};
 use crate::compactor::{messages_of, Base};
 use crate::dialect::{Dialect, Head};
@@ -37,6 +38,14 @@ impl Work {
             base: None,
             partition: None,
             hashes: None,
+        }
+    }
+
+    /// The completion cap of the request compaction starts from.
+    pub fn cap(&self) -> Cap {
+        Cap {
+            field: self.cap_field,
+            asked: self.cap,
         }
     }
 

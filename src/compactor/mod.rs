@@ -13,6 +13,9 @@
 //! summary is updated or summarised anew from the client's own messages is decided in one
 //! place too ([`Anew`]), for every caller.
 
+// No function longer than a screen: a phase that grows past it is two phases.
+#![warn(clippy::too_many_lines)]
+
 mod checkpoint;
 mod restore;
 
@@ -130,11 +133,8 @@ pub struct Resumed {
 
 /// What one compaction is asked to do.
 pub struct Order<'a> {
-    /// The engine's limits: its target and ceiling in our tokens.
-    pub options: Options,
-    /// Limits with a higher target, taken instead when pruning alone reaches it: a summary
-    /// is made only when it must be, and then to `options`' deeper target.
-    pub relaxed: Option<Options>,
+    /// The engine's limits.
+    pub limits: Limits,
     /// The model's window, which the summary's share is read from.
     pub window: Option<Window>,
     /// Who may be asked for an LLM summary; `None`: the digest only.
@@ -184,26 +184,61 @@ pub enum Declined {
     Lost(#[from] tokio::task::JoinError),
 }
 
-/// The plan a compaction of `base` finishes, with the limits it was made to: `options`',
-/// unless that plan needs a summary and the `relaxed` limits' plan does not (pruning alone
-/// reaches their higher target), which is then taken instead.
-fn plan(
-    base: &Base,
-    options: Options,
-    relaxed: Option<Options>,
-) -> (Options, Result<engine::Plan, engine::EngineError>) {
-    let counts = base.counts.as_deref();
-    let plan = engine::plan_with_counts(&base.view, counts, &options);
-    let pruned = match (&plan, relaxed) {
-        (Ok(plan), Some(relaxed)) if plan.needs_summary() => {
-            engine::plan_with_counts(&base.view, counts, &relaxed)
+/// The engine's limits for one compaction: the deep ones, and relaxed ones with a higher
+/// target, taken instead when pruning alone reaches it: a summary is made only when it
+/// must be, and then to the deep limits' target.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// The target and ceiling in our tokens.
+    pub deep: Options,
+    pub relaxed: Option<Options>,
+}
+
+impl Limits {
+    /// Limits with nothing relaxed.
+    pub fn deep(deep: Options) -> Limits {
+        Limits {
+            deep,
+            relaxed: None,
+        }
+    }
+
+    /// The limits pruning alone stops at: the relaxed ones when there are, else the deep.
+    pub fn pruning(&self) -> &Options {
+        self.relaxed.as_ref().unwrap_or(&self.deep)
+    }
+
+    /// The plan a compaction of `base` finishes, with the limits it was made to: the deep
+    /// ones, unless that plan needs a summary and the relaxed limits' plan does not
+    /// (pruning alone reaches their higher target), which is then taken instead.
+    fn plan(&self, base: &Base) -> (Options, Result<engine::Plan, engine::EngineError>) {
+        let plan = plan_of(base, &self.deep);
+        let pruned = match (&plan, &self.relaxed) {
+            (Ok(plan), Some(relaxed)) if plan.needs_summary() => plan_of(base, relaxed)
                 .ok()
                 .filter(|pruned| !pruned.needs_summary())
-                .map(|pruned| (relaxed, Ok(pruned)))
-        }
-        _ => None,
-    };
-    pruned.unwrap_or((options, plan))
+                .map(|pruned| (relaxed.clone(), Ok(pruned))),
+            _ => None,
+        };
+        pruned.unwrap_or_else(|| (self.deep.clone(), plan))
+    }
+}
+
+/// The engine's plan of `base` at `options`, with the counts already made of it: the one
+/// place a compaction is planned.
+fn plan_of(base: &Base, options: &Options) -> Result<engine::Plan, engine::EngineError> {
+    engine::plan_with_counts(&base.view, base.counts.as_deref(), options)
+}
+
+/// Whether the cheap passes (pruning above all) bring `base`, over the target of
+/// `options`, under it: a compaction without a summary.
+pub fn prunes_alone(base: &Base, options: &Options) -> bool {
+    plan_of(base, options).is_ok_and(|plan| plan.prunes_alone())
+}
+
+/// Whether a compaction of `base` to `options` needs no summary.
+pub fn needs_no_summary(base: &Base, options: &Options) -> bool {
+    plan_of(base, options).is_ok_and(|plan| !plan.needs_summary())
 }
 
 /// A conversation resumed from a checkpoint whose summary is a digest standing in for one
@@ -306,12 +341,12 @@ impl Planned {
     /// client's own request instead, if that needs one too (what pruning alone does is
     /// done from the form in place, without a summariser call). The client's request is
     /// read and counted only then, so a conversation that needs no summary is planned once.
-    fn new(base: Base, options: Options, relaxed: Option<Options>, anew: Option<Anew>) -> Planned {
-        let (chosen, resumed) = plan(&base, options.clone(), relaxed.clone());
+    fn new(base: Base, limits: &Limits, anew: Option<Anew>) -> Planned {
+        let (chosen, resumed) = limits.plan(&base);
         let summarises = resumed.as_ref().is_ok_and(engine::Plan::needs_summary);
         let client = anew.filter(|_| summarises).and_then(|anew| {
             let client = anew.client(&base)?;
-            let (options, planned) = plan(&client, options, relaxed);
+            let (options, planned) = limits.plan(&client);
             let planned = planned.ok().filter(engine::Plan::needs_summary)?;
             let turns: usize = planned.turns().iter().map(|m| m.tokens).sum();
             if anew.within < Limit::At(turns) {
@@ -387,10 +422,9 @@ impl Compactor<'_> {
         order: Order<'_>,
     ) -> (Option<Base>, Result<Compaction, Declined>) {
         let started = Instant::now();
-        let (options, relaxed) = (order.options.clone(), order.relaxed.clone());
+        let limits = order.limits.clone();
         let anew = Anew::of(&order);
-        let planned =
-            tokio::task::spawn_blocking(move || Planned::new(base, options, relaxed, anew)).await;
+        let planned = tokio::task::spawn_blocking(move || Planned::new(base, &limits, anew)).await;
         let Planned {
             base,
             options,
@@ -640,8 +674,7 @@ mod tests {
         };
         let (digest, llm) = (hit(SummarySource::Fallback), hit(SummarySource::Llm));
         let order = |resumed, summariser, original: Option<Bytes>| Order {
-            options: Options::default(),
-            relaxed: None,
+            limits: Limits::deep(Options::default()),
             window: None,
             summariser,
             original,
@@ -667,7 +700,7 @@ mod tests {
     #[test]
     fn a_stand_in_digest_that_needs_a_summary_is_planned_from_the_clients_messages() {
         let base = resumed(8);
-        let planned = Planned::new(base, target(1_500), None, Some(anew(8)));
+        let planned = Planned::new(base, &Limits::deep(target(1_500)), Some(anew(8)));
         let (client, digest) = planned.anew.expect("not summarised anew");
         assert_eq!(digest, "## Requests\n- Review the draft.");
         let plan = planned.plan.unwrap();
@@ -694,8 +727,7 @@ mod tests {
         let anew_within = |within| {
             let planned = Planned::new(
                 resumed(8),
-                target(1_500),
-                None,
+                &Limits::deep(target(1_500)),
                 Some(Anew { within, ..anew(8) }),
             );
             let turns: usize = planned
@@ -729,7 +761,7 @@ mod tests {
         let options = target(base.tokens.unwrap().usize() * 5 / 4);
         let whole = engine::plan(&client(8), &options).unwrap();
         assert!(whole.needs_summary());
-        let planned = Planned::new(base, options, None, Some(anew(8)));
+        let planned = Planned::new(base, &Limits::deep(options), Some(anew(8)));
         assert!(planned.anew.is_none());
         assert!(!planned.plan.unwrap().needs_summary());
     }
