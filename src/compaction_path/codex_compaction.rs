@@ -77,7 +77,9 @@ pub async fn handle_endpoint(
     let (parts, incoming) = request.into_parts();
     let body = read_body(incoming, app.config.limits.max_body_bytes).await?;
     let body = items::expand(&body).map_or(body, Bytes::from);
-    let model = Dialect::Responses.head(&body).map(|head| head.model);
+    let model = Dialect::Responses
+        .steering(&body)
+        .map(|steering| steering.model);
     let future = handle(app, &parts, body, Ask::Endpoint, id);
     super::with_span(app, API, model, &parts.headers, future).await
 }

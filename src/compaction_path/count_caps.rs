@@ -30,7 +30,7 @@ pub(super) struct CapMedia {
 /// Before the first call: at most the model's configured number of media parts, or the
 /// number a refusal named.
 pub(super) fn configured_media(ctx: &Ctx<'_>) -> Option<CapMedia> {
-    let (upstream, model) = (ctx.upstream(), ctx.head.model.as_str());
+    let (upstream, model) = (ctx.upstream(), ctx.steering.model.as_str());
     let keep = ctx.app.models.media_cap(upstream, model)?;
     Some(CapMedia { keep })
 }
@@ -45,7 +45,7 @@ pub(super) fn media_after_refusal(
     let (view, _) = ctx.dialect.view(sent)?;
     let sent = engine::count_media(&view) as u64;
     if let Some(limit) = class.numbers.media_limit {
-        let (upstream, model) = (ctx.upstream(), ctx.head.model.as_str());
+        let (upstream, model) = (ctx.upstream(), ctx.steering.model.as_str());
         ctx.app.models.learn_media_cap(upstream, model, limit);
     }
     let keep = class.numbers.media_limit.unwrap_or(sent / 2);
@@ -98,7 +98,7 @@ pub(super) fn learn_message_limit(ctx: &Ctx<'_>, sent: &Bytes, class: &Classific
         .message_limit
         .unwrap_or(sent / 2)
         .min(sent.saturating_sub(1));
-    let (upstream, model) = (ctx.upstream(), ctx.head.model.as_str());
+    let (upstream, model) = (ctx.upstream(), ctx.steering.model.as_str());
     ctx.app.models.learn_message_cap(upstream, model, limit);
     true
 }
@@ -106,7 +106,7 @@ pub(super) fn learn_message_limit(ctx: &Ctx<'_>, sent: &Bytes, class: &Classific
 /// The most messages one request for this model may carry, when configured or taught by
 /// a refusal.
 pub(super) fn message_cap(ctx: &Ctx<'_>) -> Option<usize> {
-    let (upstream, model) = (ctx.upstream(), ctx.head.model.as_str());
+    let (upstream, model) = (ctx.upstream(), ctx.steering.model.as_str());
     let cap = ctx.app.models.message_cap(upstream, model)?;
     Some(usize::try_from(cap).unwrap_or(usize::MAX))
 }

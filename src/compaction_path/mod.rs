@@ -46,7 +46,7 @@ use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::checkpoint::{Checkpoint, Checkpoints, Key, Partition, Seal};
 use crate::compactor::Caller;
-use crate::dialect::{self, Dialect, Head};
+use crate::dialect::{self, Dialect, Steering};
 use crate::error::ProxyError;
 use crate::growth::Growth;
 use crate::limits::ClientBody;
@@ -100,16 +100,16 @@ pub async fn handle_body(
     };
     if dialect == Dialect::Responses && dialect::codex_items::is_trigger(&original) {
         let ask = codex_compaction::Ask::Trigger;
-        let model = dialect.head(&original).map(|head| head.model);
+        let model = dialect.steering(&original).map(|steering| steering.model);
         let future = Box::pin(codex_compaction::handle(app, parts, original, ask, id));
         return with_span(app, codex_compaction::API, model, &parts.headers, future).await;
     }
-    match dialect.head(&original) {
-        Some(head) => {
+    match dialect.steering(&original) {
+        Some(steering) => {
             // The name is copied only for a span; without traces it would be an
             // allocation per request for nothing.
-            let model = app.telemetry.as_ref().map(|_| head.model.clone());
-            let future = run(app, parts, original, head, dialect, id);
+            let model = app.telemetry.as_ref().map(|_| steering.model.clone());
+            let future = run(app, parts, original, steering, dialect, id);
             with_span(app, dialect.as_str(), model, &parts.headers, future).await
         }
         // Not a request the proxy understands: the upstream is the judge of it.
@@ -191,19 +191,19 @@ async fn run(
     app: &Arc<App>,
     parts: &Parts,
     original: Bytes,
-    head: Head,
+    steering: Steering,
     dialect: Dialect,
     id: u64,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let mut work = Work::new(original, &head);
-    let growth = observe_growth(app, parts, &head, &mut work);
+    let mut work = Work::new(original, &steering);
+    let growth = observe_growth(app, parts, &steering, &mut work);
     let mut request = Request {
         ctx: Ctx {
             app,
             parts,
             id,
             dialect,
-            head,
+            steering,
             growth,
         },
         work,
@@ -214,7 +214,7 @@ async fn run(
         request.done.calls += 1;
         let response = send(app, parts, request.work.body.clone()).await?;
         let hold = app.config.first_event_timeout();
-        let verdict = inspect::inspect(response, request.ctx.head.stream, hold).await?;
+        let verdict = inspect::inspect(response, request.ctx.steering.stream, hold).await?;
         match verdict {
             Verdict::Deliver(response) => return Ok(request.deliver(response).await),
             Verdict::Refused { parts, body, class } => {
@@ -236,14 +236,14 @@ const FOLLOWED: usize = 16 * 1024;
 
 /// Records this turn of the request's conversation and gives its expected growth a turn
 /// (see [`Growth`]); the partition it computes serves the summary cache too.
-fn observe_growth(app: &App, parts: &Parts, head: &Head, work: &mut Work) -> Option<u64> {
+fn observe_growth(app: &App, parts: &Parts, steering: &Steering, work: &mut Work) -> Option<u64> {
     let original = work.original();
     if original.len() < FOLLOWED {
         return None;
     }
     let partition = app
         .tenants
-        .partition(&parts.headers, app.upstream.base_url(), &head.model);
+        .partition(&parts.headers, app.upstream.base_url(), &steering.model);
     let conversation = Growth::conversation(partition.scope, original);
     let growth = app.growth.observe(conversation, original.len() as u64);
     work.partition = Some(partition);
@@ -260,7 +260,7 @@ struct Ctx<'a> {
     id: u64,
     dialect: Dialect,
     /// The client's steering fields, as it sent them.
-    head: Head,
+    steering: Steering,
     /// How much the conversation is expected to grow on its next turn, in bytes, when
     /// its size is worth following.
     growth: Option<u64>,
@@ -275,20 +275,24 @@ impl Ctx<'_> {
     fn window(&self) -> Option<Window> {
         self.app
             .models
-            .window_for(self.upstream(), &self.head.model)
+            .window_for(self.upstream(), &self.steering.model)
             .map(|w| w.window)
     }
 
     /// Upstream tokens per token of ours, as learned for this model.
     fn factor(&self) -> Factor {
-        Factor(self.app.models.factor(self.upstream(), &self.head.model))
+        Factor(
+            self.app
+                .models
+                .factor(self.upstream(), &self.steering.model),
+        )
     }
 
     /// The conversation's partition in the summary cache.
     fn partition(&self) -> Partition {
         self.app
             .tenants
-            .partition(&self.parts.headers, self.upstream(), &self.head.model)
+            .partition(&self.parts.headers, self.upstream(), &self.steering.model)
     }
 
     /// The key the conversation's checkpoints are sealed with, from the same credential
@@ -315,7 +319,7 @@ impl Ctx<'_> {
     fn caller(&self, partition: Partition) -> Caller<'_> {
         Caller::new(
             self.parts,
-            &self.head.model,
+            &self.steering.model,
             self.dialect,
             self.id,
             partition,
@@ -406,7 +410,7 @@ mod tests {
             parts: &parts,
             id: 1,
             dialect: Dialect::Chat,
-            head: Head {
+            steering: Steering {
                 model: "m".into(),
                 stream: false,
                 max_output: None,

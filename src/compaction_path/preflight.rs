@@ -95,7 +95,7 @@ pub(super) async fn resume(ctx: &Ctx<'_>, work: &mut Work) -> Option<Resume> {
     let summarizer = ctx.app.summarizer.as_ref();
     if checkpoint.summariser_failed
         && checkpoint.worth_summarising()
-        && summarizer.is_some_and(|s| s.ready(&ctx.head.model))
+        && summarizer.is_some_and(|s| s.ready(&ctx.steering.model))
     {
         tracing::info!(
             id = ctx.id,

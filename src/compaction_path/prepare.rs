@@ -76,7 +76,7 @@ pub(super) fn start(ctx: &Ctx<'_>, work: &mut Work, done: Done<'_>, goal: Goal) 
         spare: Ours(growth.ours(ctx.factor()).0 / 2),
         app: Arc::clone(ctx.app),
         parts: copy(ctx.parts),
-        model: ctx.head.model.clone(),
+        model: ctx.steering.model.clone(),
         dialect: ctx.dialect,
         id: ctx.id,
         partition,

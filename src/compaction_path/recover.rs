@@ -64,7 +64,7 @@ pub(super) fn learn(ctx: &Ctx<'_>, mut sent: Sent<'_>, class: &Classification) {
     } else {
         None
     };
-    let (upstream, model) = (ctx.upstream(), ctx.head.model.as_str());
+    let (upstream, model) = (ctx.upstream(), ctx.steering.model.as_str());
     let models = &ctx.app.models;
     if let Some(window) = numbers.context_window {
         models.learn(upstream, model, window);

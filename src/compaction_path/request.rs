@@ -236,7 +236,7 @@ impl Request<'_> {
         };
         let learn = usage::Learn {
             app: Arc::clone(self.ctx.app),
-            model: self.ctx.head.model.clone(),
+            model: self.ctx.steering.model.clone(),
             ours,
         };
         response.map(|body| usage::tap(body, learn))
@@ -318,7 +318,7 @@ impl Request<'_> {
                     id = self.ctx.id,
                     "a resumed request could not be encoded; sent as the client's"
                 );
-                self.work.reset(&self.ctx.head);
+                self.work.reset(&self.ctx.steering);
                 self.done = Default::default();
             }
         }

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::cap::Cap;
 use crate::checkpoint::{self, Partition};
 use crate::compactor::{messages_of, Base};
-use crate::dialect::{Dialect, Head};
+use crate::dialect::{Dialect, Steering};
 use crate::units::Ours;
 
 pub(super) struct Work {
@@ -29,12 +29,12 @@ pub(super) struct Work {
 }
 
 impl Work {
-    pub fn new(original: Bytes, head: &Head) -> Work {
+    pub fn new(original: Bytes, steering: &Steering) -> Work {
         Work {
             body: original.clone(),
             original,
-            cap: head.max_output,
-            cap_field: head.max_output_field,
+            cap: steering.max_output,
+            cap_field: steering.max_output_field,
             base: None,
             partition: None,
             hashes: None,
@@ -90,8 +90,8 @@ impl Work {
     }
 
     /// Forgets the parsed request: the next attempt is the client's own bytes.
-    pub fn reset(&mut self, head: &Head) {
-        *self = Work::new(self.original.clone(), head);
+    pub fn reset(&mut self, steering: &Steering) {
+        *self = Work::new(self.original.clone(), steering);
     }
 
     /// Our token count of the base, counted on first use.

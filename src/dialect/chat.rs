@@ -5,7 +5,7 @@
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
-use super::Head;
+use super::Steering;
 
 #[derive(Deserialize)]
 struct RawChat<'a> {
@@ -25,14 +25,14 @@ struct RawChat<'a> {
 /// `None` when the body is not a JSON object with a `messages` array: such a body is the
 /// upstream's to judge, and goes there unchanged. The completion cap is
 /// `max_completion_tokens`, else the older `max_tokens`.
-pub fn head(body: &[u8]) -> Option<Head> {
+pub fn steering(body: &[u8]) -> Option<Steering> {
     let raw: RawChat = serde_json::from_slice(body).ok()?;
     let (max_output, max_output_field) = match (raw.max_completion_tokens, raw.max_tokens) {
         (Some(n), _) => (Some(n), Some("max_completion_tokens")),
         (None, Some(n)) => (Some(n), Some("max_tokens")),
         (None, None) => (None, None),
     };
-    Some(Head {
+    Some(Steering {
         model: raw.model.map(|m| m.into_owned()).unwrap_or_default(),
         stream: raw.stream.unwrap_or(false),
         max_output,
@@ -46,7 +46,7 @@ mod tests {
 
     #[test]
     fn reads_the_steering_fields() {
-        let head = head(
+        let head = steering(
             br#"{"model":"gpt-4o","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"x"}],"extra":{"a":[1]}}"#,
         )
         .unwrap();
@@ -58,7 +58,8 @@ mod tests {
 
     #[test]
     fn max_completion_tokens_wins_over_max_tokens() {
-        let head = head(br#"{"messages":[],"max_tokens":5,"max_completion_tokens":7}"#).unwrap();
+        let head =
+            steering(br#"{"messages":[],"max_tokens":5,"max_completion_tokens":7}"#).unwrap();
         assert_eq!(head.max_output, Some(7));
         assert_eq!(head.max_output_field, Some("max_completion_tokens"));
         assert_eq!(head.model, "");
@@ -66,7 +67,7 @@ mod tests {
 
     #[test]
     fn model_with_escapes_is_decoded() {
-        let head = head(br#"{"model":"a\/b","messages":[]}"#).unwrap();
+        let head = steering(br#"{"model":"a\/b","messages":[]}"#).unwrap();
         assert_eq!(head.model, "a/b");
     }
 
@@ -79,7 +80,7 @@ mod tests {
             br#"{"messages":"x"}"#,
             b"",
         ] {
-            assert_eq!(head(body), None, "{}", String::from_utf8_lossy(body));
+            assert_eq!(steering(body), None, "{}", String::from_utf8_lossy(body));
         }
     }
 }

@@ -27,7 +27,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::Head;
+use super::Steering;
 
 /// Field on the view message standing for the top-level `system`.
 const SYSTEM: &str = "x_system";
@@ -64,12 +64,12 @@ struct RawMessages<'a> {
 /// itself (a `compact_*` context edit, a `compaction` block). Context edits that clear
 /// thinking or tool uses do not guarantee a fit: they are kept as sent and do not stop
 /// compaction.
-pub fn head(body: &[u8]) -> Option<Head> {
+pub fn steering(body: &[u8]) -> Option<Steering> {
     let raw: RawMessages = serde_json::from_slice(body).ok()?;
     if raw.context_management.as_ref().is_some_and(compacts) || holds_compaction(body) {
         return None;
     }
-    Some(Head {
+    Some(Steering {
         model: raw.model.map(Cow::into_owned).unwrap_or_default(),
         stream: raw.stream.unwrap_or(false),
         max_output: raw.max_tokens,
@@ -1001,7 +1001,7 @@ mod tests {
     #[test]
     fn provider_compaction_wins_and_context_editing_does_not_stop_compaction() {
         let bytes = |v: &Value| serde_json::to_vec(v).unwrap();
-        let h = head(&bytes(&request())).unwrap();
+        let h = steering(&bytes(&request())).unwrap();
         assert_eq!(h.max_output, Some(128000));
         assert_eq!(h.max_output_field, Some("max_tokens"));
         assert!(h.stream);
@@ -1010,18 +1010,18 @@ mod tests {
             .as_array_mut()
             .unwrap()
             .push(json!({"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 150000}}));
-        assert_eq!(head(&bytes(&compacting)), None);
+        assert_eq!(steering(&bytes(&compacting)), None);
         let mut compacted = request();
         compacted["messages"][2]["content"]
             .as_array_mut()
             .unwrap()
             .insert(0, json!({"type": "compaction", "content": "earlier turns"}));
-        assert_eq!(head(&bytes(&compacted)), None);
+        assert_eq!(steering(&bytes(&compacted)), None);
         // A text that merely says "compaction" is no compaction block.
         let mut said = request();
         said["messages"][1]["content"] = json!("compaction");
-        assert!(head(&bytes(&said)).is_some());
-        assert_eq!(head(br#"{"model":"m","max_tokens":5}"#), None);
+        assert!(steering(&bytes(&said)).is_some());
+        assert_eq!(steering(br#"{"model":"m","max_tokens":5}"#), None);
     }
 
     #[test]

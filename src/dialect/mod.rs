@@ -14,7 +14,7 @@ use serde_json::Value;
 /// The few top-level fields of a request that steer compaction, named as the engine's
 /// chat view names them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Head {
+pub struct Steering {
     pub model: String,
     pub stream: bool,
     /// The completion cap the client asked for.
@@ -97,11 +97,11 @@ impl Dialect {
 
     /// The fields that steer compaction, or `None` for a body the upstream should judge
     /// as it is (not JSON, no conversation, a conversation the upstream holds).
-    pub fn head(self, body: &[u8]) -> Option<Head> {
+    pub fn steering(self, body: &[u8]) -> Option<Steering> {
         match self {
-            Dialect::Chat => chat::head(body),
-            Dialect::Responses => responses::head(body),
-            Dialect::Messages => messages::head(body),
+            Dialect::Chat => chat::steering(body),
+            Dialect::Responses => responses::steering(body),
+            Dialect::Messages => messages::steering(body),
         }
     }
 

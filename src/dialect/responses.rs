@@ -18,7 +18,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::Head;
+use super::Steering;
 
 /// Field on a view message listing the input items it stands for.
 const ITEMS: &str = "x_items";
@@ -55,12 +55,12 @@ struct RawResponses<'a> {
 /// items. `None` when the request is not one the proxy can compact: no `input` array,
 /// or a conversation held by the upstream (`previous_response_id`, `conversation`), whose
 /// earlier turns the proxy never sees. The completion cap is named as the view names it.
-pub fn head(body: &[u8]) -> Option<Head> {
+pub fn steering(body: &[u8]) -> Option<Steering> {
     let raw: RawResponses = serde_json::from_slice(body).ok()?;
     if raw.previous_response_id.is_some() || raw.conversation.is_some() {
         return None;
     }
-    Some(Head {
+    Some(Steering {
         model: raw.model.map(|m| m.into_owned()).unwrap_or_default(),
         stream: raw.stream.unwrap_or(false),
         max_output: raw.max_output_tokens,
@@ -612,15 +612,15 @@ mod tests {
     #[test]
     fn server_side_conversations_are_not_the_proxys_to_compact() {
         let bytes = |v: &Value| serde_json::to_vec(v).unwrap();
-        let h = head(&bytes(&request())).unwrap();
+        let h = steering(&bytes(&request())).unwrap();
         assert_eq!((h.model.as_str(), h.max_output), ("gpt-5", Some(9000)));
         let mut chained = request();
         chained["previous_response_id"] = json!("resp_1");
-        assert_eq!(head(&bytes(&chained)), None);
+        assert_eq!(steering(&bytes(&chained)), None);
         let mut held = request();
         held["conversation"] = json!({"id": "conv_1"});
-        assert_eq!(head(&bytes(&held)), None);
-        assert_eq!(head(&bytes(&json!({"input": "hi"}))), None);
+        assert_eq!(steering(&bytes(&held)), None);
+        assert_eq!(steering(&bytes(&json!({"input": "hi"}))), None);
     }
 
     #[test]
