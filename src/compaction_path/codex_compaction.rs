@@ -79,7 +79,7 @@ pub async fn handle_endpoint(
     let body = items::expand(&body).map_or(body, Bytes::from);
     let model = Dialect::Responses.head(&body).map(|head| head.model);
     let future = handle(app, &parts, body, Ask::Endpoint, id);
-    super::with_span(app, API, model, &parts.headers, future).await
+    super::with_span(app, API, model, &parts.headers, None, future).await
 }
 
 /// Either request, its body read (and the proxy's earlier items expanded).

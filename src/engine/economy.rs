@@ -239,7 +239,9 @@ impl Batch<'_> {
             return None;
         }
         let info = result_info(self.messages, i, self.index);
-        let label = info.as_ref().map_or_else(|| "a tool".into(), CallInfo::label);
+        let label = info
+            .as_ref()
+            .map_or_else(|| "a tool".into(), CallInfo::label);
         let (form, kind) = self.shorter(i, text, &label, info.as_ref())?;
         let mut m = msg.clone();
         set_text(&mut m, form, self.counter);
@@ -286,7 +288,12 @@ impl Batch<'_> {
         if !files.is_empty() && !self.read_again(i, files) && !looks_like_json(text) {
             return None;
         }
-        shaped(text).map(|s| (format!("{PRUNED_PREFIX}{label}, shortened]\n{s}"), Kind::Shaped))
+        shaped(text).map(|s| {
+            (
+                format!("{PRUNED_PREFIX}{label}, shortened]\n{s}"),
+                Kind::Shaped,
+            )
+        })
     }
 
     /// Whether a later output up to the horizon comes from a call on one of `files`.
@@ -680,7 +687,10 @@ mod tests {
         let (m, stats) = run(&session(&calls), opts(2, 1));
         assert_eq!(stats.shaped, 1);
         let t = m[3].text();
-        assert!(t.contains("Paragraph 0 ") && t.contains("Paragraph 199 "), "{t}");
+        assert!(
+            t.contains("Paragraph 0 ") && t.contains("Paragraph 199 "),
+            "{t}"
+        );
         assert!(t.contains("build/out/report.xml"), "{t}");
     }
 
