@@ -455,7 +455,7 @@ impl Default for CompactionConfig {
             remote_compaction: RemoteCompaction::Auto,
             economy: false,
             economy_age: 4,
-            economy_batch_tokens: 8_000,
+            economy_batch_tokens: 16_000,
         }
     }
 }

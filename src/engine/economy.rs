@@ -58,7 +58,7 @@ impl Default for EconomyOptions {
     fn default() -> EconomyOptions {
         EconomyOptions {
             age: 4,
-            batch_tokens: 8_000,
+            batch_tokens: 16_000,
         }
     }
 }
