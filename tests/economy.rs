@@ -34,7 +34,7 @@ fn log() -> String {
 /// Turn `n`'s call and its output: reads of src/app.rs and test runs, in turn.
 fn call(n: usize) -> (String, &'static str, Value, String) {
     let id = format!("call_{n}");
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         (id, "read_file", json!({"path": "src/app.rs"}), file())
     } else {
         (id, "shell", json!({"command": "cargo test"}), log())

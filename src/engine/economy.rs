@@ -471,9 +471,8 @@ fn log_lines(text: &str) -> Option<String> {
     for (i, line) in lines.iter().enumerate() {
         if telling(line) {
             any = true;
-            for k in i.saturating_sub(1)..=(i + 1).min(lines.len() - 1) {
-                keep[k] = true;
-            }
+            let end = (i + 2).min(lines.len());
+            keep[i.saturating_sub(1)..end].fill(true);
         } else if summary_line(line) {
             any = true;
             keep[i] = true;
