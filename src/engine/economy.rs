@@ -41,7 +41,7 @@ use super::calls::{index_calls, result_info, CallInfo};
 use super::errors::{error_line, line_score};
 use super::message::{clip, keep_ends, Message, Role};
 use super::output_facts::output_facts;
-use super::placeholders::{DUPLICATE_PREFIX, PRUNED_PREFIX};
+use super::placeholders::{DUPLICATE_PREFIX, EARLIER_PREFIX, PRUNED_PREFIX, SHORTENED_PREFIX};
 use super::tokens::Counter;
 
 /// The knobs of [`economize`].
@@ -232,10 +232,14 @@ impl Batch<'_> {
     fn decide(&self, i: usize) -> Option<(Message, Kind)> {
         let msg = &self.messages[i];
         let text = plain_text(msg)?;
-        if text.len() < MIN_CHARS || text.starts_with(PRUNED_PREFIX) {
-            return None;
-        }
-        if text.starts_with(DUPLICATE_PREFIX) {
+        // An output already shortened, by an earlier compaction or by economy itself.
+        let placeholders = [
+            PRUNED_PREFIX,
+            DUPLICATE_PREFIX,
+            SHORTENED_PREFIX,
+            EARLIER_PREFIX,
+        ];
+        if text.len() < MIN_CHARS || placeholders.iter().any(|p| text.starts_with(p)) {
             return None;
         }
         let info = result_info(self.messages, i, self.index);
@@ -288,12 +292,7 @@ impl Batch<'_> {
         if !files.is_empty() && !self.read_again(i, files) && !looks_like_json(text) {
             return None;
         }
-        shaped(text).map(|s| {
-            (
-                format!("{PRUNED_PREFIX}{label}, shortened]\n{s}"),
-                Kind::Shaped,
-            )
-        })
+        shaped(text).map(|s| (format!("{SHORTENED_PREFIX}{label}]\n{s}"), Kind::Shaped))
     }
 
     /// Whether a later output up to the horizon comes from a call on one of `files`.
@@ -315,7 +314,7 @@ impl Batch<'_> {
 
     fn diff_form(&self, label: &str, j: usize, diff: &Diff) -> String {
         let mut out = format!(
-            "{PRUNED_PREFIX}{label}: the same as the result of {} but for these {} lines, which it lacks",
+            "{EARLIER_PREFIX}{label}: the same as the result of {} but for these {} lines, which it lacks",
             self.name_of(j),
             diff.here.len()
         );
@@ -671,6 +670,9 @@ mod tests {
             assert!(t.contains(kept), "{kept} lost: {t}");
         }
         assert!(!t.contains("case_10 ... ok"), "{t}");
+        // A later compaction that prunes it still finds its error.
+        let error = error_line(&t).unwrap_or_default();
+        assert!(error.contains("case_30"), "{error}");
     }
 
     #[test]
