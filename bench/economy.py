@@ -262,6 +262,7 @@ def valid(messages):
 
 
 def measure(binary, compaction, sent, edited):
+    """The proxy with `compaction`'s settings between the session and the mock."""
     mock = Mock()
     workdir = tempfile.mkdtemp(prefix="economy-bench-")
     proxy, port = run_proxy(binary, mock.port, compaction, workdir)
@@ -276,7 +277,27 @@ def measure(binary, compaction, sent, edited):
         proxy.wait(timeout=10)
         mock.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    got = mock.received
+    row = figures(mock.received, sent, edited, times)
+    row["economy_headers"] = sum("economy=" in h for h in headers)
+    return row
+
+
+def peer(python, name, sent, edited):
+    """A peer compressor run on each request of the session in its own interpreter
+    (bench/economy_peers.py); `None` when it cannot run."""
+    script = os.path.join(ROOT, "bench", "economy_peers.py")
+    run = subprocess.run([python, script, name], input=json.dumps(sent), capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"SKIP {name}: {run.stderr.strip()[-500:]}", file=sys.stderr)
+        return None
+    out = json.loads(run.stdout)
+    row = figures(out["messages"], sent, edited, out["seconds"])
+    row["version"] = out["version"]
+    return row
+
+
+def figures(got, sent, edited, times):
+    """The figures of what reached the upstream (`got`) for the session's requests."""
     assert len(got) == len(sent)
     serial = [json.dumps(m) for m in got]
     shares, reused, repeated, extends = [], [], 0, 0
@@ -292,11 +313,12 @@ def measure(binary, compaction, sent, edited):
     edit_seen = sum(edit_call in g and any(m.get("content") == edited for m in g) for g in after_edit)
     last = json.dumps(got[-1])
     facts = [f for f in FACTS if json.dumps(f)[1:-1] in last]
+    total = sum(len(s) for s in serial)
     return {
-        "tokens_sent": sum(len(s) for s in serial) // BYTES_PER_TOKEN,
+        "tokens_sent": total // BYTES_PER_TOKEN,
         "last_request_tokens": len(serial[-1]) // BYTES_PER_TOKEN,
         "prefix_share": sum(shares) / len(shares),
-        "tokens_repeated": repeated / sum(len(s) for s in serial),
+        "tokens_repeated": repeated / total,
         "previous_reused": sum(reused) / len(reused),
         "extending": extends,
         "latest_verbatim": latest,
@@ -306,11 +328,10 @@ def measure(binary, compaction, sent, edited):
         "facts_missing": [f for f in FACTS if f not in facts],
         "valid": sum(valid(g) for g in got),
         "requests": len(got),
-        "economy_headers": sum("economy=" in h for h in headers),
         # What a provider that bills prompt-cache reads at a share of the price charges,
         # in tokens at full price: the repeated prefixes at that share, the rest whole.
-        "cost_10": (sum(len(s) for s in serial) - 0.9 * repeated) / BYTES_PER_TOKEN,
-        "cost_50": (sum(len(s) for s in serial) - 0.5 * repeated) / BYTES_PER_TOKEN,
+        "cost_10": (total - 0.9 * repeated) / BYTES_PER_TOKEN,
+        "cost_50": (total - 0.5 * repeated) / BYTES_PER_TOKEN,
         "median_ms": sorted(times)[len(times) // 2] * 1000,
         "shares": [round(s, 4) for s in shares],
     }
@@ -323,6 +344,9 @@ def main():
     parser.add_argument("--batch-tokens", type=int, default=None, help="economy_batch_tokens")
     parser.add_argument("--seed", type=int, default=43)
     parser.add_argument("--json", help="write every figure to this file")
+    parser.add_argument("--peer", action="append", default=[], metavar="NAME=PYTHON",
+                        help="also run a peer (llmtrim, kompact, headroom) with this interpreter, "
+                             "which has it installed (bench/peers.sh's econ-* venvs); repeatable")
     args = parser.parse_args()
     turns, edited = session(args.seed)
     sent = requests(turns)
@@ -335,22 +359,32 @@ def main():
     for name, compaction in [("off", ""), ("on", on)]:
         rows[name] = measure(args.binary, compaction, sent, edited)
         print(f"{name}: {rows[name]}", file=sys.stderr, flush=True)
+    for spec in args.peer:
+        name, python = spec.split("=", 1)
+        row = peer(python, name, sent, edited)
+        if row:
+            rows[f"{name} {row.pop('version')}"] = row
+            print(f"{name}: {row}", file=sys.stderr, flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)
     off, on_ = rows["off"], rows["on"]
     print(f"{TURNS}-turn tool session, 200k window; economy settings: `{on.strip().replace(chr(10), '; ')}`; "
           f"seed {args.seed}\n")
-    print("| economy | tokens sent | last request | prefix share (mean) | tokens repeated (of sent) "
+    print("| proxy | tokens sent | last request | prefix share (mean) | tokens repeated (of sent) "
           "| previous reused (mean) | requests extending the previous | latest output verbatim "
           "| edit visible after it | facts kept | valid | cost, cache reads at 10% | at 50% | median turn |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, r in rows.items():
-        print(f"| {name} | {r['tokens_sent']:,} | {r['last_request_tokens']:,} | {r['prefix_share']:.1%} "
+        label = {"off": "economy off", "on": "economy on"}.get(name, name)
+        print(f"| {label} | {r['tokens_sent']:,} | {r['last_request_tokens']:,} | {r['prefix_share']:.1%} "
               f"| {r['tokens_repeated']:.1%} | {r['previous_reused']:.1%} | {r['extending']}/{r['requests'] - 1} "
               f"| {r['latest_verbatim']}/{r['requests']} | {r['edit_visible']}/{r['after_edit']} "
               f"| {r['facts']}/{len(FACTS)} | {r['valid']}/{r['requests']} | {r['cost_10']:,.0f} | {r['cost_50']:,.0f} "
               f"| {r['median_ms']:.1f} ms |")
+    if len(rows) > 2:
+        print("\nPeers: each compresses every request of the session on its own (no proxy, no mock); "
+              "the median turn is its compression time alone.")
     print(f"\ntokens sent: {1 - on_['tokens_sent'] / off['tokens_sent']:.1%} fewer with economy on; "
           f"prefix share {100 * (on_['prefix_share'] - off['prefix_share']):+.1f} points, previous reused "
           f"{100 * (on_['previous_reused'] - off['previous_reused']):+.1f} points; cost with cache reads at 10% "

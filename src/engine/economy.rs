@@ -39,7 +39,7 @@ use serde_json::Value;
 
 use super::calls::{index_calls, result_info, CallInfo};
 use super::errors::{error_line, line_score};
-use super::message::{clip, keep_ends, Message, Role};
+use super::message::{clip, keep_ends, role_of, Message, Role};
 use super::output_facts::output_facts;
 use super::placeholders::{DUPLICATE_PREFIX, EARLIER_PREFIX, PRUNED_PREFIX, SHORTENED_PREFIX};
 use super::tokens::Counter;
@@ -173,7 +173,14 @@ pub fn economize_request(request: &mut Value, opts: &EconomyOptions) -> Option<E
     let values = request.get_mut("messages")?.as_array_mut()?;
     let mut messages = Vec::with_capacity(values.len());
     for (i, v) in values.iter().enumerate() {
-        messages.push(Message::parse(i, v, &counter).ok()?);
+        // Only tool outputs are weighed and shortened: the rest go uncounted, which is
+        // most of the work a request far below its window would otherwise cost.
+        let role = role_of(i, v).ok()?;
+        let tokens = match v.as_object() {
+            Some(m) if role.is_result() => counter.message(m),
+            _ => 0,
+        };
+        messages.push(Message::from_parts(role, v, tokens));
     }
     let stats = economize(&mut messages, opts, &counter);
     if stats.changed() == 0 {
