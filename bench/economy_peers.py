@@ -11,6 +11,7 @@ agent sessions.
 """
 
 import json
+import os
 import sys
 import time
 from importlib import metadata
@@ -29,7 +30,36 @@ def llmtrim_peer():
     return metadata.version("llmtrim"), run
 
 
-PEERS = {"llmtrim": llmtrim_peer}
+def kompact_peer():
+    # Kompact's proxy runs this pipeline on each request before forwarding it
+    # (kompact/proxy/server.py): parse, transforms, serialise, with its default config.
+    from kompact.config import KompactConfig
+    from kompact.parser.messages import parse_request, serialize_request
+    from kompact.transforms.pipeline import run as run_pipeline
+    from kompact.types import Provider
+
+    config = KompactConfig()
+
+    def run(messages):
+        body = {"model": MODEL, "messages": messages}
+        result = run_pipeline(parse_request(body, Provider.OPENAI), config)
+        return serialize_request(result.request)["messages"]
+
+    return metadata.version("kompact"), run
+
+
+def headroom_peer():
+    # The library call its README gives: compress(messages, model=...), offline.
+    os.environ.setdefault("HEADROOM_OFFLINE", "1")
+    from headroom import compress
+
+    def run(messages):
+        return compress(messages, model=MODEL).messages
+
+    return metadata.version("headroom-ai"), run
+
+
+PEERS = {"llmtrim": llmtrim_peer, "kompact": kompact_peer, "headroom": headroom_peer}
 
 
 def main():
