@@ -93,6 +93,8 @@ const MIN_CHARS: usize = 400;
 const MIN_SAVED: usize = 24;
 /// A near copy shares at least this share of its lines, in percent.
 const NEAR_PERCENT: usize = 60;
+/// Later outputs an output is compared with for a near copy, at most.
+const NEAR_CANDIDATES: usize = 8;
 /// Lines a log must have before it is cut to its telling lines.
 const LOG_LINES: usize = 20;
 /// Items of a JSON array kept.
@@ -113,7 +115,11 @@ pub fn economize(
     let mut stats = EconomyStats::default();
     let turns = turns_of(messages);
     let total = turns.last().copied().unwrap_or(0);
+    // What made each result, looked up once: the decisions below compare calls often.
     let index = index_calls(messages);
+    let infos: Vec<Option<CallInfo>> = (0..messages.len())
+        .map(|i| result_info(messages, i, &index))
+        .collect();
     let results: Vec<usize> = (0..messages.len())
         .filter(|&i| messages[i].role.is_result() && turns[i] > 0)
         .collect();
@@ -139,7 +145,7 @@ pub fn economize(
             messages,
             results: &results,
             turns: &turns,
-            index: &index,
+            infos: &infos,
             counter,
             horizon: n,
         };
@@ -220,7 +226,8 @@ struct Batch<'a> {
     messages: &'a [Message],
     results: &'a [usize],
     turns: &'a [usize],
-    index: &'a HashMap<String, CallInfo>,
+    /// What made each message, for the results.
+    infos: &'a [Option<CallInfo>],
     counter: &'a Counter,
     /// The last turn the decisions read.
     horizon: usize,
@@ -249,11 +256,9 @@ impl Batch<'_> {
         if text.len() < MIN_CHARS || placeholders.iter().any(|p| text.starts_with(p)) {
             return None;
         }
-        let info = result_info(self.messages, i, self.index);
-        let label = info
-            .as_ref()
-            .map_or_else(|| "a tool".into(), CallInfo::label);
-        let (form, kind) = self.shorter(i, text, &label, info.as_ref())?;
+        let info = self.infos[i].as_ref();
+        let label = info.map_or_else(|| "a tool".into(), CallInfo::label);
+        let (form, kind) = self.shorter(i, text, &label, info)?;
         let mut m = msg.clone();
         set_text(&mut m, form, self.counter);
         let saved = msg.tokens.saturating_sub(m.tokens);
@@ -279,14 +284,13 @@ impl Batch<'_> {
             return Some((line, Kind::Repeat));
         }
         // A near copy: the latest later output of the same call first, then any.
-        let same_call = |j: &usize| {
-            let other = result_info(self.messages, *j, self.index);
-            other.as_ref().map(CallInfo::label).as_deref() == Some(label)
-        };
+        // Only the first few are compared, so that a long session's decisions stay cheap.
+        let same_call = |j: &usize| info.is_some() && self.infos[*j].as_ref() == info;
         let near = self
             .later(i)
             .filter(same_call)
             .chain(self.later(i))
+            .take(NEAR_CANDIDATES)
             .find_map(|j| {
                 let later = plain_text(&self.messages[j])?;
                 diff_against(text, later).map(|d| (j, d))
@@ -305,7 +309,8 @@ impl Batch<'_> {
     /// Whether a later output up to the horizon comes from a call on one of `files`.
     fn read_again(&self, i: usize, files: &[String]) -> bool {
         self.later(i).any(|j| {
-            result_info(self.messages, j, self.index)
+            self.infos[j]
+                .as_ref()
                 .is_some_and(|c| c.files.iter().any(|f| files.contains(f)))
         })
     }
@@ -367,6 +372,10 @@ struct Diff {
 
 /// The lines of `earlier` that `later` lacks, when the two share most of their lines.
 fn diff_against(earlier: &str, later: &str) -> Option<Diff> {
+    // Texts twice the other's size share too little to be near copies.
+    if earlier.len() > 2 * later.len() || later.len() > 2 * earlier.len() {
+        return None;
+    }
     let mut theirs: HashMap<&str, usize> = HashMap::new();
     for line in later.lines() {
         *theirs.entry(line).or_default() += 1;
