@@ -234,3 +234,30 @@ async fn responses_and_messages_are_economized_alike() {
         assert_eq!(kinds(&sent), kinds(&body), "{path}");
     }
 }
+
+/// Economy and compaction together: a session that outgrows a small window even with its
+/// repeats shortened is compacted as well, every request the upstream gets is valid, and
+/// the latest output reaches it whole.
+#[tokio::test]
+async fn economy_and_compaction_keep_a_session_under_a_small_window() {
+    let mock = Mock::start().await;
+    let config = format!("{ON}[[models]]\nmatch = \"gpt-4o\"\ncontext_window = 4000\n");
+    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let headers = [
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", "4000"),
+    ];
+    let mut marks = Vec::new();
+    for t in 1..=16 {
+        marks.push(post(&proxy, "/v1/chat/completions", &headers, &chat(t)).await);
+    }
+    let violations = mock.state.violations.lock().unwrap().clone();
+    assert!(violations.is_empty(), "{violations:?}");
+    // Compaction events report their own tokens, and economy's beside them.
+    let both = |x: &&String| x.contains("trigger=preflight") && x.contains("; economy=");
+    assert!(marks.iter().any(|x| both(&x)), "{marks:?}");
+    let last: Value = serde_json::from_slice(&mock.last().body).unwrap();
+    let messages = last["messages"].as_array().unwrap();
+    assert_eq!(messages[messages.len() - 1]["content"], log());
+}
