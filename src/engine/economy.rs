@@ -85,6 +85,16 @@ impl EconomyStats {
     pub fn changed(&self) -> usize {
         self.repeats + self.diffs + self.shaped
     }
+
+    fn add(&mut self, before: &Message, after: &Message, kind: Kind) {
+        self.tokens_before += before.tokens;
+        self.tokens_after += after.tokens;
+        match kind {
+            Kind::Repeat => self.repeats += 1,
+            Kind::Diff => self.diffs += 1,
+            Kind::Shaped => self.shaped += 1,
+        }
+    }
 }
 
 /// Outputs shorter than this are left as they are: a pointer would save little.
@@ -113,6 +123,19 @@ pub fn economize(
     counter: &Counter,
 ) -> EconomyStats {
     let mut stats = EconomyStats::default();
+    for (i, m, kind) in edits(messages, opts, counter) {
+        stats.add(&messages[i], &m, kind);
+        messages[i] = m;
+    }
+    stats
+}
+
+/// The shortened form of each old output that gets one, by index, in order.
+fn edits(
+    messages: &[Message],
+    opts: &EconomyOptions,
+    counter: &Counter,
+) -> Vec<(usize, Message, Kind)> {
     let turns = turns_of(messages);
     let total = turns.last().copied().unwrap_or(0);
     // What made each result, looked up once: the decisions below compare calls often.
@@ -153,23 +176,13 @@ pub fn economize(
             .iter()
             .filter(|&&i| turns[i] > settled && turns[i] <= old)
         {
-            if let Some(edit) = batch.decide(i) {
-                edits.push((i, edit));
+            if let Some((m, kind)) = batch.decide(i) {
+                edits.push((i, m, kind));
             }
         }
         settled = old;
     }
-    for (i, (m, kind)) in edits {
-        stats.tokens_before += messages[i].tokens;
-        stats.tokens_after += m.tokens;
-        match kind {
-            Kind::Repeat => stats.repeats += 1,
-            Kind::Diff => stats.diffs += 1,
-            Kind::Shaped => stats.shaped += 1,
-        }
-        messages[i] = m;
-    }
-    stats
+    edits
 }
 
 /// Economizes a chat-completions request (or a dialect's chat view) in place; `None` when
@@ -188,15 +201,14 @@ pub fn economize_request(request: &mut Value, opts: &EconomyOptions) -> Option<E
         };
         messages.push(Message::from_parts(role, v, tokens));
     }
-    let stats = economize(&mut messages, opts, &counter);
-    if stats.changed() == 0 {
+    let edits = edits(&messages, opts, &counter);
+    if edits.is_empty() {
         return None;
     }
-    for (value, m) in values.iter_mut().zip(messages) {
-        let new = Value::Object(m.body);
-        if *value != new {
-            *value = new;
-        }
+    let mut stats = EconomyStats::default();
+    for (i, m, kind) in edits {
+        stats.add(&messages[i], &m, kind);
+        values[i] = Value::Object(m.body);
     }
     Some(stats)
 }
