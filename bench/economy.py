@@ -346,7 +346,7 @@ def main():
     parser.add_argument("--json", help="write every figure to this file")
     parser.add_argument("--peer", action="append", default=[], metavar="NAME=PYTHON",
                         help="also run a peer (llmtrim, kompact, headroom) with this interpreter, "
-                             "which has it installed (bench/peers.sh's econ-* venvs); repeatable")
+                             "which has it installed (a venv of its own: see bench/README.md); repeatable")
     args = parser.parse_args()
     turns, edited = session(args.seed)
     sent = requests(turns)
