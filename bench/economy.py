@@ -45,7 +45,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BYTES_PER_TOKEN = 4
-TURNS = 30
 
 
 # --- the session ---------------------------------------------------------------------------
@@ -106,15 +105,17 @@ SCRIPT = ["read app", "read util", "test", "fetch", "read tests", "grep", "read 
 EDIT_TURN = SCRIPT.index("edit")
 
 
-def session(seed):
-    """The 30 turns: (call name, arguments, output) each."""
+def session(seed, rounds=1):
+    """The turns, (call name, arguments, output) each: the 30 of the script, then with
+    `rounds` > 1 the script again as many more times, after the fix (its edit a test run)."""
     rng = random.Random(seed)
     files = {"app": source(random.Random(1), "app", 180), "util": source(rng, "util", 120),
              "tests": source(rng, "tests", 90)}
     edited = source(random.Random(1), "app", 180, version=1)
     doc = orders_json(rng)
     turns = []
-    for n, step in enumerate(SCRIPT):
+    steps = SCRIPT + [s if s != "edit" else "test" for s in SCRIPT] * (rounds - 1)
+    for n, step in enumerate(steps):
         after = n > EDIT_TURN
         if step.startswith("read"):
             key = step.split()[1]
@@ -343,12 +344,14 @@ def main():
     parser.add_argument("--age", type=int, default=None, help="economy_age (the proxy's default if unset)")
     parser.add_argument("--batch-tokens", type=int, default=None, help="economy_batch_tokens")
     parser.add_argument("--seed", type=int, default=43)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="the 30-turn script this many times (the later rounds after the fix)")
     parser.add_argument("--json", help="write every figure to this file")
     parser.add_argument("--peer", action="append", default=[], metavar="NAME=PYTHON",
                         help="also run a peer (llmtrim, kompact, headroom) with this interpreter, "
                              "which has it installed (a venv of its own: see bench/README.md); repeatable")
     args = parser.parse_args()
-    turns, edited = session(args.seed)
+    turns, edited = session(args.seed, args.rounds)
     sent = requests(turns)
     on = "economy = true\n"
     if args.age is not None:
@@ -369,7 +372,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)
     off, on_ = rows["off"], rows["on"]
-    print(f"{TURNS}-turn tool session, 200k window; economy settings: `{on.strip().replace(chr(10), '; ')}`; "
+    print(f"{len(turns)}-turn tool session, 200k window; economy settings: `{on.strip().replace(chr(10), '; ')}`; "
           f"seed {args.seed}\n")
     print("| proxy | tokens sent | last request | prefix share (mean) | tokens repeated (of sent) "
           "| previous reused (mean) | requests extending the previous | latest output verbatim "
