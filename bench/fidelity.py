@@ -233,11 +233,16 @@ def holder_kept(src, i, out, probe):
 
 # --- running -----------------------------------------------------------------------------
 
-def compact(binary, body, window, via=None):
+# Flags of the compactions measured (not of the calls that only count a body's tokens):
+# `--economy` with this script's --economy.
+COMPACT_FLAGS = []
+
+
+def compact(binary, body, window, via=None, flags=()):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(body, f)
         path = f.name
-    cmd = [binary, "compact", "--context-window", str(window), path]
+    cmd = [binary, "compact", "--context-window", str(window), *flags, path]
     if via:
         cmd[2:2] = ["--summarize-via", via]
     run = subprocess.run(cmd, capture_output=True, check=False)
@@ -453,7 +458,7 @@ def run_corpus(name, corpus, args, details):
         wins = [(f"{int(fr * 100)}%", max(256, int(tokens * fr))) for fr in FRACTIONS] + \
                [(str(w), w) for w in FIXED]
         for wname, w in wins:
-            out, rc, _, after, target = compact(args.binary, body, w)
+            out, rc, _, after, target = compact(args.binary, body, w, flags=COMPACT_FLAGS)
             ours.count_over(rc == 3, floor, target)
             t = by_window.setdefault(wname, Tally())
             t.count_over(rc == 3, floor, target)
@@ -472,7 +477,7 @@ def run_corpus(name, corpus, args, details):
             standard = wname in ("25%", "50%")
             if standard or meta:
                 Recorder.requests = []
-                sout, _, _, _, _ = compact(args.binary, body, w, via=url)
+                sout, _, _, _, _ = compact(args.binary, body, w, via=url, flags=COMPACT_FLAGS)
                 shown_text = "\n".join(request_text(r) for r in Recorder.requests)
                 srec = {"run": f"{name}/{tname}/shown/{wname}", "requests": len(Recorder.requests),
                         "dropped": {}}
@@ -677,8 +682,12 @@ def main():
     ap.add_argument("--generated-n", type=int, default=10, help="generated transcripts per style")
     ap.add_argument("--generated-steps", type=int, default=60)
     ap.add_argument("--details", help="write one JSON line per run here")
+    ap.add_argument("--economy", action="store_true",
+                    help="economy mode first (`compact --economy`): the facts kept with it on")
     ap.add_argument("--out", help="also write the tables to this file")
     args = ap.parse_args()
+    if args.economy:
+        COMPACT_FLAGS.append("--economy")
     if args.out:
         sys.stdout = Tee(sys.stdout, open(args.out, "w"))
     details = []

@@ -416,6 +416,15 @@ pub struct CompactionConfig {
     /// Who answers Codex's remote compaction requests (`POST .../responses/compact`, and
     /// a Responses request ending in a `compaction_trigger` item).
     pub remote_compaction: RemoteCompaction,
+    /// Economy mode: old tool outputs are shortened on every request, not only near the
+    /// window (see [`crate::engine::economy`]). A request's `x-compaction-economy: on|off`
+    /// header overrides it.
+    pub economy: bool,
+    /// Turns a tool output stays whole at least, in economy mode.
+    pub economy_age: usize,
+    /// Tokens of old outputs economy shortens together: each batch changes the request
+    /// once, costing one prompt-cache miss from where it starts.
+    pub economy_batch_tokens: usize,
 }
 
 /// See [`CompactionConfig::remote_compaction`].
@@ -444,6 +453,9 @@ impl Default for CompactionConfig {
             output_reserve_tokens: 4096,
             first_event_timeout_ms: 30_000,
             remote_compaction: RemoteCompaction::Auto,
+            economy: false,
+            economy_age: 4,
+            economy_batch_tokens: 16_000,
         }
     }
 }
@@ -586,6 +598,12 @@ impl Config {
                 "compaction.prepare_at must be above 0 and at most 1 (got {})",
                 compaction.prepare_at
             )));
+        }
+        if compaction.economy_age == 0 {
+            return Err(ConfigError::Invalid(
+                "compaction.economy_age must be at least 1: the latest turn is never shortened"
+                    .into(),
+            ));
         }
         if compaction.max_attempts == 0 {
             return Err(ConfigError::Invalid(

@@ -85,6 +85,10 @@ pub struct Metrics {
     compactions_by_api: [AtomicU64; Dialect::ALL.len()],
     summaries: [AtomicU64; SOURCES.len()],
     tokens_saved: AtomicU64,
+    /// Requests economy mode shortened, and the tokens it took off them (apart from
+    /// compaction's: economy acts far below the window, on every request).
+    economy_requests: AtomicU64,
+    economy_tokens_saved: AtomicU64,
     /// Summariser calls that gave a usable summary (`[0]`) or did not (`[1]`).
     summarizer_calls: [AtomicU64; 2],
     /// Summariser answers rejected, by reason.
@@ -150,6 +154,12 @@ impl Metrics {
     }
 
     /// One summariser call made, and whether it gave a usable summary.
+    pub fn economy(&self, tokens_saved: u64) {
+        self.economy_requests.fetch_add(1, Ordering::Relaxed);
+        self.economy_tokens_saved
+            .fetch_add(tokens_saved, Ordering::Relaxed);
+    }
+
     pub fn summarizer_call(&self, ok: bool) {
         self.summarizer_calls[usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
     }
@@ -260,6 +270,18 @@ impl Metrics {
             "compaction_proxy_tokens_saved_total",
             "Prompt tokens removed by compaction (by the proxy's own count).",
             self.tokens_saved.load(Ordering::Relaxed),
+        );
+        counter(
+            out,
+            "compaction_proxy_economy_requests_total",
+            "Requests economy mode shortened (old tool outputs made shorter), compaction events aside.",
+            self.economy_requests.load(Ordering::Relaxed),
+        );
+        counter(
+            out,
+            "compaction_proxy_economy_tokens_saved_total",
+            "Prompt tokens economy mode removed (by the proxy's own count), apart from compaction's tokens_saved.",
+            self.economy_tokens_saved.load(Ordering::Relaxed),
         );
         counter(
             out,
@@ -470,6 +492,7 @@ mod tests {
         metrics.compaction(Trigger::Error);
         metrics.summary(SummarySource::Fallback);
         metrics.tokens_saved(1200);
+        metrics.economy(300);
         metrics.summarizer_call(false);
         metrics.summarizer_rejected(Rejection::Echo);
         metrics.summarizer_skipped();
@@ -489,6 +512,8 @@ mod tests {
         assert!(text.contains("compaction_proxy_compactions_by_api_total{api=\"responses\"} 0\n"));
         assert!(text.contains("compaction_proxy_summaries_total{source=\"fallback\"} 1\n"));
         assert!(text.contains("compaction_proxy_tokens_saved_total 1200\n"));
+        assert!(text.contains("compaction_proxy_economy_requests_total 1\n"));
+        assert!(text.contains("compaction_proxy_economy_tokens_saved_total 300\n"));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::app::App;
 use crate::body::{self, ProxyBody};
 use crate::cause::Chain;
 use crate::checkpoint::cache::Health;
+use crate::compaction_path::ClientEconomy;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::limits::{ClientBody, Reservation};
@@ -82,6 +83,7 @@ pub async fn handle(
             let ours = carries_ours(&request);
             if ours {
                 take_focus(&mut request);
+                take_economy(&mut request);
             }
             let off = ours && compaction_off(&mut request);
             let route = match (Route::of(&request), off) {
@@ -219,6 +221,24 @@ fn take_focus<B>(request: &mut Request<B>) {
     if !text.is_empty() {
         request.extensions_mut().insert(ClientFocus(text));
     }
+}
+
+/// The request header that turns economy mode on or off for one request.
+const ECONOMY: &str = "x-compaction-economy";
+
+/// Takes `x-compaction-economy` off the request, so it never reaches the upstream, and
+/// keeps an `on` or `off` in the request's extensions; any other value is ignored (the
+/// configured default then holds).
+fn take_economy<B>(request: &mut Request<B>) {
+    let Some(value) = request.headers_mut().remove(ECONOMY) else {
+        return;
+    };
+    let on = match value.as_bytes().trim_ascii() {
+        v if v.eq_ignore_ascii_case(b"on") => true,
+        v if v.eq_ignore_ascii_case(b"off") => false,
+        _ => return,
+    };
+    request.extensions_mut().insert(ClientEconomy(on));
 }
 
 /// A rare path's answer, boxed where it is taken: inline, its state would be moved with

@@ -312,6 +312,16 @@ impl RequestSpan {
     }
 
     /// The status the client got; 4xx and 5xx mark the span failed.
+    /// Economy mode's work on the request: the tokens of the outputs it shortened,
+    /// before and after, apart from any compaction's.
+    pub fn economy(&self, stats: &crate::engine::economy::EconomyStats) {
+        self.with(|span| {
+            span.int("economy.tokens_before", stats.tokens_before as u64);
+            span.int("economy.tokens_after", stats.tokens_after as u64);
+            span.int("economy.outputs", stats.changed() as u64);
+        });
+    }
+
     pub fn status(&self, status: u16) {
         self.with(|s| {
             s.int("http.response.status_code", u64::from(status));

@@ -290,3 +290,42 @@ fn blocks(message: &serde_json::Value, kind: &str, field: &str) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// `--economy` shortens old tool outputs first, as economy mode does on the path: a file
+/// read again and again far below the window comes out as pointers to its latest read,
+/// which stays whole; without the flag the body is echoed as it came.
+#[test]
+fn economy_shortens_old_repeats_far_below_the_window() {
+    let file: String = (0..400)
+        .map(|i| format!("pub fn handler_{i}(req: Request) -> Response {{ route({i}, req) }}\n"))
+        .collect();
+    let mut messages = vec![serde_json::json!({"role": "user", "content": "Fix it."})];
+    for n in 0..12 {
+        let id = format!("call_{n}");
+        messages.push(
+            serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "read_file",
+                "arguments": "{\"path\": \"src/app.rs\"}"}}]}),
+        );
+        messages.push(serde_json::json!({"role": "tool", "tool_call_id": id, "content": file}));
+    }
+    let input = serde_json::json!({"model": "gpt-4o", "messages": messages}).to_string();
+    let plain = run(&[], input.as_bytes());
+    assert_eq!(plain.stdout, input.as_bytes());
+    let o = run(&["--economy"], input.as_bytes());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let body: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let out = body["messages"].as_array().unwrap();
+    compaction_proxy::engine::validate(out).unwrap();
+    assert_eq!(out.len(), messages.len());
+    assert_eq!(out[out.len() - 1]["content"], file.as_str());
+    let pointers = out
+        .iter()
+        .filter(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("[duplicate output of "))
+        })
+        .count();
+    assert!(pointers >= 6, "{body}");
+}

@@ -449,3 +449,44 @@ async fn a_prepared_compaction_is_in_the_trace_of_the_request_that_started_it() 
         "{request:#}"
     );
 }
+
+/// Economy mode's work is on the request's span, apart from compaction's attributes.
+#[tokio::test]
+async fn economy_is_told_on_the_request_span() {
+    let mock = Mock::start().await;
+    let config = "[compaction]\neconomy = true\neconomy_age = 2\neconomy_batch_tokens = 500\n";
+    let Some((receiver, proxy)) = traced(&mock.url("/v1"), config) else {
+        return;
+    };
+    let mut request = long_request(12);
+    // The same output every turn: all but the latest few become pointers.
+    for m in request["messages"].as_array_mut().unwrap() {
+        if m["role"] == "tool" {
+            m["content"] = json!("the same output line\n".repeat(60));
+        }
+    }
+    let response = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let x = support::x_compaction(&response);
+    assert!(x.contains("; economy="), "{x}");
+    response.bytes().await.unwrap();
+    let name = format!("chat {MODEL}");
+    let spans = receiver
+        .wait_for(|spans| spans.iter().any(|s| s["name"] == name.as_str()))
+        .await;
+    let span = spans
+        .iter()
+        .find(|s| s["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("no request span in {spans:#?}"));
+    let a = &span["attributes"];
+    let before = a["economy.tokens_before"].as_i64().unwrap();
+    let after = a["economy.tokens_after"].as_i64().unwrap();
+    assert!(0 < after && after < before, "{a}");
+    assert!(a["economy.outputs"].as_i64().unwrap() > 0, "{a}");
+    assert!(a.get("compaction.trigger").is_none(), "{a}");
+}

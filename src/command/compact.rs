@@ -13,6 +13,7 @@ use crate::checkpoint::Partition;
 use crate::compactor::{Base, Caller, Compaction, Compactor, Declined, Limits, Order};
 use crate::config::Config;
 use crate::dialect::Dialect;
+use crate::engine::economy::{economize_request, EconomyOptions};
 use crate::engine::{budget, Options};
 use crate::metrics::Metrics;
 use crate::summarize::Summarizer;
@@ -58,6 +59,10 @@ pub struct CompactArgs {
     /// a top-level `system` or Anthropic content blocks are Messages; else chat]
     #[arg(long, value_enum, value_name = "API")]
     pub api: Option<Api>,
+    /// Shorten old tool outputs first, as economy mode does (`compaction.economy`), with its
+    /// default age and batch
+    #[arg(long)]
+    pub economy: bool,
     /// Request body to read; stdin when absent or "-"
     #[arg(value_name = "FILE")]
     pub file: Option<PathBuf>,
@@ -151,6 +156,9 @@ pub fn run(args: &CompactArgs) -> ExitCode {
             }
         },
     };
+    let mut view = view;
+    let economized =
+        args.economy && economize_request(&mut view, &EconomyOptions::default()).is_some();
     let model = args
         .model
         .clone()
@@ -170,7 +178,10 @@ pub fn run(args: &CompactArgs) -> ExitCode {
     let report = &compaction.report;
     // The proxy's rule for the answer's room: a completion cap that would overflow the
     // window beside the prompt is lowered to what fits.
-    let mut rewritten = compaction.view.clone();
+    let mut rewritten = compaction
+        .view
+        .clone()
+        .or_else(|| economized.then(|| view.clone()));
     let mut capped = rewritten.clone().unwrap_or(view);
     let lowered = budget::fit_output(&mut capped, window.0, report.tokens_after as u64);
     if lowered.is_some() {

@@ -81,7 +81,7 @@ pub async fn handle_endpoint(
         .steering(&body)
         .map(|steering| steering.model);
     let future = handle(app, &parts, body, Ask::Endpoint, id);
-    super::with_span(app, API, model, &parts.headers, future).await
+    super::with_span(app, API, model, &parts.headers, None, future).await
 }
 
 /// Either request, its body read (and the proxy's earlier items expanded).

@@ -23,7 +23,9 @@
 //! - `report.rs`: what was done, told once, in the `x-compaction` header, the metrics and
 //!   the log line;
 //! - `codex_compaction.rs`: Codex's own compaction requests, answered for upstreams that
-//!   lack them.
+//!   lack them;
+//! - `economy.rs`: economy mode, which shortens old tool outputs before the loop sees the
+//!   request, and marks the answer with what it saved.
 //!
 //! Each phase reads what it needs and says what to change; `request.rs` is the one owner
 //! of a request's state across its attempts, which sequences the phases and makes their
@@ -58,6 +60,7 @@ mod cap;
 pub mod codex_compaction;
 mod count_caps;
 mod done;
+mod economy;
 pub mod inspect;
 mod policy;
 mod preflight;
@@ -69,6 +72,7 @@ mod rewrite;
 mod usage;
 mod work;
 
+pub use economy::ClientEconomy;
 use inspect::Verdict;
 use request::Request;
 use work::Work;
@@ -102,15 +106,30 @@ pub async fn handle_body(
         let ask = codex_compaction::Ask::Trigger;
         let model = dialect.steering(&original).map(|steering| steering.model);
         let future = Box::pin(codex_compaction::handle(app, parts, original, ask, id));
-        return with_span(app, codex_compaction::API, model, &parts.headers, future).await;
+        return with_span(
+            app,
+            codex_compaction::API,
+            model,
+            &parts.headers,
+            None,
+            future,
+        )
+        .await;
     }
     match dialect.steering(&original) {
         Some(steering) => {
             // The name is copied only for a span; without traces it would be an
             // allocation per request for nothing.
             let model = app.telemetry.as_ref().map(|_| steering.model.clone());
+            let (original, economized) = economy::apply(app, parts, dialect, original);
             let future = run(app, parts, original, steering, dialect, id);
-            with_span(app, dialect.as_str(), model, &parts.headers, future).await
+            let saved = economized.as_ref().map(economy::Economized::stats);
+            let answer = with_span(app, dialect.as_str(), model, &parts.headers, saved, future);
+            let answer = answer.await;
+            match economized {
+                Some(e) => economy::mark(app, answer, e),
+                None => answer,
+            }
         }
         // Not a request the proxy understands: the upstream is the judge of it.
         None => send(app, parts, original).await,
@@ -121,11 +140,13 @@ pub async fn handle_body(
 /// no model still gets its span: the compaction it asks for is worth seeing. Not an
 /// `async fn`: one would hold `future`, and the future awaiting it, side by side in its
 /// own state, which tripled the size of every request's future (see docs/performance.md).
+/// `economy`: what economy mode saved on the request, told on its span.
 fn with_span<F>(
     app: &App,
     api: &str,
     model: Option<String>,
     headers: &http::HeaderMap,
+    economy: Option<crate::engine::economy::EconomyStats>,
     future: F,
 ) -> impl Future<Output = Result<Response<ProxyBody>, ProxyError>>
 where
@@ -134,6 +155,9 @@ where
     match &app.telemetry {
         Some(tracer) => {
             let span = tracer.request(api, model.as_deref().unwrap_or(""), headers);
+            if let Some(stats) = &economy {
+                span.economy(stats);
+            }
             // Boxed, as traces are the rarer setting: inline, the traced future would be
             // moved with every request's.
             let in_span = async move { traced(span.clone(), telemetry::scope(span, future).await) };

@@ -28,6 +28,7 @@ mod calls;
 mod constraint;
 pub mod cut;
 pub mod digest;
+pub mod economy;
 mod errors;
 mod escalate;
 mod media;
