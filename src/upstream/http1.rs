@@ -4,7 +4,7 @@
 //! belong to the message rather than to a side (what frames a body, whether the connection
 //! is kept, chunk lines, the body's decoder) serve the server side (`server::http1`) too.
 //!
-//! Answers are framed as hyper's client frames them (`tests/wire.rs` holds
+//! Answers are framed as hyper's client frames them (`tests/suite/wire.rs` holds
 //! the two side by side), except that a transfer coding other than `chunked` is refused
 //! rather than relayed. A switch of protocols (101) is the answer only to a request that
 //! asked for one; to any other it is an error, as in hyper.
