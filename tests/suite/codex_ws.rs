@@ -32,7 +32,7 @@ type Ws =
 
 /// One line of a recording: a connection's handshake, a frame Codex sent, or its end.
 fn recording() -> Vec<Value> {
-    let text = include_str!("../fixtures/codex_ws/exec_and_resume.jsonl");
+    let text = include_str!("../../fixtures/codex_ws/exec_and_resume.jsonl");
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()

@@ -535,7 +535,7 @@ async fn twenty_turns_at_2048_tokens_against_llama_server_and_smollm2() {
         return;
     };
     // The tap tells the summariser's calls by their opening: it must still be the prompt's.
-    assert!(include_str!("../src/summarize/prompt.md").starts_with(SUMMARISER_OPENING));
+    assert!(include_str!("../../src/summarize/prompt.md").starts_with(SUMMARISER_OPENING));
     let started = Instant::now();
     let llama = Llama::start(&server, &model).await;
     let tap = Tap::start(llama.url("")).await;
