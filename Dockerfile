@@ -1,6 +1,6 @@
 # The image scripts/release.sh writes (scripts/oci-image.py), for those who build with
 # Docker: the same static binary (same profile, same flags), the same files, the same
-# user, ports, volume, entrypoint and command. tests/deploy_examples.rs keeps the two in
+# user, ports, volume, entrypoint and command. tests/suite/deploy_examples.rs keeps the two in
 # step. `docker build -t compaction-proxy:0.1.0 .` (docs/deploy.md)
 
 # Builder: Debian bookworm's glibc, linked statically (its libc6-dev carries libc.a).

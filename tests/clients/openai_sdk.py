@@ -1,6 +1,6 @@
 """The official openai Python SDK talking to compaction-proxy.
 
-Run by tests/real_clients.rs with OPENAI_BASE_URL pointing at the proxy (which points
+Run by tests/suite/real_clients.rs with OPENAI_BASE_URL pointing at the proxy (which points
 at the test's mock upstream). Exits non-zero with a message on the first surprise.
 """
 

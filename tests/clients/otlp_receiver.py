@@ -1,4 +1,4 @@
-"""A real OTLP/HTTP trace receiver for tests/telemetry.rs: decodes each
+"""A real OTLP/HTTP trace receiver for tests/suite/telemetry.rs: decodes each
 POST /v1/traces (application/x-protobuf) with the `opentelemetry-proto` package and
 appends every span, as JSON, one a line, to the file named by argv[1]. Prints
 "listening <port>" once it is ready."""

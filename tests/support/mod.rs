@@ -8,9 +8,8 @@
 //! `x-mock: media` takes at most `x-mock-max-media` media parts and `x-mock-max-messages`
 //! messages (or Responses items) in one request.
 
-// Each test binary uses a different part of the harness; and a harness that cannot set
-// up a scenario should stop the test where it failed.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// A harness that cannot set up a scenario should stop the test where it failed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -34,6 +33,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 
 pub mod anthropic;
+pub mod props;
 
 type MockBody = UnsyncBoxBody<Bytes, Infallible>;
 

@@ -1,9 +1,5 @@
 //! What the property tests share: how many cases they run, the words their generated
-//! texts are made of, and how tight a compaction they ask for. Included by path (`#[path = "support/props.rs"]`), apart from the
-//! mock upstream, so that the property tests build without it.
-
-// Each property test uses a different part.
-#![allow(dead_code)]
+//! texts are made of, and how tight a compaction they ask for.
 
 use compaction_proxy::engine::{count_request, Options};
 use proptest::prelude::ProptestConfig;

@@ -1,0 +1,44 @@
+//! The integration tests, a module per subject (a file each, beside this one). One binary
+//! for them all: the harness of `tests/support/` is compiled once, and one binary linked.
+
+mod agents;
+mod anthropic_sdk;
+mod architecture;
+mod cache;
+mod classify_fixtures;
+mod classify_properties;
+mod claude_code;
+mod client_faults;
+mod codex_ws;
+mod compact_cli;
+mod compaction;
+mod count_caps;
+mod deploy_examples;
+mod digest;
+mod economy;
+mod events;
+mod fixtures;
+mod http1;
+mod litellm;
+mod messages;
+mod messages_properties;
+mod passthrough;
+mod privacy;
+mod properties;
+mod proxy_errors;
+mod real_clients;
+mod real_model;
+mod remote_compaction;
+mod replicas;
+mod responses;
+mod responses_properties;
+mod restart;
+mod secrets_properties;
+mod service;
+mod slow_clients;
+mod streaming;
+mod summarizer;
+mod telemetry;
+mod upstream_faults;
+mod websocket;
+mod wire;
