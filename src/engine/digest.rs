@@ -364,6 +364,17 @@ pub fn shorten(body: &str, budget_chars: usize) -> String {
     }
 }
 
+/// What the assistant message before a user message asked to be run, which the user
+/// message may be the output of.
+#[derive(Clone, Copy)]
+enum Answers {
+    Nothing,
+    /// A command in a block, or a ReAct-style agent's action.
+    Command,
+    /// A text agent's bare command ([`scan::bare_command`]).
+    Bare,
+}
+
 struct Digest {
     /// Text of earlier summaries not in this format (an LLM's), carried whole.
     earlier: Vec<String>,
@@ -501,7 +512,18 @@ impl Digest {
         let mut command: Option<String> = None;
         // Whether the message before gave a plain-text agent's command: a user message
         // after it that reads as no one's words is its output.
-        let mut answers_command = false;
+        let mut answers_command = Answers::Nothing;
+        // An agent that answers in bare commands (`ls`, a query, no block and no
+        // prose), more than once: what comes back after one is the command's output
+        // unless it addresses the agent ("No output" is no one's request).
+        // An agent that calls tools gets its outputs as tool results.
+        let text_agent = !turns.iter().any(Message::makes_calls)
+            && turns
+                .iter()
+                .filter(|m| m.role == Role::Assistant)
+                .filter(|m| scan::bare_command(&m.text()).is_some())
+                .nth(1)
+                .is_some();
         let mut previews = Vec::new();
         for (i, m) in turns.iter().enumerate() {
             let raw = m.text();
@@ -517,18 +539,28 @@ impl Digest {
             answers_command = match m.role {
                 Role::User => {
                     self.add_user(&text, command.as_deref(), answers_command);
-                    false
+                    Answers::Nothing
                 }
                 Role::Assistant => {
                     self.add_calls(m, &mut index);
-                    self.add_assistant_text(&text, &mut command)
+                    if self.add_assistant_text(&text, &mut command) {
+                        Answers::Command
+                    } else if let Some(bare) = scan::bare_command(&text).filter(|_| text_agent) {
+                        let label = format!("command: {}", one_line(bare, LABEL_CHARS));
+                        self.add_paths(bare, Tier::Touched);
+                        self.push_call(label.clone(), 1);
+                        command = Some(label);
+                        Answers::Bare
+                    } else {
+                        Answers::Nothing
+                    }
                 }
                 Role::Tool | Role::Function => {
                     let who = result_info(turns, i, &index)
                         .map_or_else(|| "tool".to_string(), |c| c.label());
                     // A pruned output still names its error.
                     self.add_output(&raw, &text, &who);
-                    false
+                    Answers::Nothing
                 }
                 // Instructions are kept by the engine, never summarised.
                 Role::System | Role::Developer => answers_command,
@@ -569,12 +601,17 @@ impl Digest {
     /// A user message: an observation a text agent hands back (by its framing, or raw
     /// output answering the command just given), with what a person added after it read
     /// as their own words; else the user's own words.
-    fn add_user(&mut self, text: &str, command: Option<&str>, answers_command: bool) {
+    fn add_user(&mut self, text: &str, command: Option<&str>, answers: Answers) {
         let text = text.trim();
         if text.is_empty() {
             return;
         }
-        if scan::is_observation(text) || (answers_command && !scan::reads_as_words(text)) {
+        let output = match answers {
+            Answers::Nothing => false,
+            Answers::Command => !scan::reads_as_words(text),
+            Answers::Bare => !scan::addresses_agent(text),
+        };
+        if output || scan::is_observation(text) {
             // An observation may carry what a person added after it (a run of user
             // messages joined into one): those words are a request like any other.
             let (observation, added) = scan::split_observation(text);
@@ -1983,6 +2020,48 @@ mod tests {
             let small = digest(None, &turns, 200);
             assert!(small.contains(number), "{said}\n{small}");
         }
+    }
+
+    #[test]
+    fn a_text_agent_answering_in_bare_commands_gets_outputs_not_requests() {
+        let said = [
+            "Please keep the solver under 64 MiB of memory, the grader kills it above.",
+            "hey, do not delete anything in /srv/keys, we need those later",
+            "Also: you have about 20 attempts left on this box.",
+            "One rule from me: never run the exploit against the live host.",
+        ];
+        for (i, words) in said.into_iter().enumerate() {
+            let turns = parse(json!([
+                {"role": "user", "content": "Task: recover the passphrase from the archive."},
+                {"role": "assistant", "content": "ls -la"},
+                {"role": "user", "content": "total 8\n-rw-r--r-- 1 ctf ctf 512 Jan 3 10:02 vault_q7.zip"},
+                {"role": "assistant", "content": format!("unzip -l vault_q{i}.zip")},
+                {"role": "user", "content": "No output"},
+                {"role": "user", "content": words},
+                {"role": "assistant", "content": "zip2john vault_q7.zip"},
+                {"role": "user", "content": "Command not found\nReport saved to out/crack_q7.txt"},
+            ]));
+            let d = digest(None, &turns, 10_000);
+            let asks = d
+                .split("\n\n")
+                .find(|s| s.starts_with(Section::Asks.heading()))
+                .unwrap_or_default();
+            assert!(asks.contains(words), "{words}\n{d}");
+            for output in ["No output", "total 8", "Command not found"] {
+                assert!(!asks.contains(output), "{output}\n{d}");
+            }
+            assert!(d.contains("command: unzip -l vault_q"), "{d}");
+            assert!(d.contains("out/crack_q7.txt"), "{d}");
+        }
+        // One reply that reads as a command makes no text agent of a chat: the user's
+        // answer after it is still a request.
+        let chat = parse(json!([
+            {"role": "user", "content": "What's the command to list hidden files?"},
+            {"role": "assistant", "content": "ls -a"},
+            {"role": "user", "content": "thanks, that works now"},
+        ]));
+        let d = digest(None, &chat, 10_000);
+        assert!(d.contains("- thanks, that works now"), "{d}");
     }
 
     #[test]

@@ -186,7 +186,91 @@ const SWE_PROMPT: &str = "bash-$";
 /// prompt.
 pub fn is_observation(text: &str) -> bool {
     let t = text.trim_start();
-    OBSERVATION_STARTS.iter().any(|s| t.starts_with(s)) || observation_end(text).is_some()
+    OBSERVATION_STARTS.iter().any(|s| t.starts_with(s))
+        || output_label(t)
+        || observation_end(text).is_some()
+}
+
+/// Whether a text opens with a label that names what follows as an output, however the
+/// agent names its tool or numbers its step: `Observation 3:`, `MySQL Database Output:`,
+/// `Python Output:`. Words in title case only: a person's "Expected output: 42" is a
+/// request.
+fn output_label(t: &str) -> bool {
+    let Some(colon) = t.find(':').filter(|&c| c <= 40) else {
+        return false;
+    };
+    let mut words: Vec<&str> = t[..colon].split(' ').collect();
+    if words.len() > 1 && words[words.len() - 1].bytes().all(|b| b.is_ascii_digit()) {
+        words.pop();
+    }
+    let titled = |w: &&str| {
+        w.starts_with(|c: char| c.is_ascii_uppercase())
+            && w.bytes().all(|b| b.is_ascii_alphanumeric())
+    };
+    let last = words.last().copied().unwrap_or("");
+    words.len() <= 4
+        && words.iter().all(titled)
+        && (last.eq_ignore_ascii_case("observation") || last.eq_ignore_ascii_case("output"))
+}
+
+/// The label of a line that a ReAct-style agent numbers by its step (`Observation 3:`,
+/// `Action 12:`): the word before the step's number, when the line opens so.
+fn step_label(line: &str) -> Option<&str> {
+    let colon = line.find(':').filter(|&c| c <= 32)?;
+    let (label, number) = line[..colon].rsplit_once(' ')?;
+    let numbered = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
+    let word = !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphabetic());
+    (numbered && word).then_some(label)
+}
+
+/// The action a ReAct-style agent states on a line of its own (`Action: lookup[x]`,
+/// `Action 2: Search[Joe Frazier]`): what it hands over to be run, as a command is.
+fn action_line(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    let rest = match t.strip_prefix("Action:") {
+        Some(rest) => rest,
+        None if step_label(t) == Some("Action") => &t[t.find(':')? + 1..],
+        None => return None,
+    };
+    let rest = rest.trim();
+    (!rest.is_empty()).then_some(rest)
+}
+
+/// Whether an assistant message is nothing but a command, as a text agent that answers
+/// in commands writes one (`ls -la`, `cat main.c`, a query): its first paragraph holds
+/// no line of prose, nor an action of a framed agent, and it is not empty. Prose a
+/// person would write after it (a reason, a plan) may follow in later paragraphs.
+pub fn bare_command(text: &str) -> Option<&str> {
+    let t = text.trim_start_matches(['\n', '\r']);
+    let first = t.split("\n\n").next().unwrap_or("").trim_end();
+    let lines = || first.lines().filter(|l| !l.trim().is_empty());
+    let command = lines().next().is_some()
+        && !first.contains("```")
+        && lines().all(|l| (!prose_line(l) || invocation(l)) && action_line(l).is_none());
+    command.then_some(first)
+}
+
+/// A line that reads as a program called with its arguments rather than a sentence,
+/// though made of words (`ls -la /srv`, `SELECT name FROM users`): it opens with a
+/// program's name (lowercase, maybe with digits, `.`, `/`, `_` or `-`) and passes it
+/// what only a command line holds (a flag, a path or a file name, a pipe, a
+/// redirection, quotes, an assignment), or opens with a query's keyword in capitals;
+/// and it ends with no sentence's mark. "round 2 done" is words.
+fn invocation(line: &str) -> bool {
+    let t = line.trim();
+    let mut words = t.split_whitespace();
+    let first = words.next().unwrap_or("");
+    let program = first.starts_with(|c: char| c.is_ascii_lowercase() || c == '.' || c == '/')
+        && first
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"./_-".contains(&b));
+    let argument = |w: &str| {
+        w.starts_with('-')
+            || w.contains(['/', '|', '>', '<', '=', '"', '\''])
+            || w.trim_end_matches(['.', ',']).contains('.')
+    };
+    let keyword = first.len() >= 3 && first.bytes().all(|b| b.is_ascii_uppercase());
+    ((program && words.any(argument)) || keyword) && !t.ends_with(['.', '?', '!', ':'])
 }
 
 /// Where an observation ends when the agent's own framing says so: after SWE-agent's
@@ -269,15 +353,20 @@ const SPEECH_MARKS: &[&str] = &[
 /// no tool's `hint:` label, no error report, mostly words) that address the agent, set a
 /// rule or bound the work by a number.
 pub fn reads_as_speech(paragraph: &str) -> bool {
-    static MARKS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[SPEECH_MARKS]));
     let t = paragraph.trim_matches(['\n', '\r']);
     let short = t.len() <= SPEECH_MAX && t.lines().count() <= SPEECH_LINES;
-    if !short || !reads_as_words(t) {
-        return false;
-    }
-    is_constraint(t)
-        || MARKS.find(t, true).is_some()
-        || super::quantity::amount(t) == Some(super::quantity::Amount::Limit)
+    short && addresses_agent(t)
+}
+
+/// Whether a text opens with prose that addresses the agent, sets a rule or bounds the
+/// work by a number: what a person says, of any length, where a command's output only
+/// reports.
+pub fn addresses_agent(text: &str) -> bool {
+    static MARKS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[SPEECH_MARKS]));
+    reads_as_words(text)
+        && (is_constraint(text)
+            || MARKS.find(text, true).is_some()
+            || super::quantity::amount(text) == Some(super::quantity::Amount::Limit))
 }
 
 /// Whether the first paragraph of `text` is prose, every line of it: what a person
@@ -613,11 +702,16 @@ fn split_fences(text: &str) -> (Vec<&str>, Vec<Fence<'_>>) {
 }
 
 /// The shell commands an assistant message hands to be run: blocks tagged as shell, and
-/// an untagged block that ends the message (SWE-agent's action). Each command is one
-/// string; a block of several lines stays one command.
+/// an untagged block that ends the message (SWE-agent's action); in a message with no
+/// block, the `Action:` lines of a ReAct-style agent. Each command is one string; a
+/// block of several lines stays one command.
 pub fn commands(text: &str) -> Vec<String> {
     if !text.contains("```") {
-        return Vec::new();
+        return text
+            .lines()
+            .filter_map(action_line)
+            .map(str::to_string)
+            .collect();
     }
     let (_, fences) = split_fences(text);
     fences
@@ -764,20 +858,34 @@ pub fn decision(sentence: &str) -> Option<bool> {
     found.map(|list| list == 0)
 }
 
-/// "Redis it is.", "orjson it is, then": an option named, then settled on.
+/// "Redis it is.", "orjson it is, then", "Plan B it is: ...": an option named, then
+/// settled on, the sentence ending or breaking into its next clause there.
 fn settles_on(lower: &str) -> bool {
-    let t = lower.trim_end_matches(['.', '!', ' ']);
-    let t = t
-        .strip_suffix(" then")
-        .map_or(t, |t| t.trim_end_matches(','));
-    let Some(before) = t.strip_suffix(" it is") else {
-        return false;
-    };
-    // "as it is", "how it is", "that's what it is": no option named.
-    let word = before.rsplit(' ').next().unwrap_or("");
-    !word.is_empty()
-        && !["as", "how", "what", "where", "that", "is", "so", "whatever"].contains(&word)
+    lower.match_indices(" it is").any(|(at, found)| {
+        let after = &lower[at + found.len()..];
+        let rest = after.trim_start_matches(['.', '!', ' ']);
+        let breaks = rest.is_empty()
+            || after.starts_with([':', ';', ',', '\u{2014}'])
+            || after
+                .trim_start()
+                .starts_with(['-', '\u{2013}', '\u{2014}'])
+            || after.starts_with(" then");
+        // "as it is", "how it is", "whether it is, ...": no option named; nor after a
+        // comma ("As I read it, it is.").
+        let word = lower[..at].rsplit(' ').next().unwrap_or("");
+        breaks
+            && !word.is_empty()
+            && word.ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '`')
+            && !SETTLES_NOT.contains(&word)
+    })
 }
+
+/// Words before "it is" that name no option.
+const SETTLES_NOT: &[&str] = &[
+    "as", "how", "what", "where", "that", "is", "so", "whatever", "whether", "if", "when", "which",
+    "who", "than", "but", "and", "or", "because", "since", "think", "know", "sure", "though",
+    "while", "why", "yes", "no", "unless",
+];
 
 /// Words right before "use" that make it the agent's own choice ("I'll use", "we're
 /// going to use", "let's use"), not a description ("the parser uses").
@@ -1291,6 +1399,110 @@ mod tests {
         assert!(!is_constraint(
             "Fix the failing build; the keeper test is flaky"
         ));
+    }
+
+    #[test]
+    fn an_output_is_known_by_a_label_that_names_it_whatever_the_tool() {
+        for t in [
+            "Observation 7: The page lists three results.",
+            "Postgres Query Output: [(1, 'a')]",
+            "Observation 12:\nnothing found",
+            "Sandbox Output: total 0",
+            "Python Output 3: 42",
+        ] {
+            assert!(is_observation(t), "{t}");
+        }
+        for t in [
+            "Expected output: a list of ids",
+            "Note 2: the output is wrong",
+            "My favourite observation about this codebase: it has no tests.",
+            "The Output Of The Last Run Was Long And Wrong: see above",
+        ] {
+            assert!(!is_observation(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn a_react_agents_action_lines_are_its_commands() {
+        let step = "Thought 2: The page does not say.\nAction 2: Lookup[founding year]";
+        assert_eq!(commands(step), vec!["Lookup[founding year]"]);
+        let plain = "Thought: I should list the files.\nAction: run_shell[ls -la]";
+        assert_eq!(commands(plain), vec!["run_shell[ls -la]"]);
+        let finish = "Action 11: Finish[yes]";
+        assert_eq!(commands(finish), vec!["Finish[yes]"]);
+        // Speaking of an action is not taking one.
+        assert!(commands("The action I took: none yet, I am still reading.").is_empty());
+        assert!(commands("Action 3:").is_empty());
+    }
+
+    #[test]
+    fn a_message_that_is_only_a_command_is_a_bare_command() {
+        for t in [
+            "ls -la /srv",
+            "grep -rn TODO src | head",
+            "SELECT id, total FROM orders WHERE total > 100",
+            "python3 solve.py --key 0x3f\n\nThis should print the flag.",
+            "cat notes_2.txt",
+        ] {
+            assert!(bare_command(t).is_some(), "{t}");
+        }
+        // Words without a command line's marks are a short reply, not a command.
+        for t in ["round 2 done", "sure thing", "fixed it"] {
+            assert!(bare_command(t).is_none(), "{t}");
+        }
+        assert_eq!(
+            bare_command("find . -name '*.log'\n\nLooking for logs."),
+            Some("find . -name '*.log'")
+        );
+        for t in [
+            "I will look at the log files first.",
+            "Thought 1: find it\nAction 1: Search[x]",
+            "```bash\nls\n```",
+            "",
+        ] {
+            assert!(bare_command(t).is_none(), "{t}");
+        }
+    }
+
+    #[test]
+    fn what_addresses_the_agent_is_told_from_what_a_command_printed() {
+        for t in [
+            "Please stop retrying after three attempts, we get billed per call.",
+            "hold on, you are editing the wrong service",
+            "Never commit the generated client in api/gen/.",
+            "The uploader takes at most 25 files per batch.",
+        ] {
+            assert!(addresses_agent(t), "{t}");
+        }
+        for t in [
+            "No output",
+            "total 12\ndrwxr-xr-x 2 dev dev 4096 Jan 3 10:02 src",
+            "Build finished in 3.2s",
+            "Segmentation fault (core dumped)",
+        ] {
+            assert!(!addresses_agent(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn an_option_settled_on_with_it_is_is_a_strong_decision_whatever_follows() {
+        for s in [
+            "Postgres it is.",
+            "Plan C it is: the importer retries each batch on its own.",
+            "Fine, tokio_uring it is; the blocking pool goes.",
+            "Approach two it is \u{2014} smaller diff, same result.",
+            "sqlite_wal it is, then.",
+        ] {
+            assert_eq!(decision(s), Some(true), "{s}");
+        }
+        for s in [
+            "Leave the loop as it is.",
+            "I am not sure what it is, so I will print it.",
+            "As far as I can tell, it is: the timeout fires first.",
+            "Check whether it is, and report back.",
+        ] {
+            assert_ne!(decision(s), Some(true), "{s}");
+        }
     }
 
     #[test]
