@@ -78,6 +78,9 @@ const WHO_CHARS: usize = 48;
 const PATH_CHARS: usize = 200;
 /// New paths taken from one output: a `find .` listing is not a list of what mattered.
 const PATHS_PER_OUTPUT: usize = 20;
+/// Files taken as made from one output: a build that reports every object it wrote is
+/// not a list of what mattered.
+const PRODUCTS_PER_OUTPUT: usize = 4;
 /// A user message that pastes something and says fewer words than this of its own is
 /// handing material over rather than asking.
 const HANDOVER_WORDS: usize = 12;
@@ -371,7 +374,8 @@ enum Answers {
     Nothing,
     /// A command in a block, or a ReAct-style agent's action.
     Command,
-    /// A text agent's bare command ([`scan::bare_command`]).
+    /// Any message of a text agent that answers in bare commands
+    /// ([`scan::bare_command`]).
     Bare,
 }
 
@@ -545,14 +549,20 @@ impl Digest {
                     self.add_calls(m, &mut index);
                     if self.add_assistant_text(&text, &mut command) {
                         Answers::Command
-                    } else if let Some(bare) = scan::bare_command(&text).filter(|_| text_agent) {
-                        let label = format!("command: {}", one_line(bare, LABEL_CHARS));
-                        self.add_paths(bare, Tier::Touched);
-                        self.push_call(label.clone(), 1);
-                        command = Some(label);
-                        Answers::Bare
-                    } else {
+                    } else if !text_agent {
                         Answers::Nothing
+                    } else {
+                        // What such an agent's user turn holds after any of its
+                        // messages (a command with a comment, a script echoed into a
+                        // file) is the environment's answer, unless it addresses the
+                        // agent.
+                        if let Some(bare) = scan::bare_command(&text) {
+                            let label = format!("command: {}", one_line(bare, LABEL_CHARS));
+                            self.add_paths(bare, Tier::Touched);
+                            self.push_call(label.clone(), 1);
+                            command = Some(label);
+                        }
+                        Answers::Bare
                     }
                 }
                 Role::Tool | Role::Function => {
@@ -765,7 +775,24 @@ impl Digest {
             }
         }
         self.add_errors(text, who);
+        self.add_products(text);
         self.add_paths(text, Tier::Seen);
+    }
+
+    /// The files an output reports it made ([`scan::reported_path`]), new to the digest:
+    /// ranked with what the work wrote, the state a later turn builds on, where a path
+    /// that only appeared in an output goes first. A path the work already touched keeps
+    /// its rank: an output naming it again made nothing new.
+    fn add_products(&mut self, text: &str) {
+        let mut made = 0;
+        for path in text.lines().filter_map(scan::reported_path) {
+            if made == PRODUCTS_PER_OUTPUT {
+                break;
+            }
+            if !self.seen[Section::Files as usize].contains_key(path) {
+                made += usize::from(self.push(Section::Files, Tier::Fact, path).is_some());
+            }
+        }
     }
 
     /// The lines of an output that report a failure, the most telling first (see
@@ -2023,6 +2050,37 @@ mod tests {
     }
 
     #[test]
+    fn a_file_an_output_reports_making_ranks_as_written_never_a_forbidden_one() {
+        for (line, path) in [
+            (
+                "benchmark summary stored at perf/summary_q4.md",
+                "perf/summary_q4.md",
+            ),
+            ("Bundle: public/app.min_q2.js", "public/app.min_q2.js"),
+            ("rendered diagram => docs/arch_q9.png", "docs/arch_q9.png"),
+            (
+                "Generated migrations/0007_q1_add_index.sql",
+                "migrations/0007_q1_add_index.sql",
+            ),
+        ] {
+            let output = format!("{}{line}\ndone in 4.1s", "step ok\n".repeat(40));
+            let turns = parse(json!([
+                {"role": "user", "content": "Run the release script. Never modify config/locked_q3.toml."},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"./release.sh\"}"}}]},
+                {"role": "tool", "tool_call_id": "a", "content": output},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"./render.sh\"}"}}]},
+                {"role": "tool", "tool_call_id": "b", "content": "config written to config/locked_q3.toml"},
+            ]));
+            let d = digest(None, &turns, 10_000);
+            assert!(d.contains(&format!("- written: {path}\n")), "{line}\n{d}");
+            assert!(!d.contains("written: config/locked_q3.toml"), "{d}");
+            assert!(d.contains("forbidden: config/locked_q3.toml"), "{d}");
+        }
+    }
+
+    #[test]
     fn a_text_agent_answering_in_bare_commands_gets_outputs_not_requests() {
         let said = [
             "Please keep the solver under 64 MiB of memory, the grader kills it above.",
@@ -2040,6 +2098,9 @@ mod tests {
                 {"role": "user", "content": words},
                 {"role": "assistant", "content": "zip2john vault_q7.zip"},
                 {"role": "user", "content": "Command not found\nReport saved to out/crack_q7.txt"},
+                // A message that reads as prose (a shell comment) is answered all the same.
+                {"role": "assistant", "content": "# The archive uses legacy encryption, so try the wordlist on it next."},
+                {"role": "user", "content": "Session completed, no hashes cracked"},
             ]));
             let d = digest(None, &turns, 10_000);
             let asks = d
@@ -2047,7 +2108,12 @@ mod tests {
                 .find(|s| s.starts_with(Section::Asks.heading()))
                 .unwrap_or_default();
             assert!(asks.contains(words), "{words}\n{d}");
-            for output in ["No output", "total 8", "Command not found"] {
+            for output in [
+                "No output",
+                "total 8",
+                "Command not found",
+                "Session completed",
+            ] {
                 assert!(!asks.contains(output), "{output}\n{d}");
             }
             assert!(d.contains("command: unzip -l vault_q"), "{d}");

@@ -475,6 +475,52 @@ pub fn announces_file(line: &str) -> bool {
     WORDS.find(line, false).is_some()
 }
 
+/// Past verbs that say a file was looked at or taken away, not made: a path after them
+/// is no product of the work.
+const NOT_MADE: &[&str] = &[
+    "opened", "loaded", "found", "read", "checked", "scanned", "searched", "skipped", "ignored",
+    "deleted", "removed", "failed", "matched", "parsed", "linted", "tested", "analyzed",
+    "analysed", "excluded", "missed", "watched", "closed", "edited",
+];
+
+/// The path a line of output reports as what the run produced, whatever the tool's
+/// words (`Profile written to out/p.svg`, `trace saved as t.json`, `Artifacts:
+/// dist/app.tar.gz`, `export done -> data/x.csv`, `Downloaded data/raw.csv`): a short
+/// line of words, not an error, that ends with its only path, a file's name, led by an
+/// arrow, a label's colon, `to`/`into`/`at`/`as`, or a verb of making in the past
+/// tense.
+pub fn reported_path(line: &str) -> Option<&str> {
+    let t = line
+        .trim()
+        .trim_end_matches(['.', ',', ';', ')', ']', '"', '\'']);
+    let (head, last) = t.rsplit_once([' ', '\t'])?;
+    let path = as_path(last.trim_start_matches(['(', '[', '"', '\'', '`']))?;
+    let file = path.rsplit('/').next().unwrap_or(path);
+    if t.len() > 200 || !file.contains('.') || path.starts_with("http") {
+        return None;
+    }
+    let head = head.trim_end();
+    let words = head.split_whitespace().count();
+    let lead = head.rsplit(' ').next().unwrap_or(head).to_ascii_lowercase();
+    let made = lead.ends_with(':')
+        || [
+            "->", "=>", "\u{2192}", "to", "into", "at", "as", "built", "wrote", "made",
+        ]
+        .contains(&lead.as_str())
+        || (lead.len() > 3 && lead.ends_with("ed") && !NOT_MADE.contains(&lead.as_str()));
+    let mut others = 0;
+    paths(head, |_| {
+        others += 1;
+        false
+    });
+    let worded = head
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !c.is_ascii_alphanumeric()))
+        .any(|w| w.len() > 1 && w.bytes().all(|b| b.is_ascii_alphabetic()));
+    (made && worded && (1..=12).contains(&words) && others == 0 && super::errors::line_score(t) < 2)
+        .then_some(path)
+}
+
 /// Verbs that, after "let's" or "I'll", narrate the next step of exploring rather than
 /// decide anything: "Let's open the file", "I'll run the tests".
 const NARRATION_VERBS: &[&str] = &[
@@ -1502,6 +1548,37 @@ mod tests {
             "Check whether it is, and report back.",
         ] {
             assert_ne!(decision(s), Some(true), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_path_an_output_reports_making_is_found_in_its_words() {
+        for (line, path) in [
+            ("Profile written to out/prof_q2.svg", "out/prof_q2.svg"),
+            ("  trace saved as traces/run-7.json.", "traces/run-7.json"),
+            ("Artifacts: dist/app-1.0.tar.gz", "dist/app-1.0.tar.gz"),
+            ("export done -> data/exports/q3.csv", "data/exports/q3.csv"),
+            (
+                "Downloaded data/raw/sales_2024.csv",
+                "data/raw/sales_2024.csv",
+            ),
+            ("[bundler] emitted build/main.js", "build/main.js"),
+            ("Compiled 12 sources into target/app.jar", "target/app.jar"),
+        ] {
+            assert_eq!(reported_path(line), Some(path), "{line}");
+        }
+        for line in [
+            // Looked at, taken away, failed, or no product named.
+            "Found 3 matches in src/lib/parse.py",
+            "Opened src/config.yaml",
+            "Deleted tmp/cache.db",
+            "error: cannot write to out/report.xml",
+            "cp src/a.py src/b.py",
+            "Changed directory to /srv/app",
+            "src/a.py",
+            "See https://example.com/docs/index.html",
+        ] {
+            assert_eq!(reported_path(line), None, "{line}");
         }
     }
 
