@@ -887,21 +887,23 @@ fn reads_as_prose(line: &str) -> bool {
 /// says what was found or chosen, an option named and settled on: "Redis it is", "I'm
 /// going to use orjson for this"), `Some(false)` for a weak one.
 pub fn decision(sentence: &str) -> Option<bool> {
-    static PHRASES: LazyLock<Phrases> =
-        LazyLock::new(|| Phrases::new(&[STRONG_DECISION, WEAK_DECISION]));
-    // Asked of every line of an output that is cut: the forms read word by word below are
-    // looked for in the same single pass first.
-    static CHOICES: LazyLock<Phrases> =
-        LazyLock::new(|| Phrases::new(&[&["use", "using", "it is"]]));
-    let found = PHRASES.find(sentence, true);
-    if found == Some(0) || CHOICES.find(sentence, true).is_none() {
-        return found.map(|list| list == 0);
-    }
-    let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
-    if settles_on(&lower) || chooses_to_use(&lower) {
+    // Asked of every line of an output that is cut: the strong and weak phrases and the
+    // words the forms read word by word below need are found in one pass.
+    static PHRASES: LazyLock<Phrases> = LazyLock::new(|| {
+        Phrases::new(&[STRONG_DECISION, WEAK_DECISION, &["use", "using", "it is"]])
+    });
+    let lists = PHRASES.lists(sentence, true);
+    let (strong, weak, choice) = (lists & 1 != 0, lists & 2 != 0, lists & 4 != 0);
+    if strong {
         return Some(true);
     }
-    found.map(|list| list == 0)
+    if choice {
+        let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
+        if settles_on(&lower) || chooses_to_use(&lower) {
+            return Some(true);
+        }
+    }
+    weak.then_some(false)
 }
 
 /// "Redis it is.", "orjson it is, then", "Plan B it is: ...": an option named, then
@@ -1407,6 +1409,11 @@ mod tests {
         assert_eq!(p.find("the cargo build", true), None);
         assert_eq!(p.find("the cargo build", false), Some(1));
         assert_eq!(p.find("nothing here", true), None);
+        // Every list found, in the same pass.
+        assert_eq!(p.lists("Root cause found, so I'll go", true), 0b11);
+        assert_eq!(p.lists("let's go", true), 0b10);
+        assert_eq!(p.lists("the cargo build", true), 0);
+        assert_eq!(p.lists("the cargo build", false), 0b10);
     }
 
     #[test]
