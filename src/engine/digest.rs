@@ -78,6 +78,9 @@ const WHO_CHARS: usize = 48;
 const PATH_CHARS: usize = 200;
 /// New paths taken from one output: a `find .` listing is not a list of what mattered.
 const PATHS_PER_OUTPUT: usize = 20;
+/// Files taken as made from one output: a build that reports every object it wrote is
+/// not a list of what mattered.
+const PRODUCTS_PER_OUTPUT: usize = 4;
 /// A user message that pastes something and says fewer words than this of its own is
 /// handing material over rather than asking.
 const HANDOVER_WORDS: usize = 12;
@@ -364,6 +367,18 @@ pub fn shorten(body: &str, budget_chars: usize) -> String {
     }
 }
 
+/// What the assistant message before a user message asked to be run, which the user
+/// message may be the output of.
+#[derive(Clone, Copy)]
+enum Answers {
+    Nothing,
+    /// A command in a block, or a ReAct-style agent's action.
+    Command,
+    /// Any message of a text agent that answers in bare commands
+    /// ([`scan::bare_command`]).
+    Bare,
+}
+
 struct Digest {
     /// Text of earlier summaries not in this format (an LLM's), carried whole.
     earlier: Vec<String>,
@@ -501,7 +516,18 @@ impl Digest {
         let mut command: Option<String> = None;
         // Whether the message before gave a plain-text agent's command: a user message
         // after it that reads as no one's words is its output.
-        let mut answers_command = false;
+        let mut answers_command = Answers::Nothing;
+        // An agent that answers in bare commands (`ls`, a query, no block and no
+        // prose), more than once: what comes back after one is the command's output
+        // unless it addresses the agent ("No output" is no one's request).
+        // An agent that calls tools gets its outputs as tool results.
+        let text_agent = !turns.iter().any(Message::makes_calls)
+            && turns
+                .iter()
+                .filter(|m| m.role == Role::Assistant)
+                .filter(|m| scan::bare_command(&m.text()).is_some())
+                .nth(1)
+                .is_some();
         let mut previews = Vec::new();
         for (i, m) in turns.iter().enumerate() {
             let raw = m.text();
@@ -517,18 +543,34 @@ impl Digest {
             answers_command = match m.role {
                 Role::User => {
                     self.add_user(&text, command.as_deref(), answers_command);
-                    false
+                    Answers::Nothing
                 }
                 Role::Assistant => {
                     self.add_calls(m, &mut index);
-                    self.add_assistant_text(&text, &mut command)
+                    if self.add_assistant_text(&text, &mut command) {
+                        Answers::Command
+                    } else if !text_agent {
+                        Answers::Nothing
+                    } else {
+                        // What such an agent's user turn holds after any of its
+                        // messages (a command with a comment, a script echoed into a
+                        // file) is the environment's answer, unless it addresses the
+                        // agent.
+                        if let Some(bare) = scan::bare_command(&text) {
+                            let label = format!("command: {}", one_line(bare, LABEL_CHARS));
+                            self.add_paths(bare, Tier::Touched);
+                            self.push_call(label.clone(), 1);
+                            command = Some(label);
+                        }
+                        Answers::Bare
+                    }
                 }
                 Role::Tool | Role::Function => {
                     let who = result_info(turns, i, &index)
                         .map_or_else(|| "tool".to_string(), |c| c.label());
                     // A pruned output still names its error.
                     self.add_output(&raw, &text, &who);
-                    false
+                    Answers::Nothing
                 }
                 // Instructions are kept by the engine, never summarised.
                 Role::System | Role::Developer => answers_command,
@@ -569,12 +611,17 @@ impl Digest {
     /// A user message: an observation a text agent hands back (by its framing, or raw
     /// output answering the command just given), with what a person added after it read
     /// as their own words; else the user's own words.
-    fn add_user(&mut self, text: &str, command: Option<&str>, answers_command: bool) {
+    fn add_user(&mut self, text: &str, command: Option<&str>, answers: Answers) {
         let text = text.trim();
         if text.is_empty() {
             return;
         }
-        if scan::is_observation(text) || (answers_command && !scan::reads_as_words(text)) {
+        let output = match answers {
+            Answers::Nothing => false,
+            Answers::Command => !scan::reads_as_words(text),
+            Answers::Bare => !scan::addresses_agent(text),
+        };
+        if output || scan::is_observation(text) {
             // An observation may carry what a person added after it (a run of user
             // messages joined into one): those words are a request like any other.
             let (observation, added) = scan::split_observation(text);
@@ -728,7 +775,24 @@ impl Digest {
             }
         }
         self.add_errors(text, who);
+        self.add_products(text);
         self.add_paths(text, Tier::Seen);
+    }
+
+    /// The files an output reports it made ([`scan::reported_path`]), new to the digest:
+    /// ranked with what the work wrote, the state a later turn builds on, where a path
+    /// that only appeared in an output goes first. A path the work already touched keeps
+    /// its rank: an output naming it again made nothing new.
+    fn add_products(&mut self, text: &str) {
+        let mut made = 0;
+        for path in text.lines().filter_map(scan::reported_path) {
+            if made == PRODUCTS_PER_OUTPUT {
+                break;
+            }
+            if !self.seen[Section::Files as usize].contains_key(path) {
+                made += usize::from(self.push(Section::Files, Tier::Fact, path).is_some());
+            }
+        }
     }
 
     /// The lines of an output that report a failure, the most telling first (see
@@ -1983,6 +2047,87 @@ mod tests {
             let small = digest(None, &turns, 200);
             assert!(small.contains(number), "{said}\n{small}");
         }
+    }
+
+    #[test]
+    fn a_file_an_output_reports_making_ranks_as_written_never_a_forbidden_one() {
+        for (line, path) in [
+            (
+                "benchmark summary stored at perf/summary_q4.md",
+                "perf/summary_q4.md",
+            ),
+            ("Bundle: public/app.min_q2.js", "public/app.min_q2.js"),
+            ("rendered diagram => docs/arch_q9.png", "docs/arch_q9.png"),
+            (
+                "Generated migrations/0007_q1_add_index.sql",
+                "migrations/0007_q1_add_index.sql",
+            ),
+        ] {
+            let output = format!("{}{line}\ndone in 4.1s", "step ok\n".repeat(40));
+            let turns = parse(json!([
+                {"role": "user", "content": "Run the release script. Never modify config/locked_q3.toml."},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"./release.sh\"}"}}]},
+                {"role": "tool", "tool_call_id": "a", "content": output},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"./render.sh\"}"}}]},
+                {"role": "tool", "tool_call_id": "b", "content": "config written to config/locked_q3.toml"},
+            ]));
+            let d = digest(None, &turns, 10_000);
+            assert!(d.contains(&format!("- written: {path}\n")), "{line}\n{d}");
+            assert!(!d.contains("written: config/locked_q3.toml"), "{d}");
+            assert!(d.contains("forbidden: config/locked_q3.toml"), "{d}");
+        }
+    }
+
+    #[test]
+    fn a_text_agent_answering_in_bare_commands_gets_outputs_not_requests() {
+        let said = [
+            "Please keep the solver under 64 MiB of memory, the grader kills it above.",
+            "hey, do not delete anything in /srv/keys, we need those later",
+            "Also: you have about 20 attempts left on this box.",
+            "One rule from me: never run the exploit against the live host.",
+        ];
+        for (i, words) in said.into_iter().enumerate() {
+            let turns = parse(json!([
+                {"role": "user", "content": "Task: recover the passphrase from the archive."},
+                {"role": "assistant", "content": "ls -la"},
+                {"role": "user", "content": "total 8\n-rw-r--r-- 1 ctf ctf 512 Jan 3 10:02 vault_q7.zip"},
+                {"role": "assistant", "content": format!("unzip -l vault_q{i}.zip")},
+                {"role": "user", "content": "No output"},
+                {"role": "user", "content": words},
+                {"role": "assistant", "content": "zip2john vault_q7.zip"},
+                {"role": "user", "content": "Command not found\nReport saved to out/crack_q7.txt"},
+                // A message that reads as prose (a shell comment) is answered all the same.
+                {"role": "assistant", "content": "# The archive uses legacy encryption, so try the wordlist on it next."},
+                {"role": "user", "content": "Session completed, no hashes cracked"},
+            ]));
+            let d = digest(None, &turns, 10_000);
+            let asks = d
+                .split("\n\n")
+                .find(|s| s.starts_with(Section::Asks.heading()))
+                .unwrap_or_default();
+            assert!(asks.contains(words), "{words}\n{d}");
+            for output in [
+                "No output",
+                "total 8",
+                "Command not found",
+                "Session completed",
+            ] {
+                assert!(!asks.contains(output), "{output}\n{d}");
+            }
+            assert!(d.contains("command: unzip -l vault_q"), "{d}");
+            assert!(d.contains("out/crack_q7.txt"), "{d}");
+        }
+        // One reply that reads as a command makes no text agent of a chat: the user's
+        // answer after it is still a request.
+        let chat = parse(json!([
+            {"role": "user", "content": "What's the command to list hidden files?"},
+            {"role": "assistant", "content": "ls -a"},
+            {"role": "user", "content": "thanks, that works now"},
+        ]));
+        let d = digest(None, &chat, 10_000);
+        assert!(d.contains("- thanks, that works now"), "{d}");
     }
 
     #[test]

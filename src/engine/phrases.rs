@@ -54,6 +54,24 @@ impl Phrases {
         best
     }
 
+    /// The lists any phrase found in `text` belongs to, as bits (list `i` is bit `i`),
+    /// in the same one pass; with `words`, as in [`Phrases::find`]. For a reader that
+    /// asks of several lists, where a search per list would read the text again.
+    pub fn lists(&self, text: &str, words: bool) -> u64 {
+        let b = text.as_bytes();
+        let whole = |at: usize, end: usize| {
+            !words
+                || ((at == 0 || !b[at - 1].is_ascii_alphanumeric())
+                    && (end == b.len() || !b[end].is_ascii_alphanumeric()))
+        };
+        let mut found = 0u64;
+        self.any(text, whole, |list, _, _| {
+            found |= 1 << list;
+            false
+        });
+        found
+    }
+
     /// Whether `test` holds for any phrase found in `text` where `whole` says it stands
     /// alone, given its list, start and end; it is asked of each such find until it holds.
     pub fn any(

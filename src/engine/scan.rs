@@ -186,7 +186,91 @@ const SWE_PROMPT: &str = "bash-$";
 /// prompt.
 pub fn is_observation(text: &str) -> bool {
     let t = text.trim_start();
-    OBSERVATION_STARTS.iter().any(|s| t.starts_with(s)) || observation_end(text).is_some()
+    OBSERVATION_STARTS.iter().any(|s| t.starts_with(s))
+        || output_label(t)
+        || observation_end(text).is_some()
+}
+
+/// Whether a text opens with a label that names what follows as an output, however the
+/// agent names its tool or numbers its step: `Observation 3:`, `MySQL Database Output:`,
+/// `Python Output:`. Words in title case only: a person's "Expected output: 42" is a
+/// request.
+fn output_label(t: &str) -> bool {
+    let Some(colon) = t.find(':').filter(|&c| c <= 40) else {
+        return false;
+    };
+    let mut words: Vec<&str> = t[..colon].split(' ').collect();
+    if words.len() > 1 && words[words.len() - 1].bytes().all(|b| b.is_ascii_digit()) {
+        words.pop();
+    }
+    let titled = |w: &&str| {
+        w.starts_with(|c: char| c.is_ascii_uppercase())
+            && w.bytes().all(|b| b.is_ascii_alphanumeric())
+    };
+    let last = words.last().copied().unwrap_or("");
+    words.len() <= 4
+        && words.iter().all(titled)
+        && (last.eq_ignore_ascii_case("observation") || last.eq_ignore_ascii_case("output"))
+}
+
+/// The label of a line that a ReAct-style agent numbers by its step (`Observation 3:`,
+/// `Action 12:`): the word before the step's number, when the line opens so.
+fn step_label(line: &str) -> Option<&str> {
+    let colon = line.find(':').filter(|&c| c <= 32)?;
+    let (label, number) = line[..colon].rsplit_once(' ')?;
+    let numbered = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
+    let word = !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphabetic());
+    (numbered && word).then_some(label)
+}
+
+/// The action a ReAct-style agent states on a line of its own (`Action: lookup[x]`,
+/// `Action 2: Search[Joe Frazier]`): what it hands over to be run, as a command is.
+fn action_line(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    let rest = match t.strip_prefix("Action:") {
+        Some(rest) => rest,
+        None if step_label(t) == Some("Action") => &t[t.find(':')? + 1..],
+        None => return None,
+    };
+    let rest = rest.trim();
+    (!rest.is_empty()).then_some(rest)
+}
+
+/// Whether an assistant message is nothing but a command, as a text agent that answers
+/// in commands writes one (`ls -la`, `cat main.c`, a query): its first paragraph holds
+/// no line of prose, nor an action of a framed agent, and it is not empty. Prose a
+/// person would write after it (a reason, a plan) may follow in later paragraphs.
+pub fn bare_command(text: &str) -> Option<&str> {
+    let t = text.trim_start_matches(['\n', '\r']);
+    let first = t.split("\n\n").next().unwrap_or("").trim_end();
+    let lines = || first.lines().filter(|l| !l.trim().is_empty());
+    let command = lines().next().is_some()
+        && !first.contains("```")
+        && lines().all(|l| (!prose_line(l) || invocation(l)) && action_line(l).is_none());
+    command.then_some(first)
+}
+
+/// A line that reads as a program called with its arguments rather than a sentence,
+/// though made of words (`ls -la /srv`, `SELECT name FROM users`): it opens with a
+/// program's name (lowercase, maybe with digits, `.`, `/`, `_` or `-`) and passes it
+/// what only a command line holds (a flag, a path or a file name, a pipe, a
+/// redirection, quotes, an assignment), or opens with a query's keyword in capitals;
+/// and it ends with no sentence's mark. "round 2 done" is words.
+fn invocation(line: &str) -> bool {
+    let t = line.trim();
+    let mut words = t.split_whitespace();
+    let first = words.next().unwrap_or("");
+    let program = first.starts_with(|c: char| c.is_ascii_lowercase() || c == '.' || c == '/')
+        && first
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"./_-".contains(&b));
+    let argument = |w: &str| {
+        w.starts_with('-')
+            || w.contains(['/', '|', '>', '<', '=', '"', '\''])
+            || w.trim_end_matches(['.', ',']).contains('.')
+    };
+    let keyword = first.len() >= 3 && first.bytes().all(|b| b.is_ascii_uppercase());
+    ((program && words.any(argument)) || keyword) && !t.ends_with(['.', '?', '!', ':'])
 }
 
 /// Where an observation ends when the agent's own framing says so: after SWE-agent's
@@ -269,15 +353,20 @@ const SPEECH_MARKS: &[&str] = &[
 /// no tool's `hint:` label, no error report, mostly words) that address the agent, set a
 /// rule or bound the work by a number.
 pub fn reads_as_speech(paragraph: &str) -> bool {
-    static MARKS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[SPEECH_MARKS]));
     let t = paragraph.trim_matches(['\n', '\r']);
     let short = t.len() <= SPEECH_MAX && t.lines().count() <= SPEECH_LINES;
-    if !short || !reads_as_words(t) {
-        return false;
-    }
-    is_constraint(t)
-        || MARKS.find(t, true).is_some()
-        || super::quantity::amount(t) == Some(super::quantity::Amount::Limit)
+    short && addresses_agent(t)
+}
+
+/// Whether a text opens with prose that addresses the agent, sets a rule or bounds the
+/// work by a number: what a person says, of any length, where a command's output only
+/// reports.
+pub fn addresses_agent(text: &str) -> bool {
+    static MARKS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[SPEECH_MARKS]));
+    reads_as_words(text)
+        && (is_constraint(text)
+            || MARKS.find(text, true).is_some()
+            || super::quantity::amount(text) == Some(super::quantity::Amount::Limit))
 }
 
 /// Whether the first paragraph of `text` is prose, every line of it: what a person
@@ -384,6 +473,52 @@ const WRITE_WORDS: &[&str] = &[
 pub fn announces_file(line: &str) -> bool {
     static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[WRITE_WORDS]));
     WORDS.find(line, false).is_some()
+}
+
+/// Past verbs that say a file was looked at or taken away, not made: a path after them
+/// is no product of the work.
+const NOT_MADE: &[&str] = &[
+    "opened", "loaded", "found", "read", "checked", "scanned", "searched", "skipped", "ignored",
+    "deleted", "removed", "failed", "matched", "parsed", "linted", "tested", "analyzed",
+    "analysed", "excluded", "missed", "watched", "closed", "edited",
+];
+
+/// The path a line of output reports as what the run produced, whatever the tool's
+/// words (`Profile written to out/p.svg`, `trace saved as t.json`, `Artifacts:
+/// dist/app.tar.gz`, `export done -> data/x.csv`, `Downloaded data/raw.csv`): a short
+/// line of words, not an error, that ends with its only path, a file's name, led by an
+/// arrow, a label's colon, `to`/`into`/`at`/`as`, or a verb of making in the past
+/// tense.
+pub fn reported_path(line: &str) -> Option<&str> {
+    let t = line
+        .trim()
+        .trim_end_matches(['.', ',', ';', ')', ']', '"', '\'']);
+    let (head, last) = t.rsplit_once([' ', '\t'])?;
+    let path = as_path(last.trim_start_matches(['(', '[', '"', '\'', '`']))?;
+    let file = path.rsplit('/').next().unwrap_or(path);
+    if t.len() > 200 || !file.contains('.') || path.starts_with("http") {
+        return None;
+    }
+    let head = head.trim_end();
+    let words = head.split_whitespace().count();
+    let lead = head.rsplit(' ').next().unwrap_or(head).to_ascii_lowercase();
+    let made = lead.ends_with(':')
+        || [
+            "->", "=>", "\u{2192}", "to", "into", "at", "as", "built", "wrote", "made",
+        ]
+        .contains(&lead.as_str())
+        || (lead.len() > 3 && lead.ends_with("ed") && !NOT_MADE.contains(&lead.as_str()));
+    let mut others = 0;
+    paths(head, |_| {
+        others += 1;
+        false
+    });
+    let worded = head
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !c.is_ascii_alphanumeric()))
+        .any(|w| w.len() > 1 && w.bytes().all(|b| b.is_ascii_alphabetic()));
+    (made && worded && (1..=12).contains(&words) && others == 0 && super::errors::line_score(t) < 2)
+        .then_some(path)
 }
 
 /// Verbs that, after "let's" or "I'll", narrate the next step of exploring rather than
@@ -613,11 +748,16 @@ fn split_fences(text: &str) -> (Vec<&str>, Vec<Fence<'_>>) {
 }
 
 /// The shell commands an assistant message hands to be run: blocks tagged as shell, and
-/// an untagged block that ends the message (SWE-agent's action). Each command is one
-/// string; a block of several lines stays one command.
+/// an untagged block that ends the message (SWE-agent's action); in a message with no
+/// block, the `Action:` lines of a ReAct-style agent. Each command is one string; a
+/// block of several lines stays one command.
 pub fn commands(text: &str) -> Vec<String> {
     if !text.contains("```") {
-        return Vec::new();
+        return text
+            .lines()
+            .filter_map(action_line)
+            .map(str::to_string)
+            .collect();
     }
     let (_, fences) = split_fences(text);
     fences
@@ -747,37 +887,53 @@ fn reads_as_prose(line: &str) -> bool {
 /// says what was found or chosen, an option named and settled on: "Redis it is", "I'm
 /// going to use orjson for this"), `Some(false)` for a weak one.
 pub fn decision(sentence: &str) -> Option<bool> {
-    static PHRASES: LazyLock<Phrases> =
-        LazyLock::new(|| Phrases::new(&[STRONG_DECISION, WEAK_DECISION]));
-    // Asked of every line of an output that is cut: the forms read word by word below are
-    // looked for in the same single pass first.
-    static CHOICES: LazyLock<Phrases> =
-        LazyLock::new(|| Phrases::new(&[&["use", "using", "it is"]]));
-    let found = PHRASES.find(sentence, true);
-    if found == Some(0) || CHOICES.find(sentence, true).is_none() {
-        return found.map(|list| list == 0);
-    }
-    let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
-    if settles_on(&lower) || chooses_to_use(&lower) {
+    // Asked of every line of an output that is cut: the strong and weak phrases and the
+    // words the forms read word by word below need are found in one pass.
+    static PHRASES: LazyLock<Phrases> = LazyLock::new(|| {
+        Phrases::new(&[STRONG_DECISION, WEAK_DECISION, &["use", "using", "it is"]])
+    });
+    let lists = PHRASES.lists(sentence, true);
+    let (strong, weak, choice) = (lists & 1 != 0, lists & 2 != 0, lists & 4 != 0);
+    if strong {
         return Some(true);
     }
-    found.map(|list| list == 0)
+    if choice {
+        let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
+        if settles_on(&lower) || chooses_to_use(&lower) {
+            return Some(true);
+        }
+    }
+    weak.then_some(false)
 }
 
-/// "Redis it is.", "orjson it is, then": an option named, then settled on.
+/// "Redis it is.", "orjson it is, then", "Plan B it is: ...": an option named, then
+/// settled on, the sentence ending or breaking into its next clause there.
 fn settles_on(lower: &str) -> bool {
-    let t = lower.trim_end_matches(['.', '!', ' ']);
-    let t = t
-        .strip_suffix(" then")
-        .map_or(t, |t| t.trim_end_matches(','));
-    let Some(before) = t.strip_suffix(" it is") else {
-        return false;
-    };
-    // "as it is", "how it is", "that's what it is": no option named.
-    let word = before.rsplit(' ').next().unwrap_or("");
-    !word.is_empty()
-        && !["as", "how", "what", "where", "that", "is", "so", "whatever"].contains(&word)
+    lower.match_indices(" it is").any(|(at, found)| {
+        let after = &lower[at + found.len()..];
+        let rest = after.trim_start_matches(['.', '!', ' ']);
+        let breaks = rest.is_empty()
+            || after.starts_with([':', ';', ',', '\u{2014}'])
+            || after
+                .trim_start()
+                .starts_with(['-', '\u{2013}', '\u{2014}'])
+            || after.starts_with(" then");
+        // "as it is", "how it is", "whether it is, ...": no option named; nor after a
+        // comma ("As I read it, it is.").
+        let word = lower[..at].rsplit(' ').next().unwrap_or("");
+        breaks
+            && !word.is_empty()
+            && word.ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '`')
+            && !SETTLES_NOT.contains(&word)
+    })
 }
+
+/// Words before "it is" that name no option.
+const SETTLES_NOT: &[&str] = &[
+    "as", "how", "what", "where", "that", "is", "so", "whatever", "whether", "if", "when", "which",
+    "who", "than", "but", "and", "or", "because", "since", "think", "know", "sure", "though",
+    "while", "why", "yes", "no", "unless",
+];
 
 /// Words right before "use" that make it the agent's own choice ("I'll use", "we're
 /// going to use", "let's use"), not a description ("the parser uses").
@@ -1253,6 +1409,11 @@ mod tests {
         assert_eq!(p.find("the cargo build", true), None);
         assert_eq!(p.find("the cargo build", false), Some(1));
         assert_eq!(p.find("nothing here", true), None);
+        // Every list found, in the same pass.
+        assert_eq!(p.lists("Root cause found, so I'll go", true), 0b11);
+        assert_eq!(p.lists("let's go", true), 0b10);
+        assert_eq!(p.lists("the cargo build", true), 0);
+        assert_eq!(p.lists("the cargo build", false), 0b10);
     }
 
     #[test]
@@ -1291,6 +1452,141 @@ mod tests {
         assert!(!is_constraint(
             "Fix the failing build; the keeper test is flaky"
         ));
+    }
+
+    #[test]
+    fn an_output_is_known_by_a_label_that_names_it_whatever_the_tool() {
+        for t in [
+            "Observation 7: The page lists three results.",
+            "Postgres Query Output: [(1, 'a')]",
+            "Observation 12:\nnothing found",
+            "Sandbox Output: total 0",
+            "Python Output 3: 42",
+        ] {
+            assert!(is_observation(t), "{t}");
+        }
+        for t in [
+            "Expected output: a list of ids",
+            "Note 2: the output is wrong",
+            "My favourite observation about this codebase: it has no tests.",
+            "The Output Of The Last Run Was Long And Wrong: see above",
+        ] {
+            assert!(!is_observation(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn a_react_agents_action_lines_are_its_commands() {
+        let step = "Thought 2: The page does not say.\nAction 2: Lookup[founding year]";
+        assert_eq!(commands(step), vec!["Lookup[founding year]"]);
+        let plain = "Thought: I should list the files.\nAction: run_shell[ls -la]";
+        assert_eq!(commands(plain), vec!["run_shell[ls -la]"]);
+        let finish = "Action 11: Finish[yes]";
+        assert_eq!(commands(finish), vec!["Finish[yes]"]);
+        // Speaking of an action is not taking one.
+        assert!(commands("The action I took: none yet, I am still reading.").is_empty());
+        assert!(commands("Action 3:").is_empty());
+    }
+
+    #[test]
+    fn a_message_that_is_only_a_command_is_a_bare_command() {
+        for t in [
+            "ls -la /srv",
+            "grep -rn TODO src | head",
+            "SELECT id, total FROM orders WHERE total > 100",
+            "python3 solve.py --key 0x3f\n\nThis should print the flag.",
+            "cat notes_2.txt",
+        ] {
+            assert!(bare_command(t).is_some(), "{t}");
+        }
+        // Words without a command line's marks are a short reply, not a command.
+        for t in ["round 2 done", "sure thing", "fixed it"] {
+            assert!(bare_command(t).is_none(), "{t}");
+        }
+        assert_eq!(
+            bare_command("find . -name '*.log'\n\nLooking for logs."),
+            Some("find . -name '*.log'")
+        );
+        for t in [
+            "I will look at the log files first.",
+            "Thought 1: find it\nAction 1: Search[x]",
+            "```bash\nls\n```",
+            "",
+        ] {
+            assert!(bare_command(t).is_none(), "{t}");
+        }
+    }
+
+    #[test]
+    fn what_addresses_the_agent_is_told_from_what_a_command_printed() {
+        for t in [
+            "Please stop retrying after three attempts, we get billed per call.",
+            "hold on, you are editing the wrong service",
+            "Never commit the generated client in api/gen/.",
+            "The uploader takes at most 25 files per batch.",
+        ] {
+            assert!(addresses_agent(t), "{t}");
+        }
+        for t in [
+            "No output",
+            "total 12\ndrwxr-xr-x 2 dev dev 4096 Jan 3 10:02 src",
+            "Build finished in 3.2s",
+            "Segmentation fault (core dumped)",
+        ] {
+            assert!(!addresses_agent(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn an_option_settled_on_with_it_is_is_a_strong_decision_whatever_follows() {
+        for s in [
+            "Postgres it is.",
+            "Plan C it is: the importer retries each batch on its own.",
+            "Fine, tokio_uring it is; the blocking pool goes.",
+            "Approach two it is \u{2014} smaller diff, same result.",
+            "sqlite_wal it is, then.",
+        ] {
+            assert_eq!(decision(s), Some(true), "{s}");
+        }
+        for s in [
+            "Leave the loop as it is.",
+            "I am not sure what it is, so I will print it.",
+            "As far as I can tell, it is: the timeout fires first.",
+            "Check whether it is, and report back.",
+        ] {
+            assert_ne!(decision(s), Some(true), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_path_an_output_reports_making_is_found_in_its_words() {
+        for (line, path) in [
+            ("Profile written to out/prof_q2.svg", "out/prof_q2.svg"),
+            ("  trace saved as traces/run-7.json.", "traces/run-7.json"),
+            ("Artifacts: dist/app-1.0.tar.gz", "dist/app-1.0.tar.gz"),
+            ("export done -> data/exports/q3.csv", "data/exports/q3.csv"),
+            (
+                "Downloaded data/raw/sales_2024.csv",
+                "data/raw/sales_2024.csv",
+            ),
+            ("[bundler] emitted build/main.js", "build/main.js"),
+            ("Compiled 12 sources into target/app.jar", "target/app.jar"),
+        ] {
+            assert_eq!(reported_path(line), Some(path), "{line}");
+        }
+        for line in [
+            // Looked at, taken away, failed, or no product named.
+            "Found 3 matches in src/lib/parse.py",
+            "Opened src/config.yaml",
+            "Deleted tmp/cache.db",
+            "error: cannot write to out/report.xml",
+            "cp src/a.py src/b.py",
+            "Changed directory to /srv/app",
+            "src/a.py",
+            "See https://example.com/docs/index.html",
+        ] {
+            assert_eq!(reported_path(line), None, "{line}");
+        }
     }
 
     #[test]
