@@ -50,19 +50,24 @@ async fn openai_python_sdk_chat_stream_and_models() {
         .all(|r| r.headers["authorization"] == "Bearer sk-test"));
 }
 
-/// Runs a session script of `tests/clients/` with the SDK pointed at a proxy in front of
-/// a fresh mock: the SDK must see no error, the upstream no invalid request, and the
-/// proxy must have compacted.
-async fn sdk_session(script: &str) {
-    let Some(python) = support::python_with("openai") else {
-        return;
-    };
+/// Runs a session script of `tests/clients/` with the SDK pointed at a proxy (with
+/// `config`) in front of a fresh mock: the SDK must see no error, the upstream no invalid
+/// request, and the proxy must have compacted. Returns the proxy's metrics at the end.
+async fn sdk_session(script: &str, config: &str) -> Option<String> {
+    sdk_session_with(script, config, "note").await
+}
+
+/// [`sdk_session`], the tool answering with `output` (`note`: a line of words; `log`: a
+/// build log of 60 lines).
+async fn sdk_session_with(script: &str, config: &str, output: &str) -> Option<String> {
+    let python = support::python_with("openai")?;
     let mock = Mock::start().await;
-    let proxy = Proxy::start(&mock.url("/v1"), "");
+    let proxy = Proxy::start(&mock.url("/v1"), config);
     let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
     let output = tokio::process::Command::from(Command::new(python))
         .arg(path)
         .env("OPENAI_BASE_URL", proxy.url("/v1"))
+        .env("SESSION_OUTPUT", output)
         .output()
         .await
         .unwrap();
@@ -78,21 +83,41 @@ async fn sdk_session(script: &str) {
     assert!(violations.is_empty(), "{violations:?}");
     // The history outgrew the window: the session lived because the proxy compacted.
     assert!(proxy.logged("compaction"), "{}", proxy.logs());
+    Some(support::metrics(&proxy).await)
 }
 
 #[tokio::test]
 async fn openai_python_sdk_long_streaming_session_never_sees_an_overflow() {
-    sdk_session("openai_sdk_session.py").await;
+    sdk_session("openai_sdk_session.py", "").await;
 }
 
 #[tokio::test]
 async fn openai_python_sdk_responses_session_never_sees_an_overflow() {
-    sdk_session("openai_sdk_responses.py").await;
+    sdk_session("openai_sdk_responses.py", "").await;
 }
 
 #[tokio::test]
 async fn openai_agents_with_its_default_model_never_sees_an_overflow() {
-    sdk_session("agents_session.py").await;
+    sdk_session("agents_session.py", "").await;
+}
+
+/// Economy mode, made eager (outputs shortened from two turns back, in batches of 1,000
+/// tokens), under the SDK sessions whose tool answers with build logs: every request
+/// still valid to the mock, the SDK sees no error, and economy did shorten requests.
+#[tokio::test]
+async fn openai_python_sdk_sessions_with_economy_on_never_see_an_overflow() {
+    const EAGER: &str =
+        "[compaction]\neconomy = true\neconomy_age = 2\neconomy_batch_tokens = 1000\n";
+    for script in ["openai_sdk_session.py", "openai_sdk_responses.py"] {
+        let Some(metrics) = sdk_session_with(script, EAGER, "log").await else {
+            return;
+        };
+        let shortened = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("compaction_proxy_economy_requests_total "))
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        assert!(shortened.is_some_and(|n| n > 0), "{script}: {metrics}");
+    }
 }
 
 /// The Node 22 that `scripts/setup-clients.sh` installs beside the Node clients.
