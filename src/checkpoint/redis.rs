@@ -928,40 +928,58 @@ mod tests {
         }
     }
 
-    async fn server() -> Option<Server> {
+    fn spawn(port: u16) -> std::io::Result<Child> {
         let path = std::env::var("COMPACTION_PROXY_REDIS_SERVER")
             .unwrap_or_else(|_| "redis-server".into());
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let spawned = Process::new(&path)
+        Process::new(&path)
             .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
             .args(["--port", &port.to_string()])
             .current_dir(std::env::temp_dir())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn();
-        let Ok(child) = spawned else {
+            .spawn()
+    }
+
+    async fn server() -> Option<Server> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let Ok(child) = spawn(port) else {
             assert!(
                 std::env::var("COMPACTION_PROXY_REQUIRE_REDIS").as_deref() != Ok("1"),
-                "no redis-server at {path}"
+                "no redis-server"
             );
             eprintln!("skipped: no redis-server (scripts/setup-redis.sh installs it)");
             return None;
         };
         let server = Server { child, port };
-        for _ in 0..200 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return Some(server);
+        server.answering().await;
+        Some(server)
+    }
+
+    impl Server {
+        async fn answering(&self) {
+            for _ in 0..200 {
+                if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            panic!("redis-server did not start on port {}", self.port);
         }
-        panic!("redis-server did not start on port {port}");
+
+        /// Killed (no goodbye to its clients) and started again, empty, on its port.
+        async fn restart(&mut self) {
+            self.child.kill().unwrap();
+            self.child.wait().unwrap();
+            self.child = spawn(self.port).unwrap();
+            self.answering().await;
+        }
     }
 
     /// Whether `check` holds within two seconds: announcements arrive on their own time.
@@ -1195,6 +1213,19 @@ mod tests {
         assert_eq!(b.peek(9).await.unwrap(), Peek::Done(b"summary".to_vec()));
         a.clear_leases().await.unwrap();
         assert_eq!(b.peek(9).await.unwrap(), Peek::Free);
+    }
+
+    #[tokio::test]
+    async fn an_operation_after_redis_restarted_is_sent_again_on_a_new_connection() {
+        let Some(mut server) = server().await else {
+            return;
+        };
+        let store = store(&server, "t5");
+        assert_eq!(store.peek(3).await.unwrap(), Peek::Free);
+        server.restart().await;
+        // The shared connection broke with the restart; the operation does not fail for it.
+        assert_eq!(store.peek(3).await.unwrap(), Peek::Free);
+        assert!(store.claim(3, 1, Duration::from_secs(10)).await.unwrap());
     }
 
     /// The cost of a lookup for a long session: a conversation of about a million
