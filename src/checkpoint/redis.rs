@@ -116,9 +116,14 @@ pub fn open(
     roots: Option<Vec<u8>>,
 ) -> Result<RedisStore, RedisError> {
     // Pipelines are written whole and read whole: nothing gains from Nagle's delay.
-    let info = url
-        .into_connection_info()?
-        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+    let tcp = TcpSettings::default().set_nodelay(true);
+    // The manager replaces a connection that fails, not one on which operations time out:
+    // a Redis host gone without a reset (a dead machine, a dropped route) would hold the
+    // shared connection for the kernel's retransmissions, some fifteen minutes. Data left
+    // unacknowledged this long fails it instead.
+    #[cfg(target_os = "linux")]
+    let tcp = tcp.set_user_timeout(CONNECT_TIMEOUT);
+    let info = url.into_connection_info()?.set_tcp_settings(tcp);
     let client = match roots {
         None => Client::open(info)?,
         Some(pem) => Client::build_with_tls(
