@@ -165,6 +165,7 @@ struct Core {
     ttl: Duration,
     known: Mutex<Known>,
 }
+
 /// The partitions that may have checkpoints, as this process knows them.
 #[derive(Default)]
 struct Known {
