@@ -16,7 +16,7 @@ use super::prepared::Prepared;
 use super::seal::{AtRest, Seal, Sealer};
 use super::store::{render, Backend, StoreError};
 use super::window_store::WindowStore;
-use super::{codec, embedded, redis, redis_protocol, Checkpoint};
+use super::{codec, embedded, redis, Checkpoint};
 use crate::config::{CacheBackend, CacheConfig};
 use crate::engine::Summary;
 use crate::model_record::ModelRecord;
@@ -89,13 +89,11 @@ pub enum OpenError {
     #[error("cache.path {path}: {}", render(source))]
     Embedded { path: String, source: StoreError },
     #[error("cache.redis_url: {}", render(source))]
-    Redis {
-        source: redis_protocol::ProtocolError,
-    },
+    Redis { source: ::redis::RedisError },
     #[error("cache.redis_ca_file {path}: {}", render(source))]
     RedisCa {
         path: String,
-        source: redis_protocol::ProtocolError,
+        source: redis::CaError,
     },
 }
 
@@ -179,13 +177,13 @@ impl Checkpoints {
             },
             CacheBackend::Redis => {
                 let roots = match config.redis_ca_file.as_str() {
-                    "" => Vec::new(),
-                    path => redis_protocol::read_roots(std::path::Path::new(path)).map_err(
+                    "" => None,
+                    path => Some(redis::read_roots(std::path::Path::new(path)).map_err(
                         |source| OpenError::RedisCa {
                             path: path.to_owned(),
                             source,
                         },
-                    )?,
+                    )?),
                 };
                 let store = redis::open(&config.redis_url, &config.redis_namespace, ttl, roots)
                     .map_err(|source| OpenError::Redis { source })?;
@@ -521,7 +519,6 @@ mod tests {
     use super::*;
     use crate::checkpoint::hash::Tenant;
     use crate::checkpoint::outage::RETRY_AFTER;
-    use crate::checkpoint::redis_protocol::ProtocolError;
     use crate::checkpoint::store::StoreFuture;
 
     /// A shared store that can be switched off, in front of a memory store.
@@ -536,7 +533,7 @@ mod tests {
                 let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
                 return Err(StoreError::Redis {
                     address: "127.0.0.1:6379".into(),
-                    source: ProtocolError::Io(refused),
+                    source: refused.into(),
                 });
             }
             Ok(())

@@ -11,7 +11,7 @@
 //! checkpoints), [`window_store`] (what was learned of the models) and [`lease_store`]
 //! (which replica makes a shared summariser call), with what they share in [`store`]; the
 //! stores are [`memory`], [`embedded`] (whose files [`file_modes`] keeps private) and
-//! [`redis`] (over its own client [`redis_protocol`]). [`codec`] turns checkpoints into
+//! [`redis`] (over the `redis` crate's client). [`codec`] turns checkpoints into
 //! bytes and [`seal`] encrypts those bytes per tenant; [`cache`] is what the proxy uses (the
 //! stores, and memory while a shared one is out of reach, with [`outage`] saying what a
 //! failure costs); [`flight`] lets concurrent requests, of one process or of several, share
@@ -29,7 +29,6 @@ pub mod memory;
 mod outage;
 pub mod prepared;
 pub mod redis;
-mod redis_protocol;
 pub mod seal;
 pub mod store;
 pub mod window_store;

@@ -20,21 +20,36 @@
 //!   usage factor; a replica writes only the fields it learned, never over another's.
 //! - `ns:lock:FLIGHT` and `ns:flight:FLIGHT`: who makes a summariser call, and its result.
 //!
+//! The client is the `redis` crate's: every operation of the process shares one
+//! multiplexed connection (its `ConnectionManager`, which replaces a connection that
+//! broke), and the subscription to the events has a connection of its own.
+//!
 //! Redis bounds its own memory (`maxmemory` with a `volatile-*` policy evicts checkpoints
 //! first); `cache.max_bytes` does not apply here.
+//!
+//! [`codec`]: super::codec
 
 use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
+use ::redis::io::tcp::TcpSettings;
+use ::redis::{
+    Client, Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisError, RedisResult, Script,
+    TlsCertificates,
+};
 use futures_util::future::BoxFuture;
-use tokio_rustls::rustls::pki_types::CertificateDer;
+use futures_util::StreamExt;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
 
 use super::checkpoint_store::{CheckpointStore, Tally};
 use super::codec::CodecError;
 use super::hash::{Key, Partition, Tenant};
 use super::lease_store::{LeaseStore, Peek};
-use super::redis_protocol::{Client, Connection, ProtocolError, RedisCommand, Reply};
 use super::seal::AtRest;
 use super::store::{Backend, StoreError, StoreFuture};
 use super::window_store::WindowStore;
@@ -42,8 +57,8 @@ use super::Checkpoint;
 use crate::model_record::ModelRecord;
 
 const BACKEND: &str = "redis";
-/// How long opening a connection may take. The cache bounds each operation more tightly;
-/// this bounds the upkeep's, which nothing else does.
+/// How long opening a connection, or one reply, may take. The cache bounds each operation
+/// more tightly; this bounds the upkeep's, which nothing else does.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the partitions other replicas wrote are read again whole: what a missed
 /// announcement (during a reconnection, say) costs at most.
@@ -52,7 +67,7 @@ const REFRESH_EVERY: Duration = Duration::from_secs(5);
 const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 const BACKOFF_MOST: Duration = Duration::from_secs(5);
 /// RedisKeys asked for per `SCAN` step.
-const SCAN_COUNT: &str = "1000";
+const SCAN_COUNT: u32 = 1000;
 
 /// Sets the lock to the holder unless another holds it; renews it if the holder does.
 const CLAIM: &str = "local v = redis.call('GET', KEYS[1]) \
@@ -65,19 +80,66 @@ const SETTLE: &str = "redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) \
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end \
 return 1";
 
-/// The store at `url`, its keys under `namespace`; `roots` are trusted for `rediss://`
-/// besides the Mozilla roots. Nothing is connected: a Redis out of reach at start costs
-/// requests nothing (the cache serves from memory until it is back).
+/// Why `cache.redis_ca_file` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    #[error("it cannot be read")]
+    Read(#[from] std::io::Error),
+    #[error("not a PEM file of certificates")]
+    Pem(#[source] rustls_pki_types::pem::Error),
+    #[error("no certificate in it")]
+    NoCertificate,
+}
+
+/// The PEM file at `path`, once it is known to hold certificates: the certificate
+/// authorities an operator trusts for `rediss://`. (The `redis` crate would take a file
+/// without any and fail only at the first connection.)
+pub fn read_roots(path: &Path) -> Result<Vec<u8>, CaError> {
+    let pem = std::fs::read(path)?;
+    let found = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(CaError::Pem)?;
+    if found.is_empty() {
+        return Err(CaError::NoCertificate);
+    }
+    Ok(pem)
+}
+
+/// The store at `url`, its keys under `namespace`. `rediss://` trusts the Mozilla roots,
+/// or, given `roots` (a PEM file's certificates), those alone. Nothing is connected: a
+/// Redis out of reach at start costs requests nothing (the cache serves from memory until
+/// it is back). An error names what is wrong with the URL, never the password.
 pub fn open(
     url: &str,
     namespace: &str,
     ttl: Duration,
-    roots: Vec<CertificateDer<'static>>,
-) -> Result<RedisStore, ProtocolError> {
-    let client = Client::new(url, CONNECT_TIMEOUT, roots)?;
+    roots: Option<Vec<u8>>,
+) -> Result<RedisStore, RedisError> {
+    // Pipelines are written whole and read whole: nothing gains from Nagle's delay.
+    let tcp = TcpSettings::default().set_nodelay(true);
+    // The manager replaces a connection that fails, not one on which operations time out:
+    // a Redis host gone without a reset (a dead machine, a dropped route) would hold the
+    // shared connection for the kernel's retransmissions, some fifteen minutes. Data left
+    // unacknowledged this long fails it instead.
+    #[cfg(target_os = "linux")]
+    let tcp = tcp.set_user_timeout(CONNECT_TIMEOUT);
+    let info = url.into_connection_info()?.set_tcp_settings(tcp);
+    let client = match roots {
+        None => Client::open(info)?,
+        Some(pem) => Client::build_with_tls(
+            info,
+            TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            },
+        )?,
+    };
     Ok(RedisStore {
         shared: Arc::new(Core {
             client,
+            manager: Mutex::new(None),
+            claim: Script::new(CLAIM),
+            settle: Script::new(SETTLE),
             keys: RedisKeys {
                 ns: namespace.to_owned(),
             },
@@ -94,6 +156,11 @@ pub struct RedisStore {
 
 struct Core {
     client: Client,
+    /// The connection every operation shares, made at the first (it needs the runtime,
+    /// which a store opened before it starts does not have yet).
+    manager: Mutex<Option<ConnectionManager>>,
+    claim: Script,
+    settle: Script,
     keys: RedisKeys,
     ttl: Duration,
     known: Mutex<Known>,
@@ -231,9 +298,11 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn millis(duration: Duration) -> String {
+fn millis(duration: Duration) -> u64 {
     // PX 0 is an error: a time to live rounds up to a millisecond.
-    duration.as_millis().max(1).to_string()
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 fn corrupt(source: CodecError) -> StoreError {
@@ -253,32 +322,58 @@ impl Core {
     }
 
     /// Names where Redis is, never how to log in.
-    fn unavailable(&self, source: ProtocolError) -> StoreError {
+    fn unavailable(&self, source: RedisError) -> StoreError {
         StoreError::Redis {
-            address: self.client.target().address(),
+            address: self.client.get_connection_info().addr().to_string(),
             source,
         }
     }
 
-    /// Runs `commands` as one pipeline; any error reply fails the whole.
-    async fn run(&self, commands: &[RedisCommand]) -> Result<Vec<Reply>, StoreError> {
-        let replies = self
-            .client
-            .pipeline(commands)
-            .await
+    /// The shared connection, connected on demand: a manager that could not connect
+    /// tries again at the next operation.
+    fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let mut manager = self.manager.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(manager) = manager.as_ref() {
+            return Ok(manager.clone());
+        }
+        // One attempt per operation: the cache decides when to try again (a second after
+        // a failure), and an operation must not wait on the manager's own backoff.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(CONNECT_TIMEOUT))
+            .set_number_of_retries(0);
+        let made = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
             .map_err(|e| self.unavailable(e))?;
-        replies
-            .into_iter()
-            .map(|reply| reply.ok().map_err(|e| self.unavailable(e)))
-            .collect()
+        *manager = Some(made.clone());
+        Ok(made)
     }
 
-    /// The reply to one command.
-    async fn one(&self, command: RedisCommand) -> Result<Reply, StoreError> {
-        self.client
-            .call(command)
+    /// Runs `operation` on the shared connection. A connection that broke (Redis
+    /// restarted) fails the first try while the manager replaces it, so it is tried once
+    /// more, on the new one. Sending twice is safe for what the store sends: each command
+    /// sets a value, or reads one, or announces a partition again.
+    async fn call<T, F, Fut>(&self, operation: F) -> Result<T, StoreError>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let connection = self.connection()?;
+        let result = match operation(connection.clone()).await {
+            Err(error) if error.is_connection_dropped() => operation(connection).await,
+            result => result,
+        };
+        result.map_err(|e| self.unavailable(e))
+    }
+
+    async fn query<T: FromRedisValue>(&self, command: &Cmd) -> Result<T, StoreError> {
+        self.call(|mut c| async move { command.query_async(&mut c).await })
             .await
-            .map_err(|e| self.unavailable(e))
+    }
+
+    /// Runs `pipeline` in one round trip; any error reply fails the whole.
+    async fn run<T: FromRedisValue>(&self, pipeline: &Pipeline) -> Result<T, StoreError> {
+        self.call(|mut c| async move { pipeline.query_async(&mut c).await })
+            .await
     }
 
     /// The prefix lengths `i` (longest first) whose hash `prefixes[i]` the partition's
@@ -288,25 +383,18 @@ impl Core {
         partition: Partition,
         prefixes: &[u128],
     ) -> Result<Vec<usize>, StoreError> {
+        let mut command = ::redis::cmd("HMGET");
+        command.arg(self.keys.index(partition));
         // The empty prefix (index 0) is never stored.
-        let fields = prefixes.iter().skip(1).map(|p| hex(*p));
-        let command = fields.fold(
-            RedisCommand::new("HMGET").arg(self.keys.index(partition)),
-            RedisCommand::arg,
-        );
-        let values = self
-            .one(command)
-            .await?
-            .array()
-            .map_err(|e| self.unavailable(e))?;
+        for prefix in prefixes.iter().skip(1) {
+            command.arg(hex(*prefix));
+        }
+        let values: Vec<Option<String>> = self.query(&command).await?;
         let mut found: Vec<usize> = values
             .into_iter()
             .enumerate()
             .filter_map(|(j, value)| {
-                let Reply::Bulk(Some(value)) = value else {
-                    return None;
-                };
-                let len: usize = text(&value)?.parse().ok()?;
+                let len: usize = value?.parse().ok()?;
                 (len == j + 1).then_some(len)
             })
             .collect();
@@ -324,23 +412,15 @@ impl Core {
     ) -> Result<Option<Checkpoint>, StoreError> {
         let (checkpoint, index) = (self.keys.checkpoint(&key), self.keys.index(key.partition));
         let ttl = millis(self.ttl);
-        let replies = self
-            .run(&[
-                RedisCommand::new("GET").arg(&checkpoint),
-                RedisCommand::new("PEXPIRE").arg(&checkpoint).arg(&ttl),
-                RedisCommand::new("PEXPIRE").arg(&index).arg(&ttl),
-            ])
-            .await?;
-        let bytes = replies
-            .into_iter()
-            .next()
-            .map(Reply::bulk)
-            .transpose()
-            .map_err(|e| self.unavailable(e))?
-            .flatten();
+        let mut pipeline = ::redis::pipe();
+        pipeline.cmd("GET").arg(&checkpoint);
+        pipeline.cmd("PEXPIRE").arg(&checkpoint).arg(ttl).ignore();
+        pipeline.cmd("PEXPIRE").arg(&index).arg(ttl).ignore();
+        let (bytes,): (Option<Vec<u8>>,) = self.run(&pipeline).await?;
         let Some(bytes) = bytes else {
-            self.one(RedisCommand::new("HDEL").arg(&index).arg(hex(key.prefix)))
-                .await?;
+            let mut drop_entry = ::redis::cmd("HDEL");
+            drop_entry.arg(&index).arg(hex(key.prefix));
+            self.query::<()>(&drop_entry).await?;
             return Ok(None);
         };
         let (checkpoint, _) = rest.open_checkpoint(key, bytes).map_err(corrupt)?;
@@ -357,34 +437,18 @@ impl Core {
     /// drops the older ones from the sorted set.
     async fn refresh(&self) -> Result<(), StoreError> {
         self.known().since_refresh.clear();
-        let oldest = now_ms().saturating_sub(u64::try_from(self.ttl.as_millis()).unwrap_or(0));
+        let oldest = now_ms().saturating_sub(millis(self.ttl));
         let partitions = self.keys.partitions();
-        let replies = self
-            .run(&[
-                RedisCommand::new("ZREMRANGEBYSCORE")
-                    .arg(&partitions)
-                    .arg("-inf")
-                    .arg(format!("({oldest}")),
-                RedisCommand::new("ZRANGE")
-                    .arg(&partitions)
-                    .arg("0")
-                    .arg("-1"),
-            ])
-            .await?;
-        let listed = replies
-            .into_iter()
-            .nth(1)
-            .map(Reply::array)
-            .transpose()
-            .map_err(|e| self.unavailable(e))?
-            .unwrap_or_default();
-        let mut fresh: HashSet<Partition> = listed
-            .into_iter()
-            .filter_map(|m| match m {
-                Reply::Bulk(Some(m)) => parse_member(&m),
-                _ => None,
-            })
-            .collect();
+        let mut pipeline = ::redis::pipe();
+        pipeline
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&partitions)
+            .arg("-inf")
+            .arg(format!("({oldest}"))
+            .ignore();
+        pipeline.cmd("ZRANGE").arg(&partitions).arg(0).arg(-1);
+        let (listed,): (Vec<Vec<u8>>,) = self.run(&pipeline).await?;
+        let mut fresh: HashSet<Partition> = listed.iter().filter_map(|m| parse_member(m)).collect();
         let mut known = self.known();
         fresh.extend(known.since_refresh.drain());
         known.partitions = fresh;
@@ -394,38 +458,42 @@ impl Core {
     /// A connection subscribed to the events channel, with the partitions known read
     /// whole after the subscription started, so that nothing announced in between is
     /// missed.
-    async fn subscribe(&self) -> Result<Connection, StoreError> {
-        let mut connection = self
-            .client
-            .connect()
+    async fn subscribe(&self) -> Result<PubSub, StoreError> {
+        let subscribed = async {
+            let mut pubsub = self.client.get_async_pubsub().await?;
+            pubsub.subscribe(self.keys.events()).await?;
+            Ok(pubsub)
+        };
+        let pubsub = tokio::time::timeout(CONNECT_TIMEOUT, subscribed)
             .await
+            .map_err(|_| self.timed_out())?
             .map_err(|e| self.unavailable(e))?;
-        let subscribe = RedisCommand::new("SUBSCRIBE").arg(self.keys.events());
-        let confirmed = connection
-            .pipeline(&[subscribe])
-            .await
-            .map_err(|e| self.unavailable(e))?;
-        for reply in confirmed {
-            reply.ok().map_err(|e| self.unavailable(e))?;
-        }
         tokio::time::timeout(CONNECT_TIMEOUT, self.refresh())
             .await
-            .map_err(|_| StoreError::Timeout {
-                backend: BACKEND,
-                after: CONNECT_TIMEOUT,
-            })??;
-        Ok(connection)
+            .map_err(|_| self.timed_out())??;
+        Ok(pubsub)
     }
 
-    /// Follows the announcements on `connection`, and refreshes the partitions known
-    /// every few seconds, until either fails.
-    async fn follow(&self, mut connection: Connection) -> StoreError {
+    fn timed_out(&self) -> StoreError {
+        StoreError::Timeout {
+            backend: BACKEND,
+            after: CONNECT_TIMEOUT,
+        }
+    }
+
+    /// Follows the announcements on `pubsub`, and refreshes the partitions known every
+    /// few seconds, until either fails.
+    async fn follow(&self, mut pubsub: PubSub) -> StoreError {
+        let mut messages = pubsub.on_message();
         let mut refresh_at = tokio::time::Instant::now() + REFRESH_EVERY;
         loop {
             tokio::select! {
-                reply = connection.read() => match reply {
-                    Ok(reply) => self.heard(reply),
-                    Err(error) => return self.unavailable(error),
+                message = messages.next() => match message {
+                    Some(message) => self.heard(message.get_payload_bytes()),
+                    None => {
+                        let closed = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+                        return self.unavailable(closed.into());
+                    }
                 },
                 () = tokio::time::sleep_until(refresh_at) => {
                     // A Redis that stopped answering without closing the connection is
@@ -433,7 +501,7 @@ impl Core {
                     match tokio::time::timeout(CONNECT_TIMEOUT, self.refresh()).await {
                         Ok(Ok(())) => {}
                         Ok(Err(error)) => return error,
-                        Err(_) => return StoreError::Timeout { backend: BACKEND, after: CONNECT_TIMEOUT },
+                        Err(_) => return self.timed_out(),
                     }
                     refresh_at = tokio::time::Instant::now() + REFRESH_EVERY;
                 }
@@ -441,15 +509,8 @@ impl Core {
         }
     }
 
-    /// Applies a message of the subscription: `message`, the channel, the event.
-    fn heard(&self, reply: Reply) {
-        let Ok(parts) = reply.array() else { return };
-        let [Reply::Bulk(Some(kind)), _, Reply::Bulk(Some(payload))] = parts.as_slice() else {
-            return;
-        };
-        if kind.as_slice() != b"message" {
-            return;
-        }
+    /// Applies an announcement.
+    fn heard(&self, payload: &[u8]) {
         match Event::parse(payload) {
             Some(Event::Wrote(partition)) => self.known().add(partition),
             Some(Event::Cleared(tenant)) => self.known().drop_tenant(tenant),
@@ -466,13 +527,13 @@ impl Core {
         let mut down = false;
         loop {
             let error = match self.subscribe().await {
-                Ok(connection) => {
+                Ok(pubsub) => {
                     if down {
                         tracing::debug!("following other replicas' checkpoints again");
                         down = false;
                     }
                     backoff = BACKOFF_FIRST;
-                    self.follow(connection).await
+                    self.follow(pubsub).await
                 }
                 Err(error) => error,
             };
@@ -491,38 +552,24 @@ impl Core {
     async fn scan(
         &self,
         pattern: &str,
-        batch: impl Fn(&[Vec<u8>]) -> Vec<RedisCommand>,
+        batch: impl Fn(&[Vec<u8>]) -> Pipeline,
     ) -> Result<(u64, u64), StoreError> {
-        let mut cursor = b"0".to_vec();
+        let mut cursor = 0u64;
         let (mut found, mut total) = (0u64, 0u64);
         loop {
-            let reply = self
-                .one(
-                    RedisCommand::new("SCAN")
-                        .arg(&cursor)
-                        .arg("MATCH")
-                        .arg(pattern)
-                        .arg("COUNT")
-                        .arg(SCAN_COUNT),
-                )
-                .await?;
-            let mut parts = reply.array().map_err(|e| self.unavailable(e))?.into_iter();
-            let (Some(Reply::Bulk(Some(next))), Some(keys)) = (parts.next(), parts.next()) else {
-                return Err(self.unavailable(ProtocolError::Protocol("a malformed SCAN reply")));
-            };
-            let keys: Vec<Vec<u8>> = keys
-                .array()
-                .map_err(|e| self.unavailable(e))?
-                .into_iter()
-                .filter_map(|k| k.bulk().ok().flatten())
-                .collect();
+            let mut step = ::redis::cmd("SCAN");
+            step.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT);
+            let (next, keys): (u64, Vec<Vec<u8>>) = self.query(&step).await?;
             if !keys.is_empty() {
                 found += keys.len() as u64;
-                for reply in self.run(&batch(&keys)).await? {
-                    total += u64::try_from(reply.int().unwrap_or(0)).unwrap_or(0);
-                }
+                let counts: Vec<u64> = self.run(&batch(&keys)).await?;
+                total += counts.iter().sum::<u64>();
             }
-            if next == b"0" {
+            if next == 0 {
                 return Ok((found, total));
             }
             cursor = next;
@@ -531,45 +578,32 @@ impl Core {
 
     /// The members of the partitions' sorted set.
     async fn members(&self) -> Result<Vec<Vec<u8>>, StoreError> {
-        let reply = self
-            .one(
-                RedisCommand::new("ZRANGE")
-                    .arg(self.keys.partitions())
-                    .arg("0")
-                    .arg("-1"),
-            )
-            .await?;
-        Ok(reply
-            .array()
-            .map_err(|e| self.unavailable(e))?
-            .into_iter()
-            .filter_map(|m| m.bulk().ok().flatten())
-            .collect())
+        let mut command = ::redis::cmd("ZRANGE");
+        command.arg(self.keys.partitions()).arg(0).arg(-1);
+        self.query(&command).await
     }
 
     async fn publish(&self, event: Event) -> Result<(), StoreError> {
-        self.one(
-            RedisCommand::new("PUBLISH")
-                .arg(self.keys.events())
-                .arg(event.encode()),
-        )
-        .await
-        .map(drop)
+        let mut command = ::redis::cmd("PUBLISH");
+        command.arg(self.keys.events()).arg(event.encode());
+        self.query(&command).await
     }
 }
 
 /// Deletes each key of a batch, counting those deleted.
-fn delete(keys: &[Vec<u8>]) -> Vec<RedisCommand> {
-    vec![keys
-        .iter()
-        .fold(RedisCommand::new("DEL"), RedisCommand::arg)]
+fn delete(keys: &[Vec<u8>]) -> Pipeline {
+    let mut pipeline = ::redis::pipe();
+    pipeline.cmd("DEL").arg(keys);
+    pipeline
 }
 
 /// The length of each value of a batch.
-fn lengths(keys: &[Vec<u8>]) -> Vec<RedisCommand> {
-    keys.iter()
-        .map(|k| RedisCommand::new("STRLEN").arg(k))
-        .collect()
+fn lengths(keys: &[Vec<u8>]) -> Pipeline {
+    let mut pipeline = ::redis::pipe();
+    for key in keys {
+        pipeline.cmd("STRLEN").arg(key);
+    }
+    pipeline
 }
 
 /// The field of `upstream`'s `model` for what `kind` (`w`, `r`, `u`) says.
@@ -579,14 +613,10 @@ fn model_field(kind: char, upstream: &str, model: &str) -> String {
 
 /// The models the `models` hash's fields and values describe; a field this build cannot
 /// read is skipped (it is relearned).
-fn model_records(pairs: Vec<Reply>) -> Vec<ModelRecord> {
+fn model_records(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<ModelRecord> {
     let mut records: BTreeMap<(String, String), ModelRecord> = BTreeMap::new();
-    let mut pairs = pairs.into_iter();
-    while let (Some(field), Some(value)) = (pairs.next(), pairs.next()) {
-        let (Ok(Some(field)), Ok(Some(value))) = (field.bulk(), value.bulk()) else {
-            continue;
-        };
-        let (Some(field), Some(value)) = (text(&field), text(&value)) else {
+    for (field, value) in &pairs {
+        let (Some(field), Some(value)) = (text(field), text(value)) else {
             continue;
         };
         let mut parts = field.splitn(3, '\t');
@@ -668,37 +698,42 @@ impl CheckpointStore for RedisStore {
             let ttl = millis(shared.ttl);
             let index = keys.index(key.partition);
             let partitions = keys.partitions();
-            let mut commands = vec![
-                RedisCommand::new("SET")
-                    .arg(keys.checkpoint(&key))
-                    .arg_owned(rest.checkpoint(key, &checkpoint))
-                    .arg("PX")
-                    .arg(&ttl),
-                RedisCommand::new("HSET")
-                    .arg(&index)
-                    .arg(hex(key.prefix))
-                    .arg(checkpoint.prefix_len.to_string()),
-                RedisCommand::new("PEXPIRE").arg(&index).arg(&ttl),
-                RedisCommand::new("ZADD")
-                    .arg(&partitions)
-                    .arg(now_ms().to_string())
-                    .arg(member(key.partition)),
-                RedisCommand::new("PEXPIRE").arg(&partitions).arg(&ttl),
-            ];
+            let mut pipeline = ::redis::pipe();
+            pipeline
+                .cmd("SET")
+                .arg(keys.checkpoint(&key))
+                .arg(rest.checkpoint(key, &checkpoint))
+                .arg("PX")
+                .arg(ttl)
+                .ignore();
+            pipeline
+                .cmd("HSET")
+                .arg(&index)
+                .arg(hex(key.prefix))
+                .arg(checkpoint.prefix_len)
+                .ignore();
+            pipeline.cmd("PEXPIRE").arg(&index).arg(ttl).ignore();
+            pipeline
+                .cmd("ZADD")
+                .arg(&partitions)
+                .arg(now_ms())
+                .arg(member(key.partition))
+                .ignore();
+            pipeline.cmd("PEXPIRE").arg(&partitions).arg(ttl).ignore();
             if let Some(old) = replaces.filter(|old| *old != key) {
-                commands.push(RedisCommand::new("DEL").arg(keys.checkpoint(&old)));
-                commands.push(
-                    RedisCommand::new("HDEL")
-                        .arg(keys.index(old.partition))
-                        .arg(hex(old.prefix)),
-                );
+                pipeline.cmd("DEL").arg(keys.checkpoint(&old)).ignore();
+                pipeline
+                    .cmd("HDEL")
+                    .arg(keys.index(old.partition))
+                    .arg(hex(old.prefix))
+                    .ignore();
             }
-            commands.push(
-                RedisCommand::new("PUBLISH")
-                    .arg(keys.events())
-                    .arg(Event::Wrote(key.partition).encode()),
-            );
-            shared.run(&commands).await.map(drop)
+            pipeline
+                .cmd("PUBLISH")
+                .arg(keys.events())
+                .arg(Event::Wrote(key.partition).encode())
+                .ignore();
+            shared.run(&pipeline).await
         })
     }
 
@@ -713,12 +748,12 @@ impl CheckpointStore for RedisStore {
             let pattern = shared.keys.pattern("cp", None);
             // A key SCAN finds may expire before its STRLEN: it counts, for 0 bytes.
             let (checkpoints, bytes) = shared.scan(&pattern, lengths).await?;
-            let tenants: HashSet<Vec<u8>> = shared
+            let tenants: HashSet<Tenant> = shared
                 .members()
                 .await?
-                .into_iter()
-                .filter_map(|m| parse_member(&m))
-                .map(|p| p.tenant.0.to_be_bytes().to_vec())
+                .iter()
+                .filter_map(|m| parse_member(m))
+                .map(|p| p.tenant)
                 .collect();
             Ok(Tally {
                 checkpoints,
@@ -737,9 +772,9 @@ impl CheckpointStore for RedisStore {
             shared.scan(&keys.pattern("ix", tenant), delete).await?;
             match tenant {
                 None => {
-                    shared
-                        .one(RedisCommand::new("DEL").arg(keys.partitions()))
-                        .await?;
+                    let mut command = ::redis::cmd("DEL");
+                    command.arg(keys.partitions());
+                    shared.query::<()>(&command).await?;
                 }
                 Some(tenant) => {
                     let prefix = format!("{}:", hex(tenant.0));
@@ -750,10 +785,9 @@ impl CheckpointStore for RedisStore {
                         .filter(|m| m.starts_with(prefix.as_bytes()))
                         .collect();
                     if !theirs.is_empty() {
-                        let zrem = RedisCommand::new("ZREM").arg(keys.partitions());
-                        shared
-                            .one(theirs.iter().fold(zrem, RedisCommand::arg))
-                            .await?;
+                        let mut command = ::redis::cmd("ZREM");
+                        command.arg(keys.partitions()).arg(theirs);
+                        shared.query::<()>(&command).await?;
                     }
                 }
             }
@@ -767,11 +801,9 @@ impl WindowStore for RedisStore {
     fn models(&self) -> StoreFuture<'_, Vec<ModelRecord>> {
         Box::pin(async move {
             let shared = &self.shared;
-            let reply = shared
-                .one(RedisCommand::new("HGETALL").arg(shared.keys.models()))
-                .await?;
-            let pairs = reply.array().map_err(|e| shared.unavailable(e))?;
-            Ok(model_records(pairs))
+            let mut command = ::redis::cmd("HGETALL");
+            command.arg(shared.keys.models());
+            Ok(model_records(shared.query(&command).await?))
         })
     }
 
@@ -784,16 +816,17 @@ impl WindowStore for RedisStore {
                 ('r', record.refusal.map(|r| r.to_string())),
                 ('u', record.usage.map(|u| u.to_string())),
             ];
-            let mut command = RedisCommand::new("HSET").arg(shared.keys.models());
+            let mut command = ::redis::cmd("HSET");
+            command.arg(shared.keys.models());
             let mut any = false;
             for (kind, value) in fields {
                 if let Some(value) = value {
-                    command = command.arg(model_field(kind, upstream, model)).arg(value);
+                    command.arg(model_field(kind, upstream, model)).arg(value);
                     any = true;
                 }
             }
             if any {
-                shared.one(command).await?;
+                shared.query::<()>(&command).await?;
             }
             Ok(())
         })
@@ -802,10 +835,9 @@ impl WindowStore for RedisStore {
     fn clear_models(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             let shared = &self.shared;
-            shared
-                .one(RedisCommand::new("DEL").arg(shared.keys.models()))
-                .await
-                .map(drop)
+            let mut command = ::redis::cmd("DEL");
+            command.arg(shared.keys.models());
+            shared.query(&command).await
         })
     }
 }
@@ -814,17 +846,15 @@ impl LeaseStore for RedisStore {
     fn claim(&self, flight: u128, holder: u128, lease: Duration) -> StoreFuture<'_, bool> {
         Box::pin(async move {
             let shared = &self.shared;
-            let reply = shared
-                .one(
-                    RedisCommand::new("EVAL")
-                        .arg(CLAIM)
-                        .arg("1")
-                        .arg(shared.keys.lock(flight))
-                        .arg(hex(holder))
-                        .arg(millis(lease)),
-                )
+            let mut claim = shared.claim.key(shared.keys.lock(flight));
+            claim.arg(hex(holder)).arg(millis(lease));
+            let claimed: i64 = shared
+                .call(|mut c| {
+                    let claim = &claim;
+                    async move { claim.invoke_async(&mut c).await }
+                })
                 .await?;
-            Ok(reply.int().map_err(|e| shared.unavailable(e))? == 1)
+            Ok(claimed == 1)
         })
     }
 
@@ -837,43 +867,32 @@ impl LeaseStore for RedisStore {
     ) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             let shared = &self.shared;
+            let mut settle = shared.settle.key(shared.keys.lock(flight));
+            settle
+                .key(shared.keys.flight(flight))
+                .arg(hex(holder))
+                .arg(result)
+                .arg(millis(keep));
             shared
-                .one(
-                    RedisCommand::new("EVAL")
-                        .arg(SETTLE)
-                        .arg("2")
-                        .arg(shared.keys.lock(flight))
-                        .arg(shared.keys.flight(flight))
-                        .arg(hex(holder))
-                        .arg_owned(result)
-                        .arg(millis(keep)),
-                )
+                .call(|mut c| {
+                    let settle = &settle;
+                    async move { settle.invoke_async(&mut c).await }
+                })
                 .await
-                .map(drop)
         })
     }
 
     fn peek(&self, flight: u128) -> StoreFuture<'_, Peek> {
         Box::pin(async move {
             let shared = &self.shared;
-            let replies = shared
-                .run(&[
-                    RedisCommand::new("GET").arg(shared.keys.flight(flight)),
-                    RedisCommand::new("EXISTS").arg(shared.keys.lock(flight)),
-                ])
-                .await?;
-            let mut replies = replies.into_iter();
-            let (Some(result), Some(held)) = (replies.next(), replies.next()) else {
-                return Err(shared.unavailable(ProtocolError::Protocol("missing replies")));
-            };
-            let unavailable = |e| shared.unavailable(e);
-            if let Some(bytes) = result.bulk().map_err(unavailable)? {
-                return Ok(Peek::Done(bytes));
-            }
-            Ok(if held.int().map_err(unavailable)? > 0 {
-                Peek::Running
-            } else {
-                Peek::Free
+            let mut pipeline = ::redis::pipe();
+            pipeline.cmd("GET").arg(shared.keys.flight(flight));
+            pipeline.cmd("EXISTS").arg(shared.keys.lock(flight));
+            let (result, held): (Option<Vec<u8>>, bool) = shared.run(&pipeline).await?;
+            Ok(match result {
+                Some(bytes) => Peek::Done(bytes),
+                None if held => Peek::Running,
+                None => Peek::Free,
             })
         })
     }
@@ -916,22 +935,27 @@ mod tests {
         }
     }
 
-    async fn server() -> Option<Server> {
+    fn spawn(port: u16) -> std::io::Result<Child> {
         let path = std::env::var("COMPACTION_PROXY_REDIS_SERVER")
             .unwrap_or_else(|_| "redis-server".into());
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let spawned = Process::new(&path)
+        Process::new(&path)
             .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
             .args(["--port", &port.to_string()])
             .current_dir(std::env::temp_dir())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn();
-        let Ok(child) = spawned else {
+            .spawn()
+    }
+
+    async fn server() -> Option<Server> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let Ok(child) = spawn(port) else {
+            let path = std::env::var("COMPACTION_PROXY_REDIS_SERVER")
+                .unwrap_or_else(|_| "redis-server".into());
             let switch = "COMPACTION_PROXY_REQUIRE_REDIS";
             let required = std::env::var_os(switch).is_some_and(|v| !v.is_empty() && v != "0");
             assert!(!required, "{switch}: no redis-server at {path}");
@@ -946,16 +970,31 @@ mod tests {
             return None;
         };
         let server = Server { child, port };
-        for _ in 0..200 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return Some(server);
+        server.answering().await;
+        Some(server)
+    }
+
+    impl Server {
+        async fn answering(&self) {
+            for _ in 0..200 {
+                if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            panic!("redis-server did not start on port {}", self.port);
         }
-        panic!("redis-server did not start on port {port}");
+
+        /// Killed (no goodbye to its clients) and started again, empty, on its port.
+        async fn restart(&mut self) {
+            self.child.kill().unwrap();
+            self.child.wait().unwrap();
+            self.child = spawn(self.port).unwrap();
+            self.answering().await;
+        }
     }
 
     /// Whether `check` holds within two seconds: announcements arrive on their own time.
@@ -971,28 +1010,62 @@ mod tests {
 
     fn store(server: &Server, ns: &str) -> RedisStore {
         let url = format!("redis://127.0.0.1:{}", server.port);
-        open(&url, ns, Duration::from_secs(60), Vec::new()).unwrap()
+        open(&url, ns, Duration::from_secs(60), None).unwrap()
     }
 
     #[test]
     fn open_connects_to_nothing() {
         // A port nothing listens on: opening still succeeds, as the proxy must start.
+        assert!(open("redis://127.0.0.1:1", "ns", Duration::from_secs(1), None).is_ok());
+        for url in ["redis://u:hunter2@host:x", "http://u:hunter2@host"] {
+            let error = open(url, "ns", Duration::from_secs(1), None).err().unwrap();
+            assert!(!format!("{error} {error:?}").contains("hunter2"), "{error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_redis_out_of_reach_is_an_error_naming_where_not_how_to_log_in() {
+        // A port nothing listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("redis://u:hunter2@127.0.0.1:{port}");
+        let store = open(&url, "ns", Duration::from_secs(1), None).unwrap();
+        let error = store.peek(1).await.unwrap_err();
+        let shown = crate::checkpoint::store::render(&error);
+        assert!(shown.contains(&format!("127.0.0.1:{port}")), "{shown}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn an_operator_s_ca_file_is_read_and_a_file_without_certificates_is_named() {
+        let dir = std::env::temp_dir().join(format!("redis-roots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = rcgen::generate_simple_self_signed(vec!["redis.internal".to_owned()]).unwrap();
+        let bundle = dir.join("ca.pem");
+        std::fs::write(&bundle, format!("# our CA\n{}", ca.cert.pem())).unwrap();
+        let roots = read_roots(&bundle).unwrap();
         assert!(open(
-            "redis://127.0.0.1:1",
+            "rediss://redis.internal",
             "ns",
             Duration::from_secs(1),
-            Vec::new()
+            Some(roots)
         )
         .is_ok());
-        let error = open(
-            "redis://u:hunter2@host:x",
-            "ns",
-            Duration::from_secs(1),
-            Vec::new(),
-        )
-        .err()
-        .unwrap();
-        assert!(!error.to_string().contains("hunter2"), "{error}");
+
+        let key_only = dir.join("key.pem");
+        std::fs::write(&key_only, ca.key_pair.serialize_pem()).unwrap();
+        assert!(matches!(
+            read_roots(&key_only).unwrap_err(),
+            CaError::NoCertificate
+        ));
+        assert!(matches!(
+            read_roots(&dir.join("missing.pem")).unwrap_err(),
+            CaError::Read(_)
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -1062,34 +1135,34 @@ mod tests {
             .put(key(1, 30), checkpoint(3, "three"), None, rest())
             .await
             .unwrap();
-        let shared = Client::new(
-            &format!("redis://127.0.0.1:{}", server.port),
-            CONNECT_TIMEOUT,
-            Vec::new(),
-        )
-        .unwrap();
-        let keys = RedisKeys { ns: "t1".into() };
-        shared
-            .call(RedisCommand::new("DEL").arg(keys.checkpoint(&key(1, 40))))
+        let mut shared = Client::open(format!("redis://127.0.0.1:{}", server.port))
+            .unwrap()
+            .get_multiplexed_async_connection()
             .await
             .unwrap();
+        let keys = RedisKeys { ns: "t1".into() };
+        let deleted: i64 = ::redis::cmd("DEL")
+            .arg(keys.checkpoint(&key(1, 40)))
+            .query_async(&mut shared)
+            .await
+            .unwrap();
+        assert_eq!(deleted, 1);
         assert_eq!(
             store.longest(p, &hashes, rest()).await.unwrap().unwrap().0,
             3
         );
-        let left = shared
-            .call(RedisCommand::new("HLEN").arg(keys.index(p)))
+        let left: i64 = ::redis::cmd("HLEN")
+            .arg(keys.index(p))
+            .query_async(&mut shared)
             .await
             .unwrap();
-        assert_eq!(left, Reply::Int(1));
+        assert_eq!(left, 1);
 
         // What another version wrote, unreadable, is an error of that value.
-        shared
-            .call(
-                RedisCommand::new("SET")
-                    .arg(keys.checkpoint(&key(1, 30)))
-                    .arg("junk"),
-            )
+        let () = ::redis::cmd("SET")
+            .arg(keys.checkpoint(&key(1, 30)))
+            .arg("junk")
+            .query_async(&mut shared)
             .await
             .unwrap();
         let error = store.longest(p, &hashes, rest()).await.unwrap_err();
@@ -1155,6 +1228,19 @@ mod tests {
         assert_eq!(b.peek(9).await.unwrap(), Peek::Done(b"summary".to_vec()));
         a.clear_leases().await.unwrap();
         assert_eq!(b.peek(9).await.unwrap(), Peek::Free);
+    }
+
+    #[tokio::test]
+    async fn an_operation_after_redis_restarted_is_sent_again_on_a_new_connection() {
+        let Some(mut server) = server().await else {
+            return;
+        };
+        let store = store(&server, "t5");
+        assert_eq!(store.peek(3).await.unwrap(), Peek::Free);
+        server.restart().await;
+        // The shared connection broke with the restart; the operation does not fail for it.
+        assert_eq!(store.peek(3).await.unwrap(), Peek::Free);
+        assert!(store.claim(3, 1, Duration::from_secs(10)).await.unwrap());
     }
 
     /// The cost of a lookup for a long session: a conversation of about a million

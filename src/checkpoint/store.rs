@@ -17,7 +17,6 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::codec::CodecError;
-use super::redis_protocol::ProtocolError;
 
 /// Which kind of store: the label of its metrics and of `/healthz`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,7 +59,7 @@ pub enum StoreError {
     Redis {
         address: String,
         #[source]
-        source: ProtocolError,
+        source: ::redis::RedisError,
     },
     /// It did not answer in time.
     #[error("{backend} store did not answer within {after:?}")]
