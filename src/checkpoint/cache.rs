@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::checkpoint_store::{CheckpointStore, Tally};
-use super::flight::{self, Across, Flights, Share, Sharing};
+use super::coordination::flight::{self, Across, Flights, Share, Sharing};
+use super::coordination::prepared::Prepared;
 use super::hash::{Key, Partition, Tenant};
 use super::lease_store::LeaseStore;
 use super::memory::MemoryStore;
 use super::outage::Guard;
 pub use super::outage::{Counters, Health};
-use super::prepared::Prepared;
 use super::seal::{AtRest, Seal, Sealer};
 use super::store::{render, Backend, StoreError};
 use super::window_store::WindowStore;

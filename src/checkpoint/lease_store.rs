@@ -2,7 +2,7 @@
 //! settles which of them makes a summariser call several need at once: a lease on the
 //! call, renewed while it runs, and its result left for the others. A store no other
 //! process shares has no such job: the process's own callers share one call anyway
-//! ([`super::flight::Flights`]).
+//! ([`super::coordination::flight::Flights`]).
 
 use std::time::Duration;
 

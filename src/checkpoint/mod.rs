@@ -20,14 +20,13 @@
 pub mod cache;
 pub mod checkpoint_store;
 pub mod codec;
+pub mod coordination;
 pub mod embedded;
 pub mod file_modes;
-pub mod flight;
 pub mod hash;
 pub mod lease_store;
 pub mod memory;
 mod outage;
-pub mod prepared;
 pub mod redis;
 pub mod seal;
 pub mod store;
@@ -40,10 +39,10 @@ use serde_json::Value;
 use crate::engine::{Role, SummarySource};
 pub use cache::Checkpoints;
 pub use checkpoint_store::CheckpointStore;
-pub use flight::Flights;
+pub use coordination::flight::Flights;
+pub use coordination::prepared::Prepared;
 pub use hash::{prefix_hashes, Key, Partition, Tenant, Tenants};
 pub use memory::MemoryStore;
-pub use prepared::Prepared;
 pub use seal::Seal;
 pub use store::{Backend, StoreError};
 

@@ -41,7 +41,7 @@ pub enum Health {
 }
 
 /// The configured store's time limit, its outage, and its counters.
-pub(super) struct Guard {
+pub(in crate::checkpoint) struct Guard {
     backend: Backend,
     timeout: Duration,
     outage: Mutex<Option<Outage>>,

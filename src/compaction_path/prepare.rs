@@ -1,7 +1,7 @@
 //! Compaction as a prepared event. Past the prepare mark, the request is sent as it is and
 //! the compaction the threshold will call for is made in the background, on a copy of the
 //! conversation as the request has it, by the same [`Compactor`](crate::compactor)
-//! ([`crate::checkpoint::prepared`] keeps the result aside). The turn that crosses the
+//! ([`crate::checkpoint::coordination::prepared`] keeps the result aside). The turn that crosses the
 //! threshold puts the prepared checkpoint in place of the client's prefix, as a resumed
 //! conversation would be ([`Ready`], which the request's owner puts in place), and goes
 //! without waiting for a summary; the upstream taking it makes it the conversation's
@@ -19,8 +19,8 @@ use super::preflight;
 use super::work::Work;
 use super::Ctx;
 use crate::app::App;
-use crate::checkpoint::flight::Share;
-use crate::checkpoint::prepared::{Conversation, Found, Ticket, Underway};
+use crate::checkpoint::coordination::flight::Share;
+use crate::checkpoint::coordination::prepared::{Conversation, Found, Ticket, Underway};
 use crate::checkpoint::Prepared;
 use crate::checkpoint::{Checkpoint, Key, Partition};
 use crate::compactor::{self, Base, Caller, Keys, Order, Resumed};

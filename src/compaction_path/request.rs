@@ -21,7 +21,7 @@ use super::rewrite;
 use super::work::Work;
 use super::{report, usage, Ctx};
 use crate::body::ProxyBody;
-use crate::checkpoint::prepared::Fate;
+use crate::checkpoint::coordination::prepared::Fate;
 use crate::checkpoint::{self, Applied};
 use crate::classify::{Classification, Kind};
 use crate::compaction_report::{Outcome, Trigger, XCompaction};

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::codec::CodecError;
-use super::lease_store::{LeaseStore, Peek};
-use super::outage::Guard;
-use super::seal::{AtRest, Place};
-use super::store::render;
+use crate::checkpoint::codec::CodecError;
+use crate::checkpoint::lease_store::{LeaseStore, Peek};
+use crate::checkpoint::outage::Guard;
+use crate::checkpoint::seal::{AtRest, Place};
+use crate::checkpoint::store::render;
 
 /// How long a claim lasts unless renewed: the longest a dead holder keeps others waiting.
 const LEASE: Duration = Duration::from_secs(10);
@@ -43,7 +43,7 @@ pub fn holder_id() -> u128 {
 }
 
 /// How a flight's result is kept in a shared store.
-pub(super) struct Sharing<T> {
+pub(in crate::checkpoint) struct Sharing<T> {
     /// Names the kind of result in what its seal binds it to.
     pub label: &'static str,
     pub encode: fn(&T) -> Vec<u8>,
@@ -76,7 +76,7 @@ impl<T> Sharing<T> {
 /// The shared store a flight across processes goes through: its leases, within the
 /// cache's time limit, as `holder`.
 #[derive(Clone, Copy)]
-pub(super) struct Across<'a> {
+pub(in crate::checkpoint) struct Across<'a> {
     pub guard: &'a Guard,
     pub leases: &'a dyn LeaseStore,
     pub holder: u128,
@@ -129,7 +129,7 @@ async fn stand<T>(via: Across<'_>, key: u128, sharing: &Sharing<T>) -> Stand<T> 
 /// left by one that made it already. A store that fails along the way, or a result this
 /// build (or this request's seal) cannot read, leaves this process to do the work itself:
 /// a request is never kept waiting on a store that is gone.
-pub(super) async fn across<T, F, Fut>(
+pub(in crate::checkpoint) async fn across<T, F, Fut>(
     via: Across<'_>,
     key: u128,
     sharing: &Sharing<T>,
@@ -173,7 +173,7 @@ impl<T> Share<T> {
 /// making it now; unlike [`across`], a flight running elsewhere is not waited for. For
 /// work that no request waits on (a compaction prepared ahead), which the process whose
 /// request needs the result takes from the store then.
-pub(super) async fn once<T, F, Fut>(
+pub(in crate::checkpoint) async fn once<T, F, Fut>(
     via: Across<'_>,
     key: u128,
     sharing: &Sharing<T>,
@@ -234,7 +234,7 @@ where
 
 /// The result another process made or is making for `key`, waiting for it while it runs;
 /// `None` when no process has it, or the store cannot tell.
-pub(super) async fn made_elsewhere<T>(
+pub(in crate::checkpoint) async fn made_elsewhere<T>(
     via: Across<'_>,
     key: u128,
     sharing: &Sharing<T>,
@@ -254,7 +254,7 @@ pub(super) async fn made_elsewhere<T>(
 
 /// Whether the flight `key` another process holds ends within `wait`: its result is left,
 /// or its claim lapsed. `false` too when the store cannot tell.
-pub(super) async fn ends_within(via: Across<'_>, key: u128, wait: Duration) -> bool {
+pub(in crate::checkpoint) async fn ends_within(via: Across<'_>, key: u128, wait: Duration) -> bool {
     let ended = async {
         loop {
             match via.guard.bounded(via.leases.peek(key)).await {

@@ -27,7 +27,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
 use super::flight::Share;
-use super::{Checkpoint, Key, Partition};
+use crate::checkpoint::{Checkpoint, Key, Partition};
 
 /// Entries a tenant (a partition) may hold: its conversations in progress.
 const PER_TENANT: usize = 4;
