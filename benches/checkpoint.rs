@@ -115,6 +115,8 @@ fn filled(
     cache
 }
 
+// One group, a bench per store and seal, read top to bottom like the tests.
+#[allow(clippy::too_many_lines)]
 fn find(c: &mut Criterion) {
     let mut request = common::session_with(1_000_000, 1_020);
     let n = messages(&request).len();

@@ -574,6 +574,20 @@ impl Config {
                 "server.body_read_timeout_ms, server.keep_alive_timeout_ms and server.max_connections must be above 0".into(),
             ));
         }
+        self.validate_compaction()?;
+        for rule in &self.models {
+            if rule.pattern.is_empty() || rule.context_window == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "models: each entry needs a non-empty `match` and a `context_window` above 0 (got match = {:?}, context_window = {})",
+                    rule.pattern, rule.context_window
+                )));
+            }
+        }
+        self.validate_auth()
+    }
+
+    /// The `[compaction]` table: its fractions in order, its counts above 0.
+    fn validate_compaction(&self) -> Result<(), ConfigError> {
         let compaction = &self.compaction;
         if !(compaction.threshold > 0.0 && compaction.threshold <= 1.0) {
             return Err(ConfigError::Invalid(format!(
@@ -610,15 +624,7 @@ impl Config {
                 "compaction.max_attempts must be at least 1".into(),
             ));
         }
-        for rule in &self.models {
-            if rule.pattern.is_empty() || rule.context_window == 0 {
-                return Err(ConfigError::Invalid(format!(
-                    "models: each entry needs a non-empty `match` and a `context_window` above 0 (got match = {:?}, context_window = {})",
-                    rule.pattern, rule.context_window
-                )));
-            }
-        }
-        self.validate_auth()
+        Ok(())
     }
 
     fn validate_auth(&self) -> Result<(), ConfigError> {

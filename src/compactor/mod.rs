@@ -14,7 +14,6 @@
 //! place too ([`Anew`]), for every caller.
 
 // No function longer than a screen: a phase that grows past it is two phases.
-#![warn(clippy::too_many_lines)]
 
 mod checkpoint;
 mod restore;

@@ -458,24 +458,41 @@ pub fn build_fitting(plan: &Plan, body: Option<String>, opts: &Options) -> Fitte
 /// Runs the steps until one fits; whether one did.
 fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     let counter = d.plan.counter;
+    if prune_tool_traffic(d, best, opts, &counter)
+        || fold_first_exchange(d, best, opts)
+        || fold_tail_history(d, best, opts)
+        || lower_answer_room(d, best)
+    {
+        return true;
+    }
+    let task = Task::of(d.plan);
+    let is_task = |m: &Message| task.as_ref().is_some_and(|t| t.is(m));
+    if cut_huge_task(d, best, is_task, &counter) || cut_the_turn(d, best, opts, is_task, &counter) {
+        return true;
+    }
+    last_resorts(d, best, task.as_ref(), is_task)
+}
 
+/// Step 1 of [`escalate`].
+fn prune_tool_traffic(d: &mut Draft, best: &mut Best, opts: &Options, counter: &Counter) -> bool {
     // 1. Tool traffic, oldest first: the head's first exchange, then the tail up to the
     //    latest calls.
     let over = d.over(best);
-    let head = Pruner::new(&d.head, opts, &counter);
+    let head = Pruner::new(&d.head, opts, counter);
     let lead = d.plan.regions.instructions_end.min(d.head.len());
     let head_prunes = head.oldest_first(&d.head, lead..d.head.len(), over, |_| false);
     let saved = head_prunes.saved;
     let mut stats = head_prunes.apply(&mut d.head);
     let end = d.latest_calls().unwrap_or(d.tail.len());
-    let pruner = Pruner::new(&d.tail, opts, &counter);
+    let pruner = Pruner::new(&d.tail, opts, counter);
     let prunes = pruner.oldest_first(&d.tail, 0..end, over.saturating_sub(saved), |j| j >= end);
     stats.add(prunes.apply(&mut d.tail));
     note_prunes(&mut d.notes, "escalate: pruned", stats);
-    if stats.total() > 0 && d.offer(best) {
-        return true;
-    }
+    stats.total() > 0 && d.offer(best)
+}
 
+/// Step 2 of [`escalate`].
+fn fold_first_exchange(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     // 2. The head's first exchange joins the summary, oldest group first: the leading
     //    instructions and the task stay. User messages joined to the task past its
     //    statement are not the task: they fold first, ranked in the digest like any
@@ -498,6 +515,11 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
+    false
+}
+
+/// Step 3 of [`escalate`].
+fn fold_tail_history(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     // 3. So does the history kept in the tail, oldest group first; but when only a
     //    little is over, its largest messages give that up instead of a whole exchange.
     if d.turn > 0 {
@@ -513,6 +535,11 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
+    false
+}
+
+/// Step 4 of [`escalate`].
+fn lower_answer_room(d: &mut Draft, best: &Best) -> bool {
     // 4. The answer's room, down to its minimum, before the turn's own messages.
     if d.plan.ceiling > d.target {
         d.target = d.plan.ceiling;
@@ -525,14 +552,22 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
+    false
+}
+
+/// Step 5 of [`escalate`].
+fn cut_huge_task(
+    d: &mut Draft,
+    best: &mut Best,
+    is_task: impl Fn(&Message) -> bool + Copy,
+    counter: &Counter,
+) -> bool {
     // 5. A huge task is cut, no further than the excess asks and never below an eighth
     //    of the target: its opening states the work. (A quarter left small windows too
     //    little room for the digest: on the real corpus an eighth keeps 2-4 points more
     //    of every kind of fact, and the task's opening as often; bench/fidelity.py.)
     // The first user message states the work, also when it is inside the turn (an
     // agent whose only request is the task).
-    let task = Task::of(d.plan);
-    let is_task = |m: &Message| task.as_ref().is_some_and(|t| t.is(m));
     let over = d.over(best);
     let target = d.target;
     let at = match d.head.iter().rposition(|m| m.role == Role::User) {
@@ -554,7 +589,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
             Limit::Unbounded => m.tokens,
         };
         let keep = m.tokens.saturating_sub(over).max(least);
-        if cut_task(m, keep, &counter) {
+        if cut_task(m, keep, counter) {
             d.notes.push("escalate: task cut".into());
             if d.offer(best) {
                 return true;
@@ -562,6 +597,18 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
+    false
+}
+
+/// Steps 6 to 9 of [`escalate`]: the turn gives up what it can, its latest user message
+/// and the task kept.
+fn cut_the_turn(
+    d: &mut Draft,
+    best: &mut Best,
+    opts: &Options,
+    is_task: impl Fn(&Message) -> bool + Copy,
+    counter: &Counter,
+) -> bool {
     // 6. The turn's earlier messages, before its latest calls.
     // The task may stand in the tail (an agent whose only request is the task, with
     // interjections after it): step 5 alone cuts it, and never below its opening.
@@ -576,7 +623,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     let end = d.latest_calls().unwrap_or(0);
     let earlier = cuttable(d, 0..end);
     let over = d.over(best);
-    let cut = level(&mut d.tail, &earlier, over, &counter);
+    let cut = level(&mut d.tail, &earlier, over, counter);
     if cut > 0 {
         d.notes
             .push(format!("escalate: {cut} earlier messages of the turn cut"));
@@ -614,7 +661,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     // 9. Last: the latest results and whatever else the turn holds.
     let rest = cuttable(d, 0..d.tail.len());
     let over = d.over(best);
-    let cut = level(&mut d.tail, &rest, over, &counter);
+    let cut = level(&mut d.tail, &rest, over, counter);
     if cut > 0 {
         d.notes
             .push(format!("escalate: {cut} messages of the turn cut to fit"));
@@ -623,6 +670,16 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
         }
     }
 
+    false
+}
+
+/// Steps 10 and 11 of [`escalate`]: what is tried only if it makes the request fit.
+fn last_resorts(
+    d: &mut Draft,
+    best: &mut Best,
+    task: Option<&Task>,
+    is_task: impl Fn(&Message) -> bool + Copy,
+) -> bool {
     // 10. The summary down to its smallest size, but only if that makes the request fit:
     //     a request that stays over its target anyway keeps its facts.
     let mut shorter = d.clone();
@@ -653,7 +710,7 @@ fn escalate(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     let mut last = shorter.clone();
     let mut last_best = trial.clone();
     let last_fits = last_cut(&mut last, &mut last_best, 2, 0, is_task);
-    let keeps_task = |d: &Draft| task.as_ref().is_none_or(|t| t.stated_in(d, is_task));
+    let keeps_task = |d: &Draft| task.is_none_or(|t| t.stated_in(d, is_task));
     if !(last_fits && keeps_task(&last)) {
         let (mut giving, mut given) = (shorter.clone(), trial.clone());
         if summary_gives_way(&mut giving, &mut given, is_task) {

@@ -623,6 +623,26 @@ pub fn plan_with_counts(
 
 fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     let counter = plan.counter;
+    remember_task(plan);
+    merge_and_mark(plan, &counter);
+    if plan.fits() || strip_media(plan, &counter) {
+        return;
+    }
+    let turn_start = plan.regions.turn_start;
+    let pruned_end = if opts.prune_turn {
+        plan.messages.len()
+    } else {
+        turn_start
+    };
+    let pruner = Pruner::new(&plan.messages, opts, &counter);
+    if prune_alone(plan, opts, &pruner, pruned_end) {
+        return;
+    }
+    make_room_for_a_summary(plan, opts, &pruner, turn_start);
+}
+
+/// The task as the user first stated it, and the user messages that continue it.
+fn remember_task(plan: &mut Plan) {
     plan.task = plan
         .messages
         .iter()
@@ -636,33 +656,36 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
         .take_while(|m| m.role == Role::User)
         .map(|m| m.text().into_owned())
         .collect();
-    let merged = merge::merge_same_role(&mut plan.messages, &counter);
+}
+
+/// Consecutive messages of one role joined, the regions found, and the messages as they
+/// stand kept as the originals a summary is made from.
+fn merge_and_mark(plan: &mut Plan, counter: &Counter) {
+    let merged = merge::merge_same_role(&mut plan.messages, counter);
     if merged > 0 {
         plan.notes.push(format!("merge: joined {merged}"));
     }
     plan.regions = Regions::find(&plan.messages);
     plan.stage = Stage::Fits;
     plan.originals = plan.messages.clone();
-    if plan.fits() {
-        return;
+}
+
+/// Old media replaced when the tokens are over (too many messages is not fixed by them);
+/// whether the plan fits after.
+fn strip_media(plan: &mut Plan, counter: &Counter) -> bool {
+    if plan.target.admits(plan.total(&plan.messages)) {
+        return false;
     }
-    // Old media go for tokens; too many messages is not fixed by them.
-    if !plan.target.admits(plan.total(&plan.messages)) {
-        let stripped = media::strip_old_media(&mut plan.messages, &counter);
-        if stripped > 0 {
-            plan.notes.push(format!("media: stripped {stripped}"));
-        }
-        if plan.fits() {
-            return;
-        }
+    let stripped = media::strip_old_media(&mut plan.messages, counter);
+    if stripped > 0 {
+        plan.notes.push(format!("media: stripped {stripped}"));
     }
-    let turn_start = plan.regions.turn_start;
-    let pruned_end = if opts.prune_turn {
-        plan.messages.len()
-    } else {
-        turn_start
-    };
-    let pruner = Pruner::new(&plan.messages, opts, &counter);
+    plan.fits()
+}
+
+/// Pruning the history alone, when it is enough: no summary, nothing else lost (when
+/// the messages are not too many: pruning keeps every one). Whether it was.
+fn prune_alone(plan: &mut Plan, opts: &Options, pruner: &Pruner<'_>, pruned_end: usize) -> bool {
     // Pruning the history is enough: no summary, nothing else lost (when the messages
     // are not too many: pruning keeps every one).
     let total = plan.total(&plan.messages);
@@ -693,8 +716,19 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
     if prunes.saved >= over && plan.max_messages.admits(plan.messages.len()) {
         let stats = prunes.apply(&mut plan.messages);
         note_prunes(&mut plan.notes, "prune", stats);
-        return;
+        return true;
     }
+    false
+}
+
+/// Otherwise the smallest middle whose summary makes the rest fit, the tail kept as it
+/// can be (pruned or cut), and the middle split off to be summarised.
+fn make_room_for_a_summary(
+    plan: &mut Plan,
+    opts: &Options,
+    pruner: &Pruner<'_>,
+    turn_start: usize,
+) {
     // Otherwise the smallest middle whose summary makes the rest fit. The middle is
     // summarised from its original messages, not from pruned ones.
     plan.stage = Stage::Reduce;
@@ -743,8 +777,8 @@ fn run_cheap_passes(plan: &mut Plan, opts: &Options) {
         floor,
         turn_start,
         room,
-        &pruner,
-        &counter,
+        pruner,
+        &plan.counter,
     );
     let reshaped = plan.messages[plan.tail_start..turn_start]
         .iter()
