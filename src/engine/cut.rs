@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use super::errors::line_score;
+use super::failing_lines::line_score;
 use super::message::{clip, clip_end, one_line, Message};
 use super::quantity::{self, Amount};
 use super::scan;

@@ -30,7 +30,7 @@ use std::sync::LazyLock;
 use aho_corasick::AhoCorasick;
 
 use super::calls::{describe, result_info, CallInfo};
-use super::errors::{error_line, line_score};
+use super::failing_lines::{error_line, line_score};
 use super::media::{PLACEHOLDER_END, PLACEHOLDER_START};
 use super::message::{call_id, clip, keep_ends, one_line, Message, Role};
 use super::placeholders::{DUPLICATE_PREFIX, PRUNED_PREFIX};
@@ -1252,7 +1252,7 @@ enum Place {
 }
 
 /// The lines of `text` that report a failure, with their scores
-/// ([`super::errors::line_score`]), the highest first and among equals the latest (an
+/// ([`super::failing_lines::line_score`]), the highest first and among equals the latest (an
 /// output's last lines say how it ended): the best line as the error list always took it
 /// (a Python traceback by its exception), each other line that names what failed, and the
 /// last line that reports a failure at all. Lines of a file shown with their numbers are

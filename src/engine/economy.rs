@@ -38,7 +38,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use super::calls::{index_calls, result_info, CallInfo};
-use super::errors::{error_line, line_score};
+use super::failing_lines::{error_line, line_score};
 use super::message::{clip, keep_ends, role_of, Message, Role};
 use super::output_facts::output_facts;
 use super::placeholders::{DUPLICATE_PREFIX, EARLIER_PREFIX, PRUNED_PREFIX, SHORTENED_PREFIX};

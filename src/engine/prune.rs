@@ -9,7 +9,7 @@ use std::hash::{Hash, Hasher};
 use serde_json::Value;
 
 use super::calls::{index_calls, result_info, CallInfo};
-use super::errors::error_line;
+use super::failing_lines::error_line;
 use super::message::{clip, Message, Role};
 use super::output_facts::output_facts;
 use super::placeholders::{DUPLICATE_PREFIX, PRUNED_ERROR, PRUNED_PREFIX};

@@ -412,7 +412,7 @@ fn prose_line(line: &str) -> bool {
         && 2 * lettered >= words
         && !label
         && 3 * plain >= 2 * t.chars().count()
-        && super::errors::line_score(t) < 2
+        && super::failing_lines::line_score(t) < 2
 }
 
 /// How lines that aider writes into the user's side of its chat begin: what it did and
@@ -517,7 +517,11 @@ pub fn reported_path(line: &str) -> Option<&str> {
         .split_whitespace()
         .map(|w| w.trim_matches(|c: char| !c.is_ascii_alphanumeric()))
         .any(|w| w.len() > 1 && w.bytes().all(|b| b.is_ascii_alphabetic()));
-    (made && worded && (1..=12).contains(&words) && others == 0 && super::errors::line_score(t) < 2)
+    (made
+        && worded
+        && (1..=12).contains(&words)
+        && others == 0
+        && super::failing_lines::line_score(t) < 2)
         .then_some(path)
 }
 
