@@ -7,34 +7,13 @@ Exits non-zero with a message on the first surprise.
 """
 
 import json
-import os
 import sys
 
 import openai
+from session_tool import arguments, output, tool
 
 TURNS = 20
 HEADERS = {"x-mock": "window", "x-mock-shape": "responses", "x-mock-window": "3000"}
-
-
-def output(turn):
-    """The tool's output: a note it read, or with SESSION_OUTPUT=log the log of a build
-    it ran, 60 steps with one warning and its summary line (what economy mode shortens
-    once it is old)."""
-    if os.environ.get("SESSION_OUTPUT") != "log":
-        return f"note {turn}: " + "lorem ipsum " * 120
-    lines = [f"step {i}: compiling module_{turn}_{i} ... ok" for i in range(60)]
-    lines.insert(30, f"warning: unused variable `x` in module_{turn}_30")
-    return "\n".join(lines + [f"build {turn}: 60 steps, 1 warning"])
-
-
-def tool():
-    return "run_build" if os.environ.get("SESSION_OUTPUT") == "log" else "read_file"
-
-
-def arguments(turn):
-    if os.environ.get("SESSION_OUTPUT") == "log":
-        return json.dumps({"target": f"module_{turn}"})
-    return json.dumps({"path": f"notes_{turn}.txt"})
 
 
 def fail(message):
