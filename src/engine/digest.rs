@@ -30,6 +30,7 @@ use std::sync::LazyLock;
 use aho_corasick::AhoCorasick;
 
 use super::calls::{describe, result_info, CallInfo};
+use super::commitment;
 use super::failing_lines::{error_line, line_score};
 use super::media::{PLACEHOLDER_END, PLACEHOLDER_START};
 use super::message::{call_id, clip, keep_ends, one_line, Message, Role};
@@ -1211,32 +1212,12 @@ fn decision_tier(sentence: &str) -> Tier {
         Some(false) if scan::is_narration(sentence) => Tier::Narration,
         // A step announced that is not exploring ("I'll replace the retry loop with
         // backoff()") decides how the work goes on.
-        Some(false) if names_something(sentence) => Tier::Fact,
+        Some(false) if commitment::names_something(sentence) => Tier::Fact,
         // One that names nothing ("I will suggest the necessary changes") the next turns
         // say again in their own words; it ranks with the steps announced.
         Some(false) => Tier::Seen,
         None => Tier::Seen,
     }
-}
-
-/// Whether a sentence names something the model could not guess: a word holding a
-/// digit, `_`, `/`, a backtick, a call's `(`, a capital past its first letter
-/// (`ContextCompressor`) or a `.` between letters (`config.yaml`), or a capitalised name
-/// inside the sentence ("in Redis", "with Postgres").
-fn names_something(sentence: &str) -> bool {
-    sentence.split_whitespace().enumerate().any(|(i, word)| {
-        let word = word.trim_matches(|c: char| ",.;:!?\"'()[]".contains(c));
-        let inner_dot = word.split('.').filter(|part| !part.is_empty()).count() > 1;
-        let name = i > 0
-            && word.len() > 1
-            && word.starts_with(|c: char| c.is_ascii_uppercase())
-            && !word.starts_with("I'")
-            && !word.starts_with("I\u{2019}");
-        word.contains(|c: char| c.is_ascii_digit() || "_/`(".contains(c))
-            || word.chars().skip(1).any(|c| c.is_ascii_uppercase())
-            || inner_dot
-            || name
-    })
 }
 
 /// Error lines taken from one output; more are one failure told several ways.

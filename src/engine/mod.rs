@@ -25,6 +25,7 @@ mod boundary;
 mod bpe;
 pub mod budget;
 mod calls;
+mod commitment;
 mod constraint;
 pub mod cut;
 pub mod digest;

@@ -4,6 +4,7 @@
 
 use std::sync::LazyLock;
 
+use super::commitment;
 use super::phrases::Phrases;
 
 /// Fenced blocks tagged with one of these hold shell commands.
@@ -527,7 +528,7 @@ pub fn reported_path(line: &str) -> Option<&str> {
 
 /// Verbs that, after "let's" or "I'll", narrate the next step of exploring rather than
 /// decide anything: "Let's open the file", "I'll run the tests".
-const NARRATION_VERBS: &[&str] = &[
+pub(super) const NARRATION_VERBS: &[&str] = &[
     "open",
     "look",
     "run",
@@ -889,7 +890,8 @@ fn reads_as_prose(line: &str) -> bool {
 
 /// Whether a sentence states a decision: `Some(true)` for a strong one (a phrase that
 /// says what was found or chosen, an option named and settled on: "Redis it is", "I'm
-/// going to use orjson for this"), `Some(false)` for a weak one.
+/// going to use orjson for this", or a sentence built as a commitment to a named option,
+/// [`commitment::commits`]), `Some(false)` for a weak one.
 pub fn decision(sentence: &str) -> Option<bool> {
     // Asked of every line of an output that is cut: the strong and weak phrases and the
     // words the forms read word by word below need are found in one pass.
@@ -906,6 +908,11 @@ pub fn decision(sentence: &str) -> Option<bool> {
         if settles_on(&lower) || chooses_to_use(&lower) {
             return Some(true);
         }
+    }
+    // The phrases know the wordings seen; a commitment in any other is read from how
+    // the sentence is built.
+    if commitment::commits(sentence) {
+        return Some(true);
     }
     weak.then_some(false)
 }

@@ -1,0 +1,1281 @@
+//! Whether a sentence commits to a named option, read from how it is built rather than
+//! from the words it happens to use. The phrase lists of [`super::scan`] know the wordings
+//! seen so far ("go with", "settled on"); agents and engineers commit in any verb ("Keeping
+//! the bounded queue", "`deadpool` will own the connections", "`msgspec`, not `pydantic`"),
+//! so a sentence counts when it names something ([`names_something`]) and is built as a
+//! commitment: the agent as the subject of a step that is not exploring, a sentence that
+//! opens with its verb, a plan of ours or a verdict label, the option as the subject of a
+//! role, a contrast that selects, an evaluation that selects.
+
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+use super::scan;
+
+/// Whether a sentence names something the model could not guess: a word holding a
+/// digit, `_`, `/`, a backtick, a call's `(`, a capital past its first letter
+/// (`ContextCompressor`) or a `.` between letters (`config.yaml`), or a capitalised name
+/// inside the sentence ("in Redis", "with Postgres").
+pub fn names_something(sentence: &str) -> bool {
+    sentence
+        .split_whitespace()
+        .enumerate()
+        .any(|(i, word)| is_name(word, i))
+}
+
+fn is_name(word: &str, at: usize) -> bool {
+    let word = word.trim_matches(|c: char| ",.;:!?\"'()[]*".contains(c));
+    let inner_dot = word.split('.').filter(|part| !part.is_empty()).count() > 1;
+    let capital = at > 0
+        && word.len() > 1
+        && word.starts_with(|c: char| c.is_ascii_uppercase())
+        && !word.starts_with("I'")
+        && !word.starts_with("I\u{2019}");
+    word.contains(|c: char| c.is_ascii_digit() || "_/`(".contains(c))
+        || word.chars().skip(1).any(|c| c.is_ascii_uppercase())
+        || inner_dot
+        || capital
+}
+
+/// One word of a sentence: lowercase, its quotes and punctuation trimmed, with what
+/// closed it (a `,` or `:` ends a clause or a label).
+struct Word {
+    low: String,
+    /// The `,`, `;`, `:` or dash right after it, if any.
+    mark: Option<char>,
+    name: bool,
+}
+
+fn words(sentence: &str) -> Vec<Word> {
+    sentence
+        .split_whitespace()
+        .enumerate()
+        .map(|(i, raw)| {
+            let raw = raw.replace('\u{2019}', "'");
+            let core = raw.trim_end_matches(['.', '!', '?', '"', ')', '*']);
+            let mark = core
+                .chars()
+                .last()
+                .filter(|c| [',', ';', ':', '\u{2014}', '\u{2013}'].contains(c))
+                .or_else(|| ["-", "\u{2014}", "\u{2013}"].contains(&core).then_some('-'));
+            let low = raw
+                .trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '\'' && c != '_')
+                .to_ascii_lowercase();
+            Word {
+                low,
+                mark,
+                name: is_name(&raw, i),
+            }
+        })
+        .collect()
+}
+
+/// Whether the sentence commits to a named option by its structure (module doc). A
+/// question, a hedge ("maybe", "could", "whether") or a narrated step of exploring
+/// ([`scan::is_narration`]) commits to nothing.
+pub fn commits(sentence: &str) -> bool {
+    let s = sentence.trim();
+    if s.ends_with('?') || !names_something(s) {
+        return false;
+    }
+    let w = words(s);
+    if w.len() < 3 || w.len() > 60 || w.iter().any(|x| HEDGES.contains(&x.low.as_str())) {
+        return false;
+    }
+    if has_words(&w, &["not", "sure"]) || scan::is_narration(s) {
+        return false;
+    }
+    // A line of a log ("Compiling serde v1.0.2") opens with its verb too: a sentence that
+    // does is prose only when it ends like one.
+    let ended = s.ends_with(['.', '!']);
+    (ended && opens_with_verb(&w))
+        || under_label(&w)
+        || agent_commits(&w)
+        || our_plan(&w)
+        || option_in_role(&w)
+        || contrast_selects(&w)
+        || evaluation_selects(&w)
+}
+
+/// Words that leave the choice open.
+const HEDGES: &[&str] = &[
+    "maybe", "perhaps", "whether", "could", "might", "wonder", "unsure", "possibly", "either",
+];
+
+fn has_words(w: &[Word], seq: &[&str]) -> bool {
+    w.windows(seq.len())
+        .any(|win| win.iter().zip(seq).all(|(x, s)| x.low == *s))
+}
+
+/// Words that open a sentence before its clause does ("OK, keeping ...", "So we ...").
+const OPENERS: &[&str] = &[
+    "ok",
+    "okay",
+    "alright",
+    "right",
+    "so",
+    "then",
+    "fine",
+    "good",
+    "great",
+    "yes",
+    "yeah",
+    "now",
+    "finally",
+    "therefore",
+    "thus",
+    "hence",
+    "anyway",
+    "overall",
+    "ultimately",
+];
+
+fn clause_start(w: &[Word]) -> usize {
+    w.iter()
+        .position(|x| !OPENERS.contains(&x.low.as_str()))
+        .unwrap_or(w.len())
+}
+
+/// "Keeping the bounded queue in `ingest.rs`.", "Replace `moment` with `date-fns`.",
+/// "Pinned numpy to 1.26.": a verb of choosing or changing first (an imperative, a
+/// participle with its subject left out), or any gerund that does not explore
+/// ("Looking at `x.py`" narrates). A gerund followed by a verb is a noun ("Logging is
+/// set up in `log.rs`").
+fn opens_with_verb(w: &[Word]) -> bool {
+    let i = clause_start(w);
+    let (Some(first), Some(next)) = (w.get(i), w.get(i + 1)) else {
+        return false;
+    };
+    let v = first.low.as_str();
+    if AUXILIARIES.contains(&next.low.as_str()) || explores(v) || NOT_GERUNDS.contains(&v) {
+        return false;
+    }
+    let gerund = v.len() > 5 && v.ends_with("ing");
+    gerund
+        || lemmas(v)
+            .iter()
+            .any(|l| CHOOSING_VERBS.contains(&l.as_str()))
+}
+
+/// Words in -ing that are no step: nouns, prepositions, what a log line opens with.
+const NOT_GERUNDS: &[&str] = &[
+    "nothing",
+    "something",
+    "anything",
+    "everything",
+    "during",
+    "string",
+    "strings",
+    "morning",
+    "evening",
+    "according",
+    "including",
+    "regarding",
+    "following",
+    "considering",
+    "assuming",
+    "concerning",
+    "depending",
+    "excluding",
+    "pending",
+    "padding",
+    "logging",
+    "warning",
+    "missing",
+    "failing",
+    "remaining",
+    "existing",
+    "incoming",
+    "outgoing",
+    "upcoming",
+    "ongoing",
+    "interesting",
+    "matching",
+    "building",
+    "collecting",
+    "downloading",
+    "processing",
+    "compiling",
+    "resolving",
+    "cloning",
+    "unpacking",
+    "preparing",
+    "generating",
+    "loading",
+    "setting",
+    "selecting",
+    "requiring",
+    "testing",
+    "thinking",
+    "blocking",
+    "routing",
+    "caching",
+    "scheduling",
+    "parsing",
+    "streaming",
+    "encoding",
+    "mapping",
+    "binding",
+    "ranking",
+    "rendering",
+    "timing",
+    "spacing",
+    "heading",
+    "ceiling",
+];
+
+/// Verbs that choose or change what the work builds on, as the first word of a sentence
+/// (an imperative, or a participle whose subject is the agent): base forms; [`lemmas`]
+/// reads the inflected ones. Words that are also common nouns at a sentence's start
+/// ("Cache", "Route", "Set") are left out.
+const CHOOSING_VERBS: &[&str] = &[
+    "keep",
+    "drop",
+    "replace",
+    "swap",
+    "move",
+    "pin",
+    "pick",
+    "choose",
+    "select",
+    "prefer",
+    "adopt",
+    "retain",
+    "remove",
+    "rename",
+    "extract",
+    "inline",
+    "consolidate",
+    "unify",
+    "centralise",
+    "centralize",
+    "delegate",
+    "defer",
+    "bump",
+    "upgrade",
+    "downgrade",
+    "revert",
+    "restructure",
+    "refactor",
+    "retire",
+    "ditch",
+    "scrap",
+    "abandon",
+    "skip",
+    "avoid",
+    "reject",
+    "disable",
+    "enable",
+    "leave",
+    "put",
+    "wire",
+    "stick",
+    "stay",
+    "trust",
+    "rely",
+    "lean",
+    "ship",
+    "vendor",
+    "allow",
+    "forbid",
+    "require",
+    "enforce",
+    "standardise",
+    "standardize",
+    "favour",
+    "favor",
+    "prioritise",
+    "prioritize",
+    "migrate",
+    "convert",
+    "collapse",
+    "simplify",
+    "hardcode",
+    "deduplicate",
+    "memoize",
+    "reuse",
+    "introduce",
+    "implement",
+    "persist",
+    "fall",
+];
+
+/// Auxiliaries and the like: a word opening a sentence that one of these follows is its
+/// subject, not its verb.
+const AUXILIARIES: &[&str] = &[
+    "is", "was", "are", "were", "has", "have", "had", "will", "would", "can", "could", "should",
+    "does", "did", "may", "might", "must", "isn't", "wasn't", "doesn't", "didn't", "won't",
+    "fails", "failed", "works", "worked", "happens", "returns", "raises", "seems",
+];
+
+/// Verbs that explore, read, think or carry out a step rather than choose: with the
+/// narrated steps ([`scan::NARRATION_VERBS`]), what an agent says of what it saw or
+/// believes, and the steps of running and repairing.
+const THINKING_VERBS: &[&str] = &[
+    "think",
+    "believe",
+    "notice",
+    "guess",
+    "suspect",
+    "know",
+    "hope",
+    "expect",
+    "assume",
+    "realize",
+    "realise",
+    "feel",
+    "mean",
+    "understand",
+    "agree",
+    "apologize",
+    "apologise",
+    "appreciate",
+    "thank",
+    "recall",
+    "remember",
+    "forget",
+    "suppose",
+    "imagine",
+    "doubt",
+    "seem",
+    "appear",
+    "learn",
+    "mention",
+    "say",
+    "tell",
+    "ask",
+    "explain",
+    "describe",
+    "note",
+    "observe",
+    "miss",
+    "want",
+    "wish",
+    "like",
+    "love",
+    "encounter",
+    "hit",
+    "face",
+    "receive",
+    "sort",
+    "spot",
+    "discover",
+    "determine",
+    "identify",
+    "figure",
+    "debug",
+    "trace",
+    "diagnose",
+    "compare",
+    "consider",
+    "evaluate",
+    "assess",
+    "measure",
+    "benchmark",
+    "profile",
+    "ensure",
+    "double",
+    "summarize",
+    "summarise",
+    "recap",
+    "address",
+    "handle",
+    "fix",
+    "resolve",
+    "solve",
+    "apply",
+    "patch",
+    "insert",
+    "locate",
+    "display",
+    "show",
+    "count",
+    "grep",
+    "compile",
+    "fail",
+    "succeed",
+    "pass",
+    "rerun",
+    "restart",
+    "reload",
+    "refresh",
+    "save",
+    "commit",
+    "push",
+    "pull",
+    "clone",
+    "download",
+    "forgot",
+];
+
+/// Irregular forms of the verbs read here, with their base.
+const IRREGULAR: &[(&str, &str)] = &[
+    ("ran", "run"),
+    ("saw", "see"),
+    ("seen", "see"),
+    ("found", "find"),
+    ("took", "take"),
+    ("taken", "take"),
+    ("began", "begin"),
+    ("begun", "begin"),
+    ("went", "go"),
+    ("gone", "go"),
+    ("did", "do"),
+    ("done", "do"),
+    ("had", "have"),
+    ("has", "have"),
+    ("made", "make"),
+    ("got", "get"),
+    ("gotten", "get"),
+    ("gave", "give"),
+    ("given", "give"),
+    ("wrote", "write"),
+    ("written", "write"),
+    ("thought", "think"),
+    ("knew", "know"),
+    ("known", "know"),
+    ("felt", "feel"),
+    ("meant", "mean"),
+    ("understood", "understand"),
+    ("said", "say"),
+    ("told", "tell"),
+    ("kept", "keep"),
+    ("chose", "choose"),
+    ("chosen", "choose"),
+    ("stuck", "stick"),
+    ("left", "leave"),
+    ("fell", "fall"),
+    ("fallen", "fall"),
+    ("forgot", "forget"),
+    ("learnt", "learn"),
+    ("is", "be"),
+    ("was", "be"),
+    ("were", "be"),
+    ("been", "be"),
+    ("am", "be"),
+    ("are", "be"),
+];
+
+/// The base forms `word` may be an inflection of: itself, without -s, -es, -ed, -d, -ing
+/// (with a dropped `e` put back, a doubled consonant undone, `i` back to `y`), and its
+/// irregular base.
+fn lemmas(word: &str) -> Vec<String> {
+    let mut out = vec![word.to_string()];
+    let mut stem = |s: &str| {
+        if s.len() >= 2 {
+            out.push(s.to_string());
+            out.push(format!("{s}e"));
+            let b = s.as_bytes();
+            if b[b.len() - 1] == b[b.len() - 2] {
+                out.push(s[..s.len() - 1].to_string());
+            }
+            if let Some(y) = s.strip_suffix('i') {
+                out.push(format!("{y}y"));
+            }
+        }
+    };
+    for suffix in ["ing", "ed", "es", "s", "d"] {
+        if let Some(s) = word.strip_suffix(suffix) {
+            stem(s);
+        }
+    }
+    if let Some(&(_, base)) = IRREGULAR.iter().find(|(form, _)| *form == word) {
+        out.push(base.to_string());
+    }
+    out
+}
+
+/// Whether `word` is a form of a verb that explores, reads or thinks.
+fn explores(word: &str) -> bool {
+    static VERBS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
+        scan::NARRATION_VERBS
+            .iter()
+            .chain(THINKING_VERBS)
+            .copied()
+            .filter(|v| !["use", "go", "correct"].contains(v))
+            .collect()
+    });
+    lemmas(word).iter().any(|l| VERBS.contains(l.as_str()))
+}
+
+/// "I'm keeping `lru_cache`", "We moved the retries into `Backoff`", "I'd put the limit
+/// in `settings.toml`", "we won't touch `legacy/`", "let's fall back to `sqlite3`": the
+/// agent as the subject, in any tense or mood, of a verb that neither explores nor
+/// thinks; "use" only with an option as its object, "go" only with or for one.
+fn agent_commits(w: &[Word]) -> bool {
+    (0..w.len()).any(|i| {
+        let (rest, be) = match w[i].low.as_str() {
+            "i" | "we" => (i + 1, false),
+            "let's" | "i'll" | "we'll" | "i'd" | "we'd" => (i + 1, false),
+            "i've" | "we've" => (i, false),
+            "i'm" | "we're" => (i + 1, true),
+            "let" if w.get(i + 1).is_some_and(|x| x.low == "us") => (i + 2, false),
+            _ => return false,
+        };
+        commits_after_subject(w, rest, be)
+    })
+}
+
+/// Words between the agent and its verb that say when, how sure or in what mood.
+const BETWEEN: &[&str] = &[
+    "will",
+    "would",
+    "shall",
+    "should",
+    "must",
+    "do",
+    "does",
+    "did",
+    "not",
+    "never",
+    "won't",
+    "don't",
+    "didn't",
+    "shouldn't",
+    "wouldn't",
+    "now",
+    "also",
+    "just",
+    "then",
+    "first",
+    "still",
+    "simply",
+    "really",
+    "definitely",
+    "probably",
+    "actually",
+    "instead",
+    "already",
+    "only",
+    "therefore",
+    "finally",
+    "indeed",
+    "clearly",
+    "ultimately",
+    "eventually",
+    "deliberately",
+    "intentionally",
+    "explicitly",
+    "basically",
+    "gonna",
+    "rather",
+    "to",
+    "have",
+    "has",
+    "had",
+    "going",
+    "want",
+    "need",
+    "plan",
+    "intend",
+    "aim",
+    "mean",
+    "ought",
+    "decided",
+    "chose",
+    "prefer",
+    "can",
+    "be",
+    "been",
+    "am",
+    "are",
+    "is",
+    "was",
+    "were",
+    "i've",
+    "we've",
+];
+
+/// The verb after the agent (from `at`), past the auxiliaries; `be` when the subject
+/// came with its "am"/"are": the verb is then a gerund ("I'm keeping"), else the word is
+/// a state ("I'm confident").
+fn commits_after_subject(w: &[Word], mut at: usize, mut be: bool) -> bool {
+    let mut had = false;
+    while let Some(x) = w.get(at) {
+        let word = x.low.as_str();
+        if ["can", "could", "may", "might", "can't", "cannot"].contains(&word) {
+            return false;
+        }
+        if !BETWEEN.contains(&word) {
+            break;
+        }
+        // "have to", "want to", "going to": what follows is the verb, no state.
+        if w.get(at + 1).is_some_and(|n| n.low == "to") {
+            be = false;
+        } else if ["am", "are", "is", "was", "were", "be", "been"].contains(&word) {
+            be = true;
+        }
+        had = ["have", "has", "had", "i've", "we've"].contains(&word);
+        at += 1;
+    }
+    let Some(verb) = w.get(at).map(|x| x.low.as_str()) else {
+        return false;
+    };
+    // "We have three failing tests": "have" with no participle after it owns, not does.
+    let participle = verb.ends_with("ed")
+        || verb.ends_with("en")
+        || IRREGULAR.iter().any(|(form, _)| *form == verb);
+    if (be && !verb.ends_with("ing"))
+        || (had && !participle)
+        || AUXILIARIES.contains(&verb)
+        || NOT_VERBS.contains(&verb)
+    {
+        return false;
+    }
+    let after = &w[at + 1..];
+    let named_after = after.iter().any(|x| x.name);
+    let lemma = lemmas(verb);
+    let is = |base: &str| lemma.iter().any(|l| l == base);
+    if is("use") {
+        return named_after
+            && !after.iter().any(|x| {
+                ["to", "command", "tool", "it", "this", "that"].contains(&x.low.as_str())
+            });
+    }
+    if is("go") {
+        return after
+            .first()
+            .is_some_and(|x| ["with", "for"].contains(&x.low.as_str()));
+    }
+    !explores(verb) && verb.chars().all(|c| c.is_ascii_alphabetic() || c == '-')
+}
+
+/// Words that, where the agent's verb would stand, show there is none: "I had the
+/// tests", "we have a fix".
+const NOT_VERBS: &[&str] = &[
+    "the", "a", "an", "this", "that", "these", "those", "it", "its", "no", "some", "any", "all",
+    "to", "in", "on", "at", "of", "for", "with", "from", "by", "about", "as", "so", "there",
+    "here", "what", "which", "sure", "my", "our", "your", "their", "more", "less", "much", "many",
+    "one", "two", "if", "when", "because", "and", "or", "but", "yes", "ok", "okay", "both",
+    "again", "too",
+];
+
+/// Nouns of a plan: what "our"/"my" or a verdict label put before the option.
+const PLAN_NOUNS: &[&str] = &[
+    "plan",
+    "approach",
+    "choice",
+    "pick",
+    "fix",
+    "strategy",
+    "recommendation",
+    "preference",
+    "call",
+    "bet",
+    "option",
+    "solution",
+    "direction",
+    "proposal",
+    "design",
+    "decision",
+    "default",
+    "route",
+    "path",
+    "winner",
+    "favourite",
+    "favorite",
+    "fallback",
+    "verdict",
+    "resolution",
+    "conclusion",
+    "outcome",
+    "answer",
+    "compromise",
+];
+
+/// "Our fallback stays `sqlite3`", "My recommendation: `tokio::sync::Semaphore`.", "the
+/// pick here is `blake3`": a plan of ours, or the plan, stated; not one that failed
+/// ("my fix didn't work").
+fn our_plan(w: &[Word]) -> bool {
+    (0..w.len()).any(|i| {
+        let whose = w[i].low.as_str();
+        let ours = ["our", "my"].contains(&whose);
+        if !ours && whose != "the" {
+            return false;
+        }
+        // One adjective may come between: "our final pick", "the new plan".
+        // After "the", only the nouns that are a choice: "the path is" describes.
+        let nouns = if ours { PLAN_NOUNS } else { THE_PLAN };
+        let noun = (i + 1..(i + 3).min(w.len())).find(|&j| nouns.contains(&w[j].low.as_str()));
+        let Some(n) = noun else { return false };
+        let next: Vec<&str> = w[n + 1..].iter().take(3).map(|x| x.low.as_str()).collect();
+        let failed = next.iter().any(|x| {
+            [
+                "didn't", "doesn't", "failed", "fails", "broke", "breaks", "wasn't", "isn't",
+            ]
+            .contains(x)
+        });
+        let stated = w[n].mark == Some(':')
+            || next
+                .first()
+                .is_some_and(|x| ["is", "was", "stays", "remains", "here", "now"].contains(x));
+        // "the default is 30": a setting described, not chosen.
+        !failed && (stated || ours)
+    })
+}
+
+/// The plan nouns that, after "the", name the choice itself.
+const THE_PLAN: &[&str] = &[
+    "plan",
+    "approach",
+    "choice",
+    "pick",
+    "fix",
+    "strategy",
+    "call",
+    "verdict",
+    "winner",
+    "decision",
+    "resolution",
+    "recommendation",
+    "direction",
+    "compromise",
+    "solution",
+    "conclusion",
+];
+
+/// Labels that announce the option chosen: "Plan:", "Verdict:", "Going forward:".
+const LABELS: &[&str] = &[
+    "plan",
+    "verdict",
+    "choice",
+    "decision",
+    "final",
+    "pick",
+    "winner",
+    "approach",
+    "fix",
+    "resolution",
+    "recommendation",
+    "conclusion",
+    "outcome",
+    "strategy",
+    "direction",
+    "solution",
+    "call",
+    "forward",
+    "tl;dr",
+    "tldr",
+    "chosen",
+    "selected",
+    "preferred",
+    "proposal",
+    "takeaway",
+];
+
+/// "Plan: `orjson` everywhere.", "**Verdict:** keep `v2`.": a label of up to three words,
+/// closed by a colon or a dash, and the option after it. ("Final Answer:" is a text
+/// agent's reply to the user, not a choice.)
+fn under_label(w: &[Word]) -> bool {
+    let Some(colon) = w
+        .iter()
+        .take(3)
+        .position(|x| matches!(x.mark, Some(':' | '-' | '\u{2014}' | '\u{2013}')))
+    else {
+        return false;
+    };
+    let label = &w[..=colon];
+    label.iter().any(|x| LABELS.contains(&x.low.as_str()))
+        && !label.iter().any(|x| x.low == "answer")
+        && w[colon + 1..].iter().any(|x| x.name)
+}
+
+/// "`deadpool` will own the connections", "`v2_schema` stays", "the `Redis` backend
+/// should become the default", "`orjson` wins": the option, subject of a role it takes on
+/// (a modal before it), or of a verb that says it stays or is chosen.
+fn option_in_role(w: &[Word]) -> bool {
+    (0..w.len()).filter(|&k| w[k].name).any(|k| {
+        let subject = k == 0
+            || w[k - 1].mark.is_some()
+            || [
+                "the", "a", "an", "our", "my", "so", "then", "and", "but", "now", "this",
+            ]
+            .contains(&w[k - 1].low.as_str())
+            || clause_start(w) == k;
+        if !subject {
+            return false;
+        }
+        // "the `Redis` backend will": one noun may finish the subject.
+        let mut at = k + 1;
+        if w.get(at).is_some_and(|x| {
+            !ROLE_MODALS.contains(&x.low.as_str()) && !STAYS.contains(&x.low.as_str())
+        }) && w.get(at).is_some_and(|x| x.mark.is_none())
+        {
+            at += 1;
+        }
+        let Some(x) = w.get(at) else { return false };
+        if STAYS.contains(&x.low.as_str()) {
+            return stays_chosen(&x.low, w.get(at + 1).map(|n| n.low.as_str()));
+        }
+        let mut modal = false;
+        // "is" only as "is going to": "`x` is run by cron" describes.
+        while w.get(at).is_some_and(|x| {
+            ROLE_MODALS.contains(&x.low.as_str())
+                || (x.low == "is" && w.get(at + 1).is_some_and(|n| n.low == "going"))
+        }) {
+            modal = true;
+            at += 1;
+        }
+        let Some(verb) = w.get(at).map(|x| x.low.as_str()) else {
+            return false;
+        };
+        if !modal {
+            return false;
+        }
+        if verb == "be" || verb == "become" {
+            return w
+                .get(at + 1)
+                .is_some_and(|x| ["the", "our", "my"].contains(&x.low.as_str()));
+        }
+        lemmas(verb).iter().any(|l| ROLES.contains(&l.as_str()))
+    })
+}
+
+/// What comes between an option and the role it takes on: "will", "should", "is going
+/// to", "now".
+const ROLE_MODALS: &[&str] = &[
+    "will", "'ll", "shall", "should", "must", "now", "then", "alone", "going", "to", "needs", "has",
+];
+
+/// Whether "stays", "goes" and the like, followed by `next`, keep an option rather than
+/// describe a value ("`count` stays 0") or a path through code ("`parse` goes through").
+fn stays_chosen(verb: &str, next: Option<&str>) -> bool {
+    let next = next.unwrap_or("");
+    if verb == "goes" {
+        return [
+            "in", "into", "first", "away", "out", "ahead", "last", "live",
+        ]
+        .contains(&next);
+    }
+    let value = next.starts_with(|c: char| c.is_ascii_digit())
+        || [
+            "none", "null", "nil", "false", "true", "empty", "zero", "unset", "at",
+        ]
+        .contains(&next);
+    !value
+}
+
+/// Present-tense verbs that keep or choose an option: "`v2` stays", "`zstd` wins".
+const STAYS: &[&str] = &[
+    "stays",
+    "remains",
+    "wins",
+    "beats",
+    "trumps",
+    "outranks",
+    "supersedes",
+    "prevails",
+    "goes",
+];
+
+/// Roles an option takes on in the work: "will own", "should handle", "needs to go".
+const ROLES: &[&str] = &[
+    "own",
+    "handle",
+    "serve",
+    "take",
+    "replace",
+    "supersede",
+    "back",
+    "power",
+    "host",
+    "store",
+    "hold",
+    "manage",
+    "drive",
+    "carry",
+    "cover",
+    "live",
+    "sit",
+    "stay",
+    "remain",
+    "go",
+    "win",
+    "do",
+    "front",
+    "guard",
+    "wrap",
+    "provide",
+    "absorb",
+    "house",
+    "keep",
+    "become",
+    "run",
+    "process",
+    "cache",
+    "persist",
+    "answer",
+    "decide",
+    "gate",
+    "stay",
+];
+
+/// "`msgspec` over `pydantic` for decoding", "`uvloop`, not the default loop", "`ruff` in
+/// place of `flake8`": a contrast that keeps one option and not the other.
+fn contrast_selects(w: &[Word]) -> bool {
+    let over = (1..w.len()).any(|i| {
+        w[i].low == "over"
+            && w[i - 1].name
+            && w[i - 1].mark.is_none()
+            && w.get(i + 1).is_some_and(|n| {
+                ![
+                    "time", "network", "ssh", "http", "https", "tcp", "udp", "it", "them", "and",
+                ]
+                .contains(&n.low.as_str())
+            })
+    });
+    // "failed in `a`, not in `b`" places a fault: the contrast is of options only when
+    // an option follows.
+    let not = (1..w.len()).any(|i| {
+        w[i].low == "not"
+            && w[i - 1].mark.is_some()
+            && w[..i].iter().any(|x| x.name)
+            && w.get(i + 1).is_some_and(|n| {
+                ![
+                    "in",
+                    "on",
+                    "at",
+                    "from",
+                    "to",
+                    "because",
+                    "yet",
+                    "only",
+                    "just",
+                    "when",
+                    "if",
+                    "sure",
+                    "always",
+                    "all",
+                    "everything",
+                    "by",
+                    "for",
+                ]
+                .contains(&n.low.as_str())
+            })
+    });
+    let phrase = [
+        &["in", "place", "of"][..],
+        &["as", "opposed", "to"],
+        &["in", "preference", "to"],
+    ]
+    .iter()
+    .any(|p| has_words(w, p));
+    over || not || phrase
+}
+
+/// Adjectives that select whatever noun they stand before, or alone: "the cleanest", "a
+/// better fit", "simpler".
+const SELECTING: &[&str] = &[
+    "best",
+    "better",
+    "simplest",
+    "safest",
+    "cleanest",
+    "easiest",
+    "cheapest",
+    "sanest",
+    "wisest",
+    "smartest",
+    "preferable",
+    "ideal",
+    "sensible",
+    "cleaner",
+    "simpler",
+    "safer",
+    "easier",
+    "saner",
+    "leanest",
+    "tidiest",
+    "neatest",
+    "soundest",
+    "sturdiest",
+    "nicest",
+    "nicer",
+];
+
+/// Adjectives that select only before a noun of options: "the right tool", "the only
+/// way", "the obvious candidate".
+const BEFORE_AN_OPTION: &[&str] = &[
+    "right",
+    "correct",
+    "obvious",
+    "only",
+    "proper",
+    "natural",
+    "clear",
+    "preferred",
+    "recommended",
+    "logical",
+    "winning",
+    "likely",
+    "least",
+    "most",
+];
+
+const OPTION_NOUNS: &[&str] = &[
+    "option",
+    "options",
+    "choice",
+    "bet",
+    "fit",
+    "approach",
+    "path",
+    "route",
+    "way",
+    "fix",
+    "solution",
+    "tool",
+    "pick",
+    "candidate",
+    "move",
+    "call",
+    "plan",
+    "design",
+    "tradeoff",
+    "trade-off",
+    "compromise",
+    "strategy",
+    "alternative",
+    "direction",
+    "answer",
+    "default",
+    "pattern",
+    "abstraction",
+    "library",
+    "format",
+    "backend",
+    "engine",
+    "setup",
+    "culprit",
+    "cause",
+    "winner",
+];
+
+/// Nouns that are the choice itself: "`blake3` is the winner", "`ld.lld` is the culprit".
+const VERDICT_NOUNS: &[&str] = &[
+    "plan", "winner", "culprit", "fix", "call", "pick", "choice", "way", "one", "keeper", "answer",
+    "cause",
+];
+
+/// "`bounded(64)` is the safest choice", "`ruff` looks like a better fit", "`SIGTERM` is
+/// the obvious option", "`sqlx` is the winner": a copula, then an adjective that selects,
+/// or a noun that is the choice.
+fn evaluation_selects(w: &[Word]) -> bool {
+    (0..w.len()).any(|c| {
+        let copula = match w[c].low.as_str() {
+            "is" | "are" | "seems" | "looks" | "remains" | "sounds" | "feels" | "becomes" => true,
+            "be" => c > 0 && ["would", "will", "should", "'d"].contains(&w[c - 1].low.as_str()),
+            _ => false,
+        };
+        if !copula {
+            return false;
+        }
+        let mut at = c + 1;
+        let mut article = false;
+        while let Some(x) = w.get(at) {
+            let word = x.low.as_str();
+            let skip = [
+                "the",
+                "a",
+                "an",
+                "our",
+                "my",
+                "by",
+                "far",
+                "clearly",
+                "definitely",
+                "probably",
+                "obviously",
+                "really",
+                "much",
+                "still",
+                "simply",
+                "just",
+                "also",
+                "like",
+                "here",
+                "now",
+                "then",
+                "not",
+                "to",
+                "be",
+            ];
+            if !skip.contains(&word) {
+                break;
+            }
+            article |= ["the", "a", "an", "our", "my"].contains(&word);
+            at += 1;
+        }
+        let Some(adj) = w.get(at).map(|x| x.low.as_str()) else {
+            return false;
+        };
+        let noun = |j: usize| {
+            w.get(j)
+                .is_some_and(|x| OPTION_NOUNS.contains(&x.low.as_str()))
+        };
+        let superlative = article && adj.len() >= 6 && adj.ends_with("est") && adj != "latest";
+        SELECTING.contains(&adj)
+            || (BEFORE_AN_OPTION.contains(&adj) && (noun(at + 1) || noun(at + 2)))
+            || (superlative && noun(at + 1))
+            || (article && VERDICT_NOUNS.contains(&adj))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::scan::{decision, decisions};
+
+    /// Each is a strong decision, found as one in a message's prose, after code too.
+    fn all_commit(cases: &[&str]) {
+        for s in cases {
+            assert!(commits(s), "should commit: {s}");
+            assert_eq!(decision(s), Some(true), "{s}");
+            let after_code = format!("```rust\nlet x = 1;\n```\n{s}");
+            assert_eq!(decisions(&after_code).len(), 1, "{after_code}");
+        }
+    }
+
+    fn none_commit(cases: &[&str]) {
+        for s in cases {
+            assert!(!commits(s), "should not commit: {s}");
+        }
+    }
+
+    #[test]
+    fn a_sentence_that_opens_with_a_verb_of_choosing_commits() {
+        all_commit(&[
+            "Keeping `tower::limit` as the only throttle in the gateway.",
+            "Dropping the hand-rolled LRU, moka covers it now.",
+            "Replace `chrono` with the `time` crate across the workspace.",
+            "Pinned pyarrow to 14.0.2 so the wheels stay compatible!",
+            "Retiring the v1 endpoint after this release.",
+            "OK, moving every feature flag into `flags.yaml`.",
+        ]);
+        // Exploring opens with its verb too, and so do log lines and gerunds as nouns.
+        none_commit(&[
+            "Looking at `parse_rows` in utils.py to see the loop.",
+            "Running `pytest -k slow` again.",
+            "Checking the value of `CACHE_DIR` first.",
+            "Compiling serde v1.0.193",
+            "Selecting previously unselected package libssl3.",
+            "Logging is configured in `log_setup.py`.",
+            "Missing `region` in the boto3 call.",
+        ]);
+    }
+
+    #[test]
+    fn the_agent_committing_in_any_tense_or_mood_commits() {
+        all_commit(&[
+            "I'm keeping the retry budget inside `HttpClient`.",
+            "We moved session storage to `redis_sessions` last sprint.",
+            "I'd put the rate limiter in front of `AuthService`.",
+            "We won't touch `legacy_billing` in this change.",
+            "I reverted `pool_size` to its previous value.",
+            "From here we route every webhook through `EventBus`.",
+        ]);
+        none_commit(&[
+            "I'll look at `config.py` next.",
+            "Let me check `settings.toml` for the port.",
+            "Now I'll run the tests in `tests/test_api.py`.",
+            "I opened `models.py` and scrolled to the class.",
+            "We searched the repo for `TODO_MARKER` and found two hits.",
+            "I think `asyncio` is involved somewhere in `worker.py`.",
+            "I had the logs from `run_3` open.",
+            "I'm confident the bug is in `merge_ranges`.",
+            "We could drop `six` once Python 2 support is gone.",
+            "I fixed the typo in `README.md`.",
+        ]);
+    }
+
+    #[test]
+    fn a_plan_of_ours_or_a_verdict_label_commits() {
+        all_commit(&[
+            "Our fallback remains `sqlite3` when Postgres is unreachable.",
+            "My recommendation here is `argon2id` for the password hashes.",
+            "Our plan puts `ingest_worker` behind a queue.",
+            "The call here is `serde_json::from_slice` for the hot path.",
+            "Plan: `bincode` for the cache files, JSON for everything else.",
+            "Verdict \u{2014} `httpx` for every outbound call.",
+            "**Choice:** `pnpm` workspaces for the monorepo.",
+            "Final call: ed25519 keys for every deploy host.",
+        ]);
+        none_commit(&[
+            "My fix didn't work for `test_dates`.",
+            "The path is `src/app/main.py`.",
+            "The default is 30 seconds in `client.py`.",
+            "Final Answer: the tallest building is Burj Khalifa.",
+            "Line 42: `total` is never reset.",
+            "Note: `retry_after` is in seconds.",
+        ]);
+    }
+
+    #[test]
+    fn an_option_taking_on_a_role_commits() {
+        all_commit(&[
+            "`deadpool_postgres` will own every database connection from here.",
+            "The `Scheduler` actor should handle all retries.",
+            "`tantivy` stays as the search index.",
+            "gRPC wins for the internal calls between services.",
+            "The `v3` parser goes in behind the flag.",
+            "`celery_beat` needs to go once cron is wired up.",
+        ]);
+        none_commit(&[
+            "`normalize()` replaces tabs with spaces.",
+            "`self.count` stays 0 after the reset.",
+            "`parse` goes through each line twice.",
+            "`cleanup_job` is run by cron every night.",
+            "The function returns `None` when the key is missing.",
+            "`HttpClient` calls `send` twice per request.",
+        ]);
+    }
+
+    #[test]
+    fn a_contrast_that_keeps_one_option_commits() {
+        all_commit(&[
+            "`blake3` over sha256 for the content hashes.",
+            "Tokio's `mpsc`, not crossbeam, for the job queue.",
+            "`ruff` in place of flake8 and isort for linting.",
+            "`uuid7` as opposed to random v4 ids, for sortable keys.",
+            "Plain `Vec<u8>` buffers, not `bytes::Bytes`, in the encoder.",
+        ]);
+        none_commit(&[
+            "It failed in `load()`, not in `save()`.",
+            "The loop iterates over `self.items` twice.",
+            "Packets go over TCP to `collector:4317`.",
+            "`tokio` over `async-std`?",
+        ]);
+    }
+
+    #[test]
+    fn an_evaluation_that_selects_commits() {
+        all_commit(&[
+            "`rustls` is the safest option for the TLS layer.",
+            "SQLite looks like the simplest choice for a single node.",
+            "A `BTreeMap` seems cleaner than the sorted vector here.",
+            "`msgpack` is clearly the right format for the wire.",
+            "`pgbouncer` is the culprit for the dropped connections.",
+            "`Arc<Mutex<_>>` would be the obvious approach for shared state.",
+        ]);
+        none_commit(&[
+            "`v2.3.1` is the latest tag in the registry.",
+            "`main.rs` is the largest file in the crate.",
+            "I'm not sure `uvloop` is the best option.",
+            "Maybe `zstd` is the better codec.",
+            "Is `redis` the right backend for this?",
+            "`test_upload` is the only test that touches S3.",
+        ]);
+    }
+
+    #[test]
+    fn a_description_of_code_or_a_finding_commits_to_nothing() {
+        none_commit(&[
+            "`parse_rows` is defined in `io/reader.py`.",
+            "This test fails because `tz` is naive.",
+            "The error comes from line 88 of `views.py`.",
+            "There are 14 call sites of `get_user` in the codebase.",
+            "`Config.load` reads `APP_ENV` before anything else.",
+            "We have three failing tests in `tests/unit`.",
+        ]);
+    }
+}
