@@ -452,6 +452,10 @@ impl Compactor<'_> {
                 if let Some(turns) = &restored {
                     middle.turns = turns;
                 }
+                let widened = plan.with_folds(middle.turns, &options);
+                if let Some(turns) = &widened {
+                    middle.turns = turns;
+                }
                 let summary = self.llm_summary(&middle, caller, order.window).await;
                 summariser_failed = summary.is_none() && self.summarizer.is_some();
                 summary
