@@ -559,24 +559,37 @@ fn fold_first_exchange(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     let folded: Vec<usize> = (0..head.len())
         .filter(|&i| Some(i) != task && !head[i].role.is_instruction())
         .collect();
-    if !folded.is_empty() {
-        let rest: Vec<Message> = folded.iter().map(|&i| head[i].clone()).collect();
-        let fitted = fold(
-            d,
-            best,
-            opts,
-            Fold::FirstExchange,
-            &rest,
-            |d, moved, left| {
-                d.head = put_back(&head, &folded, moved, left);
-            },
-        );
-        if fitted {
-            return true;
-        }
-    }
+    fold_picked(
+        d,
+        best,
+        opts,
+        Fold::FirstExchange,
+        &head,
+        &folded,
+        |d, kept| {
+            d.head = kept;
+        },
+    )
+}
 
-    false
+/// Folds the messages of `from` at `picked` (ascending), oldest first as [`fold`] does;
+/// `place` puts `from` less those folded (and with those cut) in its place.
+fn fold_picked(
+    d: &mut Draft,
+    best: &mut Best,
+    opts: &Options,
+    what: Fold,
+    from: &[Message],
+    picked: &[usize],
+    place: impl Fn(&mut Draft, Vec<Message>),
+) -> bool {
+    if picked.is_empty() {
+        return false;
+    }
+    let moved: Vec<Message> = picked.iter().map(|&i| from[i].clone()).collect();
+    fold(d, best, opts, what, &moved, |d, n, left| {
+        place(d, put_back(from, picked, n, left));
+    })
 }
 
 /// Step 3 of [`escalate`].
@@ -700,23 +713,20 @@ fn cut_the_turn(
     let rounds: Vec<usize> = (d.turn..end)
         .filter(|&i| !matches!(tail[i].role, Role::User) && !tail[i].role.is_instruction())
         .collect();
-    if !rounds.is_empty() {
-        let moved_msgs: Vec<Message> = rounds.iter().map(|&i| tail[i].clone()).collect();
-        let turn = d.turn;
-        let fitted = fold(
-            d,
-            best,
-            opts,
-            Fold::EarlierRounds,
-            &moved_msgs,
-            |d, moved, left| {
-                d.tail = put_back(&tail, &rounds, moved, left);
-                d.turn = turn;
-            },
-        );
-        if fitted {
-            return true;
-        }
+    let turn = d.turn;
+    if fold_picked(
+        d,
+        best,
+        opts,
+        Fold::EarlierRounds,
+        &tail,
+        &rounds,
+        |d, kept| {
+            d.tail = kept;
+            d.turn = turn;
+        },
+    ) {
+        return true;
     }
 
     // 8. A shorter summary, though not below what holds the facts of a long stretch
