@@ -389,21 +389,21 @@ fn fresh(
     Some(checkpoint)
 }
 
-/// The turns a summary of a conversation resumed from a checkpoint replaces, in the
+/// `turns`, which a summary of a conversation resumed from a checkpoint replaces, in the
 /// client's own text where an earlier event shortened them ([`restore`]); `None` when it
 /// was not resumed, is summarised anew from the client's messages already, or nothing in
 /// them was shortened.
 fn resumed_whole(
     order: &Order<'_>,
     anew: bool,
-    plan: &engine::Plan,
+    turns: &[Message],
     caller: &Caller<'_>,
     base: &Base,
 ) -> Option<Vec<Message>> {
     order.keys.as_ref()?.resumed?;
     let original = order.original.as_ref().filter(|_| !anew)?;
     let counter = engine::Counter::for_request(&base.view);
-    restore::client_text(plan.turns(), original, caller.dialect, &counter)
+    restore::client_text(turns, original, caller.dialect, &counter)
 }
 
 impl Compactor<'_> {
@@ -448,7 +448,13 @@ impl Compactor<'_> {
                 let mut middle = Middle::of_plan(&plan, &options);
                 let carried = anew.as_ref().map(|(_, digest)| digest.as_str());
                 middle.previous = middle.previous.or(carried);
-                let restored = resumed_whole(&order, anew.is_some(), &plan, caller, &base);
+                // What the summary will stand for, folds and all, then in the client's
+                // own text.
+                let widened = plan.with_folds(middle.turns, &options);
+                if let Some(turns) = &widened {
+                    middle.turns = turns;
+                }
+                let restored = resumed_whole(&order, anew.is_some(), middle.turns, caller, &base);
                 if let Some(turns) = &restored {
                     middle.turns = turns;
                 }

@@ -59,6 +59,42 @@ pub struct Fitted {
     pub target: Limit,
     /// Escalation wrote (or extended) the summary from turns it folded in.
     pub summarised: bool,
+    /// The turns it folded in, in the client's text.
+    pub folds: Folds,
+}
+
+/// Turns escalation folded into the summary, in the client's text: those of the head's
+/// first exchange, which come before the plan's middle, and the later ones (history the
+/// tail kept, the turn's earlier rounds), which come after it.
+#[derive(Clone, Default)]
+pub struct Folds {
+    pub head: Vec<Message>,
+    pub later: Vec<Message>,
+}
+
+impl Folds {
+    pub fn is_empty(&self) -> bool {
+        self.head.is_empty() && self.later.is_empty()
+    }
+}
+
+/// What a fold takes into the summary, for the notes and for where its turns stand
+/// beside the plan's middle.
+#[derive(Clone, Copy)]
+enum Fold {
+    FirstExchange,
+    TailHistory,
+    EarlierRounds,
+}
+
+impl Fold {
+    fn name(self) -> &'static str {
+        match self {
+            Fold::FirstExchange => "first exchange",
+            Fold::TailHistory => "tail history",
+            Fold::EarlierRounds => "earlier rounds of the turn",
+        }
+    }
 }
 
 /// The parts of a candidate: `tail[turn..]` is the turn in progress.
@@ -76,6 +112,7 @@ struct Draft<'p> {
     /// Tokens of conversation the summary stands for: the plan's middle and what
     /// escalation folded into it. The digest's budget follows it.
     replaced: usize,
+    folds: Folds,
 }
 
 #[derive(Clone)]
@@ -83,6 +120,7 @@ struct Best {
     messages: Vec<Message>,
     tokens: usize,
     notes: Vec<String>,
+    folds: Folds,
 }
 
 impl<'p> Draft<'p> {
@@ -101,12 +139,14 @@ impl<'p> Draft<'p> {
             summarised: false,
             replaced: plan.turns.iter().map(|m| m.tokens).sum::<usize>()
                 + plan.previous_summary().map_or(0, |p| plan.counter.text(p)),
+            folds: Folds::default(),
         };
         let (first, notes) = d.build();
         let best = Best {
             tokens: plan.total(&first),
             messages: first,
             notes,
+            folds: Folds::default(),
         };
         (d, best)
     }
@@ -138,6 +178,7 @@ impl<'p> Draft<'p> {
             best.messages = candidate;
             best.tokens = tokens;
             best.notes = notes;
+            best.folds = self.folds.clone();
         }
         tokens
     }
@@ -182,7 +223,7 @@ impl<'p> Draft<'p> {
     }
 
     /// Folds `messages` into the summary (instructions among them are kept instead).
-    fn digest(&mut self, messages: Vec<Message>, opts: &Options) {
+    fn digest(&mut self, messages: Vec<Message>, fold: Fold, opts: &Options) {
         let (instructions, turns): (Vec<Message>, Vec<Message>) =
             messages.into_iter().partition(|m| m.role.is_instruction());
         self.kept.extend(instructions);
@@ -196,6 +237,10 @@ impl<'p> Draft<'p> {
             .map(|m| self.plan.original_of(m).clone())
             .collect();
         self.replaced += turns.iter().map(|m| m.tokens).sum::<usize>();
+        match fold {
+            Fold::FirstExchange => self.folds.head.extend_from_slice(&turns),
+            Fold::TailHistory | Fold::EarlierRounds => self.folds.later.extend_from_slice(&turns),
+        }
         let extra = self.plan.digest_extra;
         let budget = chars_for(opts.digest_budget(self.target, self.replaced, extra));
         self.body = Some(digest(self.body.as_deref(), &turns, budget));
@@ -311,13 +356,12 @@ fn level(messages: &mut [Message], candidates: &[usize], over: usize, counter: &
 /// A try that is over by less than a quarter of what the next try would fold in addition
 /// cuts its unfolded messages a little instead, each keeping its beginning and end: a few
 /// lines of old tool traffic cost the model less than a whole exchange. So are tried the
-/// draft as it came and the largest fold short of the excess. `what` names the messages
-/// in the notes.
+/// draft as it came and the largest fold short of the excess. `what` names the messages.
 fn fold(
     d: &mut Draft,
     best: &mut Best,
     opts: &Options,
-    what: &str,
+    what: Fold,
     messages: &[Message],
     place: impl Fn(&mut Draft, usize, &[Message]),
 ) -> bool {
@@ -341,8 +385,13 @@ fn fold(
     }
     // Each try starts from the same parts: digesting may also take an earlier summary
     // out of a kept message.
-    let (body, kept, summarised, replaced) =
-        (d.body.clone(), d.kept.clone(), d.summarised, d.replaced);
+    let (body, kept, summarised, replaced, folds) = (
+        d.body.clone(),
+        d.kept.clone(),
+        d.summarised,
+        d.replaced,
+        d.folds.clone(),
+    );
     let (head, tail, notes) = (d.head.clone(), d.tail.clone(), d.notes.clone());
     let counter = d.plan.counter;
     for (k, &moved) in tries.iter().enumerate() {
@@ -350,12 +399,14 @@ fn fold(
         d.kept = kept.clone();
         d.summarised = summarised;
         d.replaced = replaced;
+        d.folds = folds.clone();
         d.head = head.clone();
         d.tail = tail.clone();
         d.notes = notes.clone();
         if moved > 0 {
-            d.digest(messages[..moved].to_vec(), opts);
-            d.notes.push(format!("escalate: {what} summarised"));
+            d.digest(messages[..moved].to_vec(), what, opts);
+            d.notes
+                .push(format!("escalate: {} summarised", what.name()));
         }
         place(d, moved, &messages[moved..]);
         let tokens = d.measure(best);
@@ -375,8 +426,10 @@ fn fold(
         let cut = level(&mut rest, &candidates, over, &counter);
         if cut > 0 {
             place(d, moved, &rest);
-            d.notes
-                .push(format!("escalate: {cut} messages of the {what} cut"));
+            d.notes.push(format!(
+                "escalate: {cut} messages of the {} cut",
+                what.name()
+            ));
             if d.offer(best) {
                 return true;
             }
@@ -452,6 +505,7 @@ pub fn build_fitting(plan: &Plan, body: Option<String>, opts: &Options) -> Fitte
         notes: best.notes,
         target: d.target,
         summarised: d.summarised,
+        folds: best.folds,
     }
 }
 
@@ -505,17 +559,37 @@ fn fold_first_exchange(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     let folded: Vec<usize> = (0..head.len())
         .filter(|&i| Some(i) != task && !head[i].role.is_instruction())
         .collect();
-    if !folded.is_empty() {
-        let rest: Vec<Message> = folded.iter().map(|&i| head[i].clone()).collect();
-        let fitted = fold(d, best, opts, "first exchange", &rest, |d, moved, left| {
-            d.head = put_back(&head, &folded, moved, left);
-        });
-        if fitted {
-            return true;
-        }
-    }
+    fold_picked(
+        d,
+        best,
+        opts,
+        Fold::FirstExchange,
+        &head,
+        &folded,
+        |d, kept| {
+            d.head = kept;
+        },
+    )
+}
 
-    false
+/// Folds the messages of `from` at `picked` (ascending), oldest first as [`fold`] does;
+/// `place` puts `from` less those folded (and with those cut) in its place.
+fn fold_picked(
+    d: &mut Draft,
+    best: &mut Best,
+    opts: &Options,
+    what: Fold,
+    from: &[Message],
+    picked: &[usize],
+    place: impl Fn(&mut Draft, Vec<Message>),
+) -> bool {
+    if picked.is_empty() {
+        return false;
+    }
+    let moved: Vec<Message> = picked.iter().map(|&i| from[i].clone()).collect();
+    fold(d, best, opts, what, &moved, |d, n, left| {
+        place(d, put_back(from, picked, n, left));
+    })
 }
 
 /// Step 3 of [`escalate`].
@@ -525,7 +599,7 @@ fn fold_tail_history(d: &mut Draft, best: &mut Best, opts: &Options) -> bool {
     if d.turn > 0 {
         let history = d.tail[..d.turn].to_vec();
         let turn = d.tail[d.turn..].to_vec();
-        let fitted = fold(d, best, opts, "tail history", &history, |d, _, left| {
+        let fitted = fold(d, best, opts, Fold::TailHistory, &history, |d, _, left| {
             d.tail = left.to_vec();
             d.tail.extend_from_slice(&turn);
             d.turn = left.len();
@@ -639,17 +713,20 @@ fn cut_the_turn(
     let rounds: Vec<usize> = (d.turn..end)
         .filter(|&i| !matches!(tail[i].role, Role::User) && !tail[i].role.is_instruction())
         .collect();
-    if !rounds.is_empty() {
-        let moved_msgs: Vec<Message> = rounds.iter().map(|&i| tail[i].clone()).collect();
-        let turn = d.turn;
-        let what = "earlier rounds of the turn";
-        let fitted = fold(d, best, opts, what, &moved_msgs, |d, moved, left| {
-            d.tail = put_back(&tail, &rounds, moved, left);
+    let turn = d.turn;
+    if fold_picked(
+        d,
+        best,
+        opts,
+        Fold::EarlierRounds,
+        &tail,
+        &rounds,
+        |d, kept| {
+            d.tail = kept;
             d.turn = turn;
-        });
-        if fitted {
-            return true;
-        }
+        },
+    ) {
+        return true;
     }
 
     // 8. A shorter summary, though not below what holds the facts of a long stretch
@@ -954,6 +1031,7 @@ fn regrow_summary(
                 messages: candidate,
                 tokens,
                 notes,
+                folds: d.folds.clone(),
             };
         } else {
             hi = mid;

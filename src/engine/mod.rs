@@ -420,6 +420,29 @@ impl Plan {
         opts.summary_budget(self.target)
     }
 
+    /// What a summary written by a model should be shown: `middle` (these turns, or the
+    /// client's own text of them), and beside it the turns escalation folds into a summary
+    /// of the planned size (the head's first exchange before it, history the tail kept or
+    /// the turn's earlier rounds after it); `None` when it folds none. A request that
+    /// cannot fit with those turns kept loses them to the summary, and a model writes a
+    /// checkpoint only of what it was shown: folded in by the digest alone, their facts
+    /// never reached it. A dry run of [`finish`]'s last step with a stand-in of the most the
+    /// summary may take tells which; an answer shorter than that may leave some of them
+    /// kept, shown twice then, which costs summary tokens and loses nothing.
+    pub fn with_folds(&self, middle: &[Message], opts: &Options) -> Option<Vec<Message>> {
+        if !self.needs_summary() {
+            return None;
+        }
+        let stand_in = stand_in_summary(self.summary_budget_tokens(opts), &self.counter);
+        let folds = escalate::build_fitting(self, Some(stand_in), opts).folds;
+        (!folds.is_empty()).then(|| {
+            let mut turns = folds.head;
+            turns.extend_from_slice(middle);
+            turns.extend(folds.later);
+            turns
+        })
+    }
+
     fn total(&self, messages: &[Message]) -> usize {
         messages.iter().map(|m| m.tokens).sum::<usize>() + self.overhead
     }
@@ -868,6 +891,15 @@ pub fn finish(plan: Plan, summary: Option<Summary>, opts: &Options) -> Rewrite {
     }
 }
 
+/// Text of at least `tokens` tokens, standing in for a summary not written yet.
+fn stand_in_summary(tokens: usize, counter: &Counter) -> String {
+    let mut text = " x".repeat(tokens);
+    while counter.text(&text) < tokens {
+        text.push_str(&" x".repeat(tokens));
+    }
+    text
+}
+
 /// Less free room than this under the target is not worth a second digest.
 const REGROW_MIN: usize = 40;
 
@@ -1042,6 +1074,51 @@ mod tests {
             .iter()
             .map(|m| m["role"].as_str().unwrap())
             .collect()
+    }
+
+    /// A text agent's session: the task, its first long reply, rounds of observations
+    /// and replies, the latest ask.
+    fn first_reply_session(first_reply_words: usize) -> Value {
+        let mut messages = vec![
+            json!({"role": "system", "content": "You run Python for the user."}),
+            json!({"role": "user", "content": "Total the invoices by month."}),
+            json!({"role": "assistant", "content": format!("Picking duckdb_41 for this. {}",
+                "the plan holds ".repeat(first_reply_words))}),
+        ];
+        for r in 0..8 {
+            messages.push(
+                json!({"role": "user", "content": format!("exitcode: 0\nmonth {r}: {r}00.00")}),
+            );
+            messages
+                .push(json!({"role": "assistant", "content": "looks right so far ".repeat(60)}));
+        }
+        let ask = format!(
+            "Now the yearly report. {}",
+            "with the same columns ".repeat(150)
+        );
+        messages.push(json!({"role": "user", "content": ask}));
+        json!({"model": "gpt-4o", "max_tokens": 100, "messages": messages})
+    }
+
+    #[test]
+    fn a_model_summary_is_shown_the_first_exchange_only_when_the_request_cannot_keep_it() {
+        let opts = Options::with_window(1500);
+        let short = plan(&first_reply_session(10), &opts).unwrap();
+        assert!(short.needs_summary());
+        assert!(short.with_folds(short.turns(), &opts).is_none());
+
+        let long = plan(&first_reply_session(400), &opts).unwrap();
+        assert!(long.needs_summary());
+        let shown = long
+            .with_folds(long.turns(), &opts)
+            .expect("the first reply folds");
+        assert!(
+            shown[0].text().starts_with("Picking duckdb_41"),
+            "{:?}",
+            shown[0].text()
+        );
+        let texts = |m: &[Message]| m.iter().map(|m| m.text().into_owned()).collect::<Vec<_>>();
+        assert_eq!(texts(&shown[1..=long.turns().len()]), texts(long.turns()));
     }
 
     #[test]

@@ -481,3 +481,56 @@ async fn the_upstreams_count_is_learned_before_its_first_refusal() {
         "an overflow reached the upstream: {marks:#?}"
     );
 }
+
+/// A request that cannot fit with its first exchange kept loses that exchange to the
+/// summary: the summariser is shown it, so a rule the user added right after the task and
+/// the agent's first choice reach the checkpoint a model writes, not only the digest.
+/// (A text agent's shape: its observations come back as user messages, the user's
+/// rule among them.)
+#[tokio::test]
+async fn the_summariser_is_shown_the_first_exchange_a_request_cannot_keep() {
+    const WINDOW: u64 = 6000;
+    const RULE: &str = "Never edit config/ledger_lock_5521.yaml, the auditors pin it.";
+    const CHOICE: &str = "Going ahead with polars_7730 for the totals.";
+    let mock = Mock::start().await;
+    let config = format!(
+        "[[models]]\nmatch = \"mock-agent-model\"\ncontext_window = {WINDOW}\n\n[summarizer]\ncontext_window = 128000\n"
+    );
+    let proxy = Proxy::start(&mock.url("/v1"), &config);
+    let prose = |n: usize, words: usize| {
+        format!("Step {n} notes: ") + &"the totals look plausible so far ".repeat(words)
+    };
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are an agent that writes and runs Python."}),
+        json!({"role": "user", "content": "Total the invoices in data/invoices.csv by month, one row per month with the \
+             count of invoices and the sum of their amounts, and write the table to out/totals.md."}),
+        json!({"role": "user", "content": RULE}),
+        json!({"role": "assistant", "content": format!("{CHOICE} {}", prose(0, 400))}),
+    ];
+    for n in 1..6 {
+        messages.push(json!({"role": "user", "content": format!("exitcode: 0 (execution succeeded)\nCode output: month {n} total 1{n}00.00")}));
+        messages.push(json!({"role": "assistant", "content": prose(n, 60)}));
+    }
+    messages.push(
+        json!({"role": "user", "content": format!("Now the yearly report. {}", prose(9, 120))}),
+    );
+    let request = json!({"model": "mock-agent-model", "messages": messages});
+    let (status, x) = support::window_turn(&proxy, "Bearer k", WINDOW, "ok", 0, &request).await;
+    assert_eq!(status, 200, "{x}\n{}", proxy.logs());
+    assert!(x.contains("summary=llm"), "{x}");
+    let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
+    let kept = sent["messages"].as_array().unwrap();
+    assert!(
+        !kept
+            .iter()
+            .any(|m| m["content"].as_str().is_some_and(|c| c.starts_with(CHOICE))),
+        "the first exchange was kept: {x}\n{sent}"
+    );
+    let shown: String = mock
+        .summaries()
+        .iter()
+        .map(|s| String::from_utf8_lossy(&s.body).into_owned())
+        .collect();
+    assert!(shown.contains("ledger_lock_5521"), "{shown}");
+    assert!(shown.contains("polars_7730"), "{shown}");
+}

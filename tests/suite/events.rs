@@ -22,7 +22,7 @@ use support::{window_turn, Mock, Proxy};
 /// The upstream's window, in the mock's tokens (three characters each).
 const WINDOW: u64 = 20_000;
 const TURNS: usize = 26;
-/// A slow summariser: a turn that waited for it would take this long more.
+/// A slow summariser, slower than the agent's time between turns.
 const SUMMARY_DELAY_MS: u64 = 500;
 /// The agent's time between turns: less than the summariser's, so a preparation started
 /// only one turn ahead would still be running when the threshold is crossed.
@@ -59,14 +59,12 @@ async fn session(config: &str) -> Taken {
     drive(CODING_AGENT, config, TURNS, turn, reply).await
 }
 
-/// Every turn that brought a new summary after the first `skip` turns took less than the
-/// summariser's delay: the summary was made ahead of it.
+/// No turn that brought a new summary after the first `skip` turns waited for it: the
+/// summary was made ahead of it.
 fn no_turn_waited(session: &Taken, skip: usize) {
     let waited: Vec<_> = session.turns[skip..]
         .iter()
-        .filter(|(x, took)| {
-            x.contains("summary=llm") && took.as_millis() >= SUMMARY_DELAY_MS.into()
-        })
+        .filter(|(x, waited)| x.contains("summary=llm") && *waited)
         .collect();
     assert!(waited.is_empty(), "{waited:#?}\n{:#?}", session.turns);
 }
@@ -176,12 +174,13 @@ fn tool_turn(n: usize, lines: usize) -> Vec<Value> {
 
 /// What the upstream took on each turn of a session: the size of the request in the
 /// mock's tokens, and whether it was an event (its messages do not extend the last ones
-/// sent, byte for byte); with each turn's `x-compaction` and answer time, and the
-/// summariser calls the upstream saw.
+/// sent, byte for byte); with each turn's `x-compaction` and whether it waited for a
+/// summariser call ([`Mock::waited_for_a_summary`]), and the summariser calls the
+/// upstream saw.
 struct Taken {
     sizes: Vec<u64>,
     events: Vec<usize>,
-    turns: Vec<(String, Duration)>,
+    turns: Vec<(String, bool)>,
     summaries: usize,
     /// The bodies of the summariser's requests, in the order they came.
     summarised: Vec<String>,
@@ -241,8 +240,11 @@ async fn drive(
         let (status, x) =
             window_turn(&proxy, "Bearer k", WINDOW, "ok", SUMMARY_DELAY_MS, &request).await;
         assert_eq!(status, 200, "turn {n}: {x}");
-        taken.turns.push((x, started.elapsed()));
-        let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
+        let last = mock.last();
+        taken
+            .turns
+            .push((x, mock.waited_for_a_summary(started, &last)));
+        let sent: Value = serde_json::from_slice(&last.body).unwrap();
         taken.sizes.push(support::mock_tokens(&sent));
         let messages = sent["messages"].to_string();
         if before
@@ -284,7 +286,7 @@ fn each_event_buys_several_turns(taken: &Taken) {
     }
     let slow: Vec<_> = taken.turns[taken.events[0]..]
         .iter()
-        .filter(|(_, took)| took.as_millis() >= SUMMARY_DELAY_MS.into())
+        .filter(|(_, waited)| *waited)
         .collect();
     assert!(slow.is_empty(), "{slow:?}\n{}", report());
     // Every output is prunable once its turn is past, so every event prunes alone: no
@@ -325,7 +327,7 @@ async fn with_the_window_learned_the_refused_turn_does_not_wait_for_the_summaris
         .expect("the window was never learned");
     let slow: Vec<_> = taken.turns[learned..]
         .iter()
-        .filter(|(_, took)| took.as_millis() >= SUMMARY_DELAY_MS.into())
+        .filter(|(_, waited)| *waited)
         .collect();
     assert!(slow.is_empty(), "{:#?}", taken.turns);
 }
@@ -387,21 +389,22 @@ fn chat_turn(n: usize) -> Value {
 }
 
 /// A chat session of `turns` turns through a proxy with `config`: each turn's
-/// `x-compaction` and answer time, and the summariser calls the upstream saw.
+/// `x-compaction` and whether it waited for a summary, and the summariser calls the
+/// upstream saw.
 async fn chat_session(config: &str, turns: usize) -> Taken {
     let turn = |n| vec![chat_turn(n)];
     let reply = |n| format!("Section {n} reads well; two sentences could go. ").repeat(12);
     drive(REVIEWER, config, turns, turn, reply).await
 }
 
-/// No turn took the summariser's delay: every summary was made ahead of its event, or
+/// No turn waited for a summariser call: every summary was made ahead of its event, or
 /// the digest stood in for it.
 fn no_chat_turn_waited(session: &Taken) {
     let slow: Vec<_> = session
         .turns
         .iter()
         .enumerate()
-        .filter(|(_, (_, took))| took.as_millis() >= SUMMARY_DELAY_MS.into())
+        .filter(|(_, (_, waited))| *waited)
         .collect();
     assert!(slow.is_empty(), "{slow:#?}\n{:#?}", session.turns);
 }
@@ -567,7 +570,7 @@ async fn nothing_prepared(config: &str) {
         "{x}"
     );
     // Nothing was prepared: the event waited for its own summariser call.
-    assert!(started.elapsed().as_millis() >= SUMMARY_DELAY_MS.into());
+    assert!(mock.waited_for_a_summary(started, &mock.last()), "{x}");
     let summarised = mock.summaries();
     let first = String::from_utf8_lossy(&summarised.first().expect("no summariser call").body);
     assert!(

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -45,6 +45,8 @@ pub struct Recorded {
     pub uri: String,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When the mock had read it whole.
+    pub at: Instant,
 }
 
 #[derive(Default)]
@@ -58,6 +60,9 @@ pub struct MockState {
     pub sunk: Mutex<Vec<(u64, u64)>>,
     /// Summariser calls the proxy made, apart from `recorded`.
     pub summaries: Mutex<Vec<Recorded>>,
+    /// When each summariser call was taken and when its answer was sent, in the order
+    /// the answers went.
+    pub answered: Mutex<Vec<(Instant, Instant)>>,
     /// Problems the `window` behaviour found in requests it received (pairing, order).
     pub violations: Mutex<Vec<String>>,
     /// TCP connections accepted.
@@ -118,6 +123,19 @@ impl Mock {
         self.state.summaries.lock().unwrap().clone()
     }
 
+    /// Whether a request sent at `sent` waited for a summary: a summariser call was taken
+    /// after it was sent and answered before the upstream took `request`, the call it
+    /// became. An order of events, not a duration: a loaded machine makes a turn slow,
+    /// not a summary made ahead of it late.
+    pub fn waited_for_a_summary(&self, sent: Instant, request: &Recorded) -> bool {
+        self.state
+            .answered
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|&(taken, answered)| taken >= sent && answered <= request.at)
+    }
+
     pub fn connections(&self) -> usize {
         self.state.connections.load(Ordering::SeqCst)
     }
@@ -162,11 +180,15 @@ async fn respond(
         uri: parts.uri.to_string(),
         headers: parts.headers.clone(),
         body: body.clone(),
+        at: Instant::now(),
     };
     if is_summary_call(&body) {
+        let taken = recorded.at;
         state.summaries.lock().unwrap().push(recorded);
         delay(&parts.headers, "x-mock-summary-delay-ms").await;
-        return Ok(summary_answer(&parts.headers, &body).await);
+        let answer = summary_answer(&parts.headers, &body).await;
+        state.answered.lock().unwrap().push((taken, Instant::now()));
+        return Ok(answer);
     }
     state.recorded.lock().unwrap().push(recorded);
     delay(&parts.headers, "x-mock-delay-ms").await;
