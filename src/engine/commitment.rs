@@ -30,17 +30,32 @@ fn is_name(word: &str, at: usize) -> bool {
         && word.len() > 1
         && word.starts_with(|c: char| c.is_ascii_uppercase())
         && !word.starts_with("I'")
-        && !word.starts_with("I\u{2019}");
+        && !word.starts_with("I\u{2019}")
+        && !CAPITALISED_WORDS.contains(&word.to_ascii_lowercase().as_str());
     word.contains(|c: char| c.is_ascii_digit() || "_/`(".contains(c))
         || word.chars().skip(1).any(|c| c.is_ascii_uppercase())
         || inner_dot
         || capital
 }
 
+/// Words that open a sentence or a bullet with a capital and name nothing ("- The
+/// refund will go ...").
+const CAPITALISED_WORDS: &[&str] = &[
+    "the", "a", "an", "this", "that", "these", "those", "it", "we", "you", "they", "he", "she",
+    "my", "our", "your", "if", "when", "then", "so", "and", "but", "or", "in", "on", "at", "for",
+    "to", "of", "with", "as", "is", "no", "not", "yes", "ok", "once", "after", "before", "since",
+    "because", "what", "which", "who", "how", "why", "there", "here", "all", "each", "every",
+    "some", "also", "now", "next", "first", "finally",
+];
+
 /// One word of a sentence: lowercase, its quotes and punctuation trimmed, with what
 /// closed it (a `,` or `:` ends a clause or a label).
 struct Word {
     low: String,
+    /// As written, its quotes and punctuation trimmed.
+    raw: String,
+    /// Written in capitals: SQL's `SELECT`, a shouted word; no verb of prose.
+    shouted: bool,
     /// The `,`, `;`, `:` or dash right after it, if any.
     mark: Option<char>,
     name: bool,
@@ -61,8 +76,14 @@ fn words(sentence: &str) -> Vec<Word> {
             let low = raw
                 .trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '\'' && c != '_')
                 .to_ascii_lowercase();
+            let letters = || core.chars().filter(char::is_ascii_alphabetic);
+            let shouted = letters().count() > 1 && letters().all(|c| c.is_ascii_uppercase());
             Word {
                 low,
+                raw: raw
+                    .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+                    .to_string(),
+                shouted,
                 mark,
                 name: is_name(&raw, i),
             }
@@ -75,7 +96,7 @@ fn words(sentence: &str) -> Vec<Word> {
 /// ([`scan::is_narration`]) commits to nothing.
 pub fn commits(sentence: &str) -> bool {
     let s = sentence.trim();
-    if s.ends_with('?') || !names_something(s) {
+    if s.ends_with('?') || !names_something(s) || reads_as_code(s) {
         return false;
     }
     let w = words(s);
@@ -95,6 +116,14 @@ pub fn commits(sentence: &str) -> bool {
         || option_in_role(&w)
         || contrast_selects(&w)
         || evaluation_selects(&w)
+}
+
+/// Whether, outside its backticked spans, the sentence holds the marks of code: an
+/// assignment, a block, a shell variable.
+fn reads_as_code(s: &str) -> bool {
+    s.split('`')
+        .step_by(2)
+        .any(|outside| outside.contains(['=', '{', '}', '$']))
 }
 
 /// Words that leave the choice open.
@@ -147,14 +176,28 @@ fn opens_with_verb(w: &[Word]) -> bool {
         return false;
     };
     let v = first.low.as_str();
+    // "Docstring: ..." is a label; "Substring" no gerund.
+    if first.shouted || first.mark.is_some() || v.ends_with("string") {
+        return false;
+    }
     if AUXILIARIES.contains(&next.low.as_str()) || explores(v) || NOT_GERUNDS.contains(&v) {
         return false;
     }
+    // "Upgrading both legs would cost $1,023": a gerund whose clause goes on to its own
+    // verb is that verb's subject, a consequence weighed rather than a step taken.
+    let clause = w[i + 1..].iter().take_while(|x| x.mark.is_none());
+    let weighed = clause.map(|x| x.low.as_str()).any(|x| {
+        [
+            "would", "could", "will", "is", "was", "means", "results", "costs",
+        ]
+        .contains(&x)
+    });
     let gerund = v.len() > 5 && v.ends_with("ing");
-    gerund
-        || lemmas(v)
-            .iter()
-            .any(|l| CHOOSING_VERBS.contains(&l.as_str()))
+    !weighed
+        && (gerund
+            || lemmas(v)
+                .iter()
+                .any(|l| CHOOSING_VERBS.contains(&l.as_str())))
 }
 
 /// Words in -ing that are no step: nouns, prepositions, what a log line opens with.
@@ -287,7 +330,6 @@ const CHOOSING_VERBS: &[&str] = &[
     "prioritise",
     "prioritize",
     "migrate",
-    "convert",
     "collapse",
     "simplify",
     "hardcode",
@@ -406,6 +448,21 @@ const THINKING_VERBS: &[&str] = &[
     "clone",
     "download",
     "forgot",
+    "retrieve",
+    "obtain",
+    "gather",
+    "collect",
+    "send",
+    "connect",
+    "calculate",
+    "compute",
+    "decode",
+    "encode",
+    "undo",
+    "formulate",
+    "recover",
+    "request",
+    "return",
 ];
 
 /// Irregular forms of the verbs read here, with their base.
@@ -504,6 +561,10 @@ fn explores(word: &str) -> bool {
 /// thinks; "use" only with an option as its object, "go" only with or for one.
 fn agent_commits(w: &[Word]) -> bool {
     (0..w.len()).any(|i| {
+        // The agent as written: "I", "We", "let's"; not `-I` nor a lone "i" of a listing.
+        if !w[i].raw.starts_with(['I', 'W', 'w', 'L', 'l']) {
+            return false;
+        }
         let (rest, be) = match w[i].low.as_str() {
             "i" | "we" => (i + 1, false),
             "let's" | "i'll" | "we'll" | "i'd" | "we'd" => (i + 1, false),
@@ -528,6 +589,7 @@ const BETWEEN: &[&str] = &[
     "did",
     "not",
     "never",
+    "yet",
     "won't",
     "don't",
     "didn't",
@@ -596,7 +658,9 @@ fn commits_after_subject(w: &[Word], mut at: usize, mut be: bool) -> bool {
         if ["can", "could", "may", "might", "can't", "cannot"].contains(&word) {
             return false;
         }
-        if !BETWEEN.contains(&word) {
+        // An adverb in -ly ("previously", "probably") says when or how sure.
+        let adverb = word.len() > 4 && word.ends_with("ly");
+        if !BETWEEN.contains(&word) && !adverb {
             break;
         }
         // "have to", "want to", "going to": what follows is the verb, no state.
@@ -605,10 +669,14 @@ fn commits_after_subject(w: &[Word], mut at: usize, mut be: bool) -> bool {
         } else if ["am", "are", "is", "was", "were", "be", "been"].contains(&word) {
             be = true;
         }
-        had = ["have", "has", "had", "i've", "we've"].contains(&word);
+        // Past "not" and "yet": "we have not yet explored" is still "have" + participle.
+        if word == "to" {
+            had = false;
+        }
+        had |= ["have", "has", "had", "i've", "we've"].contains(&word);
         at += 1;
     }
-    let Some(verb) = w.get(at).map(|x| x.low.as_str()) else {
+    let Some(verb) = w.get(at).filter(|x| !x.shouted).map(|x| x.low.as_str()) else {
         return false;
     };
     // "We have three failing tests": "have" with no participle after it owns, not does.
@@ -693,10 +761,13 @@ fn our_plan(w: &[Word]) -> bool {
         if !ours && whose != "the" {
             return false;
         }
-        // One adjective may come between: "our final pick", "the new plan".
-        // After "the", only the nouns that are a choice: "the path is" describes.
+        // One adjective may come between: "our final pick", "the new plan"; not a name
+        // ("the Missouri Compromise" is one). After "the", only the nouns that are a
+        // choice: "the path is" describes.
         let nouns = if ours { PLAN_NOUNS } else { THE_PLAN };
-        let noun = (i + 1..(i + 3).min(w.len())).find(|&j| nouns.contains(&w[j].low.as_str()));
+        let noun = (i + 1..(i + 3).min(w.len()))
+            .take_while(|&j| !w[j].name)
+            .find(|&j| nouns.contains(&w[j].low.as_str()));
         let Some(n) = noun else { return false };
         let next: Vec<&str> = w[n + 1..].iter().take(3).map(|x| x.low.as_str()).collect();
         let failed = next.iter().any(|x| {
@@ -1173,6 +1244,7 @@ mod tests {
             "We won't touch `legacy_billing` in this change.",
             "I reverted `pool_size` to its previous value.",
             "From here we route every webhook through `EventBus`.",
+            "I've swapped `requests` for `httpx` in the client.",
         ]);
         none_commit(&[
             "I'll look at `config.py` next.",

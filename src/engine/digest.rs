@@ -257,6 +257,11 @@ enum Tier {
     /// The user's requests. Below the facts: a later request or the tail usually says
     /// what is wanted now, while an error, a decision or a written file is said once.
     Ask,
+    /// Decisions read from how a sentence is built alone ([`commitment::commits`]), in
+    /// a wording no phrase knows: said once, like a fact, but a reading less certain than
+    /// an error line, a number or a written file, so in a small digest they give way to
+    /// those rather than crowd them out.
+    Choice,
     /// Errors that name what failed, decisions and conclusions, steps announced that
     /// are not mere narration ("I'll replace the retry loop"), files an output says it
     /// wrote.
@@ -265,7 +270,7 @@ enum Tier {
     Rule,
 }
 
-const TIERS: [Tier; 9] = [
+const TIERS: [Tier; 10] = [
     Tier::Narration,
     Tier::Preview,
     Tier::Call,
@@ -273,6 +278,7 @@ const TIERS: [Tier; 9] = [
     Tier::Touched,
     Tier::Finding,
     Tier::Ask,
+    Tier::Choice,
     Tier::Fact,
     Tier::Rule,
 ];
@@ -1205,18 +1211,19 @@ impl Left {
 }
 
 /// The tier of a decision sentence: a strong phrase, or a weak one that decides something,
-/// is a fact; a weak one that only narrates the next step goes first.
+/// is a fact; a weak one that only narrates the next step goes first; one read from its
+/// structure alone is a [`Tier::Choice`].
 fn decision_tier(sentence: &str) -> Tier {
-    match scan::decision(sentence) {
+    match scan::phrased_decision(sentence) {
         Some(true) => Tier::Fact,
         Some(false) if scan::is_narration(sentence) => Tier::Narration,
         // A step announced that is not exploring ("I'll replace the retry loop with
         // backoff()") decides how the work goes on.
         Some(false) if commitment::names_something(sentence) => Tier::Fact,
+        _ if commitment::commits(sentence) => Tier::Choice,
         // One that names nothing ("I will suggest the necessary changes") the next turns
         // say again in their own words; it ranks with the steps announced.
-        Some(false) => Tier::Seen,
-        None => Tier::Seen,
+        Some(false) | None => Tier::Seen,
     }
 }
 
@@ -1885,6 +1892,59 @@ mod tests {
             "{again}"
         );
         assert_eq!(items(&again), items(&small));
+    }
+
+    #[test]
+    fn a_decision_read_from_its_structure_ranks_above_the_asks_below_the_facts() {
+        for structural in [
+            "Keeping `tower::limit` as the only throttle in the gateway.",
+            "`deadpool_postgres` will own every database connection from here.",
+            "`rustls` is the safest option for the TLS layer.",
+            "`blake3` over sha256 for the content hashes.",
+        ] {
+            assert_eq!(decision_tier(structural), Tier::Choice, "{structural}");
+        }
+        // The wordings the phrases know keep their rank.
+        assert_eq!(
+            decision_tier("We settled on zstd_v3 for the archives."),
+            Tier::Fact
+        );
+        assert_eq!(
+            decision_tier("I'll replace the retry loop with `backoff_v2`."),
+            Tier::Fact
+        );
+    }
+
+    #[test]
+    fn in_a_small_digest_a_structural_decision_gives_way_to_the_facts_not_to_the_asks() {
+        let turns = parse(json!([
+            {"role": "user", "content": "Never modify vendor/zlib_k41/. The export holds 88213 rows."},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"make export\"}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "ValueError: bad header in part_j2\nReport written to out/export_q8.xml"},
+            {"role": "user", "content": "Please also tidy the code up a little while you are at it."},
+            {"role": "assistant", "content": "Batching the rows through `csv_chunker_m5` for the whole export.\n`orjson_w7` will handle every payload we write."},
+        ]));
+        let facts = [
+            "Never modify vendor/zlib_k41/.",
+            "88213",
+            "ValueError: bad header in part_j2",
+            "out/export_q8.xml",
+        ];
+        let full = digest(None, &turns, 10_000);
+        assert!(full.contains("orjson_w7"), "{full}");
+        // Room for the facts and the decisions, not the plain ask as well: it goes.
+        let d = digest(None, &turns, 300);
+        for fact in facts.iter().chain(&["csv_chunker_m5", "orjson_w7"]) {
+            assert!(d.contains(fact), "{fact:?} missing in\n{d}");
+        }
+        assert!(!d.contains("tidy the code"), "{d}");
+        // Room for the facts alone: the structural decisions go, every fact stays.
+        let tight = digest(None, &turns, 180);
+        for fact in facts {
+            assert!(tight.contains(fact), "{fact:?} missing in\n{tight}");
+        }
+        assert!(!tight.contains("orjson_w7"), "{tight}");
     }
 
     #[test]

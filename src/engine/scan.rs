@@ -893,6 +893,18 @@ fn reads_as_prose(line: &str) -> bool {
 /// going to use orjson for this", or a sentence built as a commitment to a named option,
 /// [`commitment::commits`]), `Some(false)` for a weak one.
 pub fn decision(sentence: &str) -> Option<bool> {
+    let phrased = phrased_decision(sentence);
+    // The phrases know the wordings seen; a commitment in any other is read from how
+    // the sentence is built.
+    if phrased != Some(true) && commitment::commits(sentence) {
+        return Some(true);
+    }
+    phrased
+}
+
+/// [`decision`] by its phrases and the forms it reads word by word ("X it is", "use X"):
+/// the wordings whose meaning is certain.
+pub fn phrased_decision(sentence: &str) -> Option<bool> {
     // Asked of every line of an output that is cut: the strong and weak phrases and the
     // words the forms read word by word below need are found in one pass.
     static PHRASES: LazyLock<Phrases> = LazyLock::new(|| {
@@ -908,11 +920,6 @@ pub fn decision(sentence: &str) -> Option<bool> {
         if settles_on(&lower) || chooses_to_use(&lower) {
             return Some(true);
         }
-    }
-    // The phrases know the wordings seen; a commitment in any other is read from how
-    // the sentence is built.
-    if commitment::commits(sentence) {
-        return Some(true);
     }
     weak.then_some(false)
 }
