@@ -96,11 +96,13 @@ fn words(sentence: &str) -> Vec<Word> {
 /// ([`scan::is_narration`]) commits to nothing.
 pub fn commits(sentence: &str) -> bool {
     let s = sentence.trim();
-    if s.ends_with('?') || !names_something(s) || reads_as_code(s) {
+    // Asked of every line of an output that is cut: the cheap tests first.
+    let n = s.split_whitespace().count();
+    if !(3..=60).contains(&n) || s.ends_with('?') || !names_something(s) || reads_as_code(s) {
         return false;
     }
     let w = words(s);
-    if w.len() < 3 || w.len() > 60 || w.iter().any(|x| HEDGES.contains(&x.low.as_str())) {
+    if w.iter().any(|x| HEDGES.contains(&x.low.as_str())) {
         return false;
     }
     if has_words(&w, &["not", "sure"]) || scan::is_narration(s) {
@@ -116,6 +118,7 @@ pub fn commits(sentence: &str) -> bool {
         || option_in_role(&w)
         || contrast_selects(&w)
         || evaluation_selects(&w)
+        || chosen_passively(&w)
 }
 
 /// Whether, outside its backticked spans, the sentence holds the marks of code: an
@@ -705,7 +708,13 @@ fn commits_after_subject(w: &[Word], mut at: usize, mut be: bool) -> bool {
             .first()
             .is_some_and(|x| ["with", "for"].contains(&x.low.as_str()));
     }
-    !explores(verb) && verb.chars().all(|c| c.is_ascii_alphabetic() || c == '-')
+    // "I selected lines 10-20 to view them": a step whose purpose is to explore.
+    let to_explore = after.windows(2).any(|p| {
+        // "to be safe", "to make the build reproducible": a reason, not a look.
+        let reason = ["be", "have", "do", "make", "get", "help", "give", "keep"];
+        p[0].low == "to" && explores(&p[1].low) && !reason.contains(&p[1].low.as_str())
+    });
+    !to_explore && !explores(verb) && verb.chars().all(|c| c.is_ascii_alphabetic() || c == '-')
 }
 
 /// Words that, where the agent's verb would stand, show there is none: "I had the
@@ -981,6 +990,46 @@ const ROLES: &[&str] = &[
     "stay",
 ];
 
+/// Participles that, after "was", "is", "got" or "has been", say an option was chosen
+/// or turned down.
+const CHOSEN: &[&str] = &[
+    "picked",
+    "selected",
+    "pinned",
+    "retired",
+    "swapped",
+    "favoured",
+    "favored",
+    "ditched",
+    "scrapped",
+    "rejected",
+    "shortlisted",
+    "greenlit",
+    "vetoed",
+];
+
+/// "`ed25519` was picked for the signing keys", "`node:18` is pinned as the base
+/// image", "`nose` got ditched": an option chosen or turned down, told in the passive;
+/// not what code does to a value ("the row is selected by the query", "... when").
+fn chosen_passively(w: &[Word]) -> bool {
+    (1..w.len()).any(|i| {
+        let auxiliary = ["is", "was", "are", "were", "gets", "got", "been", "be"]
+            .contains(&w[i - 1].low.as_str());
+        let by_code = w.get(i + 1).is_some_and(|n| {
+            [
+                "by",
+                "when",
+                "whenever",
+                "if",
+                "automatically",
+                "implicitly",
+            ]
+            .contains(&n.low.as_str())
+        });
+        auxiliary && CHOSEN.contains(&w[i].low.as_str()) && !by_code
+    })
+}
+
 /// "`msgspec` over `pydantic` for decoding", "`uvloop`, not the default loop", "`ruff` in
 /// place of `flake8`": a contrast that keeps one option and not the other.
 fn contrast_selects(w: &[Word]) -> bool {
@@ -1125,7 +1174,7 @@ const OPTION_NOUNS: &[&str] = &[
 /// Nouns that are the choice itself: "`blake3` is the winner", "`ld.lld` is the culprit".
 const VERDICT_NOUNS: &[&str] = &[
     "plan", "winner", "culprit", "fix", "call", "pick", "choice", "way", "one", "keeper", "answer",
-    "cause",
+    "cause", "go",
 ];
 
 /// "`bounded(64)` is the safest choice", "`ruff` looks like a better fit", "`SIGTERM` is
@@ -1245,6 +1294,7 @@ mod tests {
             "I reverted `pool_size` to its previous value.",
             "From here we route every webhook through `EventBus`.",
             "I've swapped `requests` for `httpx` in the client.",
+            "We pin `numpy_1_26` to make the wheels reproducible.",
         ]);
         none_commit(&[
             "I'll look at `config.py` next.",
@@ -1303,6 +1353,23 @@ mod tests {
     }
 
     #[test]
+    fn an_option_chosen_in_the_passive_commits() {
+        all_commit(&[
+            "`ed25519` was picked for the signing keys.",
+            "For the base image, `node:18-slim` is pinned.",
+            "The old `nose` runner got ditched during the cleanup.",
+            "Both `bcrypt` variants were rejected after the review.",
+            "`pytest-xdist` has been shortlisted to split the suite.",
+        ]);
+        none_commit(&[
+            "The first row is selected by the query in `fetch_one`.",
+            "`Option::None` is picked when the map has no entry.",
+            "Which `tokio` feature was selected?",
+            "I selected the lines 10-20 of `main.py` to view.",
+        ]);
+    }
+
+    #[test]
     fn a_contrast_that_keeps_one_option_commits() {
         all_commit(&[
             "`blake3` over sha256 for the content hashes.",
@@ -1327,6 +1394,7 @@ mod tests {
             "A `BTreeMap` seems cleaner than the sorted vector here.",
             "`msgpack` is clearly the right format for the wire.",
             "`pgbouncer` is the culprit for the dropped connections.",
+            "Moving the build to `bazel_7` is a go from my side.",
             "`Arc<Mutex<_>>` would be the obvious approach for shared state.",
         ]);
         none_commit(&[
