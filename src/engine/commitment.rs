@@ -119,6 +119,35 @@ pub fn commits(sentence: &str) -> bool {
         || contrast_selects(&w)
         || evaluation_selects(&w)
         || chosen_passively(&w)
+        || settled_from_now(&w)
+        || opens_with_a_verdict(&w)
+}
+
+/// Phrases that set a choice for the rest of the work: "`X` handles retries from here
+/// on", "`v1` goes for good".
+const FROM_NOW: &[&[&str]] = &[
+    &["from", "here", "on"],
+    &["from", "this", "point"],
+    &["henceforth"],
+    &["for", "good"],
+    &["until", "further", "notice"],
+    &["for", "the", "rest", "of"],
+    &["from", "the", "next", "release"],
+    &["by", "default", "now"],
+];
+
+fn settled_from_now(w: &[Word]) -> bool {
+    FROM_NOW.iter().any(|p| has_words(w, p))
+}
+
+/// "Best to pin `numpy` at 1.26.", "Safer to keep `v1_auth` running": an evaluation that
+/// selects, opening the sentence, with the step it selects after "to".
+fn opens_with_a_verdict(w: &[Word]) -> bool {
+    let i = clause_start(w);
+    w.get(i)
+        .is_some_and(|x| SELECTING.contains(&x.low.as_str()))
+        && w.get(i + 1).is_some_and(|x| x.low == "to")
+        && w.get(i + 2).is_some_and(|x| !explores(&x.low))
 }
 
 /// Whether, outside its backticked spans, the sentence holds the marks of code: an
@@ -1006,6 +1035,7 @@ const CHOSEN: &[&str] = &[
     "shortlisted",
     "greenlit",
     "vetoed",
+    "preferred",
 ];
 
 /// "`ed25519` was picked for the signing keys", "`node:18` is pinned as the base
@@ -1360,12 +1390,32 @@ mod tests {
             "The old `nose` runner got ditched during the cleanup.",
             "Both `bcrypt` variants were rejected after the review.",
             "`pytest-xdist` has been shortlisted to split the suite.",
+            "`ripgrep` is preferred for every search step in CI.",
         ]);
         none_commit(&[
             "The first row is selected by the query in `fetch_one`.",
             "`Option::None` is picked when the map has no entry.",
             "Which `tokio` feature was selected?",
             "I selected the lines 10-20 of `main.py` to view.",
+        ]);
+    }
+
+    #[test]
+    fn a_choice_set_for_the_rest_of_the_work_or_judged_first_commits() {
+        all_commit(&[
+            "`sccache` handles the compiler cache from here on.",
+            "The staging cluster runs `k3s_v1.29` until further notice.",
+            "Henceforth all money values travel as `Decimal` strings.",
+            "The `v1` import path is gone for good.",
+            "Best to pin `numpy` at 1.26 for the CI image.",
+            "Safer to keep `v1_auth` running beside the new service.",
+            "Simpler to inline `to_snake()` than keep a helper module.",
+            "Cleaner to let `Makefile` targets call `just` recipes.",
+        ]);
+        none_commit(&[
+            "Best to check `dmesg` before anything else.",
+            "We read the rows from here in `load_rows`.",
+            "The `for` loop in `tally()` is good enough to read.",
         ]);
     }
 
