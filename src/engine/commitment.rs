@@ -5,12 +5,118 @@
 //! so a sentence counts when it names something ([`names_something`]) and is built as a
 //! commitment: the agent as the subject of a step that is not exploring, a sentence that
 //! opens with its verb, a plan of ours or a verdict label, the option as the subject of a
-//! role, a contrast that selects, an evaluation that selects.
+//! role, a contrast that selects, an evaluation that selects, a choice told in the passive
+//! or set for the rest of the work. Its opposite lives here too: a step narrated
+//! ([`is_narration`], "Let's open the file") commits to nothing.
 
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
-use super::scan;
+/// Verbs that, after "let's" or "I'll", narrate the next step of exploring rather than
+/// decide anything: "Let's open the file", "I'll run the tests".
+pub(super) const NARRATION_VERBS: &[&str] = &[
+    "open",
+    "look",
+    "run",
+    "search",
+    "scroll",
+    "check",
+    "see",
+    "view",
+    "find",
+    "try",
+    "read",
+    "examine",
+    "inspect",
+    "start",
+    "navigate",
+    "go",
+    "take",
+    "begin",
+    "execute",
+    "test",
+    "verify",
+    "print",
+    "list",
+    "edit",
+    "reproduce",
+    "install",
+    "now",
+    "first",
+    "also",
+    "next",
+    "then",
+    "confirm",
+    "submit",
+    "create",
+    "call",
+    "use",
+    "get",
+    "make",
+    "write",
+    "continue",
+    "proceed",
+    "investigate",
+    "explore",
+    "review",
+    "analyze",
+    "analyse",
+    "decompile",
+    "disassemble",
+    "scroll_down",
+    "scroll_up",
+    "goto",
+    "fetch",
+    "query",
+    "paste",
+    "help",
+    "need",
+    "be",
+    "have",
+    "do",
+    "think",
+    "assist",
+    "provide",
+    "give",
+    "search_file",
+    "search_dir",
+    "find_file",
+    "clean",
+    "carefully",
+    "correct",
+    "retry",
+    "add",
+    "modify",
+    "update",
+    "focus",
+    "wait",
+];
+
+/// Words between "I'll" and the verb of a step that say when or how, not what.
+const STEP_ADVERBS: &[&str] = &[
+    "now", "first", "then", "next", "also", "further", "just", "again", "quickly", "briefly",
+];
+
+/// Whether a sentence with a weak decision phrase only narrates the next step.
+pub fn is_narration(sentence: &str) -> bool {
+    let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
+    for lead in [
+        "let's", "let us", "i'll", "i will", "we'll", "we will", "going to", "we can", "i can",
+    ] {
+        for (at, _) in lower.match_indices(lead) {
+            let after = lower[at + lead.len()..].trim_start();
+            // "We will further examine", "I'll now look": the verb after an adverb.
+            let verb = after
+                .split(|c: char| !c.is_ascii_alphabetic() && c != '_')
+                .find(|w| !STEP_ADVERBS.contains(w))
+                .unwrap_or("");
+            if NARRATION_VERBS.contains(&verb) {
+                return true;
+            }
+        }
+    }
+    false
+}
 
 /// Whether a sentence names something the model could not guess: a word holding a
 /// digit, `_`, `/`, a backtick, a call's `(`, a capital past its first letter
@@ -93,7 +199,7 @@ fn words(sentence: &str) -> Vec<Word> {
 
 /// Whether the sentence commits to a named option by its structure (module doc). A
 /// question, a hedge ("maybe", "could", "whether") or a narrated step of exploring
-/// ([`scan::is_narration`]) commits to nothing.
+/// ([`is_narration`]) commits to nothing.
 pub fn commits(sentence: &str) -> bool {
     let s = sentence.trim();
     // Asked of every line of an output that is cut: the cheap tests first.
@@ -105,7 +211,7 @@ pub fn commits(sentence: &str) -> bool {
     if w.iter().any(|x| HEDGES.contains(&x.low.as_str())) {
         return false;
     }
-    if has_words(&w, &["not", "sure"]) || scan::is_narration(s) {
+    if has_words(&w, &["not", "sure"]) || is_narration(s) {
         return false;
     }
     // A line of a log ("Compiling serde v1.0.2") opens with its verb too: a sentence that
@@ -383,7 +489,7 @@ const AUXILIARIES: &[&str] = &[
 ];
 
 /// Verbs that explore, read, think or carry out a step rather than choose: with the
-/// narrated steps ([`scan::NARRATION_VERBS`]), what an agent says of what it saw or
+/// narrated steps ([`NARRATION_VERBS`]), what an agent says of what it saw or
 /// believes, and the steps of running and repairing.
 const THINKING_VERBS: &[&str] = &[
     "think",
@@ -577,7 +683,7 @@ fn lemmas(word: &str) -> Vec<String> {
 /// Whether `word` is a form of a verb that explores, reads or thinks.
 fn explores(word: &str) -> bool {
     static VERBS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
-        scan::NARRATION_VERBS
+        NARRATION_VERBS
             .iter()
             .chain(THINKING_VERBS)
             .copied()

@@ -1216,7 +1216,7 @@ impl Left {
 fn decision_tier(sentence: &str) -> Tier {
     match scan::phrased_decision(sentence) {
         Some(true) => Tier::Fact,
-        Some(false) if scan::is_narration(sentence) => Tier::Narration,
+        Some(false) if commitment::is_narration(sentence) => Tier::Narration,
         // A step announced that is not exploring ("I'll replace the retry loop with
         // backoff()") decides how the work goes on.
         Some(false) if commitment::names_something(sentence) => Tier::Fact,

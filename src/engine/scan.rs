@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use super::commitment;
+use super::commitment::{self, NARRATION_VERBS};
 use super::phrases::Phrases;
 
 /// Fenced blocks tagged with one of these hold shell commands.
@@ -524,112 +524,6 @@ pub fn reported_path(line: &str) -> Option<&str> {
         && others == 0
         && super::failing_lines::line_score(t) < 2)
         .then_some(path)
-}
-
-/// Verbs that, after "let's" or "I'll", narrate the next step of exploring rather than
-/// decide anything: "Let's open the file", "I'll run the tests".
-pub(super) const NARRATION_VERBS: &[&str] = &[
-    "open",
-    "look",
-    "run",
-    "search",
-    "scroll",
-    "check",
-    "see",
-    "view",
-    "find",
-    "try",
-    "read",
-    "examine",
-    "inspect",
-    "start",
-    "navigate",
-    "go",
-    "take",
-    "begin",
-    "execute",
-    "test",
-    "verify",
-    "print",
-    "list",
-    "edit",
-    "reproduce",
-    "install",
-    "now",
-    "first",
-    "also",
-    "next",
-    "then",
-    "confirm",
-    "submit",
-    "create",
-    "call",
-    "use",
-    "get",
-    "make",
-    "write",
-    "continue",
-    "proceed",
-    "investigate",
-    "explore",
-    "review",
-    "analyze",
-    "analyse",
-    "decompile",
-    "disassemble",
-    "scroll_down",
-    "scroll_up",
-    "goto",
-    "fetch",
-    "query",
-    "paste",
-    "help",
-    "need",
-    "be",
-    "have",
-    "do",
-    "think",
-    "assist",
-    "provide",
-    "give",
-    "search_file",
-    "search_dir",
-    "find_file",
-    "clean",
-    "carefully",
-    "correct",
-    "retry",
-    "add",
-    "modify",
-    "update",
-    "focus",
-    "wait",
-];
-
-/// Words between "I'll" and the verb of a step that say when or how, not what.
-const STEP_ADVERBS: &[&str] = &[
-    "now", "first", "then", "next", "also", "further", "just", "again", "quickly", "briefly",
-];
-
-/// Whether a sentence with a weak decision phrase only narrates the next step.
-pub fn is_narration(sentence: &str) -> bool {
-    let lower = sentence.to_ascii_lowercase().replace('\u{2019}', "'");
-    for lead in [
-        "let's", "let us", "i'll", "i will", "we'll", "we will", "going to", "we can", "i can",
-    ] {
-        for (at, _) in lower.match_indices(lead) {
-            let after = lower[at + lead.len()..].trim_start();
-            // "We will further examine", "I'll now look": the verb after an adverb.
-            let verb = after
-                .split(|c: char| !c.is_ascii_alphabetic() && c != '_')
-                .find(|w| !STEP_ADVERBS.contains(w))
-                .unwrap_or("");
-            if NARRATION_VERBS.contains(&verb) {
-                return true;
-            }
-        }
-    }
-    false
 }
 
 /// Words of a clause that forbid what it names: "never", "do not", "leave ... alone",
@@ -1390,7 +1284,9 @@ mod tests {
         assert_eq!(sentences(code).count(), 1);
         // A narrated step run into the sentence before no longer reads as a decision.
         let run_on = "The file was printed as expected.We will further examine this vulnerability.";
-        assert!(decisions(run_on).iter().all(|(s, _)| is_narration(s)));
+        assert!(decisions(run_on)
+            .iter()
+            .all(|(s, _)| commitment::is_narration(s)));
     }
 
     #[test]
