@@ -230,12 +230,11 @@ pub fn commits(sentence: &str) -> bool {
 }
 
 /// Phrases that set a choice for the rest of the work: "`X` handles retries from here
-/// on", "`v1` goes for good".
+/// on", "henceforth". ("For good" is left out: "for good reason", "retired for good".)
 const FROM_NOW: &[&[&str]] = &[
     &["from", "here", "on"],
     &["from", "this", "point"],
     &["henceforth"],
-    &["for", "good"],
     &["until", "further", "notice"],
     &["for", "the", "rest", "of"],
     &["from", "the", "next", "release"],
@@ -1512,7 +1511,7 @@ mod tests {
             "`sccache` handles the compiler cache from here on.",
             "The staging cluster runs `k3s_v1.29` until further notice.",
             "Henceforth all money values travel as `Decimal` strings.",
-            "The `v1` import path is gone for good.",
+            "From this point the `v1` import path is unsupported.",
             "Best to pin `numpy` at 1.26 for the CI image.",
             "Safer to keep `v1_auth` running beside the new service.",
             "Simpler to inline `to_snake()` than keep a helper module.",

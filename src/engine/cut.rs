@@ -253,7 +253,10 @@ fn fact_score(line: &str) -> u8 {
         return 4;
     }
     let amount = quantity::amount(line);
-    if scan::decision(line) == Some(true) || amount == Some(Amount::Limit) {
+    // By its phrases only: a line of an output or a pasted page is no sentence of the
+    // agent's, and a structure read there ("retiring for good") would take the room of
+    // a rule or a number.
+    if scan::phrased_decision(line) == Some(true) || amount == Some(Amount::Limit) {
         return 3;
     }
     if error >= 2 || amount == Some(Amount::Measure) {
