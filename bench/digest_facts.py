@@ -30,7 +30,7 @@ tool result: its tool_call_id; otherwise the first 80 characters of its text). F
 message was kept are not counted: the digest had nothing to do with them.
 
     python3 bench/digest_facts.py --binary target/debug/compaction-proxy
-    python3 bench/digest_facts.py --binary /tmp/cp-before --n 100 --window 16384
+    python3 bench/digest_facts.py --binary ../bin/cp-before --n 100 --window 16384
 
 Python 3 standard library only.
 """

@@ -4,7 +4,7 @@
 # after a burst of large requests has settled, and what the first request that has to be
 # counted costs over the same request again (building the tokenizer on first use).
 #
-#   bench/memory.sh BINARY [BINARY...]      e.g. bench/memory.sh /work/bin/cp-main-release \
+#   bench/memory.sh BINARY [BINARY...]      e.g. bench/memory.sh ../bin/cp-main-release \
 #                                                 target/release/compaction-proxy
 #
 # The session is bench_engine's 128k-token agent session (code, tool output), sent as 8
