@@ -757,28 +757,68 @@ fn make_room_for_a_summary(
     // summarised from its original messages, not from pruned ones.
     plan.stage = Stage::Reduce;
     plan.head_end = boundary::head_end(&plan.messages, &plan.regions, opts.protect_first_n);
+    let before: Vec<Message> = plan.messages.clone();
+    // An earlier summary is always in the middle, to be carried into the new one.
+    let floor = plan.messages[plan.head_end..turn_start]
+        .iter()
+        .rposition(|m| summary::has_marker(&m.text()))
+        .map_or(plan.head_end, |i| plan.head_end + i + 1);
+    let reserved = opts.summary_budget(plan.target);
+    plan.tail_start = choose_tail(plan, opts, pruner, turn_start, floor, reserved);
+    // The tail was chosen beside the summary's usual room, a tenth of the target; the
+    // digest of what it leaves out needs the room `digest_budget` gives it (a few hundred
+    // tokens for a short stretch), and below a target of a few thousand tokens that is
+    // more than a tenth: the tail's last group took the difference and the digest, built
+    // last, was cut to the remainder (a constraint, a number and an error line lost at a
+    // 75% window of 9-message sessions). So the tail is chosen again beside the room the
+    // dropped stretch needs, up to a quarter of the target: an older kept group joins the
+    // middle, or a kept old output is pruned or cut. The turn in progress is never part
+    // of the tail's choice, and its groups keep calls with their results.
+    let need = digest_room(plan, opts, floor);
+    if need > reserved {
+        plan.messages = before.clone();
+        plan.tail_start = choose_tail(plan, opts, pruner, turn_start, floor, need);
+    }
+    let reshaped = plan.messages[plan.tail_start..turn_start]
+        .iter()
+        .zip(&before[plan.tail_start..turn_start])
+        .filter(|(m, b)| m.tokens != b.tokens)
+        .count();
+    if reshaped > 0 {
+        plan.notes
+            .push(format!("tail: {reshaped} kept pruned or cut"));
+    }
+    split_middle(plan);
+}
+
+/// Start of the tail kept beside the head, the turn in progress, the middle's
+/// instructions and `reserved` tokens of summary.
+fn choose_tail(
+    plan: &mut Plan,
+    opts: &Options,
+    pruner: &Pruner<'_>,
+    turn_start: usize,
+    floor: usize,
+    reserved: usize,
+) -> usize {
+    let middle_instructions = || {
+        plan.messages[plan.head_end..turn_start]
+            .iter()
+            .filter(|m| m.role.is_instruction())
+    };
     let fixed = plan.overhead
         + plan.messages[..plan.head_end]
             .iter()
             .chain(&plan.messages[turn_start..])
-            .chain(
-                plan.messages[plan.head_end..turn_start]
-                    .iter()
-                    .filter(|m| m.role.is_instruction()),
-            )
+            .chain(middle_instructions())
             .map(|m| m.tokens)
             .sum::<usize>()
-        + opts.summary_budget(plan.target);
+        + reserved;
     let fill = opts.fill(plan.target).less(fixed);
     // Messages the tail may keep beside the head, the summary (and a message the strict
     // role order may add beside it), the middle's instructions and the turn in progress.
-    let kept = plan.head_end
-        + 2
-        + plan.messages[plan.head_end..turn_start]
-            .iter()
-            .filter(|m| m.role.is_instruction())
-            .count()
-        + (plan.messages.len() - turn_start);
+    let kept =
+        plan.head_end + 2 + middle_instructions().count() + (plan.messages.len() - turn_start);
     let room = TailRoom {
         fill,
         stretch: match (plan.target, fill) {
@@ -790,30 +830,29 @@ fn make_room_for_a_summary(
         },
         messages: plan.max_messages.less(kept),
     };
-    let before: Vec<usize> = plan.messages.iter().map(|m| m.tokens).collect();
-    // An earlier summary is always in the middle, to be carried into the new one.
-    let floor = plan.messages[plan.head_end..turn_start]
-        .iter()
-        .rposition(|m| summary::has_marker(&m.text()))
-        .map_or(plan.head_end, |i| plan.head_end + i + 1);
-    plan.tail_start = boundary::tail_start(
+    boundary::tail_start(
         &mut plan.messages,
         floor,
         turn_start,
         room,
         pruner,
         &plan.counter,
-    );
-    let reshaped = plan.messages[plan.tail_start..turn_start]
+    )
+}
+
+/// Tokens the digest of the middle the plan's tail leaves (from `floor`, past an earlier
+/// summary, which is carried whole) is given, up to a quarter of the target: a larger
+/// share would leave the turn's history too little at small windows.
+fn digest_room(plan: &Plan, opts: &Options, floor: usize) -> usize {
+    let Limit::At(target) = plan.target else {
+        return 0;
+    };
+    let replaced = plan.messages[floor..plan.tail_start]
         .iter()
-        .zip(&before[plan.tail_start..turn_start])
-        .filter(|(m, b)| m.tokens != **b)
-        .count();
-    if reshaped > 0 {
-        plan.notes
-            .push(format!("tail: {reshaped} kept pruned or cut"));
-    }
-    split_middle(plan);
+        .filter(|m| !m.role.is_instruction())
+        .map(|m| plan.original_of(m).tokens)
+        .sum::<usize>();
+    opts.digest_budget(plan.target, replaced, 0).min(target / 4)
 }
 
 fn note_prunes(notes: &mut Vec<String>, pass: &str, stats: prune::PruneStats) {
@@ -1466,6 +1505,61 @@ mod tests {
             assert!(report.tokens_after + 40 > target, "{report}");
         }
         assert!(shortened > 3, "{shortened}");
+    }
+
+    #[test]
+    fn the_tail_leaves_the_digest_the_room_the_dropped_stretch_needs() {
+        // A text agent's session: observations with errors and paths, a user's rule and
+        // a choice, then long replies. The tail was chosen beside a tenth of the target for
+        // the summary, below the room the digest of the dropped stretch is given: the last
+        // reply kept took the difference (at a 1,000-token window 126 were left for a
+        // digest given 220), and a digest built last was cut to what remained.
+        let mut msgs = vec![
+            json!({"role": "system", "content": "You are a careful coding agent."}),
+            json!({"role": "user", "content": "Port the billing exporter to the new queue client."}),
+            json!({"role": "assistant", "content": "I will use the aioqueue client rather than the old pika wrapper."}),
+            json!({"role": "user", "content": "Output: collected 12 items\nE   KeyError: 'queue_url'\nE   TimeoutError: broker did not answer in 30 s\nWrote reports/junit-queue.xml"}),
+            json!({"role": "user", "content": "Keep batches under 7500 rows and never edit settings/prod.yaml."}),
+            json!({"role": "assistant", "content": "Understood. I'll keep the retry limit at 5 attempts and log to logs/export.log."}),
+            json!({"role": "user", "content": "Output: ValueError: batch size 9000 exceeds limit\nsaved dump to /var/tmp/batch-9000.json"}),
+        ];
+        for part in 0..3 {
+            let line = format!(
+                "The handler for part {part} reads each message, checks it and hands it on. "
+            );
+            msgs.push(json!({"role": "assistant", "content": line.repeat(20)}));
+            msgs.push(json!({"role": "user", "content": "ok, next part"}));
+        }
+        *msgs.last_mut().unwrap() = json!({"role": "user", "content": "Go on with the port."});
+        let request = json!({"model": "gpt-4o", "max_tokens": 100, "messages": msgs});
+        let mut reduced = 0;
+        for window in (700..=1100).step_by(50) {
+            let opts = Options::with_window(window);
+            let plan = plan(&request, &opts).unwrap();
+            if !plan.needs_summary() {
+                continue;
+            }
+            reduced += 1;
+            let Limit::At(target) = plan.target else {
+                panic!("a window gives a target");
+            };
+            let replaced: usize = plan.turns().iter().map(|m| m.tokens).sum();
+            let need = opts.digest_budget(plan.target, replaced, 0).min(target / 4);
+            let kept = plan.overhead
+                + plan
+                    .head()
+                    .iter()
+                    .chain(plan.tail())
+                    .map(|m| m.tokens)
+                    .sum::<usize>();
+            assert!(
+                kept + need <= target,
+                "window {window}: {kept} kept, {need} for the digest, target {target}"
+            );
+            // The latest ask and the turn stay.
+            assert_eq!(plan.tail().last().unwrap().text(), "Go on with the port.");
+        }
+        assert!(reduced > 3, "{reduced}");
     }
 
     /// The request compacted to each of `targets`, where it fits: the target and the
