@@ -338,7 +338,23 @@ impl Item {
 /// forward, within about `budget_chars` characters. Never empty when there is anything
 /// to digest. Secrets are masked.
 pub fn digest(previous: Option<&str>, turns: &[Message], budget_chars: usize) -> String {
+    digest_turns(previous, turns, budget_chars, false)
+}
+
+/// [`digest`] of turns that open with the conversation's task, folded in where a request
+/// cannot keep it apart: their first request is the goal, and ranks with the facts.
+pub fn digest_from_task(previous: Option<&str>, turns: &[Message], budget_chars: usize) -> String {
+    digest_turns(previous, turns, budget_chars, true)
+}
+
+fn digest_turns(
+    previous: Option<&str>,
+    turns: &[Message],
+    budget_chars: usize,
+    opens_with_task: bool,
+) -> String {
     let mut d = Digest::new(budget_chars);
+    d.opens_with_task = opens_with_task;
     if let Some(p) = previous {
         d.read_previous(p);
     }
@@ -396,8 +412,9 @@ struct Digest {
     last_call: Option<usize>,
     /// Error item index by the error line alone.
     error_lines: HashMap<String, usize>,
-    /// Whether a request is listed yet: the first one ranks as a rule.
-    has_ask: bool,
+    /// The turns open with the conversation's task (escalation folded its first
+    /// exchange in): their first request is the goal, and ranks with the facts.
+    opens_with_task: bool,
     /// Paths the user forbade modifying, as their rules name them.
     forbidden: HashSet<String>,
     /// How it is written: its headings.
@@ -414,7 +431,7 @@ impl Digest {
             seen: Default::default(),
             last_call: None,
             error_lines: HashMap::new(),
-            has_ask: false,
+            opens_with_task: false,
             forbidden: HashSet::new(),
             layout: Layout::of_budget(budget),
             // However large the budget, one message may not take most of it.
@@ -474,7 +491,7 @@ impl Digest {
         match section {
             Section::Asks => {
                 let whole = text.clone();
-                self.push_ask(text, &whole);
+                self.push_ask(text, &whole, false);
             }
             Section::Decisions => {
                 self.push(section, decision_tier(&text), &text);
@@ -649,6 +666,13 @@ impl Digest {
         self.add_paths(text, Tier::Seen);
         // An agent's own status lines (aider's "Applied edit to ...") are not requests.
         let own = scan::without_status_lines(text);
+        // A failure the user pasted is listed with the errors: the request keeps the
+        // words around it.
+        let own: Vec<&str> = own
+            .lines()
+            .filter(|l| l.trim().is_empty() || !errors_listed(&self.error_lines, l))
+            .collect();
+        let own = own.join("\n");
         let text = own.trim();
         if text.is_empty() {
             return;
@@ -656,8 +680,8 @@ impl Digest {
         let cut = |t: &str| tidy(&cut_ask(t, self.ask_head, self.ask_tail));
         let ask = cut(&scan::shorten_fences(text, Some(FENCE_MAX)));
         let words = cut(&scan::shorten_fences(text, None));
-        let task = !self.has_ask;
-        let at = self.push_ask(ask, text);
+        let task = std::mem::take(&mut self.opens_with_task);
+        let at = self.push_ask(ask, text, task);
         let Some(item) = at.and_then(|at| self.items.get_mut(at)) else {
             return;
         };
@@ -686,13 +710,12 @@ impl Digest {
         }
     }
 
-    /// A user message, ranked by what its own words say: a constraint, and the oldest
-    /// request, above other requests; a message that mostly hands over material ("I ran
+    /// A user message, ranked by what its own words say: a constraint, and the `task`
+    /// folded in, above other requests; a message that mostly hands over material ("I ran
     /// it:" and a log) with the paths, since its error and paths are listed on their own.
     /// Ranked by the `whole` message, since a cut to its ends may have left out the
     /// sentence that sets the rule. Returns where a new item went.
-    fn push_ask(&mut self, ask: String, whole: &str) -> Option<usize> {
-        let first = !std::mem::replace(&mut self.has_ask, true);
+    fn push_ask(&mut self, ask: String, whole: &str, task: bool) -> Option<usize> {
         let (own, pasted) = scan::own_words(whole);
         for path in own
             .lines()
@@ -706,11 +729,12 @@ impl Digest {
             Tier::Rule
         } else if pasted && own.split_whitespace().count() < HANDOVER_WORDS {
             Tier::Seen
-        } else if first || amount.is_some() {
-            // The first is often the goal, when the task itself was folded in; but the
-            // task is kept apart in most compactions, so it ranks with the facts, not the
-            // rules. A number the user states (a size, a count, an id) is said once, like
-            // an error or a decision.
+        } else if task || amount.is_some() {
+            // The task, folded in, is the goal; but it is kept apart in most
+            // compactions, so it ranks with the facts, not the rules. A number the user
+            // states (a size, a count, an id) is said once, like an error or a decision.
+            // A later request is no goal for being the oldest the digest holds: the task
+            // stands before it, and a later turn usually says what is wanted now.
             Tier::Fact
         } else {
             Tier::Ask
@@ -1293,6 +1317,16 @@ fn error_key(line: &str) -> String {
     key
 }
 
+/// Whether every line of `text` is an error line the digest lists already (`listed`, by
+/// [`error_key`]): a user who pastes a failure asks nothing a second listing of it adds.
+fn errors_listed(listed: &HashMap<String, usize>, text: &str) -> bool {
+    let is_listed = |l: &str| listed.contains_key(&error_key(l));
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .all(|l| is_listed(l) || is_listed(l.trim_end_matches(['.', '!'])))
+}
+
 /// `label (x3)` as the label and its count.
 fn parse_count(item: &str) -> (&str, usize) {
     if let Some(open) = item.rfind(" (x") {
@@ -1500,6 +1534,89 @@ mod tests {
 
     fn parse(v: Value) -> Vec<Message> {
         parse_test_messages(&v)
+    }
+
+    #[test]
+    fn a_later_request_ranks_by_its_words_and_a_folded_task_as_the_goal() {
+        // The first request of a middle is no goal for being the oldest listed: the task
+        // stands before it, kept apart. Made to give up one item, the digest gives up a
+        // remark before a choice of the agent's; folded in, the task outranks the choice.
+        for (ask, choice) in [
+            (
+                "Also, the staging box was slow this morning.",
+                "I'm routing every upload through `blob_gateway` now.",
+            ),
+            (
+                "fyi the docs site moved to a new host",
+                "The worker pool stays on `rayon` from here on.",
+            ),
+            (
+                "Thanks, that output looks familiar.",
+                "`serde_yaml` got swapped out for `toml_edit` in the loader.",
+            ),
+            (
+                "The nightly job ran twice yesterday.",
+                "Pinning `grpcio` to 1.62 for the whole service.",
+            ),
+        ] {
+            let turns = parse(json!([
+                {"role": "user", "content": ask},
+                {"role": "assistant", "content": choice},
+            ]));
+            let item = |d: &str, text: &str| d.lines().any(|l| l == format!("- {text}"));
+            // The largest budget at which the digest gives up one of the two.
+            let whole = digest(None, &turns, 10_000).len();
+            let first_given_up = |write: fn(Option<&str>, &[Message], usize) -> String| {
+                (1..=whole)
+                    .rev()
+                    .map(|budget| write(None, &turns, budget))
+                    .find(|d| !(item(d, ask) && item(d, choice)))
+                    .unwrap()
+            };
+            let later = first_given_up(digest);
+            assert!(item(&later, choice) && !item(&later, ask), "{later}");
+            let task = first_given_up(digest_from_task);
+            assert!(item(&task, ask) && !item(&task, choice), "{task}");
+        }
+    }
+
+    #[test]
+    fn an_error_the_user_pastes_is_listed_once() {
+        // Alone or after a request, the pasted failure is listed with the errors; the
+        // request does not repeat it when it is cut to its salient parts.
+        for (said, error) in [
+            (
+                "TypeError: unsupported operand type(s) for +: 'int' and 'str'",
+                "TypeError: unsupported operand type(s) for +: 'int' and 'str'",
+            ),
+            (
+                "now it says\nerror[E0599]: no method named `flush_all` found for struct `Sink`",
+                "error[E0599]: no method named `flush_all` found for struct `Sink`",
+            ),
+            (
+                "please fix the rest too, 3 files\nsqlalchemy.exc.OperationalError: no such table: users",
+                "sqlalchemy.exc.OperationalError: no such table: users",
+            ),
+            (
+                "FATAL: role \"svc_7\" does not exist.",
+                "FATAL: role \"svc_7\" does not exist",
+            ),
+        ] {
+            let turns = parse(json!([
+                {"role": "user", "content": "Task: get the service running."},
+                {"role": "assistant", "content": "Starting it now."},
+                {"role": "user", "content": said},
+            ]));
+            for budget in [10_000, 200] {
+                let d = digest(None, &turns, budget);
+                // Items only: the previews of the last turns quote the message.
+                let listed = d
+                    .lines()
+                    .filter(|l| !l.starts_with("- user: ") && l.contains(error))
+                    .count();
+                assert_eq!(listed, 1, "{budget}: {d}");
+            }
+        }
     }
 
     #[test]

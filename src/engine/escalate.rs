@@ -26,7 +26,7 @@
 use serde_json::Value;
 
 use super::cut::{cut_keeping, cut_task, cut_to, cut_to_opening};
-use super::digest::{digest, shorten, shorten_to_items};
+use super::digest::{digest, digest_from_task, shorten, shorten_to_items};
 use super::message::{clip, Message, Role};
 use super::prune::Pruner;
 use super::roles::OPENING;
@@ -243,7 +243,11 @@ impl<'p> Draft<'p> {
         }
         let extra = self.plan.digest_extra;
         let budget = chars_for(opts.digest_budget(self.target, self.replaced, extra));
-        self.body = Some(digest(self.body.as_deref(), &turns, budget));
+        let previous = self.body.as_deref();
+        self.body = Some(match fold {
+            Fold::FirstExchange => digest_from_task(previous, &turns, budget),
+            Fold::TailHistory | Fold::EarlierRounds => digest(previous, &turns, budget),
+        });
         self.summarised = true;
     }
 
