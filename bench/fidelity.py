@@ -6,7 +6,7 @@ static fallback) on the same transcripts, and in what the proxy's LLM summariser
 
     python3 bench/fidelity.py --binary target/debug/compaction-proxy \
         [--hermes-python ~/.cache/compaction-proxy-bench/hermes-0.19.0/bin/python] \
-        [--corpora real,generated,real2,real3] [--generated-n 10] [--details out.jsonl] [--out table.md]
+        [--corpora real,generated,real2,real3,real4] [--generated-n 10] [--details out.jsonl] [--out table.md]
 
 Facts are planted by fixtures/transcripts/plant.py (seeded: every run plants the same
 bytes): a constraint and a number in a user interjection, an exact error line appended to
@@ -28,7 +28,10 @@ digest as written (the rule inverted). real and generated plant and print what t
 The real3 corpus (fixtures/transcripts/real3: OpenHands' CodeAct agents, AutoGen 0.2 chats,
 LangGraph agents) is held out from the tuning of the rules: it is planted by
 fixtures/transcripts/plant3.py in wordings of its own and measured and reported as real2
-is (with the seed prefix fidelity3).
+is (with the seed prefix fidelity3). The real4 corpus (fixtures/transcripts/real4: CAMEL
+role-playing runs, smolagents runs from the Hugging Face cookbook, ChatDev logs) is held
+out the same way: planted by fixtures/transcripts/plant4.py in wordings of its own, with
+the seed prefix fidelity4, and reported as real3 is.
 
 Each planted transcript (chat completions) is compacted offline with
 
@@ -82,6 +85,7 @@ sys.path.insert(0, HERE)
 import plant as planting  # noqa: E402
 import plant2  # noqa: E402
 import plant3  # noqa: E402
+import plant4  # noqa: E402
 import digest_facts  # noqa: E402
 
 KINDS = ["constraint", "number", "error", "path", "decision"]
@@ -162,7 +166,8 @@ def planted_corpus(folder, planter, prefix):
 
 
 # The held-apart corpora: folder, planter, seed prefix.
-PLANTED = {"real2": ("real2", plant2, "fidelity2"), "real3": ("real3", plant3, "fidelity3")}
+PLANTED = {"real2": ("real2", plant2, "fidelity2"), "real3": ("real3", plant3, "fidelity3"),
+           "real4": ("real4", plant4, "fidelity4")}
 
 
 def generated_corpus(n, steps):
@@ -472,7 +477,7 @@ def run_corpus(name, corpus, args, details):
                 rec.update(breakdown(meta, out, wname))
             jobs.append({"messages": body["messages"], "window": w, "facts": facts, "name": tname,
                          "wname": wname, "target": target, "floor": floor, "meta": meta})
-            # real2 and real3 (meta) are shown to the summariser at every window; the table's own
+            # the held-apart corpora (meta) are shown to the summariser at every window; the table's own
             # figure stays the 25% and 50% windows' of every corpus.
             standard = wname in ("25%", "50%")
             if standard or meta:
