@@ -434,9 +434,11 @@ impl Digest {
             opens_with_task: false,
             forbidden: HashSet::new(),
             layout: Layout::of_budget(budget),
-            // However large the budget, one message may not take most of it.
-            ask_head: ASK_HEAD.min(budget / 3),
-            ask_tail: ASK_TAIL.min(budget / 6),
+            // However large the budget, one message may take a quarter of it at most: a
+            // pasted brief or another agent's long prompt would otherwise hold the room
+            // of the short facts said after it.
+            ask_head: ASK_HEAD.min(budget / 6),
+            ask_tail: ASK_TAIL.min(budget / 12),
         }
     }
 
@@ -1577,6 +1579,35 @@ mod tests {
             assert!(item(&later, choice) && !item(&later, ask), "{later}");
             let task = first_given_up(digest_from_task);
             assert!(item(&task, ask) && !item(&task, choice), "{task}");
+        }
+    }
+
+    #[test]
+    fn a_long_brief_takes_a_quarter_of_the_digest_at_most() {
+        // Another agent's brief or a pasted spec, then the short facts said after it: the
+        // brief keeps its ends within a quarter of the budget (it took half before), and
+        // the facts their room.
+        for budget in [800, 1_600, 3_200] {
+            let brief: String = (0..80)
+                .map(|i| format!("Part {i} of the brief describes the inputs of stage {i}. "))
+                .collect();
+            let turns = parse(json!([
+                {"role": "user", "content": brief},
+                {"role": "assistant", "content": "Decision: we size the buffer with `BUF_CAP`."},
+                {"role": "user", "content": "Keep the exports in io.h as they are."},
+            ]));
+            let d = digest(None, &turns, budget);
+            let item = d.lines().find(|l| l.starts_with("- Part 0")).unwrap();
+            assert!(
+                item.len() <= budget / 4 + 40,
+                "{budget}: {} {d}",
+                item.len()
+            );
+            assert!(
+                d.contains("Decision: we size the buffer with `BUF_CAP`."),
+                "{d}"
+            );
+            assert!(d.contains("Keep the exports in io.h as they are."), "{d}");
         }
     }
 
