@@ -307,7 +307,7 @@ impl Checkpoints {
             let store = &self.stores.checkpoints;
             let put = store.put(key, checkpoint, replaces, self.at_rest(seal));
             if let Err(error) = self.guard.bounded(put).await {
-                self.guard.failed(&error);
+                self.guard.write_failed(&error);
             }
         }
     }
@@ -337,7 +337,7 @@ impl Checkpoints {
             return;
         };
         if let Err(error) = self.guard.bounded(windows.put_model(record)).await {
-            self.guard.failed(&error);
+            self.guard.write_failed(&error);
         }
     }
 

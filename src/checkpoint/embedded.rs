@@ -200,7 +200,8 @@ impl EmbeddedStore {
         self.index.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `work` on the file, on a blocking thread.
+    /// Runs `work` on the file, on a blocking thread: to its end, even when the caller
+    /// stops waiting for it (a write that outlasts the store's time limit still lands).
     async fn on_file<T: Send + 'static>(
         &self,
         work: impl FnOnce(&File) -> Result<T, StoreError> + Send + 'static,

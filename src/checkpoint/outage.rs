@@ -2,7 +2,8 @@
 //! the store's time limit; an error is counted, an outage is logged once when it starts and
 //! once when it ends and shown at `/healthz`, and the store is left alone for a second
 //! before it is tried again, so that a Redis that comes back is used again without a
-//! restart.
+//! restart. A write to the embedded store's file that is only late is no outage (see
+//! [`Guard::write_failed`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -110,6 +111,27 @@ impl Guard {
                     reason,
                 });
             }
+        }
+    }
+
+    /// Counts and logs a write that failed. A write to the embedded store's file that only
+    /// outlasted the time limit is no outage: its blocking thread goes on and commits it
+    /// (the request only stopped waiting), and lookups, which a write does not hold up in
+    /// WAL mode, still answer. Left alone for a second instead, the store would give no
+    /// conversation its checkpoint for that second, having none in memory: every turn in
+    /// it would be compacted anew, and the first one after resumed from an older
+    /// checkpoint, each a rewrite of the prompt the upstream had cached.
+    pub fn write_failed(&self, error: &StoreError) {
+        let late = self.backend == Backend::Embedded && matches!(error, StoreError::Timeout { .. });
+        if late {
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                backend = self.backend.as_str(),
+                error = %render(error),
+                "a write to the checkpoint store is late: it lands in the background"
+            );
+        } else {
+            self.failed(error);
         }
     }
 

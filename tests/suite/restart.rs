@@ -165,3 +165,76 @@ fn a_cache_file_that_cannot_be_created_stops_the_proxy_with_a_clear_message() {
     assert!(stderr.contains("cache.path"), "{stderr}");
     assert!(stderr.contains("not-a-folder"), "{stderr}");
 }
+
+/// A write the file holds back past the store's time limit (the `cache` command holding
+/// the file's lock, or a disk slow to sync under load) still lands, and the store stays in
+/// use: the conversation's next turn is resumed from the checkpoint written late, its
+/// request extending the event's byte for byte. Before, the late write counted as an
+/// outage: the store went unasked for a second, and every turn in it was compacted anew
+/// from the client's messages, each one more rewrite of the prompt the upstream had cached
+/// (the four events in a row of a flaky `suite::events` run).
+#[tokio::test]
+async fn a_write_held_back_past_the_time_limit_lands_and_the_next_turn_is_resumed() {
+    let mock = Mock::start().await;
+    let dir = tempdir();
+    let file = dir.join("cache.sqlite3");
+    let proxy = Proxy::start(&mock.url("/v1"), &config(&file));
+    // Another connection takes the write lock: the proxy's writes wait for it.
+    let holder = rusqlite::Connection::open(&file).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut history = Vec::new();
+    // The first event is the refused turn that teaches the window: its checkpoint is the
+    // proxy's first write, held back.
+    let mut event = None;
+    for n in 0..60 {
+        history.extend(round(n));
+        history.pop();
+        let (status, x) = send(&proxy, &history).await;
+        assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
+        history.push(json!({"role": "assistant", "content": format!("Module {n} fixed.")}));
+        if x.contains("applied") {
+            event = Some(mock.last());
+            break;
+        }
+    }
+    let event = event.expect("no event");
+    // The event was answered without its write, which the lock holds back still.
+    assert!(proxy.logged("a write to the checkpoint store is late"));
+    holder.execute_batch("ROLLBACK").unwrap();
+    // The write lands once the lock is free (waited for, not raced: a turn looked up
+    // before it lands finds no row).
+    let held = || {
+        holder
+            .query_row("SELECT count(*) FROM checkpoints", [], |row| {
+                row.get::<_, i64>(0)
+            })
+            .unwrap()
+    };
+    for _ in 0..1000 {
+        if held() > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        held(),
+        1,
+        "the held-back write never landed:\n{}",
+        proxy.logs()
+    );
+    history.extend(round(100));
+    history.pop();
+    let (status, x) = send(&proxy, &history).await;
+    assert_eq!(status, 200, "{x}");
+    let (event, next) = (body_messages(&event.body), body_messages(&mock.last().body));
+    assert!(
+        next.starts_with(event.trim_end_matches(']')),
+        "the turn after the event was not resumed from its checkpoint: {x}\n{}",
+        proxy.logs()
+    );
+}
+
+/// The messages of a request the upstream took, as JSON text.
+fn body_messages(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body).unwrap()["messages"].to_string()
+}
