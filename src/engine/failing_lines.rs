@@ -109,7 +109,7 @@ fn traceback_end(text: &str, from: usize) -> Option<(&str, usize)> {
 /// reporting: the digest lists every such line of an output, not only the best.
 pub fn line_score(line: &str) -> u8 {
     let t = line.trim_start();
-    if t.starts_with("E ") || CANDIDATES.as_ref().is_some_and(|c| c.is_match(t)) {
+    if t.starts_with("E ") || coded(t) || CANDIDATES.as_ref().is_some_and(|c| c.is_match(t)) {
         score(t)
     } else {
         0
@@ -149,6 +149,7 @@ fn score(t: &str) -> u8 {
         return if closing { 1 } else { 5 };
     }
     if t.contains("panicked at")
+        || coded(t)
         || t.starts_with("--- FAIL:")
         || t.starts_with("panic: ")
         || t.starts_with("fatal: ")
@@ -167,6 +168,7 @@ fn score(t: &str) -> u8 {
     // Java's cause of a wrapped exception.
     let t = t.strip_prefix("Caused by: ").unwrap_or(t);
     if names_exception(t)
+        || died(t)
         || t.starts_with("FAIL:")
         || t.starts_with("FAIL ")
         || t.starts_with("[ERROR] ")
@@ -180,6 +182,10 @@ fn score(t: &str) -> u8 {
     if t.contains("command not found")
         || t.contains("No such file or directory")
         || t.contains("Permission denied")
+        || located(t).is_some_and(names_exception)
+        || program_complaint(t)
+        || nonzero_exit(t)
+        || step_failed(t)
     {
         return 3;
     }
@@ -187,6 +193,114 @@ fn score(t: &str) -> u8 {
         return 2;
     }
     0
+}
+
+/// A diagnostic led by its code: `TS2339: Property 'x' does not exist`, `CS0103: The
+/// name 'y' does not exist`, `C2065: 'z': undeclared identifier`: one to three capitals,
+/// three to five digits, a colon and a message.
+fn coded(t: &str) -> bool {
+    let letters = t.bytes().take_while(u8::is_ascii_uppercase).count();
+    let digits = t[letters..].bytes().take_while(u8::is_ascii_digit).count();
+    (1..=3).contains(&letters)
+        && (3..=5).contains(&digits)
+        && t[letters + digits..].starts_with(": ")
+        && t.len() > letters + digits + 4
+}
+
+/// What follows a place in a file, `tests/a.py:41: ` or `src/b.c:3:9: `: the report made
+/// there (`tests/a.py:41: AssertionError`).
+fn located(t: &str) -> Option<&str> {
+    let (place, rest) = t.split_once(": ")?;
+    let (file, line) = place.split_once(':')?;
+    let numbered = !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit() || b == b':');
+    (numbered && file.contains('.') && !file.contains(char::is_whitespace)).then_some(rest)
+}
+
+/// A process the system ended: `Segmentation fault (core dumped)`, `Killed: 9`,
+/// `Aborted`, `Bus error`, an out-of-memory kill.
+fn died(t: &str) -> bool {
+    const DEATHS: &[&str] = &[
+        "Segmentation fault",
+        "Killed",
+        "Aborted",
+        "Bus error",
+        "Illegal instruction",
+        "Floating point exception",
+        "OOMKilled",
+        "Out of memory",
+    ];
+    DEATHS.iter().any(|d| {
+        t.strip_prefix(d)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', ':', '(']))
+    }) || t.contains("(core dumped)")
+}
+
+/// Words that say something could not be done.
+const FAILURE_WORDS: &[&str] = &[
+    "cannot ",
+    "can't ",
+    "could not ",
+    "couldn't ",
+    "unable to ",
+    "failed",
+    "refused",
+    "denied",
+    "not found",
+    "no such ",
+];
+
+/// A program's own complaint: its name, a colon, and a failure said in words (`curl: (7)
+/// Failed to connect`, `go: cannot find main module`, `tar: Cannot open: No such file`).
+/// The name is one lowercase word, as programs call themselves; a person's "Note: ..." or
+/// a key's `timeout: 30` is not one.
+fn program_complaint(t: &str) -> bool {
+    let Some((name, rest)) = t.split_once(": ") else {
+        return false;
+    };
+    let program = !name.is_empty()
+        && name.len() <= 24
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b));
+    let rest = rest.to_ascii_lowercase();
+    program && FAILURE_WORDS.iter().any(|w| rest.contains(w))
+}
+
+/// A command that ended with a status other than 0: `exited with code 2`, `exit status
+/// 127`, `returned non-zero exit status 1`.
+fn nonzero_exit(t: &str) -> bool {
+    let lower = t.to_ascii_lowercase();
+    [
+        "exited with code ",
+        "exit code ",
+        "exit status ",
+        "exited with status ",
+    ]
+    .iter()
+    .any(|p| {
+        lower.match_indices(p).any(|(at, _)| {
+            let code: String = lower[at + p.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '-')
+                .collect();
+            !code.is_empty() && code.trim_start_matches('-') != "0"
+        })
+    })
+}
+
+/// A short line that says a step failed, `Build failed with 3 errors.`, `Deployment
+/// failed`, `Compilation failed.`; not a count of tests (`0 failed`, `3 failed, 9 passed`),
+/// which a runner's summary line reports.
+fn step_failed(t: &str) -> bool {
+    let words: Vec<&str> = t.split_whitespace().collect();
+    words.len() <= 10
+        && words.iter().enumerate().any(|(i, w)| {
+            w.trim_end_matches(['.', ',', '!', ':'])
+                .eq_ignore_ascii_case("failed")
+                && i > 0
+                && !words[i - 1].bytes().all(|b| b.is_ascii_digit())
+        })
 }
 
 /// npm's lines that frame an error without saying what it was.
@@ -326,6 +440,21 @@ static CANDIDATES: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
             "permission denied",
             "exit code",
             "exit status",
+            "exited with",
+            "cannot ",
+            "can't ",
+            "could not",
+            "couldn't",
+            "unable to",
+            "denied",
+            "segmentation fault",
+            "core dumped",
+            "killed",
+            "aborted",
+            "bus error",
+            "illegal instruction",
+            "floating point exception",
+            "out of memory",
             // HTTP statuses (`HTTP 503`, `HTTP/1.1 502`; not every URL), and library
             // exceptions whose names say no "error".
             "http ",
@@ -477,5 +606,45 @@ mod tests {
             error_line(&crate::engine::prune::describe_output("bash", "ok")),
             None
         );
+    }
+
+    #[test]
+    fn failures_told_without_the_word_error_are_reported() {
+        // A program's own complaint, a process the system ended, a status other than 0,
+        // a step that failed, a diagnostic led by its code, an exception at a place.
+        for line in [
+            "curl: (6) Could not resolve host: mirror.internal",
+            "tar: Cannot open: No such file or directory",
+            "go: cannot find main module, but found .git/config in /src",
+            "scp: remote open \"/srv/x\": Permission denied",
+            "Segmentation fault (core dumped)",
+            "Killed: 9",
+            "Aborted (core dumped)",
+            "Bus error",
+            "Process exited with code 137",
+            "subprocess returned non-zero exit status 2",
+            "Build failed with 3 errors.",
+            "Deployment failed: image pull back-off",
+            "TS2339: Property 'total' does not exist on type 'Cart'.",
+            "CS0103: The name 'cfg' does not exist in the current context",
+            "C2065: 'buf': undeclared identifier",
+            "tests/test_cart.py:57: KeyError",
+            "src/app/models.py:12:4: ValueError",
+        ] {
+            assert!(line_score(line) >= 2, "{line}");
+        }
+        // Said in passing, counted, or a setting: no failure reported.
+        for line in [
+            "Note: the cache cannot be shared between users.",
+            "timeout: 30",
+            "Process exited with code 0",
+            "12 passed, 0 failed in 3.1s",
+            "3 failed, 9 passed in 2.2s",
+            "The killer feature is the cache.",
+            "AB12: see section 4",
+            "config.yaml:3: name",
+        ] {
+            assert!(line_score(line) < 2, "{line}");
+        }
     }
 }
