@@ -16,10 +16,10 @@ use http::{Method, StatusCode, Uri};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-use super::chunk::MIN_INPUT;
+use super::chunk::{Chunks, TooLong, MIN_INPUT};
 use super::{
-    check_answer, chunk_turns, first_chunk_limit, focus, min_tokens, summary_budget, summary_floor,
-    AnswerProblem, AnswerStream, ChunkRoom, ClientFocus, Expect, SummaryRequest,
+    check_answer, focus, min_tokens, summary_budget, summary_floor, AnswerProblem, AnswerStream,
+    ChunkRoom, ClientFocus, Expect, SummaryRequest,
 };
 use crate::body;
 use crate::cause::{BoxError, Chain};
@@ -107,6 +107,22 @@ impl<'a> Middle<'a> {
             context_window: opts.context_window,
         }
     }
+
+    /// The summary's budget in a summariser window of `window` tokens, beside a previous
+    /// summary of `previous` tokens. What is left of the target beside what the plan keeps
+    /// bounds it, but never below the floor a model can write a checkpoint in: a
+    /// preparation aims below its event's fill, and in a 30k window that left 64 tokens
+    /// for 15k of turns (issue 40). A longer summary than the plan made room for folds the
+    /// oldest kept turns into it, where the request is over its target.
+    fn budget(&self, window: usize, previous: usize) -> usize {
+        let content = self.turns.iter().map(|m| m.tokens).sum::<usize>() + previous;
+        let share_of = self
+            .context_window
+            .map_or(window, |w| window.min(w.usize()));
+        self.budget_cap
+            .clamp(summary_budget(content, share_of))
+            .max(summary_floor(share_of))
+    }
 }
 
 /// Why one summariser call gave nothing usable. Messages never quote the conversation.
@@ -116,6 +132,8 @@ enum Failure {
     Send(#[from] ProxyError),
     #[error("the summariser answered {0}")]
     Status(StatusCode),
+    #[error("the summariser answered {0}: the request was too long")]
+    TooLong(StatusCode, TooLong),
     #[error("the summariser's stream broke: {0}")]
     Stream(BoxError),
     #[error("the summariser reported an error in its stream")]
@@ -131,6 +149,10 @@ enum Failure {
 const ERROR_BODY_MAX: usize = 64 * 1024;
 /// Attempts at cutting a chunk's turns until its counted body fits the room.
 const FIT_ROUNDS: usize = 4;
+/// Calls of one model for one middle asked again after a refusal as too long: one, in the
+/// room the refusal shows; a second refusal means the upstream's count is not what we
+/// can learn it to be, and the next model or the digest takes over.
+const TOO_LONG_RETRIES: usize = 1;
 
 impl Summarizer {
     /// The summariser `config` describes; `None` when it is disabled.
@@ -253,31 +275,19 @@ impl Summarizer {
             .unwrap_or_else(|| call.window.unwrap_or(DEFAULT_WINDOW).usize());
         let counter = Counter::for_model(model);
         let room = ChunkRoom::new(window, ledger.windows.factor(self.base_url(), model));
-        let content = middle.turns.iter().map(|m| m.tokens).sum::<usize>()
-            + middle.previous.map_or(0, |p| counter.text(p));
-        let share_of = middle
-            .context_window
-            .map_or(window, |w| window.min(w.usize()));
-        // What is left of the target beside what the plan keeps bounds the summary, but
-        // never below the floor a model can write a checkpoint in: a preparation aims
-        // below its event's fill, and in a 30k window that left 64 tokens for 15k of turns
-        // (issue 40). A longer summary than the plan made room for folds the oldest kept
-        // turns into it, where the request is over its target.
-        let budget = middle
-            .budget_cap
-            .clamp(summary_budget(content, share_of))
-            .max(summary_floor(share_of));
-        let Some((prompt, limit)) = room.plan(budget, &counter) else {
+        let previous = middle.previous.map_or(0, |p| counter.text(p));
+        let budget = middle.budget(window, previous);
+        let Some(mut chunks) = Chunks::plan(room, middle.turns, 0, previous, budget, &counter)
+        else {
             ledger.metrics.summarizer_skipped();
             return Err(Failure::NoRoom(window));
         };
         let focus = focus(call.parts.extensions.get::<ClientFocus>(), middle.after);
         let date = today();
         let mut progress = Progress::new(middle.previous);
-        let previous = middle.previous.map_or(0, |p| counter.text(p));
-        let first = first_chunk_limit(limit, previous, budget);
-        for range in chunk_turns(middle.turns, first, limit, &counter) {
-            let turns = &middle.turns[range];
+        let mut retries = TOO_LONG_RETRIES;
+        while let Some(range) = chunks.ranges.pop_front() {
+            let turns = &middle.turns[range.clone()];
             if progress.failed_in_a_row >= MAX_FAILED_IN_A_ROW {
                 progress.digest(turns, budget);
                 continue;
@@ -285,18 +295,19 @@ impl Summarizer {
             let replaced: usize = turns.iter().map(|m| m.tokens).sum();
             let so_far = progress.so_far();
             let request = SummaryRequest::new(model, turns, budget, counter)
-                .prompt(prompt)
+                .prompt(chunks.prompt)
                 .previous_summary(so_far.as_deref())
                 .focus(focus.as_deref())
                 .date(Some(&date))
-                .input_limit(limit);
-            let Some((request, body, tokens)) = fit(request, &room, &counter) else {
+                .input_limit(chunks.limit);
+            let Some((request, body, tokens)) = fit(request, &chunks.room, &counter) else {
                 // The checkpoint so far leaves this chunk too little room: it is
                 // digested, like a chunk whose answer was rejected.
                 ledger.metrics.summarizer_skipped();
                 progress.failed(Failure::NoRoom(window), turns, budget);
                 continue;
             };
+            let cap = request.answer_cap();
             let instructions = request.instructions();
             let expect = Expect {
                 instructions: &instructions,
@@ -328,6 +339,32 @@ impl Summarizer {
                         "summariser answer rejected; its turns are digested"
                     );
                     progress.failed(Failure::Rejected(problem), turns, budget);
+                }
+                // Our count is an estimate: the upstream's refusal corrects it, and this
+                // chunk and the ones after it are asked again in the room it shows, rather
+                // than the whole middle falling back to the digest.
+                Err(Failure::TooLong(status, refusal)) if retries > 0 => {
+                    retries -= 1;
+                    ledger.metrics.summarizer_call(false);
+                    let room = chunks.room.after_refusal(refusal, tokens, cap);
+                    tracing::warn!(
+                        id = call.id,
+                        model,
+                        status = status.as_u16(),
+                        tokens,
+                        "summariser request refused as too long; asking again in smaller chunks"
+                    );
+                    let carried = so_far.as_deref().map_or(0, |s| counter.text(s));
+                    let rest = range.start;
+                    match Chunks::plan(room, middle.turns, rest, carried, budget, &counter) {
+                        Some(smaller) => chunks = smaller,
+                        None => {
+                            ledger.metrics.summarizer_skipped();
+                            let left = &middle.turns[rest..];
+                            progress.failed(Failure::NoRoom(window), left, budget);
+                            break;
+                        }
+                    }
                 }
                 Err(failure) => {
                     ledger.metrics.summarizer_call(false);
@@ -361,9 +398,15 @@ impl Summarizer {
             .await?;
         let status = response.status();
         if !status.is_success() {
-            self.learn_from_refusal(ledger.windows, sent, response)
-                .await;
-            return Err(Failure::Status(status));
+            return Err(
+                match self
+                    .learn_from_refusal(ledger.windows, sent, response)
+                    .await
+                {
+                    Some(too_long) => Failure::TooLong(status, too_long),
+                    None => Failure::Status(status),
+                },
+            );
         }
         let mut stream = AnswerStream::new();
         let mut body = response.into_body();
@@ -390,13 +433,14 @@ impl Summarizer {
     }
 
     /// Reads what a refused call says of the window and of the upstream's count, so the
-    /// next call to this model fits (a summariser with its own window setting keeps it).
+    /// next call to this model fits (a summariser with its own window setting keeps it);
+    /// returns what it said when it refused the call as too long.
     async fn learn_from_refusal(
         &self,
         models: &ModelWindows,
         sent: &Sent<'_>,
         response: http::Response<crate::body::ProxyBody>,
-    ) {
+    ) -> Option<TooLong> {
         let status = response.status().as_u16();
         let content_type = response
             .headers()
@@ -415,7 +459,7 @@ impl Summarizer {
         }
         let class = classify::classify(status, content_type.as_deref(), &bytes);
         if class.kind != Kind::ContextOverflow {
-            return;
+            return None;
         }
         let numbers = &class.numbers;
         if let Some(window) = numbers.context_window {
@@ -433,6 +477,11 @@ impl Summarizer {
                 theirs,
             );
         }
+        let tokens = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        Some(TooLong {
+            window: numbers.context_window.map(tokens),
+            prompt: numbers.prompt_tokens.map(tokens),
+        })
     }
 }
 

@@ -7,6 +7,7 @@
 //! margin for what calibration has not caught up with. A 2k-token local model counted 31%
 //! more tokens than our estimate; a fixed share of slack would not have covered that.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 
 use crate::engine::{Counter, Message};
@@ -29,6 +30,9 @@ pub(super) const MIN_INPUT: usize = 128;
 /// The full template is used while it takes at most this fraction (1/N) of the prompt's
 /// room; beyond that its explanations would crowd out the turns.
 const FULL_PROMPT_SHARE: usize = 4;
+/// A refusal as too long that names neither the window nor its count of the prompt: the
+/// next call aims this share, in percent, of what was refused (prompt and answer cap).
+const BLIND_RETRY_PERCENT: usize = 80;
 
 /// The window one summariser call must fit.
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +68,30 @@ impl ChunkRoom {
         self.usable().saturating_sub(prompt)
     }
 
+    /// The room after the upstream refused as too long a call of `sent` prompt tokens by
+    /// our count and an answer cap of `cap`: in the window the refusal named, when smaller,
+    /// and with the factor its count of that prompt shows, when larger (the factor learned
+    /// for the model moves only part of the way; this call's own count is what the same
+    /// turns will count again). A count the upstream stopped at its limit still bounds the
+    /// factor from below. A refusal that names neither leaves the window below what it
+    /// refused, as we counted it.
+    pub fn after_refusal(&self, refusal: TooLong, sent: usize, cap: usize) -> ChunkRoom {
+        let shown = refusal
+            .prompt
+            .filter(|_| sent > 0)
+            .map(|theirs| theirs as f64 / sent as f64);
+        let factor = shown.map_or(self.factor, |f| f.max(self.factor));
+        let window = match refusal.window {
+            Some(named) => self.window.min(named),
+            None if factor > self.factor => self.window,
+            None => {
+                let refused = (sent as f64 * self.factor).ceil() as usize + cap;
+                self.window.min(refused / 100 * BLIND_RETRY_PERCENT)
+            }
+        };
+        ChunkRoom::new(window, factor)
+    }
+
     /// The window less the margin and what the chat template adds.
     fn usable(&self) -> usize {
         self.window
@@ -86,6 +114,52 @@ impl ChunkRoom {
         room.checked_sub(reserved)
             .filter(|&input| input >= MIN_INPUT)
             .map(|input| (prompt, input))
+    }
+}
+
+/// What an upstream's refusal of a call as too long said, when it said it: its window and
+/// its count of the prompt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TooLong {
+    pub window: Option<usize>,
+    pub prompt: Option<usize>,
+}
+
+/// The calls a middle's turns are summarised in, from some turn on: the room each must fit,
+/// the template it carries, the tokens of turns it may carry, and its turns, in order.
+#[derive(Debug)]
+pub struct Chunks {
+    pub room: ChunkRoom,
+    pub prompt: Prompt,
+    pub limit: usize,
+    pub ranges: VecDeque<Range<usize>>,
+}
+
+impl Chunks {
+    /// `turns[from..]` in chunks that fit `room` for a summary of `budget_tokens`, the first
+    /// beside a carried summary of `carried` tokens (see [`first_chunk_limit`]); ranges
+    /// index `turns`. `None` when no call fits the room (see [`ChunkRoom::plan`]).
+    pub fn plan(
+        room: ChunkRoom,
+        turns: &[Message],
+        from: usize,
+        carried: usize,
+        budget_tokens: usize,
+        counter: &Counter,
+    ) -> Option<Chunks> {
+        let (prompt, limit) = room.plan(budget_tokens, counter)?;
+        let first = first_chunk_limit(limit, carried, budget_tokens);
+        let rest = turns.get(from..).unwrap_or_default();
+        let ranges = chunk_turns(rest, first, limit, counter)
+            .into_iter()
+            .map(|r| r.start + from..r.end + from)
+            .collect();
+        Some(Chunks {
+            room,
+            prompt,
+            limit,
+            ranges,
+        })
     }
 }
 
@@ -307,6 +381,48 @@ mod tests {
             ChunkRoom::new(128_000, 1.0).plan(6000, &c).map(|p| p.0),
             Some(Prompt::Full)
         );
+    }
+
+    /// A refusal as too long corrects the room by what it says: the window it names, and
+    /// the factor its count of the refused prompt shows (never lowered by it); one that
+    /// says neither puts the window below what was refused.
+    #[test]
+    fn a_refusal_as_too_long_shrinks_the_room_by_what_it_says() {
+        let room = ChunkRoom::new(8000, 1.1);
+        let named = TooLong {
+            window: Some(6000),
+            prompt: Some(6000),
+        };
+        let after = room.after_refusal(named, 4000, 1200);
+        assert_eq!((after.window, after.factor), (6000, 1.5));
+        // A count that shows no more than the factor already held leaves it.
+        let low = TooLong {
+            window: Some(9000),
+            prompt: Some(4000),
+        };
+        let after = room.after_refusal(low, 4000, 1200);
+        assert_eq!((after.window, after.factor), (8000, 1.1));
+        // Neither number: 80% of the 4,400 + 1,200 tokens refused.
+        let after = room.after_refusal(TooLong::default(), 4000, 1200);
+        assert_eq!((after.window, after.factor), (4480, 1.1));
+        let room_after = |refusal| room.after_refusal(refusal, 4000, 1200).prompt_limit(1200);
+        assert!(room_after(named) < room.prompt_limit(1200));
+    }
+
+    #[test]
+    fn chunks_planned_from_a_turn_on_cover_the_rest_and_index_the_whole() {
+        let turns = session(20, 60);
+        let c = Counter::for_model("gpt-4o");
+        let room = ChunkRoom::new(8000, 1.0);
+        let all = Chunks::plan(room, &turns, 0, 0, 1000, &c).unwrap();
+        assert_partition(&Vec::from(all.ranges.clone()), turns.len());
+        let from = all.ranges[1].start;
+        let smaller = room.after_refusal(TooLong::default(), 6000, 1200);
+        let rest = Chunks::plan(smaller, &turns, from, 0, 1000, &c).unwrap();
+        assert_eq!(rest.ranges.front().map(|r| r.start), Some(from));
+        assert_eq!(rest.ranges.back().map(|r| r.end), Some(turns.len()));
+        assert!(rest.limit < all.limit && rest.ranges.len() > all.ranges.len() - 1);
+        assert!(Chunks::plan(ChunkRoom::new(512, 1.0), &turns, 0, 0, 51, &c).is_none());
     }
 
     #[test]

@@ -10,19 +10,20 @@
 //! let focus = focus(client_focus, plan.tail());
 //! // The summariser's window in its upstream's tokens, with the factor learned for them.
 //! let room = ChunkRoom::new(summariser_window, factor);
-//! let (prompt, limit) = room.plan(budget, &counter)?; // None: no call can fit
+//! // The calls: their template, the tokens of turns each may carry, and their turns; the
+//! // first leaves room for a previous checkpoint longer than an answer.
+//! let mut chunks = Chunks::plan(room, plan.turns(), 0, previous_tokens, budget, &counter)?;
 //! let mut summary = plan.previous_summary().map(str::to_string);
-//! // The first chunk leaves room for a previous checkpoint longer than an answer.
-//! let first = first_chunk_limit(limit, previous_tokens, budget);
-//! for range in chunk_turns(plan.turns(), first, limit, &counter) {
+//! while let Some(range) = chunks.ranges.pop_front() {
 //!     let request = SummaryRequest::new(model, &plan.turns()[range], budget, counter)
-//!         .prompt(prompt)
+//!         .prompt(chunks.prompt)
 //!         .previous_summary(summary.as_deref())
 //!         .focus(focus.as_deref())
 //!         .date(Some(today))
-//!         .input_limit(limit); // then cut further until the counted body fits the room
+//!         .input_limit(chunks.limit); // then cut further until the counted body fits the room
 //!     let mut stream = AnswerStream::new();
-//!     /* send `request.body()`, stream.feed(bytes) for each piece */
+//!     /* send `request.body()`, stream.feed(bytes) for each piece; refused as too long
+//!        (once): plan again from `range.start` in `chunks.room.after_refusal(..)` */
 //!     let expect = Expect { instructions: &request.instructions(), min_tokens, counter };
 //!     summary = Some(check_answer(&stream.finish(), &expect)?); // never chained if junk
 //! }
@@ -37,7 +38,7 @@ mod stream;
 
 pub use answer::{check_answer, min_tokens, AnswerProblem, Expect};
 pub use call::{Call, Ledger, Middle, Summarizer};
-pub use chunk::{chunk_turns, first_chunk_limit, ChunkRoom};
+pub use chunk::ChunkRoom;
 pub use request::SummaryRequest;
 pub use stream::AnswerStream;
 

@@ -1,7 +1,8 @@
 //! The LLM summariser in the compaction path: a long session against a small window gets
 //! an LLM-written checkpoint (`summary=llm`); any summariser failure still gives the client
 //! its answer with the deterministic summary (`summary=fallback`); secrets never reach the
-//! summariser; long middles are summarised in chunks; a failure cools the summariser down.
+//! summariser; long middles are summarised in chunks; a call refused as too long is asked
+//! again smaller; a failure cools the summariser down.
 
 // Test code: a failed step should stop the test where it failed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -394,6 +395,64 @@ async fn a_reasoning_models_summariser_request_fits_its_window_with_its_thinking
         let asked = support::mock_tokens(call) + cap;
         assert!(asked <= SMALL, "a summariser request of {asked} tokens");
     }
+}
+
+/// Our count of a summariser request is an estimate, and before the upstream has refused
+/// anything the proxy may have nothing better: an upstream that counts otherwise (here as
+/// the shared client harness's does, characters of the JSON over 3.5) can still refuse
+/// the first call as too long. Its refusal says by how much, so the proxy asks again, in
+/// smaller chunks, within the same compaction: the client gets the LLM's checkpoint, not
+/// the digest, and no call after the refusal exceeds the window.
+#[tokio::test]
+async fn a_summariser_request_refused_as_too_long_is_asked_again_smaller() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, "");
+    let window = WINDOW.to_string();
+    let headers = [
+        ("authorization", "Bearer client-key"),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary-window", window.as_str()),
+        ("x-mock-summary-count", "json"),
+    ];
+    // Prose, which pruning does not shorten and of which the upstream counts about half as
+    // many tokens again as we do, in short replies that fill a call's room closely.
+    let mut messages = vec![json!({"role": "system", "content": "You are a careful reviewer."})];
+    for n in 0..40 {
+        let notes = format!("In chapter {n} the reviewers agreed that the argument needs one more example before the conclusion, and the editor asked for shorter sentences throughout. ").repeat(10);
+        messages.extend([
+            json!({"role": "user", "content": format!("Review chapter {n}.")}),
+            json!({"role": "assistant", "content": format!("Chapter {n}:\n{notes}")}),
+        ]);
+    }
+    messages.push(json!({"role": "user", "content": "Which chapters still need work?"}));
+    let request = json!({"model": "mock-agent-model", "messages": messages});
+
+    let (status, x) = post_chat(&proxy, &headers, &request).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
+    let sent = String::from_utf8_lossy(&mock.last().body).into_owned();
+    assert!(sent.contains("MOCK-CHECKPOINT"), "{sent}");
+    // Each summariser call as the upstream counted it, with its answer's cap.
+    let asked: Vec<u64> = bodies(&mock.summaries())
+        .iter()
+        .map(|call| support::json_tokens(call) + call["max_tokens"].as_u64().unwrap_or(0))
+        .collect();
+    // One call, sized by our count alone, was refused; the calls after it all fit.
+    let refused = asked.iter().position(|&a| a > WINDOW);
+    let refused = refused.unwrap_or_else(|| panic!("none refused: {asked:?}"));
+    assert!(asked.len() > refused + 1, "{asked:?}");
+    assert!(
+        asked[refused + 1..].iter().all(|&a| a <= WINDOW),
+        "{asked:?}"
+    );
+    assert!(proxy.logged("refused as too long; asking again in smaller chunks"));
+    let metrics = metrics(&proxy).await;
+    assert!(
+        metrics.contains("compaction_proxy_summarizer_calls_total{outcome=\"error\"} 1\n"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

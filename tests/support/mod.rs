@@ -273,21 +273,28 @@ fn stream_answer(body: &[u8], model: &str, reply: &str) -> Response<MockBody> {
 /// first call with [`CANNED_SUMMARY`]).
 /// With `x-mock-summary-window`, a summariser request longer than that (in the mock's
 /// tokens, with its completion cap, a reasoning model's included) is refused as llama.cpp refuses it, and the
-/// answers report the mock's count of the prompt.
+/// answers report the mock's count of the prompt. With `x-mock-summary-count: json` as
+/// well, the prompt is counted as the shared client harness's fake upstream counts it
+/// ([`json_tokens`]) and refused as OpenAI refuses it.
 async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
     let behaviour = headers
         .get("x-mock-summary")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("ok");
     let request: serde_json::Value = serde_json::from_slice(body).unwrap();
-    let tokens = mock_tokens(&request);
+    let json_count = header_str(headers, "x-mock-summary-count") == "json";
+    let tokens = match json_count {
+        true => json_tokens(&request),
+        false => mock_tokens(&request),
+    };
     if let Ok(limit) = header_str(headers, "x-mock-summary-window").parse::<u64>() {
         let output = request["max_completion_tokens"]
             .as_u64()
             .or(request["max_tokens"].as_u64())
             .unwrap_or(0);
         if tokens + output > limit {
-            return overflow("llamacpp", tokens, output, limit, true);
+            let shape = if json_count { "openai" } else { "llamacpp" };
+            return overflow(shape, tokens, output, limit, true);
         }
     }
     let chat =
@@ -476,6 +483,14 @@ pub fn mock_tokens(request: &serde_json::Value) -> u64 {
         }
     }
     chars as u64 / 3 + messages * 6
+}
+
+/// A chat request's prompt as the shared client harness's fake upstream counts it: one
+/// token per 3.5 characters of its `messages` as JSON, escapes and all (each newline in a
+/// message is two characters).
+pub fn json_tokens(request: &serde_json::Value) -> u64 {
+    let chars = request["messages"].to_string().chars().count();
+    (chars as f64 / 3.5) as u64 + 1
 }
 
 fn json_text_len(content: &serde_json::Value) -> usize {
