@@ -1486,7 +1486,10 @@ mod tests {
             ("[bundler] emitted build/main.js", "build/main.js"),
             ("Compiled 12 sources into target/app.jar", "target/app.jar"),
             ("Output file: out/r_a5.parquet", "out/r_a5.parquet"),
-            ("[info] artifact uploaded: dist/r_a9.tar.gz", "dist/r_a9.tar.gz"),
+            (
+                "[info] artifact uploaded: dist/r_a9.tar.gz",
+                "dist/r_a9.tar.gz",
+            ),
         ] {
             assert_eq!(reported_path(line), Some(path), "{line}");
         }

@@ -432,9 +432,13 @@ impl Summarizer {
         Ok(check_answer(&answer, sent.expect)?)
     }
 
-    /// Reads what a refused call says of the window and of the upstream's count, so the
-    /// next call to this model fits (a summariser with its own window setting keeps it);
-    /// returns what it said when it refused the call as too long.
+    /// Reads what a refused call says of the upstream's count and of the window, so the
+    /// next call to this model fits; returns what it said when it refused the call as too
+    /// long. The window is learned only by a summariser without a
+    /// window of its own: its calls are then sized by the request's window, which a
+    /// refusal of the same upstream and model names too. One with its own window never
+    /// reads a learned one, and what its refusal named would shrink only the window the
+    /// client's requests to that upstream and model are compacted against.
     async fn learn_from_refusal(
         &self,
         models: &ModelWindows,
@@ -462,7 +466,7 @@ impl Summarizer {
             return None;
         }
         let numbers = &class.numbers;
-        if let Some(window) = numbers.context_window {
+        if let Some(window) = numbers.context_window.filter(|_| self.window.is_none()) {
             models.learn(self.base_url(), sent.model, window);
         }
         if let Some(theirs) = numbers

@@ -545,3 +545,45 @@ async fn a_failing_summariser_model_falls_back_to_the_requests_model() {
         .collect();
     assert_eq!(models, [json!("summary-model"), json!("mock-agent-model")]);
 }
+
+/// A summariser refused as too long teaches nothing of the client's window when it is
+/// sized by a window of its own (`summarizer.context_window`), even when it is the
+/// request's model behind the same upstream: learning the window its refusal named for
+/// the model would have every later request compacted against the summariser's window
+/// instead of the model's. A request that fits the model's window then goes to the
+/// upstream as the client sent it.
+#[tokio::test]
+async fn a_summarisers_refusal_never_shrinks_the_window_of_the_clients_requests() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, "context_window = 3000");
+    // The summariser's upstream holds less than the summariser was told: it refuses
+    // every summariser request as too long, naming this window.
+    const REFUSED_AT: u64 = 1500;
+    let (window, refused_at) = (WINDOW.to_string(), REFUSED_AT.to_string());
+    let headers = [
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary-window", refused_at.as_str()),
+    ];
+    let (status, x) = post_chat(&proxy, &headers, &session(30)).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=fallback"), "{x}");
+    let calls = bodies(&mock.summaries());
+    assert!(!calls.is_empty());
+    for call in &calls {
+        let asked = support::mock_tokens(call) + call["max_tokens"].as_u64().unwrap_or(0);
+        assert!(asked > REFUSED_AT, "a summariser request of {asked} tokens");
+    }
+
+    // Another conversation, over the window the refusals named and well within the
+    // model's (below where a compaction would even be prepared).
+    let mut next = session(4);
+    next["messages"][0]["content"] = json!("You are another coding agent.");
+    next["max_tokens"] = json!(100);
+    let fill = support::mock_tokens(&next) + 100;
+    assert!(REFUSED_AT < fill && fill < WINDOW * 2 / 3, "{fill}");
+    let (status, x) = post_chat(&proxy, &headers, &next).await;
+    assert_eq!((status, x.as_str()), (200, ""), "{}", proxy.logs());
+    assert_eq!(mock.last().body, serde_json::to_vec(&next).unwrap());
+}
