@@ -10,9 +10,11 @@
 //! file is read and written on tokio's blocking threads, never on the threads that move
 //! requests' bytes. `compaction-proxy cache stats|clear` may open the file while the proxy
 //! runs: a checkpoint the index names but the file no longer holds is dropped from the
-//! index when it is looked up. The time to live counts from a checkpoint's last write
+//! index when it is looked up, unless its write is still under way (a checkpoint being
+//! written is looked up in memory). The time to live counts from a checkpoint's last write
 //! across a restart, from its last use within one run.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -84,6 +86,12 @@ fn lock(connection: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
 pub struct EmbeddedStore {
     file: Arc<File>,
     index: Mutex<Lru<Meta>>,
+    /// The checkpoints indexed whose rows are not in the file yet: a write may outlast the
+    /// store's time limit (the `cache` command holding the file's lock, a disk slow to
+    /// sync), and a lookup in the meantime is answered from here. Taken for a checkpoint
+    /// cleared by another process instead, it would be dropped from the index, and unused
+    /// until a restart although its row lands a moment later.
+    writing: Arc<Mutex<HashMap<Key, Arc<Checkpoint>>>>,
 }
 
 fn id(n: u128) -> [u8; 16] {
@@ -151,6 +159,7 @@ impl EmbeddedStore {
         let store = EmbeddedStore {
             file: Arc::new(file),
             index: Mutex::new(Lru::new(max_bytes, ttl)),
+            writing: Arc::default(),
         };
         store.load()?;
         let folder = folder.filter(|_| own_folder || created);
@@ -198,6 +207,10 @@ impl EmbeddedStore {
 
     fn lock(&self) -> MutexGuard<'_, Lru<Meta>> {
         self.index.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn in_writing(&self) -> MutexGuard<'_, HashMap<Key, Arc<Checkpoint>>> {
+        self.writing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `work` on the file, on a blocking thread: to its end, even when the caller
@@ -272,6 +285,40 @@ fn remove_rows(connection: &mut Connection, keys: &[Key]) -> Result<(), StoreErr
     transaction.commit().map_err(StoreError::File)
 }
 
+/// Writes a checkpoint's row (when `kept`, that is, when it fitted) and deletes the rows of
+/// the checkpoints it made room for.
+fn write(
+    file: &File,
+    key: Key,
+    meta: Meta,
+    kept: bool,
+    dropped: &[Key],
+    bytes: Vec<u8>,
+) -> Result<(), StoreError> {
+    let mut connection = lock(&file.writer);
+    remove_rows(&mut connection, dropped)?;
+    if kept {
+        connection
+            .prepare_cached(
+                "INSERT OR REPLACE INTO checkpoints (tenant, scope, prefix, prefix_len, size, at, value) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    id(key.partition.tenant.0),
+                    id(key.partition.scope),
+                    id(key.prefix),
+                    signed(meta.prefix_len),
+                    signed(meta.size),
+                    signed(now_secs()),
+                    bytes
+                ])
+            })
+            .map_err(StoreError::File)?;
+    }
+    Ok(())
+}
+
 impl CheckpointStore for EmbeddedStore {
     fn backend(&self) -> Backend {
         Backend::Embedded
@@ -304,6 +351,11 @@ impl CheckpointStore for EmbeddedStore {
                 partition,
                 prefix: prefixes[len],
             };
+            // Looked for before the file, not after: a write that ends in between has left
+            // its row there, and a row missing after it is no late write.
+            if let Some(checkpoint) = self.in_writing().get(&key) {
+                return Ok(Some((len, Arc::clone(checkpoint))));
+            }
             let bytes = self
                 .on_file(move |file| {
                     lock(&file.reader)
@@ -343,31 +395,23 @@ impl CheckpointStore for EmbeddedStore {
                 prefix_len: checkpoint.prefix_len,
                 size: bytes.len(),
             };
+            // In `writing` before the index: a lookup that finds it indexed finds it there.
+            self.in_writing().insert(key, Arc::clone(&checkpoint));
             let dropped = self.lock().insert(key, meta, replaces, Duration::ZERO);
             let kept = !dropped.contains(&key);
+            let writing = Arc::clone(&self.writing);
             self.on_file(move |file| {
-                let mut connection = lock(&file.writer);
-                remove_rows(&mut connection, &dropped)?;
-                if kept {
-                    connection
-                        .prepare_cached(
-                            "INSERT OR REPLACE INTO checkpoints (tenant, scope, prefix, prefix_len, size, at, value) \
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                        )
-                        .and_then(|mut s| {
-                            s.execute(params![
-                                id(key.partition.tenant.0),
-                                id(key.partition.scope),
-                                id(key.prefix),
-                                signed(meta.prefix_len),
-                                signed(meta.size),
-                                signed(now_secs()),
-                                bytes
-                            ])
-                        })
-                        .map_err(StoreError::File)?;
+                let written = write(file, key, meta, kept, &dropped, bytes);
+                // Landed or failed, the file now answers for it; a later write of the same
+                // key, still under way, keeps its own entry.
+                let mut writing = writing.lock().unwrap_or_else(PoisonError::into_inner);
+                if writing
+                    .get(&key)
+                    .is_some_and(|c| Arc::ptr_eq(c, &checkpoint))
+                {
+                    writing.remove(&key);
                 }
-                Ok(())
+                written
             })
             .await
         })

@@ -179,49 +179,15 @@ async fn a_write_held_back_past_the_time_limit_lands_and_the_next_turn_is_resume
     let dir = tempdir();
     let file = dir.join("cache.sqlite3");
     let proxy = Proxy::start(&mock.url("/v1"), &config(&file));
-    // Another connection takes the write lock: the proxy's writes wait for it.
-    let holder = rusqlite::Connection::open(&file).unwrap();
-    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let holder = hold_write_lock(&file);
     let mut history = Vec::new();
-    // The first event is the refused turn that teaches the window: its checkpoint is the
-    // proxy's first write, held back.
-    let mut event = None;
-    for n in 0..60 {
-        history.extend(round(n));
-        history.pop();
-        let (status, x) = send(&proxy, &history).await;
-        assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
-        history.push(json!({"role": "assistant", "content": format!("Module {n} fixed.")}));
-        if x.contains("applied") {
-            event = Some(mock.last());
-            break;
-        }
-    }
-    let event = event.expect("no event");
+    let event = play_until_event(&proxy, &mock, &mut history).await;
     // The event was answered without its write, which the lock holds back still.
     assert!(proxy.logged("a write to the checkpoint store is late"));
     holder.execute_batch("ROLLBACK").unwrap();
-    // The write lands once the lock is free (waited for, not raced: a turn looked up
-    // before it lands finds no row).
-    let held = || {
-        holder
-            .query_row("SELECT count(*) FROM checkpoints", [], |row| {
-                row.get::<_, i64>(0)
-            })
-            .unwrap()
-    };
-    for _ in 0..1000 {
-        if held() > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert_eq!(
-        held(),
-        1,
-        "the held-back write never landed:\n{}",
-        proxy.logs()
-    );
+    // Waited for, not raced: a turn looked up before the write lands finds no row.
+    wait_for_a_row(&holder, &proxy).await;
+    assert_eq!(rows(&holder), 1);
     history.extend(round(100));
     history.pop();
     let (status, x) = send(&proxy, &history).await;
@@ -232,6 +198,97 @@ async fn a_write_held_back_past_the_time_limit_lands_and_the_next_turn_is_resume
         "the turn after the event was not resumed from its checkpoint: {x}\n{}",
         proxy.logs()
     );
+}
+
+/// A turn looked up while the event's write is still held back finds the checkpoint in
+/// the index but no row in the file yet. It is resumed from the checkpoint being written,
+/// and the checkpoint stays indexed, so that the turns after the write lands are resumed
+/// from it too. Before, that lookup dropped the checkpoint from the index as cleared by
+/// another process: the turn and every one after it until a restart were compacted anew
+/// (a rewrite of the prompt the upstream had cached, and a summariser call), although the
+/// write landed a moment later.
+#[tokio::test]
+async fn a_turn_looked_up_before_a_late_write_lands_keeps_the_checkpoint_for_the_next() {
+    let mock = Mock::start().await;
+    let dir = tempdir();
+    let file = dir.join("cache.sqlite3");
+    let proxy = Proxy::start(&mock.url("/v1"), &config(&file));
+    let holder = hold_write_lock(&file);
+    let mut history = Vec::new();
+    let event = play_until_event(&proxy, &mock, &mut history).await;
+    let event = body_messages(&event.body);
+    let summaries = mock.summaries().len();
+
+    history.extend(round(100));
+    history.pop();
+    let (status, x) = send(&proxy, &history).await;
+    assert_eq!(status, 200, "{x}");
+    // The lock was held over the whole turn: its lookup found no row.
+    assert_eq!(rows(&holder), 0, "the write landed before the lookup");
+    let looked_up_early = body_messages(&mock.last().body);
+    history.push(json!({"role": "assistant", "content": "Module 100 fixed."}));
+    holder.execute_batch("ROLLBACK").unwrap();
+    wait_for_a_row(&holder, &proxy).await;
+
+    history.extend(round(101));
+    history.pop();
+    let (status, x) = send(&proxy, &history).await;
+    assert_eq!(status, 200, "{x}");
+    let landed = body_messages(&mock.last().body);
+    for (turn, sent) in [("looked up early", looked_up_early), ("after", landed)] {
+        assert!(
+            sent.starts_with(event.trim_end_matches(']')),
+            "the turn {turn} was not resumed from the event's checkpoint: {x}\n{}",
+            proxy.logs()
+        );
+    }
+    assert_eq!(mock.summaries().len(), summaries, "no summariser call");
+}
+
+/// Another connection takes the file's write lock: the proxy's writes wait for it.
+fn hold_write_lock(file: &Path) -> rusqlite::Connection {
+    let holder = rusqlite::Connection::open(file).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    holder
+}
+
+/// Plays turns until one is an event; returns its request as the upstream took it. The
+/// first event is the refused turn that teaches the window: with the write lock held, its
+/// checkpoint is the proxy's first write, held back.
+async fn play_until_event(
+    proxy: &Proxy,
+    mock: &Mock,
+    history: &mut Vec<Value>,
+) -> support::Recorded {
+    for n in 0..60 {
+        history.extend(round(n));
+        history.pop();
+        let (status, x) = send(proxy, history).await;
+        assert_eq!(status, 200, "turn {n}: {x}\n{}", proxy.logs());
+        history.push(json!({"role": "assistant", "content": format!("Module {n} fixed.")}));
+        if x.contains("applied") {
+            return mock.last();
+        }
+    }
+    panic!("no event:\n{}", proxy.logs());
+}
+
+/// The checkpoints in the file, as `connection` sees them.
+fn rows(connection: &rusqlite::Connection) -> i64 {
+    connection
+        .query_row("SELECT count(*) FROM checkpoints", [], |row| row.get(0))
+        .unwrap()
+}
+
+/// Polls the file until the held-back write has landed in it.
+async fn wait_for_a_row(connection: &rusqlite::Connection, proxy: &Proxy) {
+    for _ in 0..1000 {
+        if rows(connection) > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the held-back write never landed:\n{}", proxy.logs());
 }
 
 /// The messages of a request the upstream took, as JSON text.
