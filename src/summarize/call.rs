@@ -270,9 +270,7 @@ impl Summarizer {
         model: &str,
         middle: &Middle<'_>,
     ) -> Result<String, Failure> {
-        let window = self
-            .window
-            .unwrap_or_else(|| call.window.unwrap_or(DEFAULT_WINDOW).usize());
+        let window = self.window_for(ledger.windows, call, model);
         let counter = Counter::for_model(model);
         let room = ChunkRoom::new(window, ledger.windows.factor(self.base_url(), model));
         let previous = middle.previous.map_or(0, |p| counter.text(p));
@@ -432,13 +430,27 @@ impl Summarizer {
         Ok(check_answer(&answer, sent.expect)?)
     }
 
+    /// The window `model`'s calls must fit: the summariser's own, else the request's, but
+    /// never past what its upstream and model are known to hold (configured, learned from
+    /// an earlier refusal of its calls, built in): a smaller summariser model, or one whose
+    /// refusal taught its window, would be refused again at every event.
+    fn window_for(&self, windows: &ModelWindows, call: &Call<'_>, model: &str) -> usize {
+        self.window.unwrap_or_else(|| {
+            let request = call.window.unwrap_or(DEFAULT_WINDOW).usize();
+            windows
+                .window_for(self.base_url(), model)
+                .map_or(request, |own| request.min(own.window.usize()))
+        })
+    }
+
     /// Reads what a refused call says of the upstream's count and of the window, so the
     /// next call to this model fits; returns what it said when it refused the call as too
     /// long. The window is learned only by a summariser without a
-    /// window of its own: its calls are then sized by the request's window, which a
-    /// refusal of the same upstream and model names too. One with its own window never
-    /// reads a learned one, and what its refusal named would shrink only the window the
-    /// client's requests to that upstream and model are compacted against.
+    /// window of its own: its calls are then sized by the request's window, bounded by
+    /// what its own upstream and model are known to hold, this window among it. One with
+    /// its own window never reads a learned one, and what its refusal named would shrink
+    /// only the window the client's requests to that upstream and model are compacted
+    /// against.
     async fn learn_from_refusal(
         &self,
         models: &ModelWindows,

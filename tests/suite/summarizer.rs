@@ -591,3 +591,47 @@ async fn a_summarisers_refusal_never_shrinks_the_window_of_the_clients_requests(
     assert_eq!((status, x.as_str()), (200, ""), "{}", proxy.logs());
     assert_eq!(mock.last().body, serde_json::to_vec(&next).unwrap());
 }
+
+/// A summariser without a window of its own is sized by the request's window, but never
+/// past what its own model is known to hold: once a refusal of its calls has named the
+/// smaller window of its model, the next event's calls fit it from the first (before:
+/// every event's first call was sized by the request's window again, refused, and asked
+/// again smaller, a wasted call per event).
+#[tokio::test]
+async fn a_summariser_model_that_refused_once_is_sized_by_what_it_said_at_the_next_event() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, "model = \"small-summary-model\"");
+    const REFUSED_AT: u64 = 2500;
+    let (window, refused_at) = (WINDOW.to_string(), REFUSED_AT.to_string());
+    let headers = [
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary-window", refused_at.as_str()),
+    ];
+    let asked =
+        |call: &Value| support::mock_tokens(call) + call["max_tokens"].as_u64().unwrap_or(0);
+    let (status, x) = post_chat(&proxy, &headers, &session(30)).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary="), "{x}");
+    let first = bodies(&mock.summaries());
+    assert!(
+        first.first().is_some_and(|call| asked(call) > REFUSED_AT),
+        "the first event's first call was not refused: {:?}",
+        first.iter().map(asked).collect::<Vec<_>>()
+    );
+
+    // Another conversation's event, with the summariser's window learned.
+    let mut next = session(30);
+    next["messages"][0]["content"] = json!("You are another coding agent.");
+    let (status, x) = post_chat(&proxy, &headers, &next).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=llm"), "{x}");
+    let calls = bodies(&mock.summaries());
+    let later: Vec<u64> = calls[first.len()..].iter().map(asked).collect();
+    assert!(!later.is_empty(), "{x}");
+    assert!(
+        later.iter().all(|&tokens| tokens <= REFUSED_AT),
+        "a call of the second event over the learned window: {later:?}"
+    );
+}
