@@ -546,6 +546,25 @@ async fn a_failing_summariser_model_falls_back_to_the_requests_model() {
     assert_eq!(models, [json!("summary-model"), json!("mock-agent-model")]);
 }
 
+/// Sends `request` to the mock's window scenario in OpenAI's shape ([`WINDOW`]), whose
+/// summariser refuses as too long every call over `refused_at` of its tokens, naming that
+/// window.
+async fn post_refused_over(proxy: &Proxy, refused_at: u64, request: &Value) -> (u16, String) {
+    let (window, refused_at) = (WINDOW.to_string(), refused_at.to_string());
+    let headers = [
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary-window", refused_at.as_str()),
+    ];
+    post_chat(proxy, &headers, request).await
+}
+
+/// A summariser call's size as the mock counts it, with its completion cap.
+fn asked(call: &Value) -> u64 {
+    support::mock_tokens(call) + call["max_tokens"].as_u64().unwrap_or(0)
+}
+
 /// A summariser refused as too long teaches nothing of the client's window when it is
 /// sized by a window of its own (`summarizer.context_window`), even when it is the
 /// request's model behind the same upstream: learning the window its refusal named for
@@ -559,21 +578,12 @@ async fn a_summarisers_refusal_never_shrinks_the_window_of_the_clients_requests(
     // The summariser's upstream holds less than the summariser was told: it refuses
     // every summariser request as too long, naming this window.
     const REFUSED_AT: u64 = 1500;
-    let (window, refused_at) = (WINDOW.to_string(), REFUSED_AT.to_string());
-    let headers = [
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary-window", refused_at.as_str()),
-    ];
-    let (status, x) = post_chat(&proxy, &headers, &session(30)).await;
+    let (status, x) = post_refused_over(&proxy, REFUSED_AT, &session(30)).await;
     assert_eq!(status, 200, "{}", proxy.logs());
     assert!(x.contains("summary="), "{x}");
     // The first call was refused as too long (and asked again smaller, within the
     // window the refusal named).
     let calls = bodies(&mock.summaries());
-    let asked =
-        |call: &Value| support::mock_tokens(call) + call["max_tokens"].as_u64().unwrap_or(0);
     assert!(
         calls.first().is_some_and(|call| asked(call) > REFUSED_AT),
         "{:?}",
@@ -587,7 +597,7 @@ async fn a_summarisers_refusal_never_shrinks_the_window_of_the_clients_requests(
     next["max_tokens"] = json!(100);
     let fill = support::mock_tokens(&next) + 100;
     assert!(REFUSED_AT < fill && fill < WINDOW * 2 / 3, "{fill}");
-    let (status, x) = post_chat(&proxy, &headers, &next).await;
+    let (status, x) = post_refused_over(&proxy, REFUSED_AT, &next).await;
     assert_eq!((status, x.as_str()), (200, ""), "{}", proxy.logs());
     assert_eq!(mock.last().body, serde_json::to_vec(&next).unwrap());
 }
@@ -602,16 +612,7 @@ async fn a_summariser_model_that_refused_once_is_sized_by_what_it_said_at_the_ne
     let mock = Mock::start().await;
     let proxy = proxy(&mock, "model = \"small-summary-model\"");
     const REFUSED_AT: u64 = 2500;
-    let (window, refused_at) = (WINDOW.to_string(), REFUSED_AT.to_string());
-    let headers = [
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary-window", refused_at.as_str()),
-    ];
-    let asked =
-        |call: &Value| support::mock_tokens(call) + call["max_tokens"].as_u64().unwrap_or(0);
-    let (status, x) = post_chat(&proxy, &headers, &session(30)).await;
+    let (status, x) = post_refused_over(&proxy, REFUSED_AT, &session(30)).await;
     assert_eq!(status, 200, "{}", proxy.logs());
     assert!(x.contains("summary="), "{x}");
     let first = bodies(&mock.summaries());
@@ -624,7 +625,7 @@ async fn a_summariser_model_that_refused_once_is_sized_by_what_it_said_at_the_ne
     // Another conversation's event, with the summariser's window learned.
     let mut next = session(30);
     next["messages"][0]["content"] = json!("You are another coding agent.");
-    let (status, x) = post_chat(&proxy, &headers, &next).await;
+    let (status, x) = post_refused_over(&proxy, REFUSED_AT, &next).await;
     assert_eq!(status, 200, "{}", proxy.logs());
     assert!(x.contains("summary=llm"), "{x}");
     let calls = bodies(&mock.summaries());
