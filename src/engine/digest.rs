@@ -3,7 +3,9 @@
 //! and plain-text agents alike:
 //!
 //! - every user message (verbatim; a huge one keeps its ends, a long pasted block too),
-//!   constraints ("Never modify config/prod.yaml") first among them;
+//!   constraints ("Never modify config/prod.yaml") first among them; a sentence an
+//!   earlier request said is not listed again (agents that brief one another restate
+//!   their role and rules in every brief);
 //! - the assistant's decisions and conclusions, sentence by sentence
 //!   ([`scan::decisions`] has the rule);
 //! - each error by the line that says what failed ([`error_line`]);
@@ -90,6 +92,8 @@ const KEEP_NEWEST: usize = 2;
 /// What [`super::cut::keep_facts`] writes beyond what it keeps: its note of the cut and
 /// the marks around the fact lines.
 const FACTS_CUT_NOTE: usize = 64;
+/// Sentences shorter than this are not looked up as said before.
+const SAID_AGAIN_MIN: usize = 24;
 
 /// The digest's sections, in the order they are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -300,6 +304,9 @@ struct Item {
     rules: Option<String>,
     /// A path the user forbade modifying.
     forbidden: bool,
+    /// When it was last said, in items pushed so far: a request whose sentences a later
+    /// one says again is as recent as that one when items of its tier are given up.
+    said_at: usize,
 }
 
 impl Item {
@@ -417,6 +424,9 @@ struct Digest {
     opens_with_task: bool,
     /// Paths the user forbade modifying, as their rules name them.
     forbidden: HashSet<String>,
+    /// The request that holds each sentence the user said ([`said_key`]), the first to
+    /// say it: a sentence said again is not listed again.
+    said: HashMap<String, usize>,
     /// How it is written: its headings.
     layout: Layout,
     ask_head: usize,
@@ -433,6 +443,7 @@ impl Digest {
             error_lines: HashMap::new(),
             opens_with_task: false,
             forbidden: HashSet::new(),
+            said: HashMap::new(),
             layout: Layout::of_budget(budget),
             // However large the budget, one message may take a quarter of it at most: a
             // pasted brief or another agent's long prompt would otherwise hold the room
@@ -675,6 +686,7 @@ impl Digest {
             .filter(|l| l.trim().is_empty() || !errors_listed(&self.error_lines, l))
             .collect();
         let own = own.join("\n");
+        let own = self.not_said_before(own.trim());
         let text = own.trim();
         if text.is_empty() {
             return;
@@ -712,6 +724,46 @@ impl Digest {
         }
     }
 
+    /// `text` without the sentences an earlier request said already (agents that brief
+    /// one another restate their role, the task and the rules in every brief): the room a
+    /// message is cut to goes to what it says anew. The request that said them first
+    /// stays at the higher of its tier and theirs, and as recent as this one.
+    fn not_said_before<'t>(&mut self, text: &'t str) -> Cow<'t, str> {
+        let mut again: Vec<(usize, &str)> = Vec::new();
+        let mut fresh = String::with_capacity(text.len());
+        for line in text.lines() {
+            let before = again.len();
+            let mut kept: Vec<&str> = Vec::new();
+            for sentence in scan::sentences(line) {
+                let holder = said_key(sentence).and_then(|k| self.said.get(&k).copied());
+                match holder.filter(|&at| self.items[at].alive) {
+                    Some(at) => again.push((at, sentence)),
+                    None => kept.push(sentence),
+                }
+            }
+            if again.len() == before {
+                fresh.push_str(line);
+                fresh.push('\n');
+            } else if !kept.is_empty() {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                fresh.push_str(indent);
+                fresh.push_str(&kept.join(" "));
+                fresh.push('\n');
+            }
+        }
+        if again.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let now = self.items.len();
+        for (at, sentence) in again {
+            let tier = ask_tier(sentence, false, false);
+            let item = &mut self.items[at];
+            item.tier = item.tier.max(tier);
+            item.said_at = now;
+        }
+        Cow::Owned(fresh)
+    }
+
     /// A user message, ranked by what its own words say: a constraint, and the `task`
     /// folded in, above other requests; a message that mostly hands over material ("I ran
     /// it:" and a log) with the paths, since its error and paths are listed on their own.
@@ -726,22 +778,7 @@ impl Digest {
         {
             self.forbid(path);
         }
-        let amount = quantity::amount(&own);
-        let tier = if scan::is_constraint(&own) || amount == Some(Amount::Limit) {
-            Tier::Rule
-        } else if pasted && own.split_whitespace().count() < HANDOVER_WORDS {
-            Tier::Seen
-        } else if task || amount.is_some() {
-            // The task, folded in, is the goal; but it is kept apart in most
-            // compactions, so it ranks with the facts, not the rules. A number the user
-            // states (a size, a count, an id) is said once, like an error or a decision.
-            // A later request is no goal for being the oldest the digest holds: the task
-            // stands before it, and a later turn usually says what is wanted now.
-            Tier::Fact
-        } else {
-            Tier::Ask
-        };
-        self.push(Section::Asks, tier, &ask)
+        self.push(Section::Asks, ask_tier(&own, pasted, task), &ask)
     }
 
     /// An assistant's decisions and commands; whether it gave a command.
@@ -920,7 +957,15 @@ impl Digest {
             short: None,
             rules: None,
             forbidden,
+            said_at: at,
         });
+        if section == Section::Asks {
+            for sentence in self.items[at].text.lines().flat_map(scan::sentences) {
+                if let Some(key) = said_key(sentence) {
+                    self.said.entry(key).or_insert(at);
+                }
+            }
+        }
         Some(at)
     }
 
@@ -965,7 +1010,8 @@ impl Digest {
                 return;
             }
         }
-        self.last_call = Some(self.items.len());
+        let at = self.items.len();
+        self.last_call = Some(at);
         self.items.push(Item {
             section: Section::Tools,
             tier: Tier::Call,
@@ -975,6 +1021,7 @@ impl Digest {
             short: None,
             rules: None,
             forbidden: false,
+            said_at: at,
         });
     }
 
@@ -1021,13 +1068,17 @@ impl Digest {
             spared[i] = *n < KEEP_NEWEST;
             *n += 1;
         }
-        let order: Vec<usize> = TIERS
+        // Lowest tier first; within a tier, what was said longest ago (the order items
+        // were pushed in, but for a request said again: a stable sort of runs already
+        // in order is linear).
+        let mut order: Vec<usize> = TIERS
             .into_iter()
             .flat_map(|t| {
                 let items = &self.items;
                 (0..items.len()).filter(move |&i| items[i].alive && items[i].tier == t)
             })
             .collect();
+        order.sort_by_key(|&i| (self.items[i].tier, self.items[i].said_at));
         let mut left = Left {
             budget,
             size,
@@ -1234,6 +1285,44 @@ impl Left {
             self.size -= item.section.heading_len(self.layout);
         }
     }
+}
+
+/// The tier of a user message by its `own` words: a constraint above other requests; one
+/// that mostly hands over `pasted` material ("I ran it:" and a log) with the paths, since
+/// its error and paths are listed on their own.
+fn ask_tier(own: &str, pasted: bool, task: bool) -> Tier {
+    let amount = quantity::amount(own);
+    if scan::is_constraint(own) || amount == Some(Amount::Limit) {
+        Tier::Rule
+    } else if pasted && own.split_whitespace().count() < HANDOVER_WORDS {
+        Tier::Seen
+    } else if task || amount.is_some() {
+        // The task, folded in, is the goal; but it is kept apart in most compactions, so
+        // it ranks with the facts, not the rules. A number the user states (a size, a
+        // count, an id) is said once, like an error or a decision. A later request is no
+        // goal for being the oldest the digest holds: the task stands before it, and a
+        // later turn usually says what is wanted now.
+        Tier::Fact
+    } else {
+        Tier::Ask
+    }
+}
+
+/// A sentence as [`Digest::not_said_before`] recognises it said again: its words with
+/// single spaces between them; `None` for one too short to be worth the lookup ("Thanks.",
+/// "Go on."), which says little either way.
+fn said_key(sentence: &str) -> Option<String> {
+    if sentence.len() < SAID_AGAIN_MIN {
+        return None;
+    }
+    let mut key = String::with_capacity(sentence.len());
+    for word in sentence.split_whitespace() {
+        if !key.is_empty() {
+            key.push(' ');
+        }
+        key.push_str(word);
+    }
+    (key.len() >= SAID_AGAIN_MIN).then_some(key)
 }
 
 /// The tier of a decision sentence: a strong phrase, or a weak one that decides something,
@@ -1579,6 +1668,94 @@ mod tests {
             assert!(item(&later, choice) && !item(&later, ask), "{later}");
             let task = first_given_up(digest_from_task);
             assert!(item(&task, ask) && !item(&task, choice), "{task}");
+        }
+    }
+
+    /// Briefs that restate their role and rules before what is new, as agents that brief
+    /// one another write them, in several wordings.
+    const PREAMBLES: [&str; 4] = [
+        "You are the reviewer of a small command-line tool. Your colleague writes the code \
+         and you check it line by line. Answer in plain English and keep each reply short. \
+         The customer wants a tool that converts CSV files to JSON. ",
+        "ROLE: senior tester on the billing team.\nCONTEXT: the invoices service is \
+         written in Go and deployed twice a week.\nRULE: do not change the public API of \
+         the service.\n",
+        "As the product owner you decide what ships in this sprint, and the team follows \
+         your priorities. The app is a todo list with reminders for phones. We review the \
+         board every morning at nine. ",
+        "Dear assistant, we keep working on the weather dashboard for the city council. \
+         The dashboard reads the sensors of forty stations. Every change goes through the \
+         staging site first. ",
+    ];
+
+    #[test]
+    fn a_sentence_another_brief_said_before_is_listed_once() {
+        for preamble in PREAMBLES {
+            let first = format!("{preamble}First, sketch the modules.");
+            let news =
+                "Next, rename the converter module to csv_two and update every import of it.";
+            let filler: String = (0..6)
+                .map(|i| format!("Point {i} of the plan lists one more step to take later. "))
+                .collect();
+            let second = format!("{preamble}{news} {filler}");
+            let turns = parse(json!([
+                {"role": "user", "content": first},
+                {"role": "assistant", "content": "Here is a sketch of the modules."},
+                {"role": "user", "content": second},
+                {"role": "assistant", "content": "I will rename it now."},
+            ]));
+            // A quarter of this budget is less than the second brief: cut to its ends,
+            // its news (after the preamble) would be lost had it kept the preamble again.
+            let d = digest(None, &turns, 1_800);
+            let asks = d.split("\n\n").next().unwrap_or_default();
+            assert!(asks.contains(news), "{d}");
+            for sentence in preamble.lines().flat_map(scan::sentences) {
+                assert_eq!(asks.matches(sentence).count(), 1, "{sentence}: {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_rule_said_again_is_given_up_as_late_as_its_last_saying() {
+        // Two rules, the first said again after the second: listed once, under its first
+        // saying, and as recent as its second, so when one of the two must go it is the
+        // other, said longer ago.
+        for (rule, other) in [
+            (
+                "Never push to the release branch, only open pull requests against it.",
+                "Don't add new dependencies to requirements.txt, we are frozen.",
+            ),
+            (
+                "Do not touch the vendored copy of the parser under third_party.",
+                "You must keep the tests green on every commit you make.",
+            ),
+            (
+                "Keep every response under 200 ms at the p99, whatever you change.",
+                "Never log a customer's address, not even in debug builds.",
+            ),
+            (
+                "Under no circumstances rename the public functions in api.py.",
+                "Always ask before you delete a migration file.",
+            ),
+        ] {
+            let turns = parse(json!([
+                {"role": "user", "content": rule},
+                {"role": "assistant", "content": "Understood, I will keep to that."},
+                {"role": "user", "content": other},
+                {"role": "assistant", "content": "Noted, that too."},
+                {"role": "user", "content": format!("Please remember this. {rule}")},
+                {"role": "assistant", "content": "Yes, I remember it."},
+            ]));
+            let whole = digest(None, &turns, 10_000);
+            let asks = whole.split("\n\n").next().unwrap_or_default();
+            assert_eq!(asks.matches(rule).count(), 1, "{whole}");
+            let item = |d: &str, text: &str| d.lines().any(|l| l == format!("- {text}"));
+            let given_up = (1..=whole.len())
+                .rev()
+                .map(|budget| digest(None, &turns, budget))
+                .find(|d| !(item(d, rule) && item(d, other)))
+                .unwrap();
+            assert!(item(&given_up, rule), "{given_up}");
         }
     }
 
