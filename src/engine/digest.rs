@@ -562,9 +562,19 @@ impl Digest {
             && turns
                 .iter()
                 .filter(|m| m.role == Role::Assistant)
-                .filter(|m| scan::bare_command(&m.text()).is_some())
+                .filter(|m| {
+                    let text = m.text();
+                    scan::bare_command(&text).is_some() || scan::is_code(&text)
+                })
                 .nth(1)
                 .is_some();
+        // An agent that acts in code its runtime runs (a code agent), more than once: the
+        // user turn after such a message is what the run printed, tool calls or not.
+        let code_agent = turns
+            .iter()
+            .filter(|m| m.role == Role::Assistant && scan::is_code(&m.text()))
+            .nth(1)
+            .is_some();
         let mut previews = Vec::new();
         for (i, m) in turns.iter().enumerate() {
             let raw = m.text();
@@ -586,16 +596,21 @@ impl Digest {
                     self.add_calls(m, &mut index);
                     if self.add_assistant_text(&text, &mut command) {
                         Answers::Command
-                    } else if !text_agent {
+                    } else if !(text_agent || (code_agent && scan::is_code(&text))) {
                         Answers::Nothing
                     } else {
                         // What such an agent's user turn holds after any of its
                         // messages (a command with a comment, a script echoed into a
                         // file) is the environment's answer, unless it addresses the
                         // agent.
-                        if let Some(bare) = scan::bare_command(&text) {
-                            let label = format!("command: {}", one_line(bare, LABEL_CHARS));
-                            self.add_paths(bare, Tier::Touched);
+                        let run = match scan::bare_command(&text) {
+                            Some(bare) => Some(("command", bare)),
+                            None if scan::is_code(&text) => Some(("code", text.trim())),
+                            None => None,
+                        };
+                        if let Some((kind, run)) = run {
+                            let label = format!("{kind}: {}", one_line(run, LABEL_CHARS));
+                            self.add_paths(run, Tier::Touched);
                             self.push_call(label.clone(), 1);
                             command = Some(label);
                         }
@@ -1288,13 +1303,17 @@ impl Left {
 }
 
 /// The tier of a user message by its `own` words: a constraint above other requests; one
-/// that mostly hands over `pasted` material ("I ran it:" and a log) with the paths, since
-/// its error and paths are listed on their own.
+/// that mostly hands over `pasted` material ("I ran it:" and a log), or holds no prose at
+/// all, with the paths, since its error and paths are listed on their own.
 fn ask_tier(own: &str, pasted: bool, task: bool) -> Tier {
     let amount = quantity::amount(own);
     if scan::is_constraint(own) || amount == Some(Amount::Limit) {
         Tier::Rule
     } else if pasted && own.split_whitespace().count() < HANDOVER_WORDS {
+        Tier::Seen
+    } else if !task && !scan::has_prose(own) {
+        // Not a line of prose (a log, a listing, a table handed over raw, or an
+        // environment's answer no rule read as one): material handed over as well.
         Tier::Seen
     } else if task || amount.is_some() {
         // The task, folded in, is the goal; but it is kept apart in most compactions, so
@@ -2443,6 +2462,120 @@ mod tests {
             assert!(d.contains(&format!("- written: {path}\n")), "{line}\n{d}");
             assert!(!d.contains("written: config/locked_q3.toml"), "{d}");
             assert!(d.contains("forbidden: config/locked_q3.toml"), "{d}");
+        }
+    }
+
+    #[test]
+    fn a_code_agent_gets_what_its_programs_printed_as_outputs_not_requests() {
+        // Agents that act in code their runtime runs, tool calls beside them or not: what
+        // comes back in the user's turn is the run's, in prose or not; a person's words
+        // among them are a request.
+        let programs = [
+            (
+                "# look the figure up first\nhits = web_search(query=\"tallest dam in Norway\")\nprint(hits)",
+                "Execution logs:\nThe tallest dam in Norway is Oddatjorn at 142 metres.\nLast output from code snippet:\nNone",
+            ),
+            (
+                "for name in os.listdir(\"data\"):\n    print(name, os.path.getsize(\"data/\" + name))",
+                "rides_2023.csv 48211\nstations.json 1920",
+            ),
+            (
+                "const rows = await db.query(\"SELECT count(*) FROM trips\");\nconsole.log(rows);",
+                "There are 18734 trips in the table.",
+            ),
+            (
+                "df = pd.read_csv(\"data/rides_2023.csv\")\ndf.groupby(\"station\").size().head()",
+                "Traceback (most recent call last):\n  File \"<stdin>\", line 1, in <module>\nKeyError: 'station'",
+            ),
+        ];
+        let words = "Please keep the final answer in kilometres, the report uses those.";
+        let mut messages =
+            vec![json!({"role": "user", "content": "Find how long the ride data covers."})];
+        for (i, (code, printed)) in programs.iter().enumerate() {
+            messages.push(json!({"role": "assistant", "content": code}));
+            messages.push(json!({"role": "user", "content": printed}));
+            if i == 1 {
+                messages.push(json!({"role": "user", "content": words}));
+            }
+        }
+        // A tool call beside the programs does not make their runs requests.
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "final_answer", "arguments": "{}"}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": "c1", "content": "done"}));
+        let d = digest(None, &parse(Value::Array(messages)), 10_000);
+        let asks = d
+            .split("\n\n")
+            .find(|s| s.starts_with(Section::Asks.heading()))
+            .unwrap_or_default();
+        assert!(asks.contains(words), "{d}");
+        for printed in [
+            "Oddatjorn",
+            "rides_2023.csv 48211",
+            "18734 trips",
+            "Traceback",
+        ] {
+            assert!(!asks.contains(printed), "{printed}\n{d}");
+        }
+        assert!(d.contains("KeyError: 'station'"), "{d}");
+        assert!(d.contains("code: "), "{d}");
+        // One program in a chat makes no code agent of it: the answer after it is words.
+        let chat = parse(json!([
+            {"role": "user", "content": "How do I print the first rows of a frame?"},
+            {"role": "assistant", "content": "df.head()"},
+            {"role": "user", "content": "that works now"},
+        ]));
+        let d = digest(None, &chat, 10_000);
+        assert!(d.contains("- that works now"), "{d}");
+    }
+
+    #[test]
+    fn material_handed_over_without_a_word_gives_way_to_a_decision() {
+        // A user turn with no line of prose (a listing, a table, a log pasted raw) holds
+        // numbers, but says nothing the user asks: it goes before what the agent decided,
+        // though said later.
+        for (raw, decision) in [
+            (
+                "48211  data/rides_2023.csv\n1920   data/stations.json",
+                "I'll load the rides with pyarrow instead of the csv module.",
+            ),
+            (
+                "id | station | rides\n---|---|---\n17 | harbour | 3302\n18 | museum | 2990",
+                "We will group the rides by station before joining them.",
+            ),
+            (
+                "  PID USER      %CPU COMMAND\n 8123 app       97.2 worker\n 8130 app        0.3 nginx",
+                "Decision: the worker gets a CPU quota of two cores.",
+            ),
+            (
+                "2026-03-01T10:00:02Z GET /api/trips 200 31ms\n2026-03-01T10:00:03Z GET /api/trips 503 2ms",
+                "The root cause is the connection pool running dry under load.",
+            ),
+        ] {
+            let turns = parse(json!([
+                {"role": "user", "content": "Look at the ride data for March."},
+                {"role": "assistant", "content": decision},
+                {"role": "user", "content": raw},
+            ]));
+            let item = |d: &str, text: &str| d.lines().any(|l| l == format!("- {text}"));
+            let whole = digest(None, &turns, 10_000);
+            let given_up = (1..=whole.len())
+                .rev()
+                .map(|budget| digest(None, &turns, budget))
+                .find(|d| !(item(d, decision) && d.contains(raw.lines().next().unwrap_or_default())))
+                .unwrap();
+            assert!(item(&given_up, decision), "{given_up}");
+        }
+    }
+
+    #[test]
+    fn prose_with_calls_in_it_is_no_program() {
+        for text in [
+            "I ran `df.head()` and the first rows look right.",
+            "The fix is in parse(): it now returns early.",
+            "Done!",
+            "Let me look at config.yaml next.",
+        ] {
+            assert!(!scan::is_code(text), "{text}");
         }
     }
 

@@ -251,6 +251,59 @@ pub fn bare_command(text: &str) -> Option<&str> {
     command.then_some(first)
 }
 
+/// Whether an assistant message is a program and nothing else, as a code agent writes
+/// one for its runtime to run (`results = web_search("...")` and `print(results)`, a
+/// loop, a script): no fence, every line a statement or a comment, at least one a
+/// statement. A sentence that ends as sentences do is prose, whatever it holds.
+pub fn is_code(text: &str) -> bool {
+    if text.contains("```") {
+        return false;
+    }
+    let mut statements = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let t = line.trim();
+        if t.starts_with('#') || t.starts_with("//") {
+            continue;
+        }
+        if !statement(line) {
+            return false;
+        }
+        statements += 1;
+    }
+    statements > 0
+}
+
+/// A line of a program: indented, or ending as a call, a block's opening or an item of a
+/// literal does, or assigning, or opened by a keyword of a language, or a name alone (an
+/// expression a notebook prints), or a command line ([`invocation`]); never one that
+/// ends as a sentence of prose does.
+fn statement(line: &str) -> bool {
+    let t = line.trim();
+    if t.ends_with(['.', '!', '?']) && prose_line(line) {
+        return false;
+    }
+    let first = t.split_whitespace().next().unwrap_or("");
+    let name = |w: &str| {
+        w.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && w.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+    };
+    line.starts_with([' ', '\t'])
+        || t.ends_with([')', ':', ']', '}', '(', '[', '{', ',', ';'])
+        || t.contains('=')
+        || CODE_KEYWORDS.contains(&first)
+        || (name(t) && !t.ends_with('.'))
+        || invocation(line)
+}
+
+/// Words that open a statement in the languages code agents write (Python, JavaScript,
+/// shell), lowercase as a program has them.
+const CODE_KEYWORDS: &[&str] = &[
+    "import", "from", "def", "class", "return", "raise", "yield", "await", "async", "assert",
+    "del", "pass", "break", "continue", "global", "with", "try", "else", "elif", "except",
+    "finally", "while", "for", "if", "const", "let", "var", "function", "export", "echo",
+];
+
 /// A line that reads as a program called with its arguments rather than a sentence,
 /// though made of words (`ls -la /srv`, `SELECT name FROM users`): it opens with a
 /// program's name (lowercase, maybe with digits, `.`, `/`, `_` or `-`) and passes it
@@ -378,6 +431,11 @@ pub fn reads_as_words(text: &str) -> bool {
     let first = first.split("\n\n").next().unwrap_or("");
     let lines: Vec<&str> = first.lines().filter(|l| !l.trim().is_empty()).collect();
     !lines.is_empty() && lines.iter().all(|l| prose_line(l))
+}
+
+/// Whether any line of `text` is prose ([`prose_line`]).
+pub fn has_prose(text: &str) -> bool {
+    text.lines().any(prose_line)
 }
 
 /// A line of prose: not indented, not opened by a tool's lowercase label (`fatal:`,
