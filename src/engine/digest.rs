@@ -92,6 +92,8 @@ const KEEP_NEWEST: usize = 2;
 /// What [`super::cut::keep_facts`] writes beyond what it keeps: its note of the cut and
 /// the marks around the fact lines.
 const FACTS_CUT_NOTE: usize = 64;
+/// Rules and numbers a request sets at once from which it reads as a brief.
+const BRIEF_RULES: usize = 4;
 /// Sentences shorter than this are not looked up as said before.
 const SAID_AGAIN_MIN: usize = 24;
 
@@ -1050,7 +1052,10 @@ impl Digest {
     ///    entries;
     /// 4. what a rule-setting user message says besides its rules and numbers;
     /// 5. the end of a long decision, beyond its first [`DENSE_DECISION`] characters;
-    /// 6. any item, lowest tier and oldest first.
+    /// 6. the rules of a brief ([`BRIEF_RULES`] or more) that name nothing the model could
+    ///    not guess;
+    /// 7. any item, lowest tier and oldest first (a request said again counts as said
+    ///    when it was last said).
     ///
     /// The last item standing is cut rather than dropped, so the digest is never empty.
     fn fit(&mut self, budget: usize) {
@@ -1130,6 +1135,25 @@ impl Digest {
         left.shorten(&mut self.items, |item| {
             let long = item.section == Section::Decisions && item.text.len() > DENSE_DECISION;
             long.then(|| one_line(&item.text, DENSE_DECISION))
+        });
+        // A brief (a request setting many rules at once, as another agent's prompt does)
+        // keeps the rules that name something the model could not guess (a file, a
+        // branch, a limit) before a fact is dropped whole: its general ones ("write
+        // complete code") the next brief usually says again.
+        left.shorten(&mut self.items, |item| {
+            if item.section != Section::Asks || item.tier != Tier::Rule {
+                return None;
+            }
+            let parts = salient_parts(&item.text);
+            if parts.len() < BRIEF_RULES {
+                return None;
+            }
+            let named: Vec<&str> = parts
+                .iter()
+                .map(|p| p.as_ref())
+                .filter(|p| commitment::names_something(p))
+                .collect();
+            (!named.is_empty() && named.len() < parts.len()).then(|| named.join(" "))
         });
         left.drop(&mut self.items, &order, |_, _| true);
         // Items go whole, oldest first, so the last one dropped may leave more room than
@@ -2564,6 +2588,50 @@ mod tests {
                 .find(|d| !(item(d, decision) && d.contains(raw.lines().next().unwrap_or_default())))
                 .unwrap();
             assert!(item(&given_up, decision), "{given_up}");
+        }
+    }
+
+    #[test]
+    fn a_brief_gives_up_its_general_rules_before_a_fact() {
+        // Another agent's brief sets rules by the handful; the one naming what the model
+        // could not guess stays with the facts said after it, the general ones go first.
+        let general = [
+            "You must write complete code with no placeholders.",
+            "Always explain your reasoning before you answer.",
+            "Never leave a function unimplemented.",
+            "Make sure that every reply follows the format above.",
+            "Do not ask the user questions, decide on your own.",
+        ];
+        for named in [
+            "Never edit deploy/values_prod.yaml, it is applied by hand.",
+            "Do not change the signature of `parse_invoice()`.",
+            "Keep the bundle under 250 KB after minification.",
+            "You must not push to the release/2026-q4 branch.",
+        ] {
+            let brief = format!(
+                "{} {named} {}",
+                general[..3].join(" "),
+                general[3..].join(" ")
+            );
+            let decision = "I'll keep the cache in Redis rather than in the process.";
+            let error = "TypeError: Cannot read properties of undefined (reading 'total')";
+            let turns = parse(json!([
+                {"role": "user", "content": brief},
+                {"role": "assistant", "content": decision, "tool_calls": [
+                    {"id": "t1", "type": "function", "function": {"name": "run_tests", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "t1", "content": error},
+            ]));
+            let fits = |d: &str| d.contains(named) && d.contains(decision) && d.contains(error);
+            let whole = digest(None, &turns, 10_000);
+            assert!(fits(&whole), "{whole}");
+            // The smallest budget that still keeps all three: no general rule is left.
+            let tight = (1..=whole.len())
+                .map(|budget| digest(None, &turns, budget))
+                .find(|d| fits(d))
+                .unwrap();
+            for rule in general {
+                assert!(!tight.contains(rule), "{rule}\n{tight}");
+            }
         }
     }
 
