@@ -552,6 +552,25 @@ pub fn reported_path(line: &str) -> Option<&str> {
     let t = line
         .trim()
         .trim_end_matches(['.', ',', ';', ')', ']', '"', '\'']);
+    // Every path holds a `/` or a `.`: most lines of an output are passed over here.
+    if t.len() > 200 || !t.contains(['/', '.']) {
+        return None;
+    }
+    path_ending(t).or_else(|| {
+        // What a tool prints after the path it made: its size, the time it took, a mark
+        // (`Wrote out/r.html (42 KB)`, `... to runs/best.pt in 2.4s`, `... [ok]`), or the
+        // verb itself (`Report out/junit.xml generated`, `out/a.json was written`).
+        let bare = without_qualifiers(line.trim().trim_end_matches(['.', ',', ';']));
+        let bare = bare.trim_end_matches(['.', ',', ';', '"', '\'']);
+        (bare.len() < t.len())
+            .then(|| path_ending(bare))
+            .flatten()
+            .or_else(|| made_after(bare))
+    })
+}
+
+/// [`reported_path`] for a line that ends with the path.
+fn path_ending(t: &str) -> Option<&str> {
     let (head, last) = t.rsplit_once([' ', '\t'])?;
     let path = as_path(last.trim_start_matches(['(', '[', '"', '\'', '`']))?;
     let file = path.rsplit('/').next().unwrap_or(path);
@@ -582,6 +601,121 @@ pub fn reported_path(line: &str) -> Option<&str> {
         && others == 0
         && super::failing_lines::line_score(t) < 2)
         .then_some(path)
+}
+
+/// Words a tool prints after a path to say it made it (`Report out/junit.xml generated`).
+const MADE_AFTER: &[&str] = &[
+    "written",
+    "saved",
+    "created",
+    "generated",
+    "exported",
+    "built",
+    "emitted",
+    "produced",
+    "stored",
+    "uploaded",
+    "downloaded",
+    "rendered",
+    "published",
+    "ready",
+];
+
+/// Words between a path and the verb that says it was made ("was written", "has been
+/// created successfully").
+const MADE_AUXILIARIES: &[&str] = &[
+    "was",
+    "were",
+    "is",
+    "are",
+    "has",
+    "have",
+    "been",
+    "successfully",
+];
+
+/// A line that names a path and then says it was made, nothing after the verb but
+/// `successfully`: the path.
+fn made_after(t: &str) -> Option<&str> {
+    let listed = |list: &[&str], w: &str| list.iter().any(|m| m.eq_ignore_ascii_case(w));
+    if !t.split_whitespace().any(|w| listed(MADE_AFTER, w)) {
+        return None;
+    }
+    let words: Vec<&str> = t.split_whitespace().collect();
+    let at = words.iter().rposition(|w| w.contains(['/', '.']))?;
+    let tail = &words[at + 1..];
+    let verb = tail.iter().position(|w| listed(MADE_AFTER, w))?;
+    let helpers_only = tail
+        .iter()
+        .enumerate()
+        .all(|(i, w)| i == verb || listed(MADE_AUXILIARIES, w));
+    let path = as_path(words[at].trim_matches(|c: char| "([\"'`)]".contains(c)))?;
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let mut others = 0;
+    paths(&words[..at].join(" "), |_| {
+        others += 1;
+        false
+    });
+    (helpers_only
+        && at <= 12
+        && others == 0
+        && file.contains('.')
+        && !path.starts_with("http")
+        && super::failing_lines::line_score(t) < 2)
+        .then_some(path)
+}
+
+/// A line without what a tool prints after the path it made: a short group in brackets
+/// without a path in it, a size or a duration (`12.3 kB`, `1.2MB`, `in 0.4s`, `120ms`),
+/// a mark of success.
+fn without_qualifiers(line: &str) -> &str {
+    let mut t = line.trim_end();
+    loop {
+        let before = t.len();
+        if let Some(open) = t
+            .strip_suffix(')')
+            .and_then(|r| r.rfind('('))
+            .or_else(|| t.strip_suffix(']').and_then(|r| r.rfind('[')))
+        {
+            if t.len() - open <= 40 && !t[open..].contains('/') {
+                t = t[..open].trim_end();
+            }
+        }
+        if let Some((head, last)) = t.rsplit_once([' ', '\t']) {
+            let head = head.trim_end();
+            if is_measure(last) || ["✓", "✔", "OK", "ok", "done"].contains(&last) {
+                t = head;
+            } else if is_unit(last) && head.rsplit(' ').next().is_some_and(is_number) {
+                t = head.rsplit_once(' ').map_or(head, |(h, _)| h.trim_end());
+            }
+            if let Some(h) = t.strip_suffix(" in").filter(|_| t.len() < before) {
+                t = h.trim_end();
+            }
+        }
+        if t.len() == before {
+            return t;
+        }
+    }
+}
+
+/// A size or a duration written as one word: `1.2MB`, `42KiB`, `0.4s`, `120ms`, `1m2s`.
+fn is_measure(word: &str) -> bool {
+    let digits = word.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == 'm');
+    digits.len() < word.len()
+        && word.starts_with(|c: char| c.is_ascii_digit())
+        && (is_unit(digits) || digits.is_empty() && word.ends_with('m'))
+}
+
+fn is_unit(word: &str) -> bool {
+    [
+        "B", "kB", "KB", "KiB", "MB", "MiB", "GB", "GiB", "kb", "mb", "bytes", "s", "ms", "sec",
+        "secs", "seconds", "min",
+    ]
+    .contains(&word)
+}
+
+fn is_number(word: &str) -> bool {
+    !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit() || b == b'.')
 }
 
 /// Words of a clause that forbid what it names: "never", "do not", "leave ... alone",
@@ -1548,6 +1682,27 @@ mod tests {
                 "[info] artifact uploaded: dist/r_a9.tar.gz",
                 "dist/r_a9.tar.gz",
             ),
+            // What tools print after the path: a size, a time, a mark, or the verb.
+            ("Wrote out/report_k7.html (42 KB)", "out/report_k7.html"),
+            (
+                "Saved checkpoint to runs/exp3/best.pt in 2.4s",
+                "runs/exp3/best.pt",
+            ),
+            ("Exported data/out_9.csv [ok]", "data/out_9.csv"),
+            ("Created docs/api_ref.md 3.1 kB", "docs/api_ref.md"),
+            (
+                "Report reports/junit_q4.xml generated",
+                "reports/junit_q4.xml",
+            ),
+            (
+                "build/site/index.html was written successfully.",
+                "build/site/index.html",
+            ),
+            (
+                "The summary file results/summary_v2.json has been created",
+                "results/summary_v2.json",
+            ),
+            ("bundle dist/app.min.js ready (12.3 kB)", "dist/app.min.js"),
         ] {
             assert_eq!(reported_path(line), Some(path), "{line}");
         }
@@ -1561,6 +1716,12 @@ mod tests {
             "Changed directory to /srv/app",
             "src/a.py",
             "See https://example.com/docs/index.html",
+            "Opened src/config.yaml (read-only)",
+            "Deleted tmp/cache.db (12 KB)",
+            "src/app/models.py (modified)",
+            "tests/test_api.py passed in 0.3s",
+            "error: out/report.xml could not be written",
+            "Copied src/a.py to src/b.py and out/c.py was written",
         ] {
             assert_eq!(reported_path(line), None, "{line}");
         }
