@@ -591,7 +591,19 @@ impl Digest {
             let text = without_placeholders(&raw);
             answers_command = match m.role {
                 Role::User => {
-                    self.add_user(&text, command.as_deref(), answers_command);
+                    // An observation and a message the client sent after it, joined: the
+                    // later one, when it addresses the agent, is a person's words, not more
+                    // of the output.
+                    let said = output_then_words(&raw, m.joins_in(&raw), answers_command);
+                    match said {
+                        Some(at) => {
+                            let output = without_placeholders(&raw[..at]);
+                            self.add_user(&output, command.as_deref(), answers_command);
+                            let words = without_placeholders(&raw[at..]);
+                            self.add_user(&words, command.as_deref(), Answers::Nothing);
+                        }
+                        None => self.add_user(&text, command.as_deref(), answers_command),
+                    }
                     Answers::Nothing
                 }
                 Role::Assistant => {
@@ -670,12 +682,7 @@ impl Digest {
         if text.is_empty() {
             return;
         }
-        let output = match answers {
-            Answers::Nothing => false,
-            Answers::Command => !scan::reads_as_words(text),
-            Answers::Bare => !scan::addresses_agent(text),
-        };
-        if output || scan::is_observation(text) {
+        if is_output(text, answers) {
             // An observation may carry what a person added after it (a run of user
             // messages joined into one): those words are a request like any other.
             let (observation, added) = scan::split_observation(text);
@@ -1324,6 +1331,36 @@ impl Left {
             self.size -= item.section.heading_len(self.layout);
         }
     }
+}
+
+/// Where, in a user message that joins several the client sent, an output ends and a
+/// person's words begin: the first message joined after an output that holds prose and
+/// says something to the agent ([`scan::says_to_agent`]: a rule, a limit, a word said to
+/// someone), not framed as another output. A tool's own prose ("Saved the results to
+/// ...") is not.
+fn output_then_words(text: &str, joins: &[usize], answers: Answers) -> Option<usize> {
+    let first = joins.first()?;
+    if !is_output(&text[..*first], answers) {
+        return None;
+    }
+    joins.iter().copied().find(|&at| {
+        // A message of its own: a line of prose in it will do, under a frame
+        // ("[from the user]", "ADMIN") that no sentence starts.
+        let part = &text[at..];
+        scan::has_prose(part) && scan::says_to_agent(part) && !scan::is_observation(part)
+    })
+}
+
+/// Whether a user message hands back an output: by its framing, or as the answer to a
+/// command the message before gave that reads as no one's words.
+fn is_output(text: &str, answers: Answers) -> bool {
+    let text = text.trim();
+    let answered = match answers {
+        Answers::Nothing => false,
+        Answers::Command => !scan::reads_as_words(text),
+        Answers::Bare => !scan::addresses_agent(text),
+    };
+    answered || scan::is_observation(text)
 }
 
 /// The tier of a user message by its `own` words: a constraint above other requests; one
@@ -2632,6 +2669,52 @@ mod tests {
             for rule in general {
                 assert!(!tight.contains(rule), "{rule}\n{tight}");
             }
+        }
+    }
+
+    #[test]
+    fn a_message_sent_after_an_observation_is_read_apart_once_joined() {
+        // A text agent's observation and a person's message after it arrive as one once
+        // consecutive user messages are joined; the person's message is a request, however
+        // it is framed, and the observation is not.
+        use crate::engine::merge::merge_same_role;
+        use crate::engine::tokens::{Counter, Encoding};
+        for (said, rule) in [
+            (
+                "Operator note:\n\nDo not restart db-primary-2, the migration holds a lock for 40 minutes.",
+                "Do not restart db-primary-2",
+            ),
+            (
+                "[from the user]\nNever write outside /srv/work_7; the rest of the disk is shared.",
+                "Never write outside /srv/work_7",
+            ),
+            (
+                "Heads-up from ops\n\nKeep every output file under 5 MB, the uploader rejects larger ones.",
+                "Keep every output file under 5 MB",
+            ),
+            (
+                "ADMIN\n\nYou must not email the customer list to anyone outside billing.",
+                "You must not email the customer list",
+            ),
+        ] {
+            let mut turns = parse(json!([
+                {"role": "user", "content": "Task: tidy the work directory."},
+                {"role": "assistant", "content": "ls -la /srv/work_7"},
+                {"role": "user", "content": "total 12\n-rw-r--r-- 1 app app 4096 Mar 3 10:02 notes_a1.txt"},
+                {"role": "user", "content": said},
+                {"role": "assistant", "content": "du -sh /srv/work_7"},
+                {"role": "user", "content": "12K\t/srv/work_7"},
+                {"role": "assistant", "content": "done"},
+                {"role": "user", "content": "thanks"},
+            ]));
+            merge_same_role(&mut turns, &Counter::new(Encoding::O200k));
+            let d = digest(None, &turns, 10_000);
+            let asks = d
+                .split("\n\n")
+                .find(|s| s.starts_with(Section::Asks.heading()))
+                .unwrap_or_default();
+            assert!(asks.contains(rule), "{rule}\n{d}");
+            assert!(!asks.contains("total 12"), "{d}");
         }
     }
 

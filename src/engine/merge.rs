@@ -17,8 +17,20 @@ pub fn merge_same_role(messages: &mut Vec<Message>, counter: &Counter) -> usize 
         let protected = Some(i) == latest_user;
         match out.last_mut() {
             Some(prev) if !protected && can_merge(prev, &msg) => {
+                // Where the next text starts, for the digest to read apart the messages
+                // the client sent (plain text joined to plain text only).
+                let next_at = match (prev.content(), msg.content()) {
+                    (Some(Value::String(a)), Some(Value::String(_))) => Some(a.len() + 2),
+                    _ => None,
+                };
+                let earlier = prev.joins().to_vec();
                 let joined = join_content(prev.content(), msg.content());
                 prev.set_content(joined, counter);
+                if let Some(at) = next_at {
+                    for at in earlier.into_iter().chain([at]) {
+                        prev.note_joined(at);
+                    }
+                }
                 merged += 1;
             }
             _ => out.push(msg),
@@ -115,6 +127,34 @@ mod tests {
         let mut m = msgs(v);
         let n = merge_same_role(&mut m, &Counter::new(Encoding::O200k));
         (m.into_iter().map(|m| Value::Object(m.body)).collect(), n)
+    }
+
+    #[test]
+    fn a_joined_message_knows_where_each_message_sent_starts_until_it_is_edited() {
+        let counter = Counter::new(Encoding::O200k);
+        let mut m = msgs(json!([
+            {"role": "user", "content": "obs one"},
+            {"role": "user", "content": "obs two"},
+            {"role": "user", "content": "please stop"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "latest"},
+        ]));
+        merge_same_role(&mut m, &counter);
+        let text = m[0].text().into_owned();
+        let starts: Vec<&str> = m[0].joins_in(&text).iter().map(|&at| &text[at..]).collect();
+        assert_eq!(starts, ["obs two\n\nplease stop", "please stop"]);
+        // A text that no longer splits there (a pass cut it) has none.
+        assert!(m[0].joins_in("obs one").is_empty());
+        m[0].set_content(json!("cut"), &counter);
+        assert!(m[0].joins_in("cut").is_empty() && m[0].joins().is_empty());
+        // Parts joined to parts record nothing: the digest reads them whole.
+        let mut parts = msgs(json!([
+            {"role": "user", "content": [{"type": "text", "text": "a"}]},
+            {"role": "user", "content": "b"},
+            {"role": "assistant", "content": "ok"},
+        ]));
+        merge_same_role(&mut parts, &counter);
+        assert!(parts[0].joins().is_empty());
     }
 
     #[test]

@@ -64,6 +64,11 @@ pub struct Message {
     pub body: Map<String, Value>,
     /// Exact token cost of this message, kept current by every edit.
     pub tokens: usize,
+    /// Where each message that [`super::merge`] joined to this one starts in its text,
+    /// after the blank line that joins them: the client sent them apart (an agent's
+    /// observation, then a person's words). Empty for a message as sent, and after any
+    /// other edit.
+    joined_at: Vec<usize>,
 }
 
 impl Message {
@@ -73,6 +78,7 @@ impl Message {
             role,
             body: value.as_object().cloned().unwrap_or_default(),
             tokens,
+            joined_at: Vec::new(),
         }
     }
 
@@ -89,7 +95,12 @@ impl Message {
         body.insert("role".into(), Value::String(role.as_str().into()));
         body.append(&mut fields);
         let tokens = counter.message(&body);
-        Message { role, body, tokens }
+        Message {
+            role,
+            body,
+            tokens,
+            joined_at: Vec::new(),
+        }
     }
 
     pub fn content(&self) -> Option<&Value> {
@@ -99,7 +110,33 @@ impl Message {
     /// Replaces `content` in place (the key keeps its position) and recounts this message.
     pub fn set_content(&mut self, content: Value, counter: &Counter) {
         self.body.insert("content".into(), content);
+        self.joined_at.clear();
         self.recount(counter);
+    }
+
+    /// Notes that the text from `at` on was another message the client sent, joined to
+    /// this one after a blank line.
+    pub fn note_joined(&mut self, at: usize) {
+        self.joined_at.push(at);
+    }
+
+    /// Where the messages joined to this one start ([`Message::note_joined`]).
+    pub fn joins(&self) -> &[usize] {
+        &self.joined_at
+    }
+
+    /// Where the messages joined to this one start in `text` (this message's text, or
+    /// what a pass left of it), after the blank line that joins them; none when `text` no
+    /// longer splits there.
+    pub fn joins_in(&self, text: &str) -> &[usize] {
+        let joins = |&at: &usize| {
+            at >= 2 && text.is_char_boundary(at) && text.get(at - 2..at) == Some("\n\n")
+        };
+        if self.joined_at.iter().all(joins) {
+            &self.joined_at
+        } else {
+            &[]
+        }
     }
 
     pub fn recount(&mut self, counter: &Counter) {

@@ -416,11 +416,16 @@ pub fn reads_as_speech(paragraph: &str) -> bool {
 /// work by a number: what a person says, of any length, where a command's output only
 /// reports.
 pub fn addresses_agent(text: &str) -> bool {
+    reads_as_words(text) && says_to_agent(text)
+}
+
+/// Whether `text` sets a rule or a limit, or holds a word said to someone ("please",
+/// "you", "btw"): what [`addresses_agent`] asks of words, wherever they stand in it.
+pub fn says_to_agent(text: &str) -> bool {
     static MARKS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[SPEECH_MARKS]));
-    reads_as_words(text)
-        && (is_constraint(text)
-            || MARKS.find(text, true).is_some()
-            || super::quantity::amount(text) == Some(super::quantity::Amount::Limit))
+    is_constraint(text)
+        || MARKS.find(text, true).is_some()
+        || super::quantity::amount(text) == Some(super::quantity::Amount::Limit)
 }
 
 /// Whether the first paragraph of `text` is prose, every line of it: what a person
