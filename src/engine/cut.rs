@@ -10,8 +10,9 @@
 
 use serde_json::Value;
 
+use super::commitment;
 use super::failing_lines::line_score;
-use super::message::{clip, clip_end, one_line, Message};
+use super::message::{clip, clip_end, one_line, Message, Role};
 use super::quantity::{self, Amount};
 use super::scan;
 use super::tokens::Counter;
@@ -52,8 +53,16 @@ pub fn cut_keeping(msg: &mut Message, tokens: usize, least: usize, counter: &Cou
     // Text and tokens shrink in about the same proportion; further tries correct for the
     // framing and what the note and the kept lines add.
     let mut keep = (chars.saturating_mul(tokens) / before.max(1)).max(least);
+    let writer = if msg.role == Role::Assistant {
+        Writer::Agent
+    } else {
+        Writer::Other
+    };
     for _ in 0..4 {
-        msg.set_content(Value::String(keep_facts(&original, keep)), counter);
+        msg.set_content(
+            Value::String(keep_facts_by(&original, keep, writer)),
+            counter,
+        );
         if msg.tokens <= tokens || keep <= least {
             break;
         }
@@ -79,7 +88,7 @@ pub fn cut_to_opening(msg: &mut Message, chars: usize, rules: usize, counter: &C
         .map_or(masked.len(), |(at, _)| lead + at);
     let rest = &masked[end..];
     let rule = |score, line: &str| score == RULE || quantity::amount(line) == Some(Amount::Limit);
-    let kept: Vec<String> = fact_lines(rest, rest.len(), rules, rule)
+    let kept: Vec<String> = fact_lines(rest, rest.len(), rules, Writer::Other, rule)
         .into_iter()
         .map(|(_, l)| l)
         .collect();
@@ -109,15 +118,35 @@ pub fn cut_to_opening(msg: &mut Message, chars: usize, rules: usize, counter: &C
 /// state facts (as many as a third of `keep` holds, the most telling first, written in
 /// their order), a note of what was cut, and its end.
 pub fn keep_facts(text: &str, keep: usize) -> String {
+    keep_facts_by(text, keep, Writer::Other)
+}
+
+/// Who wrote a text being cut, which says how its decisions are told.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Writer {
+    /// The agent: its own sentences state what it chose, read by how they are built
+    /// ([`commitment::commits`]) as well as by their phrases.
+    Agent,
+    /// A person, a tool, a pasted page: a sentence there decides only by its phrases (a
+    /// structure read in a log's line, "retiring for good", decides nothing).
+    Other,
+}
+
+/// [`keep_facts`] for a text `writer` wrote.
+fn keep_facts_by(text: &str, keep: usize, writer: Writer) -> String {
     if text.len() <= keep + 64 {
         return text.to_string();
     }
     let opening = clip(text, OPENING_CHARS.min(keep - keep / 6)).len();
-    let b = kept_end(text, opening, keep / 6);
+    let b = kept_end(text, opening, keep / 6, writer);
     let middle_end = text.len() - b.len();
-    let facts = fact_lines(&text[opening..], middle_end - opening, keep / 3, |_, _| {
-        true
-    });
+    let facts = fact_lines(
+        &text[opening..],
+        middle_end - opening,
+        keep / 3,
+        writer,
+        |_, _| true,
+    );
     let facts_len: usize = facts.iter().map(|(_, l)| l.len() + 1).sum();
     let head = keep
         .saturating_sub(b.len() + facts_len)
@@ -151,7 +180,7 @@ pub fn keep_facts(text: &str, keep: usize) -> String {
 /// The last `about` characters of `text` after `opening`; when they would start inside
 /// a line that states a fact, from that line's start: cut there, "Wrote build/reports/x"
 /// and "/index.html" would each say nothing.
-fn kept_end(text: &str, opening: usize, about: usize) -> &str {
+fn kept_end(text: &str, opening: usize, about: usize, writer: Writer) -> &str {
     let b = clip_end(&text[opening..], about);
     let start = text.len() - b.len();
     let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
@@ -160,7 +189,7 @@ fn kept_end(text: &str, opening: usize, about: usize) -> &str {
     if line_start > opening
         && line_start < start
         && line_end - line_start <= FACT_LINE_CHARS
-        && fact_score(line) > 0
+        && fact_score(line, writer) > 0
     {
         &text[line_start..]
     } else {
@@ -176,6 +205,7 @@ fn fact_lines(
     text: &str,
     before: usize,
     room: usize,
+    writer: Writer,
     wanted: impl Fn(u8, &str) -> bool,
 ) -> Vec<(usize, String)> {
     let mut found: Vec<(u8, usize, String)> = Vec::new();
@@ -190,14 +220,14 @@ fn fact_lines(
         if t.len() < 8 || scan::is_numbered_line(line) || is_cut_note(t) {
             continue;
         }
-        let score = fact_score(t);
+        let score = fact_score(t, writer);
         if score > 0 && wanted(score, t) {
             found.push((score, start, one_line(t, FACT_LINE_CHARS)));
         }
         // A long line's sentences may be kept alone when the line does not fit.
         if t.len() > LONG_LINE {
             for sentence in scan::sentences(t) {
-                let score = fact_score(sentence);
+                let score = fact_score(sentence, writer);
                 if score > 0 && wanted(score, sentence) && sentence.len() < t.len() {
                     found.push((score, start, one_line(sentence, FACT_LINE_CHARS)));
                 }
@@ -231,7 +261,7 @@ fn is_cut_note(line: &str) -> bool {
 /// The lines of `text` that state facts, within `room` characters, in their order: what
 /// to keep of a text that has room for little else.
 pub fn facts_within(text: &str, room: usize) -> Vec<String> {
-    fact_lines(text, text.len(), room, |_, _| true)
+    fact_lines(text, text.len(), room, Writer::Other, |_, _| true)
         .into_iter()
         .map(|(_, l)| l)
         .collect()
@@ -241,7 +271,7 @@ pub fn facts_within(text: &str, room: usize) -> Vec<String> {
 const RULE: u8 = 5;
 
 /// How much a line says that a model could not get back: 0 nothing.
-fn fact_score(line: &str) -> u8 {
+fn fact_score(line: &str, writer: Writer) -> u8 {
     let error = line_score(line);
     if error >= 4 {
         return 6;
@@ -253,10 +283,13 @@ fn fact_score(line: &str) -> u8 {
         return 4;
     }
     let amount = quantity::amount(line);
-    // By its phrases only: a line of an output or a pasted page is no sentence of the
-    // agent's, and a structure read there ("retiring for good") would take the room of
-    // a rule or a number.
-    if scan::phrased_decision(line) == Some(true) || amount == Some(Amount::Limit) {
+    // By its phrases only but in the agent's own text: a line of an output or a pasted
+    // page is no sentence of the agent's, and a structure read there ("retiring for
+    // good") would take the room of a rule or a number.
+    if scan::phrased_decision(line) == Some(true)
+        || amount == Some(Amount::Limit)
+        || (writer == Writer::Agent && agent_decides(line))
+    {
         return 3;
     }
     if error >= 2 || amount == Some(Amount::Measure) {
@@ -264,6 +297,16 @@ fn fact_score(line: &str) -> u8 {
     }
     // A count or an id: four digits or more in a row.
     u8::from(amount == Some(Amount::Count))
+}
+
+/// Whether a sentence of the agent's decides how the work goes on: it commits to
+/// something by how it is built, or it announces a step that names what it acts on and
+/// is no mere narration ("I'll replace the retry loop with backoff()").
+fn agent_decides(line: &str) -> bool {
+    commitment::commits(line)
+        || (scan::phrased_decision(line) == Some(false)
+            && commitment::names_something(line)
+            && !commitment::is_narration(line))
 }
 
 fn has_path(line: &str) -> bool {
@@ -299,6 +342,41 @@ mod tests {
     }
 
     #[test]
+    fn an_agents_message_cut_keeps_what_it_chose_in_any_wording() {
+        let c = Counter::new(super::super::tokens::Encoding::O200k);
+        let filler: String = (0..60)
+            .map(|i| format!("Step {i} of the walkthrough reads the next part of the log.\n"))
+            .collect();
+        for choice in [
+            "Every upload now goes through `blob_gateway` rather than the old bucket.",
+            "The worker pool stays on rayon_pool_3 from here on.",
+            "serde_yaml gets swapped out for toml_edit in the loader.",
+            "Pinning grpcio to 1.62 for the whole service.",
+        ] {
+            let text = format!(
+                "Looking at the failures now.\n{filler}{choice}\n{filler}That is all for now."
+            );
+            let cut = |role: &str| {
+                let body = match role {
+                    "tool" => {
+                        serde_json::json!({"role": role, "tool_call_id": "c1", "content": text})
+                    }
+                    _ => serde_json::json!({"role": role, "content": text}),
+                };
+                let mut m = Message::parse(0, &body, &c).unwrap_or_else(|e| panic!("{e}"));
+                let quarter = m.tokens / 4;
+                assert!(cut_to(&mut m, quarter, &c));
+                m.text().contains(choice)
+            };
+            assert!(cut("assistant"), "{choice}");
+            // The same sentence in a tool's output is not the agent's choice, unless a
+            // phrase says it decides.
+            let phrased = scan::phrased_decision(choice) == Some(true);
+            assert_eq!(cut("tool"), phrased, "{choice}");
+        }
+    }
+
+    #[test]
     fn a_fact_line_running_into_the_kept_end_is_kept_whole() {
         let filler: String = (0..100).map(|i| format!("listing line {i}\n")).collect();
         let path = "build/reports/tests_ys96/test/index.html";
@@ -331,7 +409,10 @@ mod tests {
         assert!(out.contains(limit), "{out}");
         // The note of an earlier cut is no limit of the text's: cut again, it goes.
         let note = "[... 600 characters omitted by compaction ...]";
-        assert_eq!(fact_lines(note, note.len(), 200, |_, _| true), vec![]);
+        assert_eq!(
+            fact_lines(note, note.len(), 200, Writer::Other, |_, _| true),
+            vec![]
+        );
         // Only rules and limits: the rest of the task's own lines go.
         assert!(!out.contains("KeyError"), "{out}");
         // No room for rules: the opening and the note alone.
