@@ -15,8 +15,9 @@
 //! - a preview of the last turns before the cut.
 //!
 //! Observations a plain-text agent gets back as user messages (framed, or raw output
-//! answering its command) are read for errors and paths, not kept as requests; a
-//! person's words joined after one are the user's own. A path the user forbade modifying
+//! answering its command or its program) are read for errors and paths, not kept as
+//! requests; a person's words joined after one are the user's own, and a message the
+//! client sent after one is read apart though the merge joined it. A path the user forbade modifying
 //! is listed as forbidden, never as written. The engine's own placeholders are not
 //! history and are left out.
 //!
