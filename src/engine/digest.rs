@@ -1708,6 +1708,28 @@ mod tests {
         parse_test_messages(&v)
     }
 
+    /// The requests section of a digest (empty when it has none).
+    fn asks_of(d: &str) -> &str {
+        d.split("\n\n")
+            .find(|s| s.starts_with(Section::Asks.heading()))
+            .unwrap_or_default()
+    }
+
+    /// Whether `text` stands in the digest as an item of its own.
+    fn listed(d: &str, text: &str) -> bool {
+        d.lines().any(|l| l == format!("- {text}"))
+    }
+
+    /// The digest of `turns` at the largest budget where it no longer holds `both`.
+    fn first_giving_up(turns: &[Message], both: impl Fn(&str) -> bool) -> String {
+        let whole = digest(None, turns, 10_000).len();
+        (1..=whole)
+            .rev()
+            .map(|budget| digest(None, turns, budget))
+            .find(|d| !both(d))
+            .unwrap_or_default()
+    }
+
     #[test]
     fn a_later_request_ranks_by_its_words_and_a_folded_task_as_the_goal() {
         // The first request of a middle is no goal for being the oldest listed: the task
@@ -1788,7 +1810,7 @@ mod tests {
             // A quarter of this budget is less than the second brief: cut to its ends,
             // its news (after the preamble) would be lost had it kept the preamble again.
             let d = digest(None, &turns, 1_800);
-            let asks = d.split("\n\n").next().unwrap_or_default();
+            let asks = asks_of(&d);
             assert!(asks.contains(news), "{d}");
             for sentence in preamble.lines().flat_map(scan::sentences) {
                 assert_eq!(asks.matches(sentence).count(), 1, "{sentence}: {d}");
@@ -1828,15 +1850,9 @@ mod tests {
                 {"role": "assistant", "content": "Yes, I remember it."},
             ]));
             let whole = digest(None, &turns, 10_000);
-            let asks = whole.split("\n\n").next().unwrap_or_default();
-            assert_eq!(asks.matches(rule).count(), 1, "{whole}");
-            let item = |d: &str, text: &str| d.lines().any(|l| l == format!("- {text}"));
-            let given_up = (1..=whole.len())
-                .rev()
-                .map(|budget| digest(None, &turns, budget))
-                .find(|d| !(item(d, rule) && item(d, other)))
-                .unwrap();
-            assert!(item(&given_up, rule), "{given_up}");
+            assert_eq!(asks_of(&whole).matches(rule).count(), 1, "{whole}");
+            let given_up = first_giving_up(&turns, |d| listed(d, rule) && listed(d, other));
+            assert!(listed(&given_up, rule), "{given_up}");
         }
     }
 
@@ -2483,10 +2499,7 @@ mod tests {
                 {"role": "user", "content": "pub fn backoff(n: u32) -> u64 {\n    2u64.pow(n)\n}"},
             ]));
             let d = digest(None, &turns, 10_000);
-            let asks = d
-                .split("\n\n")
-                .find(|s| s.starts_with(Section::Asks.heading()))
-                .unwrap_or_default();
+            let asks = asks_of(&d);
             assert!(asks.contains(said), "{said}\n{d}");
             assert!(!asks.contains("OBSERVATION"), "{d}");
             assert!(!asks.contains("pub fn backoff"), "{d}");
@@ -2565,10 +2578,7 @@ mod tests {
             {"id": "c1", "type": "function", "function": {"name": "final_answer", "arguments": "{}"}}]}));
         messages.push(json!({"role": "tool", "tool_call_id": "c1", "content": "done"}));
         let d = digest(None, &parse(Value::Array(messages)), 10_000);
-        let asks = d
-            .split("\n\n")
-            .find(|s| s.starts_with(Section::Asks.heading()))
-            .unwrap_or_default();
+        let asks = asks_of(&d);
         assert!(asks.contains(words), "{d}");
         for printed in [
             "Oddatjorn",
@@ -2618,14 +2628,10 @@ mod tests {
                 {"role": "assistant", "content": decision},
                 {"role": "user", "content": raw},
             ]));
-            let item = |d: &str, text: &str| d.lines().any(|l| l == format!("- {text}"));
-            let whole = digest(None, &turns, 10_000);
-            let given_up = (1..=whole.len())
-                .rev()
-                .map(|budget| digest(None, &turns, budget))
-                .find(|d| !(item(d, decision) && d.contains(raw.lines().next().unwrap_or_default())))
-                .unwrap();
-            assert!(item(&given_up, decision), "{given_up}");
+            let first_line = raw.lines().next().unwrap_or_default();
+            let given_up =
+                first_giving_up(&turns, |d| listed(d, decision) && d.contains(first_line));
+            assert!(listed(&given_up, decision), "{given_up}");
         }
     }
 
@@ -2710,10 +2716,7 @@ mod tests {
             ]));
             merge_same_role(&mut turns, &Counter::new(Encoding::O200k));
             let d = digest(None, &turns, 10_000);
-            let asks = d
-                .split("\n\n")
-                .find(|s| s.starts_with(Section::Asks.heading()))
-                .unwrap_or_default();
+            let asks = asks_of(&d);
             assert!(asks.contains(rule), "{rule}\n{d}");
             assert!(!asks.contains("total 12"), "{d}");
         }
@@ -2754,10 +2757,7 @@ mod tests {
                 {"role": "user", "content": "Session completed, no hashes cracked"},
             ]));
             let d = digest(None, &turns, 10_000);
-            let asks = d
-                .split("\n\n")
-                .find(|s| s.starts_with(Section::Asks.heading()))
-                .unwrap_or_default();
+            let asks = asks_of(&d);
             assert!(asks.contains(words), "{words}\n{d}");
             for output in [
                 "No output",
