@@ -561,23 +561,24 @@ impl Digest {
         // prose), more than once: what comes back after one is the command's output
         // unless it addresses the agent ("No output" is no one's request).
         // An agent that calls tools gets its outputs as tool results.
+        // Which assistant messages are programs ([`scan::is_code`]), read once.
+        let programs: Vec<bool> = turns
+            .iter()
+            .map(|m| m.role == Role::Assistant && scan::is_code(&m.text()))
+            .collect();
         let text_agent = !turns.iter().any(Message::makes_calls)
             && turns
                 .iter()
-                .filter(|m| m.role == Role::Assistant)
-                .filter(|m| {
-                    let text = m.text();
-                    scan::bare_command(&text).is_some() || scan::is_code(&text)
+                .zip(&programs)
+                .filter(|(m, &program)| {
+                    m.role == Role::Assistant
+                        && (program || scan::bare_command(&m.text()).is_some())
                 })
                 .nth(1)
                 .is_some();
         // An agent that acts in code its runtime runs (a code agent), more than once: the
         // user turn after such a message is what the run printed, tool calls or not.
-        let code_agent = turns
-            .iter()
-            .filter(|m| m.role == Role::Assistant && scan::is_code(&m.text()))
-            .nth(1)
-            .is_some();
+        let code_agent = programs.iter().filter(|&&p| p).nth(1).is_some();
         let mut previews = Vec::new();
         for (i, m) in turns.iter().enumerate() {
             let raw = m.text();
@@ -611,7 +612,7 @@ impl Digest {
                     self.add_calls(m, &mut index);
                     if self.add_assistant_text(&text, &mut command) {
                         Answers::Command
-                    } else if !(text_agent || (code_agent && scan::is_code(&text))) {
+                    } else if !(text_agent || (code_agent && programs[i])) {
                         Answers::Nothing
                     } else {
                         // What such an agent's user turn holds after any of its
@@ -620,7 +621,7 @@ impl Digest {
                         // agent.
                         let run = match scan::bare_command(&text) {
                             Some(bare) => Some(("command", bare)),
-                            None if scan::is_code(&text) => Some(("code", text.trim())),
+                            None if programs[i] => Some(("code", text.trim())),
                             None => None,
                         };
                         if let Some((kind, run)) = run {
