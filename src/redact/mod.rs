@@ -42,6 +42,8 @@ const MAX_VALUE: usize = 4096;
 const MAX_AUTHORITY: usize = 512;
 /// Longest assignment name considered.
 const MAX_NAME: usize = 64;
+/// Bytes read before a bare `password` for the `.netrc` words that lead it.
+const NETRC_LOOKBACK: usize = 256;
 
 /// Masks the secrets in `text`; borrows it back when there are none.
 pub fn redact(text: &str) -> Cow<'_, str> {
@@ -402,6 +404,9 @@ enum Style {
     Spaced,
     /// `name: value` without quotes: YAML, headers, but also prose and type annotations.
     Colon,
+    /// `password value` in a sentence: prose, where the next word is most often a word
+    /// (`password authentication failed`) and only a random-looking one is a value.
+    Worded,
 }
 
 /// What kind of secret a name announces.
@@ -638,6 +643,7 @@ fn accepts(class: Class, value: &str, style: Style) -> bool {
             .iter()
             .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.'),
         Style::Colon => looks_random(v) || v.len() >= 12,
+        Style::Worded => looks_random(v),
     }
 }
 
@@ -719,9 +725,16 @@ fn separator(b: &[u8], start: usize, name_end: usize) -> Option<(usize, Style)> 
         _ if b.get(name_end) == Some(&b' ') && b[start..].starts_with(b"--") => {
             return Some((name_end + 1, Style::Bare));
         }
-        // `.netrc` and similar: `password hunter22`; held to the stricter colon rule.
+        // `.netrc` and similar: `password hunter22`, held to the stricter colon rule; in
+        // a sentence only a random-looking value: `FATAL: password authentication failed`
+        // is Postgres's error, not a secret.
         _ if b.get(name_end) == Some(&b' ') && is_bare_password(&b[start..name_end]) => {
-            return Some((name_end + 1, Style::Colon));
+            let style = if in_netrc_place(b, start) {
+                Style::Colon
+            } else {
+                Style::Worded
+            };
+            return Some((name_end + 1, style));
         }
         _ => return None,
     };
@@ -736,6 +749,28 @@ fn separator(b: &[u8], start: usize, name_end: usize) -> Option<(usize, Style)> 
         other => other,
     };
     Some((after, style))
+}
+
+/// Whether a word starting at `start` stands where `.netrc` puts its `password`: first on
+/// its line, or after a `machine`, `login` or `account` and its value, or `default`.
+fn in_netrc_place(b: &[u8], start: usize) -> bool {
+    // The two words before it are all it takes (a host and a user name are short); a long
+    // line is not read back to its start.
+    let from = start.saturating_sub(NETRC_LOOKBACK);
+    let line_start = b[from..start]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map(|at| from + at + 1);
+    let before: Vec<&[u8]> = b[line_start.unwrap_or(from)..start]
+        .split(|c| c.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let is = |w: Option<&&[u8]>, names: &[&str]| {
+        w.is_some_and(|w| names.iter().any(|n| w.eq_ignore_ascii_case(n.as_bytes())))
+    };
+    (before.is_empty() && (line_start.is_some() || from == 0))
+        || is(before.last(), &["default"])
+        || is(before.iter().rev().nth(1), &["machine", "login", "account"])
 }
 
 fn is_bare_password(name: &[u8]) -> bool {

@@ -125,6 +125,14 @@ const MASKED: &[(&str, &str)] = &[
         "machine api.example.com login bot password [REDACTED:password]",
     ),
     (
+        "password correcthorsebatterystaple",
+        "password [REDACTED:password]",
+    ),
+    (
+        "then log in with the password Zq7pK2xv9W and rotate it",
+        "then log in with the password [REDACTED:password] and rotate it",
+    ),
+    (
         "Set-Cookie: sessionid=a3fWa9xKq2; Path=/",
         "Set-Cookie: [REDACTED:cookie]; Path=/",
     ),
@@ -171,6 +179,8 @@ const KEPT: &[&str] = &[
     "let token = Token::new(kind, span);",
     "--token-file /etc/token",
     "the password is wrong, password reset sent, Password Manager",
+    "FATAL:  password authentication failed for user \"svc\"",
+    "psql: error: password authentication unavailable, falling back",
 ];
 
 #[test]
