@@ -10,9 +10,10 @@
 
 use serde_json::Value;
 
-use super::commitment;
+use super::decision::decision;
 use super::failing_lines::line_score;
 use super::message::{clip, clip_end, one_line, Message, Role};
+use super::products;
 use super::quantity::{self, Amount};
 use super::scan;
 use super::tokens::Counter;
@@ -279,17 +280,18 @@ fn fact_score(line: &str, writer: Writer) -> u8 {
     if scan::is_constraint(line) && line.split_whitespace().count() >= 4 {
         return RULE;
     }
-    if scan::announces_file(line) && has_path(line) {
+    if products::reports_path(line) {
         return 4;
     }
     let amount = quantity::amount(line);
     // By its phrases only but in the agent's own text: a line of an output or a pasted
     // page is no sentence of the agent's, and a structure read there ("retiring for
     // good") would take the room of a rule or a number.
-    if scan::phrased_decision(line) == Some(true)
-        || amount == Some(Amount::Limit)
-        || (writer == Writer::Agent && agent_decides(line))
-    {
+    let decides = match writer {
+        Writer::Agent => decision(line).chooses(),
+        Writer::Other => scan::phrased_decision(line) == Some(true),
+    };
+    if decides || amount == Some(Amount::Limit) {
         return 3;
     }
     if error >= 2 || amount == Some(Amount::Measure) {
@@ -297,25 +299,6 @@ fn fact_score(line: &str, writer: Writer) -> u8 {
     }
     // A count or an id: four digits or more in a row.
     u8::from(amount == Some(Amount::Count))
-}
-
-/// Whether a sentence of the agent's decides how the work goes on: it commits to
-/// something by how it is built, or it announces a step that names what it acts on and
-/// is no mere narration ("I'll replace the retry loop with backoff()").
-fn agent_decides(line: &str) -> bool {
-    commitment::commits(line)
-        || (scan::phrased_decision(line) == Some(false)
-            && commitment::names_something(line)
-            && !commitment::is_narration(line))
-}
-
-fn has_path(line: &str) -> bool {
-    let mut any = false;
-    scan::paths(line, |_| {
-        any = true;
-        false
-    });
-    any
 }
 
 #[cfg(test)]

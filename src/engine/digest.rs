@@ -34,10 +34,12 @@ use aho_corasick::AhoCorasick;
 
 use super::calls::{describe, result_info, CallInfo};
 use super::commitment;
+use super::decision::{decision, Decision};
 use super::failing_lines::{error_line, line_score};
 use super::media::{PLACEHOLDER_END, PLACEHOLDER_START};
 use super::message::{call_id, clip, keep_ends, one_line, Message, Role};
 use super::placeholders::{DUPLICATE_PREFIX, PRUNED_PREFIX};
+use super::products;
 use super::quantity::{self, Amount};
 use super::roles::OPENING;
 use super::sanitize::STUB;
@@ -702,6 +704,9 @@ impl Digest {
     fn add_words(&mut self, text: &str) {
         // What the user pasted or quoted is read like an output; their own words are kept.
         self.add_errors(text, "user message");
+        // A person's sentence that names a file ("put the report at out/r.html") asks
+        // for it; a line they pasted may report it made.
+        self.add_products(text, text.lines().filter(|l| !scan::reads_as_speech(l)));
         self.add_paths(text, Tier::Seen);
         // An agent's own status lines (aider's "Applied edit to ...") are not requests.
         let own = scan::without_status_lines(text);
@@ -871,22 +876,26 @@ impl Digest {
             }
         }
         self.add_errors(text, who);
-        self.add_products(text);
+        self.add_products(text, text.lines());
         self.add_paths(text, Tier::Seen);
     }
 
-    /// The files an output reports it made ([`scan::reported_path`]), new to the digest:
-    /// ranked with what the work wrote, the state a later turn builds on, where a path
-    /// that only appeared in an output goes first. A path the work already touched keeps
-    /// its rank: an output naming it again made nothing new.
-    fn add_products(&mut self, text: &str) {
+    /// The files an output reports it made ([`products::reported_paths`]): ranked with
+    /// what the work wrote, the state a later turn builds on, where a path that only
+    /// appeared in an output goes first.
+    fn add_products<'a>(&mut self, text: &'a str, lines: impl Iterator<Item = &'a str>) {
+        // A whole output is looked at once for a path before its lines are.
+        if !text.contains(['/', '.']) {
+            return;
+        }
         let mut made = 0;
-        for path in text.lines().filter_map(scan::reported_path) {
+        for line in lines {
+            products::reported_paths(line, |path| {
+                made += usize::from(self.push(Section::Files, Tier::Fact, path).is_some());
+                made < PRODUCTS_PER_OUTPUT
+            });
             if made == PRODUCTS_PER_OUTPUT {
                 break;
-            }
-            if !self.seen[Section::Files as usize].contains_key(path) {
-                made += usize::from(self.push(Section::Files, Tier::Fact, path).is_some());
             }
         }
     }
@@ -931,28 +940,13 @@ impl Digest {
         }
     }
 
-    /// Paths are one short word each ([`scan::paths`]): no flattening needed. A path on
-    /// a line that says it was written (a report, an artefact) is a product of the work
-    /// and ranks with the findings, wherever it stands in a long listing; unless the line
-    /// is a person's sentence ("never modify config/prod.yaml, it is generated"): a tool
-    /// writes files, words do not.
+    /// Paths are one short word each ([`scan::paths`]): no flattening needed.
     fn add_paths(&mut self, text: &str, tier: Tier) {
         let mut new = 0;
         scan::paths(text, |p| {
             new += usize::from(self.push(Section::Files, tier, p).is_some());
             new < PATHS_PER_OUTPUT
         });
-        // One search of the whole output spares one per line in most outputs.
-        if tier >= Tier::Fact || !scan::announces_file(text) {
-            return;
-        }
-        let reported = |l: &&str| scan::announces_file(l) && !scan::reads_as_speech(l);
-        for line in text.lines().filter(reported) {
-            scan::paths(line, |p| {
-                self.push(Section::Files, Tier::Fact, p);
-                true
-            });
-        }
     }
 
     /// Adds an item, masked, and returns where it went; a repeat raises the first one's
@@ -1407,20 +1401,15 @@ fn said_key(sentence: &str) -> Option<String> {
     (key.len() >= SAID_AGAIN_MIN).then_some(key)
 }
 
-/// The tier of a decision sentence: a strong phrase, or a weak one that decides something,
-/// is a fact; a weak one that only narrates the next step goes first; one read from its
-/// structure alone is a [`Tier::Choice`].
+/// The tier of a decision sentence: one said by a phrase or a step that names what it
+/// acts on is a fact; a step that only narrates goes first; one read from its build alone
+/// is a [`Tier::Choice`].
 fn decision_tier(sentence: &str) -> Tier {
-    match scan::phrased_decision(sentence) {
-        Some(true) => Tier::Fact,
-        Some(false) if commitment::is_narration(sentence) => Tier::Narration,
-        // A step announced that is not exploring ("I'll replace the retry loop with
-        // backoff()") decides how the work goes on.
-        Some(false) if commitment::names_something(sentence) => Tier::Fact,
-        _ if commitment::commits(sentence) => Tier::Choice,
-        // One that names nothing ("I will suggest the necessary changes") the next turns
-        // say again in their own words; it ranks with the steps announced.
-        Some(false) | None => Tier::Seen,
+    match decision(sentence) {
+        Decision::Phrased | Decision::Step => Tier::Fact,
+        Decision::Committed => Tier::Choice,
+        Decision::Narration => Tier::Narration,
+        Decision::Unnamed => Tier::Seen,
     }
 }
 

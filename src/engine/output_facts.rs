@@ -12,14 +12,12 @@
 //! a piece of a line, and a piece of a key is a leak the whole key's mask cannot catch.
 
 use std::borrow::Cow;
-use std::sync::LazyLock;
 
 use crate::redact::redact;
 
 use super::message::clip;
-use super::phrases::Phrases;
+use super::products;
 use super::quantity;
-use super::scan::{announces_file, paths};
 
 /// Most characters the facts of one stub take (about 40 tokens).
 const MAX_CHARS: usize = 150;
@@ -31,22 +29,6 @@ const MAX_IDS: usize = 2;
 const LINE_CHARS: usize = 1000;
 /// Longest identifier kept: longer ones are digests of data, not names.
 const MAX_ID: usize = 40;
-
-/// Words besides the writing verbs the digest knows ([`announces_file`]) that say a line's
-/// path is a product of the run: "Writing output to", "dumped to", "-> dist/app.js".
-const PRODUCT_WORDS: &[&str] = &[
-    "writing",
-    "saving",
-    "dumped",
-    "emitted",
-    "published",
-    "uploaded",
-    "->",
-    "=>",
-    "copied to",
-    "moved to",
-    "logged to",
-];
 
 /// Words after which a bare number is a limit or a status: "limit 500", "exit code 137".
 const LIMIT_WORDS: &[&str] = &[
@@ -140,7 +122,7 @@ pub fn output_facts(text: &str) -> Option<String> {
         // over without being split into words (this runs on every output a compaction
         // prunes).
         let digit = line.bytes().any(|b| b.is_ascii_digit());
-        let reports_file = || line.contains(['/', '.']) && announces_product(line);
+        let reports_file = || products::reports_path(line);
         if !(digit || reports_file()) {
             continue;
         }
@@ -161,12 +143,10 @@ fn line_facts(line: &str, n: usize) -> Vec<Found> {
         text,
         source: line.to_owned(),
     };
-    if announces_product(line) {
-        paths(line, |p| {
-            out.push(found(Kind::File, 1, p.to_owned()));
-            true
-        });
-    }
+    products::reported_paths(line, |p| {
+        out.push(found(Kind::File, 1, p.to_owned()));
+        true
+    });
     let words: Vec<&str> = line.split_whitespace().map(trim_word).collect();
     let summary = words.iter().any(|w| is_one_of(w, SUMMARY_WORDS));
     for i in 0..words.len() {
@@ -177,12 +157,6 @@ fn line_facts(line: &str, n: usize) -> Vec<Found> {
         }
     }
     out
-}
-
-/// Whether a line says the file on it was made or reported by the run.
-fn announces_product(line: &str) -> bool {
-    static PRODUCTS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[PRODUCT_WORDS]));
-    announces_file(line) || PRODUCTS.find(line, false).is_some()
 }
 
 /// Keeps `found` among the best few of its kind: one fact of each shape (the same words
@@ -430,6 +404,16 @@ mod tests {
                 "Dumped the schema into db/schema_dump.sql",
                 "db/schema_dump.sql",
             ),
+            // Read as the digest reads it: by the line's shape, whatever the verb.
+            (
+                "Session trace recorded in traces/t_6.json (2.1 MB)",
+                "traces/t_6.json",
+            ),
+            (
+                "See the full log at /var/log/deploy_2.log",
+                "/var/log/deploy_2.log",
+            ),
+            ("Log file: logs/run_4.log", "logs/run_4.log"),
         ] {
             let kept = facts(line);
             assert!(
