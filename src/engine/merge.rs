@@ -23,14 +23,8 @@ pub fn merge_same_role(messages: &mut Vec<Message>, counter: &Counter) -> usize 
                     (Some(Value::String(a)), Some(Value::String(_))) => Some(a.len() + 2),
                     _ => None,
                 };
-                let earlier = prev.joins().to_vec();
                 let joined = join_content(prev.content(), msg.content());
-                prev.set_content(joined, counter);
-                if let Some(at) = next_at {
-                    for at in earlier.into_iter().chain([at]) {
-                        prev.note_joined(at);
-                    }
-                }
+                prev.join_next(joined, next_at, counter);
                 merged += 1;
             }
             _ => out.push(msg),

@@ -114,13 +114,21 @@ impl Message {
         self.recount(counter);
     }
 
-    /// Notes that the text from `at` on was another message the client sent, joined to
-    /// this one after a blank line.
-    pub fn note_joined(&mut self, at: usize) {
-        self.joined_at.push(at);
+    /// Replaces `content` with this message's text joined to the next message the client
+    /// sent, which starts at `next_at` after a blank line (`None`: not plain text joined
+    /// to plain text, which keeps no places). The text before the new one is this
+    /// message's, so the places of earlier joins hold.
+    pub fn join_next(&mut self, content: Value, next_at: Option<usize>, counter: &Counter) {
+        let mut joins = std::mem::take(&mut self.joined_at);
+        self.set_content(content, counter);
+        if let Some(at) = next_at {
+            joins.push(at);
+            self.joined_at = joins;
+        }
     }
 
-    /// Where the messages joined to this one start ([`Message::note_joined`]).
+    /// Where the messages joined to this one start ([`Message::join_next`]).
+    #[cfg(test)]
     pub fn joins(&self) -> &[usize] {
         &self.joined_at
     }
