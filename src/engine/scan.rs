@@ -356,7 +356,9 @@ pub fn split_observation(text: &str) -> (&str, &str) {
 }
 
 /// Where the paragraphs a person added after an output start: the text's length when
-/// none did. The first paragraph is always the output's.
+/// none did. The first paragraph is always the output's. Within the last paragraph of
+/// the output, lines from one labelled with a person as its speaker (`User: ...`,
+/// `[customer] ...`) are theirs too, when they read as a person's words.
 fn spoken_tail(text: &str) -> usize {
     let mut end = text.len();
     while let Some(at) = text[..end].trim_end().rfind("\n\n") {
@@ -366,7 +368,59 @@ fn spoken_tail(text: &str) -> usize {
         }
         end = at;
     }
+    let output = text[..end].trim_end();
+    let mut at = output.len();
+    for _ in 0..SPEECH_LINES {
+        let Some(start) = output[..at].rfind('\n').map(|n| n + 1) else {
+            break;
+        };
+        if output[..start].trim().is_empty() {
+            break;
+        }
+        if spoken_label(&output[start..]) {
+            if reads_as_speech(&output[start..]) {
+                return start;
+            }
+            break;
+        }
+        at = start - 1;
+    }
     end
+}
+
+/// Words that name a person as the speaker of a line (`User:`, `[human]`, `Customer
+/// says:`), where a tool labels its lines with what they hold.
+const SPEAKERS: &[&str] = &[
+    "user",
+    "human",
+    "customer",
+    "client",
+    "admin",
+    "operator",
+    "person",
+    "owner",
+    "manager",
+    "supervisor",
+    "reviewer",
+];
+
+/// Whether a line opens with a person's label: a few words naming a speaker before a
+/// colon, or in brackets (`User:`, `USER INTERRUPT:`, `>> customer says:`, `(user)`); not
+/// a shell's prompt (`[user@host ~]$`).
+fn spoken_label(line: &str) -> bool {
+    let t = line.trim_start().trim_start_matches(['>', '-', '*', ' ']);
+    let label = match t.strip_prefix(['[', '(']) {
+        Some(rest) => rest.split_once([']', ')']).map(|(label, _)| label),
+        None => t.split_once(':').map(|(label, _)| label),
+    };
+    label.is_some_and(|label| {
+        label.len() <= 32
+            && label.split_whitespace().count() <= 4
+            && !label.contains(['@', '$', '/', '~', '='])
+            && label
+                .split(|c: char| !c.is_ascii_alphabetic())
+                .any(|w| SPEAKERS.iter().any(|s| s.eq_ignore_ascii_case(w)))
+    })
 }
 
 /// Longest paragraph read as a person's words: an interjection is a few sentences.
@@ -1222,6 +1276,33 @@ mod tests {
             assert!(is_observation(&joined), "{joined}");
             let (kept, added) = split_observation(&joined);
             assert_eq!((kept.trim_end(), added), (observation, said), "{joined}");
+        }
+        // A line labelled with a person as its speaker, in the output's last paragraph.
+        for (observation, said) in [
+            (
+                "Observation: page 3\n[1] B07X | tea, 20 bags | $4.99",
+                "User: stop after 5 pages, we are wasting credits.",
+            ),
+            (
+                "OBSERVATION:\n$ ls\nCargo.toml  src",
+                ">> customer says: never exceed 2 GiB of memory on the runner.",
+            ),
+            (
+                "Output: rows=12\nnext=null",
+                "[admin] please keep the batch size at 50 or below",
+            ),
+        ] {
+            let joined = format!("{observation}\n{said}");
+            let (kept, added) = split_observation(&joined);
+            assert_eq!((kept.trim_end(), added), (observation, said), "{joined}");
+        }
+        // A shell's prompt and a tool's field naming a user are the output's.
+        for tail in [
+            "[user@host app]$ echo please keep it under 5 MB",
+            "User: root\nHome: /root",
+        ] {
+            let text = format!("OBSERVATION:\n$ id\n{tail}");
+            assert_eq!(split_observation(&text), (text.as_str(), ""), "{tail}");
         }
         // The output's own prose and labels stay in it.
         for tail in [
