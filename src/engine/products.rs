@@ -36,6 +36,9 @@ const WRITE_WORDS: &[&str] = &[
     "copied to",
     "moved to",
     "logged to",
+    "downloaded",
+    "produced",
+    "rendered",
 ];
 
 /// Whether a text (a line, or a whole output, to pass over one that names no product)
@@ -47,22 +50,36 @@ pub fn announces_file(text: &str) -> bool {
 
 /// The paths a line says the run made, each given to `found` until it answers `false`:
 /// the one its shape reports ([`reported_path`]), or else every path of a line with a
-/// word of writing; none in a rule ("never modify config/prod.yaml, it is generated"):
+/// word of writing, or else the values of its keys that name a product; none in a rule ("never modify config/prod.yaml, it is generated"):
 /// the file it names is one not to write.
-pub fn reported_paths(line: &str, found: impl FnMut(&str) -> bool) {
+pub fn reported_paths(line: &str, mut found: impl FnMut(&str) -> bool) {
     if !line.contains(['/', '.']) {
         return;
     }
     let shaped = reported_path(line);
-    if shaped.is_none() && !announces_file(line) || is_constraint(line) {
+    let worded = shaped.is_none() && announces_file(line);
+    let keyed = shaped.is_none() && line.contains([':', '=']) && keys_a_product(line);
+    if !(shaped.is_some() || worded || keyed) || is_constraint(line) {
         return;
     }
-    match shaped {
-        Some(path) => {
-            let mut found = found;
-            found(path);
-        }
-        None => paths(line, found),
+    if let Some(path) = shaped {
+        found(path);
+        return;
+    }
+    let mut any = false;
+    if worded {
+        // A web address is a place to visit, not a product.
+        paths(line, |p| {
+            if p.starts_with("http") {
+                return true;
+            }
+            any = true;
+            found(p)
+        });
+    }
+    // A key's value, when the words found none (`{"artifact": "gs://runs/m.tar.gz"}`).
+    if !any && keyed {
+        keyed_products(line, found);
     }
 }
 
@@ -185,6 +202,13 @@ const PRODUCT_NOUNS: &[&str] = &[
     "coverage",
     "destination",
     "profile",
+    // Keys' short forms: `outfile`, `out_dir`, `dest`.
+    "out",
+    "outfile",
+    "outdir",
+    "outpath",
+    "dest",
+    "dst",
 ];
 
 /// Verbs of making in the progressive, as a tool labels what it is writing (`Saving
@@ -203,20 +227,77 @@ const MAKING: &[&str] = &[
     "emitting",
 ];
 
-/// Whether a label (the words before its colon) names a product or says it was made:
-/// `Output:`, `Plot saved:`, `Saving to:`; not `Open file:`.
+/// Whether a label (the words before its colon, or a key) names a product or says it
+/// was made: `Output:`, `Plot saved:`, `Saving to:`, `New file:`, `"report_path"`; not
+/// `Open file:`, `configfile`.
 fn names_a_product(label: &str) -> bool {
-    label
-        .split(|c: char| !c.is_ascii_alphabetic())
-        .filter(|w| !w.is_empty())
-        .map(str::to_ascii_lowercase)
-        .any(|w| {
-            let one = w.strip_suffix('s').unwrap_or(&w);
-            makes(&w)
-                || MAKING.contains(&w.as_str())
-                || PRODUCT_NOUNS.contains(&w.as_str())
-                || PRODUCT_NOUNS.contains(&one)
-        })
+    words_of(label).any(|w| {
+        let one = w.strip_suffix('s').unwrap_or(&w);
+        makes(&w)
+            || w == "new"
+            || MAKING.contains(&w.as_str())
+            || PRODUCT_NOUNS.contains(&w.as_str())
+            || PRODUCT_NOUNS.contains(&one)
+    })
+}
+
+/// The words of a label or a key, lowercased: `report_path`, `outputFile`, `Log file`.
+fn words_of(label: &str) -> impl Iterator<Item = String> + '_ {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut prev_lower = false;
+    for c in label.chars() {
+        let boundary = !c.is_ascii_alphabetic() || (c.is_ascii_uppercase() && prev_lower);
+        if boundary && !word.is_empty() {
+            words.push(std::mem::take(&mut word));
+        }
+        if c.is_ascii_alphabetic() {
+            word.push(c.to_ascii_lowercase());
+        }
+        prev_lower = c.is_ascii_lowercase();
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words.into_iter()
+}
+
+/// Whether a line holds a word a key names a product with: most lines of an output are
+/// passed over here, before their keys are read.
+fn keys_a_product(line: &str) -> bool {
+    static KEYS: LazyLock<Phrases> =
+        LazyLock::new(|| Phrases::new(&[PRODUCT_NOUNS, MAKING, MADE_AFTER, &["new"]]));
+    KEYS.find(line, false).is_some()
+}
+
+/// The paths a line gives as the values of keys that name a product (`"output_path":
+/// "out/p.jsonl"`, `report_file=build/lint.txt`, `saved_to: ckpt/`): a tool's structured
+/// answer says what it made by its field's name.
+fn keyed_products(line: &str, mut found: impl FnMut(&str) -> bool) {
+    let bytes = line.as_bytes();
+    for (at, _) in line.match_indices([':', '=']) {
+        let key_end = line[..at].trim_end().trim_end_matches(['"', '\'']);
+        let key_start = key_end
+            .trim_end_matches(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            .len();
+        let key = &key_end[key_start..];
+        if key.is_empty() || key.len() > 40 || !names_a_product(key) {
+            continue;
+        }
+        let rest = line[at + 1..].trim_start_matches([' ', '"', '\'']);
+        let value_end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | '}' | ']'))
+            .unwrap_or(rest.len());
+        // `http://`'s colon is no key's.
+        if bytes.get(at + 1) == Some(&b'/') {
+            continue;
+        }
+        if let Some(path) = product(&rest[..value_end]) {
+            if !found(path) {
+                return;
+            }
+        }
+    }
 }
 
 /// The last word of a reported line as the product it names: a path to a file
@@ -381,7 +462,27 @@ fn is_number(word: &str) -> bool {
 }
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Any line, in any script: every path read is a piece of it, and nothing panics
+        /// (a key found before a multi-byte letter once sliced inside it).
+        #[test]
+        fn any_line_gives_pieces_of_itself(
+            line in r#"([a-zç日é_ /.:=",{}()\[\]'`>-]|out|report|saved|written|to|in|file|\.json|s3://){0,24}"#,
+        ) {
+            let mut found = Vec::new();
+            reported_paths(&line, |p| {
+                found.push(p.to_owned());
+                true
+            });
+            for p in found {
+                prop_assert!(line.contains(&p), "{p:?} not in {line:?}");
+            }
+        }
+    }
 
     #[test]
     fn a_path_an_output_reports_making_is_found_in_its_words() {
@@ -517,5 +618,46 @@ mod tests {
             });
         }
         assert_eq!(found, ["out/r_1.html", "runs/a.pt", "runs/a.json"]);
+    }
+
+    #[test]
+    fn a_key_that_names_a_product_gives_its_value() {
+        let read = |line: &str| {
+            let mut found = Vec::new();
+            reported_paths(line, |p| {
+                found.push(p.to_owned());
+                true
+            });
+            found
+        };
+        for (line, path) in [
+            (
+                r#"{"status": "ok", "output_path": "results/pred_1.jsonl", "rows": 1200}"#,
+                "results/pred_1.jsonl",
+            ),
+            (
+                r#"{"artifact": "gs://ml-runs/exp_2/model.tar.gz", "size_mb": 413}"#,
+                "gs://ml-runs/exp_2/model.tar.gz",
+            ),
+            (
+                "report_file=build/lint_3.txt status=done",
+                "build/lint_3.txt",
+            ),
+            ("outfile: coverage/lcov_4.info", "coverage/lcov_4.info"),
+            ("reportPath: out/junit_5.xml", "out/junit_5.xml"),
+            (
+                "New file: migrations/0043_add_index.sql",
+                "migrations/0043_add_index.sql",
+            ),
+        ] {
+            assert_eq!(read(line), [path], "{line}");
+        }
+        for line in [
+            r#"{"input_path": "data/raw.csv", "config": "conf/app.yaml"}"#,
+            "configfile: pyproject.toml",
+            "url=https://example.com/report.html",
+        ] {
+            assert!(read(line).is_empty(), "{line}");
+        }
     }
 }
