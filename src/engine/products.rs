@@ -50,36 +50,36 @@ pub fn announces_file(text: &str) -> bool {
 
 /// The paths a line says the run made, each given to `found` until it answers `false`:
 /// the one its shape reports ([`reported_path`]), or else every path of a line with a
-/// word of writing, or else the values of its keys that name a product; none in a rule ("never modify config/prod.yaml, it is generated"):
-/// the file it names is one not to write.
+/// word of writing, or else the values of its keys that name a product
+/// ([`keyed_products`]); none in a rule ("never modify config/prod.yaml, it is
+/// generated"): the file it names is one not to write.
 pub fn reported_paths(line: &str, mut found: impl FnMut(&str) -> bool) {
     if !line.contains(['/', '.']) {
         return;
     }
-    let shaped = reported_path(line);
-    let worded = shaped.is_none() && announces_file(line);
-    let keyed = shaped.is_none() && line.contains([':', '=']) && keys_a_product(line);
-    if !(shaped.is_some() || worded || keyed) || is_constraint(line) {
-        return;
-    }
-    if let Some(path) = shaped {
-        found(path);
-        return;
-    }
-    let mut any = false;
-    if worded {
+    let mut made: Vec<&str> = Vec::new();
+    if let Some(path) = reported_path(line) {
+        made.push(path);
+    } else if announces_file(line) {
         // A web address is a place to visit, not a product.
         paths(line, |p| {
-            if p.starts_with("http") {
-                return true;
+            if !p.starts_with("http") {
+                made.push(p);
             }
-            any = true;
-            found(p)
+            true
         });
     }
     // A key's value, when the words found none (`{"artifact": "gs://runs/m.tar.gz"}`).
-    if !any && keyed {
-        keyed_products(line, found);
+    if made.is_empty() && line.contains([':', '=']) {
+        made = keyed_products(line);
+    }
+    if made.is_empty() || is_constraint(line) {
+        return;
+    }
+    for path in made {
+        if !found(path) {
+            return;
+        }
     }
 }
 
@@ -262,42 +262,34 @@ fn words_of(label: &str) -> impl Iterator<Item = String> + '_ {
     words.into_iter()
 }
 
-/// Whether a line holds a word a key names a product with: most lines of an output are
-/// passed over here, before their keys are read.
-fn keys_a_product(line: &str) -> bool {
-    static KEYS: LazyLock<Phrases> =
-        LazyLock::new(|| Phrases::new(&[PRODUCT_NOUNS, MAKING, MADE_AFTER, &["new"]]));
-    KEYS.find(line, false).is_some()
-}
-
 /// The paths a line gives as the values of keys that name a product (`"output_path":
 /// "out/p.jsonl"`, `report_file=build/lint.txt`, `saved_to: ckpt/`): a tool's structured
 /// answer says what it made by its field's name.
-fn keyed_products(line: &str, mut found: impl FnMut(&str) -> bool) {
-    let bytes = line.as_bytes();
+fn keyed_products(line: &str) -> Vec<&str> {
+    let mut made = Vec::new();
     for (at, _) in line.match_indices([':', '=']) {
+        // `http://`'s colon is no key's.
+        if line.as_bytes().get(at + 1) == Some(&b'/') {
+            continue;
+        }
+        // The value first: most keys' values are no path, and a key's words cost more.
+        let rest = line[at + 1..].trim_start_matches([' ', '"', '\'']);
+        let value_end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | '}' | ']'))
+            .unwrap_or(rest.len());
+        let Some(path) = product(&rest[..value_end]) else {
+            continue;
+        };
         let key_end = line[..at].trim_end().trim_end_matches(['"', '\'']);
         let key_start = key_end
             .trim_end_matches(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-')
             .len();
         let key = &key_end[key_start..];
-        if key.is_empty() || key.len() > 40 || !names_a_product(key) {
-            continue;
-        }
-        let rest = line[at + 1..].trim_start_matches([' ', '"', '\'']);
-        let value_end = rest
-            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | '}' | ']'))
-            .unwrap_or(rest.len());
-        // `http://`'s colon is no key's.
-        if bytes.get(at + 1) == Some(&b'/') {
-            continue;
-        }
-        if let Some(path) = product(&rest[..value_end]) {
-            if !found(path) {
-                return;
-            }
+        if !key.is_empty() && key.len() <= 40 && names_a_product(key) {
+            made.push(path);
         }
     }
+    made
 }
 
 /// The last word of a reported line as the product it names: a path to a file

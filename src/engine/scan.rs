@@ -1081,7 +1081,7 @@ fn strip_lead(s: &str) -> &str {
 /// leading `/` or `~/`; a bare name needs a known extension. Line numbers
 /// (`src/a.rs:12:5`) and pytest test names (`tests/a.py::test_b`) are dropped: a passing
 /// run lists every test, and a failing one is in the error list by its own line.
-pub fn paths(text: &str, mut found: impl FnMut(&str) -> bool) {
+pub fn paths<'a>(text: &'a str, mut found: impl FnMut(&'a str) -> bool) {
     // Every path holds a `/` or a `.`: only the words around them are looked at, which
     // skips most of a long output at memchr's speed.
     let mut done = 0;
