@@ -6,7 +6,7 @@ static fallback) on the same transcripts, and in what the proxy's LLM summariser
 
     python3 bench/fidelity.py --binary target/debug/compaction-proxy \
         [--hermes-python ~/.cache/compaction-proxy-bench/hermes-0.19.0/bin/python] \
-        [--corpora real,generated,real2,real3,real4,real5] [--generated-n 10] [--details out.jsonl] [--out table.md]
+        [--corpora real,generated,real2,real3,real4,real5,real6] [--generated-n 10] [--details out.jsonl] [--out table.md]
 
 Facts are planted by fixtures/transcripts/plant.py (seeded: every run plants the same
 bytes): a constraint and a number in a user interjection, an exact error line appended to
@@ -34,7 +34,11 @@ out the same way: planted by fixtures/transcripts/plant4.py in wordings of its o
 the seed prefix fidelity4, and reported as real3 is. The real5 corpus
 (fixtures/transcripts/real5: ReAct's WebShop runs, crewAI's recorded agent requests,
 DSPy's ReAct agents) is held out likewise: planted by fixtures/transcripts/plant5.py in
-wordings of its own, with the seed prefix fidelity5, and reported as real3 is.
+wordings of its own, with the seed prefix fidelity5, and reported as real3 is. The real6
+corpus (fixtures/transcripts/real6: Auto-GPT's recorded challenge runs, Letta's agent
+files, an Inspect AI browsing log) is held out likewise: planted by
+fixtures/transcripts/plant6.py in wordings of its own, with the seed prefix fidelity6,
+and reported as real3 is.
 
 Each planted transcript (chat completions) is compacted offline with
 
@@ -90,6 +94,7 @@ import plant2  # noqa: E402
 import plant3  # noqa: E402
 import plant4  # noqa: E402
 import plant5  # noqa: E402
+import plant6  # noqa: E402
 import digest_facts  # noqa: E402
 
 KINDS = ["constraint", "number", "error", "path", "decision"]
@@ -171,7 +176,8 @@ def planted_corpus(folder, planter, prefix):
 
 # The held-apart corpora: folder, planter, seed prefix.
 PLANTED = {"real2": ("real2", plant2, "fidelity2"), "real3": ("real3", plant3, "fidelity3"),
-           "real4": ("real4", plant4, "fidelity4"), "real5": ("real5", plant5, "fidelity5")}
+           "real4": ("real4", plant4, "fidelity4"), "real5": ("real5", plant5, "fidelity5"),
+           "real6": ("real6", plant6, "fidelity6")}
 
 
 def generated_corpus(n, steps):
