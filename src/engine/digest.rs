@@ -35,6 +35,7 @@ use aho_corasick::AhoCorasick;
 use super::calls::{describe, result_info, CallInfo};
 use super::commitment;
 use super::decision::{decision, Decision};
+use super::envelope::{self, Event};
 use super::failing_lines::{error_line, line_score};
 use super::media::{PLACEHOLDER_END, PLACEHOLDER_START};
 use super::message::{call_id, clip, keep_ends, one_line, Message, Role};
@@ -686,6 +687,16 @@ impl Digest {
         if text.is_empty() {
             return;
         }
+        // A turn sent as a JSON event: a person's words inside it, or the runtime's.
+        match envelope::user_event(text) {
+            Some(Event::Said(words)) => return self.add_words(&words),
+            Some(Event::Runtime { strings, after }) => {
+                self.add_output(text, &strings, "event");
+                // A message the client sent after the event, joined to it by the merge.
+                return self.add_user(&after, command, answers);
+            }
+            None => {}
+        }
         if is_output(text, answers) {
             // An observation may carry what a person added after it (a run of user
             // messages joined into one): those words are a request like any other.
@@ -875,6 +886,9 @@ impl Digest {
                 self.push_error(who, err, Tier::Fact);
             }
         }
+        // An output sent as JSON is read by its strings' lines.
+        let decoded = envelope::output_strings(text);
+        let text = decoded.as_deref().unwrap_or(text);
         self.add_errors(text, who);
         self.add_products(text, text.lines());
         self.add_paths(text, Tier::Seen);
@@ -1718,6 +1732,34 @@ mod tests {
             .map(|budget| digest(None, turns, budget))
             .find(|d| !both(d))
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn turns_sent_as_json_are_read_by_their_words_and_lines() {
+        // A MemGPT-style session: the user's turns are events, the runtime's heartbeat
+        // among them, a person's message joined after it, and a tool's answer an object
+        // whose message holds a traceback.
+        let turns = parse(json!([
+            {"role": "user", "content": "{\"type\": \"user_message\", \"message\": \"Never email the whole list; cap each send at 250 recipients.\", \"time\": \"10:00\"}"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "send_batch", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "{\"status\": \"Failed\", \"message\": \"Traceback (most recent call last):\\n  File \\\"mail.py\\\", line 3\\nsmtplib.SMTPDataError: (554, 'quota_k7 exceeded')\", \"time\": \"10:01\"}"},
+            {"role": "user", "content": "{\"type\": \"heartbeat\", \"reason\": \"[automated] function failed, returning control\", \"time\": \"10:01\"}\n\nAlso, the audit id for this campaign is 88213407."},
+            {"role": "assistant", "content": "ok"},
+        ]));
+        let d = digest(None, &turns, 10_000);
+        let asks = asks_of(&d);
+        assert!(asks.contains("cap each send at 250 recipients"), "{d}");
+        assert!(
+            !asks.contains("user_message") && !asks.contains("heartbeat"),
+            "{d}"
+        );
+        assert!(asks.contains("88213407"), "{d}");
+        // The exception's own line, not the object around it.
+        assert!(
+            d.lines()
+                .any(|l| l.ends_with(": smtplib.SMTPDataError: (554, 'quota_k7 exceeded')")),
+            "{d}"
+        );
     }
 
     #[test]

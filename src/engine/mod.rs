@@ -31,6 +31,7 @@ pub mod cut;
 mod decision;
 pub mod digest;
 pub mod economy;
+mod envelope;
 mod escalate;
 mod failing_lines;
 mod media;
