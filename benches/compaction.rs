@@ -26,7 +26,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use serde_json::{json, Value};
 
 mod common;
-use common::session;
+use common::{one_turn, session};
 
 fn counting(c: &mut Criterion) {
     let mut g = c.benchmark_group("count");
@@ -84,6 +84,26 @@ fn compaction(c: &mut Criterion) {
                 engine::compact_with(black_box(r), Some(&counts), &opts, &engine::Deterministic)
                     .unwrap()
             })
+        });
+    }
+    g.finish();
+    // A turn of many rounds, a quarter of it allowed: how the cost grows with the rounds
+    // escalation folds (it searches for the fewest that fit in a number of builds that
+    // grows with their log).
+    let mut g = c.benchmark_group("one_turn");
+    g.sample_size(10);
+    for rounds in [250, 500, 1000] {
+        let request = one_turn(rounds);
+        let before = count_request(&request);
+        let opts = Options {
+            target_tokens: Some(before / 4),
+            ..Options::with_window(before)
+        };
+        let check = engine::compact(&request, &opts).unwrap();
+        assert!(check.report.fits, "{}", check.report);
+        g.throughput(Throughput::Elements(rounds as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(rounds), &request, |b, r| {
+            b.iter(|| engine::compact(black_box(r), &opts).unwrap())
         });
     }
     g.finish();

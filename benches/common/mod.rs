@@ -86,3 +86,23 @@ pub fn session_with(tokens: usize, output_words: usize) -> Value {
     messages.push(json!({"role": "user", "content": "Carry on with the refactor."}));
     json!({"model": "gpt-4o", "stream": true, "messages": messages})
 }
+
+/// One ask and then `rounds` rounds of tool calls and their outputs without another user
+/// message: a coding agent's long turn, whose earlier rounds escalation folds into the
+/// summary when the turn alone is over its window.
+pub fn one_turn(rounds: usize) -> Value {
+    let mut messages = vec![
+        json!({"role": "system", "content": words(400, 0)}),
+        json!({"role": "user", "content": words(60, 1)}),
+    ];
+    for round in 1..=rounds {
+        let id = format!("call_{round}");
+        messages.push(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": id,
+            "type": "function", "function": {"name": "run", "arguments":
+            json!({"cmd": format!("pytest tests/t{round}.py")}).to_string()}}]}),
+        );
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": words(300, round)}));
+    }
+    json!({"model": "gpt-4o", "messages": messages})
+}

@@ -361,8 +361,8 @@ fn level(messages: &mut [Message], candidates: &[usize], over: usize, counter: &
 /// cuts its unfolded messages a little instead, each keeping its beginning and end: a few
 /// lines of old tool traffic cost the model less than a whole exchange. So are tried the
 /// draft as it came and the largest fold short of the excess. `what` names the messages.
-fn fold(
-    d: &mut Draft,
+fn fold<'p>(
+    d: &mut Draft<'p>,
     best: &mut Best,
     opts: &Options,
     what: Fold,
@@ -389,57 +389,109 @@ fn fold(
     }
     // Each try starts from the same parts: digesting may also take an earlier summary
     // out of a kept message.
-    let (body, kept, summarised, replaced, folds) = (
-        d.body.clone(),
-        d.kept.clone(),
-        d.summarised,
-        d.replaced,
-        d.folds.clone(),
-    );
-    let (head, tail, notes) = (d.head.clone(), d.tail.clone(), d.notes.clone());
-    let counter = d.plan.counter;
-    for (k, &moved) in tries.iter().enumerate() {
-        d.body = body.clone();
-        d.kept = kept.clone();
-        d.summarised = summarised;
-        d.replaced = replaced;
-        d.folds = folds.clone();
-        d.head = head.clone();
-        d.tail = tail.clone();
-        d.notes = notes.clone();
+    let start = d.clone();
+    let tried = Tried {
+        start: &start,
+        opts,
+        what,
+        messages,
+        tries: &tries,
+    };
+    // The first try that fits, found in a number of builds that grows with the log of
+    // the tries, not with the tries (a turn of thousands of rounds has as many, and a
+    // digest of the whole fold each would be quadratic). Tries further on fold more, so
+    // one that fits is followed by others that do: the search gallops to a try that
+    // fits, then halves the gap back to the last that did not. Each is measured against
+    // a copy of the smallest candidate, kept only if it did not fit: the one that fits
+    // first is built again last, so the smallest candidate is the first that fits.
+    let last = tries.len() - 1;
+    let probe = |d: &mut Draft<'p>, best: &mut Best, k: usize| -> bool {
+        let mut trial = best.clone();
+        let fitted = tried.attempt(d, &mut trial, k, &place);
+        if !fitted {
+            *best = trial;
+        }
+        fitted
+    };
+    let (mut failed, mut step, mut k) = (None, 1, 0);
+    let first_fit = loop {
+        if probe(d, best, k) {
+            break k;
+        }
+        if k == last {
+            // None fits: all are folded, as the last try left them.
+            return false;
+        }
+        failed = Some(k);
+        k = (k + step).min(last);
+        step *= 2;
+    };
+    let mut high = first_fit;
+    while let Some(low) = failed.filter(|&low| low + 1 < high) {
+        let mid = low + (high - low) / 2;
+        if probe(d, best, mid) {
+            high = mid;
+        } else {
+            failed = Some(mid);
+        }
+    }
+    tried.attempt(d, best, high, &place)
+}
+
+/// What the tries of one [`fold`] share: the draft they start from, the messages and
+/// where each try ends its fold.
+struct Tried<'a, 'p> {
+    start: &'a Draft<'p>,
+    opts: &'a Options,
+    what: Fold,
+    messages: &'a [Message],
+    tries: &'a [usize],
+}
+
+impl<'p> Tried<'_, 'p> {
+    /// Try `k` from the start: its fold, then, when what is still over is less than a
+    /// quarter of what the next try would fold in addition, a little cut of the unfolded
+    /// messages instead. Whether the candidate fits.
+    fn attempt(
+        &self,
+        d: &mut Draft<'p>,
+        best: &mut Best,
+        k: usize,
+        place: &impl Fn(&mut Draft, usize, &[Message]),
+    ) -> bool {
+        let (messages, moved) = (self.messages, self.tries[k]);
+        d.clone_from(self.start);
         if moved > 0 {
-            d.digest(messages[..moved].to_vec(), what, opts);
+            d.digest(messages[..moved].to_vec(), self.what, self.opts);
             d.notes
-                .push(format!("escalate: {} summarised", what.name()));
+                .push(format!("escalate: {} summarised", self.what.name()));
         }
         place(d, moved, &messages[moved..]);
         let tokens = d.measure(best);
         if d.target.admits(tokens) {
             return true;
         }
-        let next = tries.get(k + 1).copied().unwrap_or(moved);
+        let next = self.tries.get(k + 1).copied().unwrap_or(moved);
         let folded_next: usize = messages[moved..next].iter().map(|m| m.tokens).sum();
         let over = d.target.excess(tokens);
         if over.saturating_mul(4) > folded_next {
-            continue;
+            return false;
         }
         let mut rest = messages[moved..].to_vec();
         let candidates: Vec<usize> = (0..rest.len())
             .filter(|&i| rest[i].role != Role::User && !rest[i].role.is_instruction())
             .collect();
-        let cut = level(&mut rest, &candidates, over, &counter);
-        if cut > 0 {
-            place(d, moved, &rest);
-            d.notes.push(format!(
-                "escalate: {cut} messages of the {} cut",
-                what.name()
-            ));
-            if d.offer(best) {
-                return true;
-            }
+        let cut = level(&mut rest, &candidates, over, &d.plan.counter);
+        if cut == 0 {
+            return false;
         }
+        place(d, moved, &rest);
+        d.notes.push(format!(
+            "escalate: {cut} messages of the {} cut",
+            self.what.name()
+        ));
+        d.offer(best)
     }
-    false
 }
 
 /// `messages` without those at the first `moved` of `indices` (folded), and with `left`

@@ -53,6 +53,8 @@ pub mod summary;
 pub mod tokens;
 mod validate;
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value};
 
 use crate::units::{Limit, Window, DEFAULT_WINDOW};
@@ -377,6 +379,11 @@ pub struct Plan {
     /// The messages as merged, before any was pruned or cut: what escalation digests when
     /// it folds a message it had pruned or cut first.
     originals: Vec<Message>,
+    /// Where in `originals` each tool result stands by the call it answers, and each
+    /// message that calls tools by its first call: a folded message's original is found
+    /// without a search through all of them (one search per folded message made folding
+    /// a turn of thousands of rounds quadratic).
+    originals_by_call: OriginalsByCall,
     /// The first user message as the client sent it, before a run of user messages was
     /// joined to it: the task, which escalation keeps the opening of.
     task: Option<String>,
@@ -472,15 +479,23 @@ impl Plan {
                 .collect()
         };
         let calls = ids(m);
-        self.originals
-            .iter()
-            .find(|o| {
-                o.role == m.role
-                    && o.tool_call_id() == m.tool_call_id()
-                    && ids(o) == calls
-                    && (m.role.is_result() || o.text().starts_with(opening))
-            })
-            .unwrap_or(m)
+        let same = |o: &&Message| {
+            o.role == m.role
+                && o.tool_call_id() == m.tool_call_id()
+                && ids(o) == calls
+                && (m.role.is_result() || o.text().starts_with(opening))
+        };
+        let by_call = match m.tool_call_id() {
+            Some(id) => self.originals_by_call.results.get(id),
+            None => calls
+                .first()
+                .and_then(Option::as_deref)
+                .and_then(|id| self.originals_by_call.calls.get(id)),
+        };
+        if let Some(o) = by_call.map(|&i| &self.originals[i]).filter(same) {
+            return o;
+        }
+        self.originals.iter().find(same).unwrap_or(m)
     }
 }
 
@@ -633,6 +648,7 @@ pub fn plan_with_counts(
         notes: Vec::new(),
         digest_extra: 0,
         originals: Vec::new(),
+        originals_by_call: OriginalsByCall::default(),
         task: None,
         task_joined: Vec::new(),
     };
@@ -695,6 +711,29 @@ fn merge_and_mark(plan: &mut Plan, counter: &Counter) {
     plan.regions = Regions::find(&plan.messages);
     plan.stage = Stage::Fits;
     plan.originals = plan.messages.clone();
+    plan.originals_by_call = OriginalsByCall::of(&plan.originals);
+}
+
+/// [`Plan::originals_by_call`].
+#[derive(Clone, Debug, Default)]
+struct OriginalsByCall {
+    results: HashMap<String, usize>,
+    calls: HashMap<String, usize>,
+}
+
+impl OriginalsByCall {
+    fn of(messages: &[Message]) -> OriginalsByCall {
+        let mut index = OriginalsByCall::default();
+        for (i, m) in messages.iter().enumerate() {
+            if let Some(id) = m.tool_call_id() {
+                index.results.entry(id.to_owned()).or_insert(i);
+            }
+            if let Some(id) = m.tool_calls().first().and_then(message::call_id) {
+                index.calls.entry(id.to_owned()).or_insert(i);
+            }
+        }
+        index
+    }
 }
 
 /// Old media replaced when the tokens are over (too many messages is not fixed by them);
