@@ -122,19 +122,29 @@ pub fn output_facts(text: &str) -> Option<String> {
         // over without being split into words (this runs on every output a compaction
         // prunes).
         let digit = line.bytes().any(|b| b.is_ascii_digit());
-        let reports_file = || products::reports_path(line);
-        if !(digit || reports_file()) {
+        let files = made_files(line);
+        if !digit && files.is_empty() {
             continue;
         }
-        for found in line_facts(line, n) {
+        for found in line_facts(line, n, &files) {
             keep(&mut kept, found);
         }
     }
     compose(kept)
 }
 
-/// The facts of one line, unmasked yet.
-fn line_facts(line: &str, n: usize) -> Vec<Found> {
+/// The files a line says the run made ([`products::reported_paths`]).
+fn made_files(line: &str) -> Vec<&str> {
+    let mut files = Vec::new();
+    products::reported_paths(line, |p| {
+        files.push(p);
+        true
+    });
+    files
+}
+
+/// The facts of one line, unmasked yet, beside the `files` it says the run made.
+fn line_facts(line: &str, n: usize, files: &[&str]) -> Vec<Found> {
     let mut out = Vec::new();
     let found = |kind, rank, text: String| Found {
         rank,
@@ -143,10 +153,9 @@ fn line_facts(line: &str, n: usize) -> Vec<Found> {
         text,
         source: line.to_owned(),
     };
-    products::reported_paths(line, |p| {
-        out.push(found(Kind::File, 1, p.to_owned()));
-        true
-    });
+    for p in files {
+        out.push(found(Kind::File, 1, (*p).to_owned()));
+    }
     let words: Vec<&str> = line.split_whitespace().map(trim_word).collect();
     let summary = words.iter().any(|w| is_one_of(w, SUMMARY_WORDS));
     for i in 0..words.len() {
@@ -235,7 +244,7 @@ fn compose(mut kept: Vec<Found>) -> Option<String> {
 fn survives_masking(f: &Found) -> bool {
     match redact(&f.source) {
         Cow::Borrowed(_) => true,
-        Cow::Owned(masked) => line_facts(&masked, f.line)
+        Cow::Owned(masked) => line_facts(&masked, f.line, &made_files(&masked))
             .iter()
             .any(|g| g.kind == f.kind && g.text == f.text),
     }

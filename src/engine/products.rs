@@ -41,9 +41,8 @@ const WRITE_WORDS: &[&str] = &[
     "rendered",
 ];
 
-/// Whether a text (a line, or a whole output, to pass over one that names no product)
-/// holds a word that says a file was written.
-pub fn announces_file(text: &str) -> bool {
+/// Whether a line holds a word that says a file was written.
+fn announces_file(text: &str) -> bool {
     static WORDS: LazyLock<Phrases> = LazyLock::new(|| Phrases::new(&[WRITE_WORDS]));
     WORDS.find(text, false).is_some()
 }
@@ -53,11 +52,11 @@ pub fn announces_file(text: &str) -> bool {
 /// word of writing, or else the values of its keys that name a product
 /// ([`keyed_products`]); none in a rule ("never modify config/prod.yaml, it is
 /// generated"): the file it names is one not to write.
-pub fn reported_paths(line: &str, mut found: impl FnMut(&str) -> bool) {
+pub fn reported_paths<'a>(line: &'a str, mut found: impl FnMut(&'a str) -> bool) {
     if !line.contains(['/', '.']) {
         return;
     }
-    let mut made: Vec<&str> = Vec::new();
+    let mut made: Vec<&'a str> = Vec::new();
     if let Some(path) = reported_path(line) {
         made.push(path);
     } else if announces_file(line) {
@@ -93,6 +92,16 @@ pub fn reports_path(line: &str) -> bool {
     any
 }
 
+/// Whether `text` names any path ([`paths`]): a line reporting one product names no other.
+fn names_a_path(text: &str) -> bool {
+    let mut any = false;
+    paths(text, |_| {
+        any = true;
+        false
+    });
+    any
+}
+
 /// Past verbs that say a file was looked at or taken away, not made: a path after them
 /// is no product of the work.
 const NOT_MADE: &[&str] = &[
@@ -107,7 +116,7 @@ const NOT_MADE: &[&str] = &[
 /// line of words, not an error, that ends with its only path, a file's name, led by an
 /// arrow, a label's colon, `to`/`into`/`at`/`as`, or a verb of making in the past
 /// tense.
-pub fn reported_path(line: &str) -> Option<&str> {
+fn reported_path(line: &str) -> Option<&str> {
     let t = line
         .trim()
         .trim_end_matches(['.', ',', ';', ')', ']', '"', '\'']);
@@ -150,11 +159,7 @@ fn path_ending(t: &str) -> Option<&str> {
         || placed
         || ["to", "into", "at", "as"].contains(&lead.as_str())
         || makes(&lead);
-    let mut others = 0;
-    paths(head, |_| {
-        others += 1;
-        false
-    });
+    let others = names_a_path(head);
     let worded = head
         .split_whitespace()
         .map(|w| w.trim_matches(|c: char| !c.is_ascii_alphanumeric()))
@@ -162,7 +167,7 @@ fn path_ending(t: &str) -> Option<&str> {
     (made
         && (worded || arrow)
         && (1..=12).contains(&words)
-        && others == 0
+        && !others
         && super::failing_lines::line_score(t) < 2)
         .then_some(path)
 }
@@ -387,13 +392,8 @@ fn made_after(t: &str) -> Option<&str> {
         .enumerate()
         .all(|(i, w)| i == verb || listed(MADE_AUXILIARIES, w));
     let path = product(words[at].trim_matches(|c: char| "([\"'`)]".contains(c)))?;
-    let mut others = 0;
-    paths(&words[..at].join(" "), |_| {
-        others += 1;
-        false
-    });
-    (helpers_only && at <= 12 && others == 0 && super::failing_lines::line_score(t) < 2)
-        .then_some(path)
+    let others = names_a_path(&words[..at].join(" "));
+    (helpers_only && at <= 12 && !others && super::failing_lines::line_score(t) < 2).then_some(path)
 }
 
 /// A line without what a tool prints after the path it made: a short group in brackets
