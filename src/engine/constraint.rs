@@ -154,6 +154,19 @@ const ALWAYS: &[&str] = &[
     "out of the diff",
     "no-go",
     "off the table",
+    // A change gated on someone's approval: "needs sign-off from the DBA", "changes to
+    // the chart require approval from the SRE on call".
+    "sign-off",
+    "signoff",
+    "signs off",
+    "approval from",
+    "requires approval",
+    "require approval",
+    "needs approval",
+    "need approval",
+    "requires review",
+    "require review",
+    "needs review",
 ];
 
 const NEVER: &[&str] = &["never"];
@@ -387,6 +400,34 @@ const NO_CHANGES: &[&str] = &[
     "breaking",
     "force-push",
     "force-pushes",
+    "patches",
+    "merges",
+    "renames",
+    "rewrites",
+    "upgrades",
+];
+
+/// Words between "no" and a change that say which ones ("no direct commits"); "no
+/// obvious changes" reports.
+const NO_KINDS: &[&str] = &[
+    "direct",
+    "manual",
+    "hand",
+    "hand-written",
+    "handwritten",
+    "local",
+    "further",
+    "unrelated",
+    "unreviewed",
+    "unnecessary",
+    "drive-by",
+    "cosmetic",
+    "stray",
+    "speculative",
+    "more",
+    "other",
+    "big",
+    "large",
 ];
 
 /// Words after "no <change>" that report rather than forbid ("no changes were made").
@@ -455,7 +496,17 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         Rule::Alone => leave_before(behind),
         Rule::State => is_one_of(before, STATE_VERBS),
         Rule::No => {
-            is_one_of(after, NO_CHANGES) && !is_one_of(next_word(&ahead[after_end..]).0, NO_REPORTS)
+            // One word may say which changes: "no direct commits to main", "no manual
+            // edits".
+            let (then, then_end) = next_word(&ahead[after_end..]);
+            let (noun, rest) = if is_one_of(after, NO_CHANGES) {
+                (after, &ahead[after_end..])
+            } else if is_one_of(after, NO_KINDS) {
+                (then, &ahead[after_end + then_end..])
+            } else {
+                return false;
+            };
+            is_one_of(noun, NO_CHANGES) && !is_one_of(next_word(rest).0, NO_REPORTS)
         }
     }
 }
@@ -879,6 +930,29 @@ mod tests {
             "No extra dependencies.",
         ]);
         assert!(!is_constraint("No changes were made to the file."));
+    }
+
+    #[test]
+    fn one_word_may_say_which_changes_no_forbids() {
+        all_new(&[
+            "No direct pushes to the release branch.",
+            "No manual edits in db/migrations/.",
+            "No local patches to vendor/openssl.",
+            "No hand-written merges into staging; the bot does them.",
+        ]);
+        assert!(!is_constraint("No direct commits were found on main."));
+        assert!(!is_constraint("No obvious changes in the output."));
+    }
+
+    #[test]
+    fn a_change_gated_on_approval_is_a_rule() {
+        all_new(&[
+            "Anything under billing/ needs sign-off from finance before it ships.",
+            "Schema changes require approval from the data team.",
+            "The Terraform state needs review by two people before apply.",
+            "Edits to the pricing table need approval, ask Dana first.",
+        ]);
+        assert!(!is_constraint("Dana approved the pricing table yesterday."));
     }
 
     #[test]

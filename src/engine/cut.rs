@@ -59,9 +59,15 @@ pub fn cut_keeping(msg: &mut Message, tokens: usize, least: usize, counter: &Cou
     } else {
         Writer::Other
     };
+    // The task keeps its opening whole: its first lines say what the work is.
+    let opening = if least > 0 {
+        Opening::Task
+    } else {
+        Opening::Short
+    };
     for _ in 0..4 {
         msg.set_content(
-            Value::String(keep_facts_by(&original, keep, writer)),
+            Value::String(keep_facts_by(&original, keep, writer, opening)),
             counter,
         );
         if msg.tokens <= tokens || keep <= least {
@@ -119,7 +125,18 @@ pub fn cut_to_opening(msg: &mut Message, chars: usize, rules: usize, counter: &C
 /// state facts (as many as a third of `keep` holds, the most telling first, written in
 /// their order), a note of what was cut, and its end.
 pub fn keep_facts(text: &str, keep: usize) -> String {
-    keep_facts_by(text, keep, Writer::Other)
+    keep_facts_by(text, keep, Writer::Other, Opening::Short)
+}
+
+/// How much of a cut text's beginning stays before its facts are chosen.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// The task's: [`OPENING_CHARS`], and a third of the room for the facts of the rest.
+    Task,
+    /// Any other text's: a quarter of the room, and half for the facts of the rest. A
+    /// pasted channel's first lines are chatter as often as not, and a rule said in its
+    /// middle lost to them (the beginning grows back into room the facts leave).
+    Short,
 }
 
 /// Who wrote a text being cut, which says how its decisions are told.
@@ -134,17 +151,21 @@ enum Writer {
 }
 
 /// [`keep_facts`] for a text `writer` wrote.
-fn keep_facts_by(text: &str, keep: usize, writer: Writer) -> String {
+fn keep_facts_by(text: &str, keep: usize, writer: Writer, how: Opening) -> String {
     if text.len() <= keep + 64 {
         return text.to_string();
     }
-    let opening = clip(text, OPENING_CHARS.min(keep - keep / 6)).len();
+    let (opening, room) = match how {
+        Opening::Task => (OPENING_CHARS.min(keep - keep / 6), keep / 3),
+        Opening::Short => (OPENING_CHARS.min(keep / 4), keep / 2),
+    };
+    let opening = clip(text, opening).len();
     let b = kept_end(text, opening, keep / 6, writer);
     let middle_end = text.len() - b.len();
     let facts = fact_lines(
         &text[opening..],
         middle_end - opening,
-        keep / 3,
+        room,
         writer,
         |_, _| true,
     );
@@ -322,6 +343,41 @@ mod tests {
             assert!(cut.contains(fact), "{fact} missing from\n{cut}");
         }
         assert!(cut.ends_with("the end"));
+    }
+
+    #[test]
+    fn a_rule_in_the_middle_of_a_pasted_channel_outlasts_its_chatter() {
+        let chatter = [
+            "morning all",
+            "anyone seen the flaky deploy on staging?",
+            "lunch at noon?",
+            "the runner restarted, ci is green",
+        ];
+        let line = |i: usize, said: &str| format!("[9:{:02}] sam: {said}\n", 10 + i);
+        let mut text = String::from("pasting the channel for context:\n");
+        for i in 0..6 {
+            text.push_str(&line(i, chatter[i % 4]));
+        }
+        text.push_str(&line(
+            6,
+            "Changes to charts/values.yaml need approval from the SRE on call.",
+        ));
+        for i in 7..12 {
+            text.push_str(&line(i, chatter[i % 4]));
+        }
+        text.push_str("anyway, carry on.");
+        // About a third of the text: before, the opening took most of it and the rule,
+        // a line longer than the third left to facts, was cut.
+        let cut = keep_facts(&text, text.len() / 3);
+        assert!(cut.len() < text.len() / 2, "{}", cut.len());
+        assert!(cut.contains("need approval from the SRE on call"), "{cut}");
+        assert!(cut.starts_with("pasting the channel"), "{cut}");
+        // The task keeps its opening whole, at the facts' cost.
+        let counter = Counter::new(crate::engine::tokens::Encoding::O200k);
+        let v = serde_json::json!({"role": "user", "content": text});
+        let mut task = Message::parse(0, &v, &counter).unwrap();
+        cut_task(&mut task, 100, &counter);
+        assert!(task.text().starts_with(&text[..OPENING_CHARS]));
     }
 
     #[test]

@@ -530,6 +530,10 @@ impl Digest {
             }
             Section::Tools => {
                 let (label, count) = parse_count(&text);
+                // Two lines of the same call were two runs of it with a call between them
+                // that the digest gave up: read back, they stay two, so a digest carried
+                // forward is the digest it was.
+                self.last_call = None;
                 self.push_call(label.to_string(), count);
             }
             Section::Files => match text.strip_prefix(WRITTEN) {

@@ -123,7 +123,8 @@ fn score(t: &str) -> u8 {
         .trim_matches(|c: char| !c.is_alphanumeric())
         .split_whitespace()
         .count();
-    if words < 2 {
+    // A process the system ended says so in one word (`Killed`, `OOMKilled`).
+    if words < 2 && !died(t) {
         return 0;
     }
     // pytest's short summary: the test and the reason, `FAILED tests/a.py::t - Err: msg`.
@@ -134,7 +135,15 @@ fn score(t: &str) -> u8 {
         .strip_prefix("npm ERR!")
         .or_else(|| t.strip_prefix("npm error"))
     {
-        return if npm_boilerplate(rest.trim()) { 1 } else { 5 };
+        let rest = rest.trim();
+        // `npm error code ERESOLVE` names the failure's kind: said when nothing says more.
+        return if rest.starts_with("code ") {
+            2
+        } else if npm_boilerplate(rest) {
+            1
+        } else {
+            5
+        };
     }
     if t.starts_with("error[") {
         return 6;
@@ -158,6 +167,18 @@ fn score(t: &str) -> u8 {
         || located_error(t)
     {
         return 5;
+    }
+    // A diagnostic at a line and column whatever its words (Go's `main.go:41:9:
+    // undefined: x`, a linter's `a.py:3:1: F401 'os' imported but unused`), ESLint's
+    // `27:11  error  message  rule`, git's merge conflict, Jest's failed test, a linker's
+    // missing symbol.
+    if column_diagnostic(t)
+        || stylish_error(t)
+        || t.starts_with("CONFLICT (")
+        || t.starts_with("\u{25cf} ")
+        || t.contains("undefined reference to")
+    {
+        return 4;
     }
     // pytest's assertion lines: `E       AssertionError: ...`; any other is the detail
     // of one (`E       assert 3 == 4`).
@@ -186,6 +207,9 @@ fn score(t: &str) -> u8 {
         || program_complaint(t)
         || nonzero_exit(t)
         || step_failed(t)
+        || network_failure(t)
+        || failure_first(t)
+        || make_failed(t)
     {
         return 3;
     }
@@ -200,11 +224,108 @@ fn score(t: &str) -> u8 {
 /// three to five digits, a colon and a message.
 fn coded(t: &str) -> bool {
     let letters = t.bytes().take_while(u8::is_ascii_uppercase).count();
-    let digits = t[letters..].bytes().take_while(u8::is_ascii_digit).count();
+    // Oracle writes a hyphen between them: `ORA-00942: table or view does not exist`.
+    let dash = usize::from(t[letters..].starts_with('-'));
+    let digits = t[letters + dash..]
+        .bytes()
+        .take_while(u8::is_ascii_digit)
+        .count();
+    let end = letters + dash + digits;
     (1..=3).contains(&letters)
         && (3..=5).contains(&digits)
-        && t[letters + digits..].starts_with(": ")
-        && t.len() > letters + digits + 4
+        && t[end..].starts_with(": ")
+        && t.len() > end + 4
+}
+
+/// A report at a line and a column of a file, then its message: `cmd/api/main.go:41:9:
+/// undefined: retryPolicy`, `src/a.py:3:1: F401 'os' imported but unused`. A search
+/// prints a line's contents after one number (`a.py:3:    return x`), a diagnostic gives
+/// two; a warning, a note or a hint is not a failure.
+fn column_diagnostic(t: &str) -> bool {
+    let Some((place, rest)) = t.split_once(": ") else {
+        return false;
+    };
+    let mut parts = place.rsplitn(3, ':');
+    let (Some(column), Some(line), Some(file)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let aside = ["warning", "note", "info", "hint", "help"].iter().any(|w| {
+        rest.get(..w.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(w))
+    });
+    number(column)
+        && number(line)
+        && file.contains('.')
+        && !file.contains(char::is_whitespace)
+        && rest.starts_with(|c: char| !c.is_whitespace())
+        && !aside
+}
+
+/// A line or column number.
+fn number(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// ESLint's default report, a line under the file's name: `  27:11  error  'x' is
+/// assigned a value but never used  no-unused-vars`.
+fn stylish_error(t: &str) -> bool {
+    let Some((place, rest)) = t.split_once(char::is_whitespace) else {
+        return false;
+    };
+    place
+        .split_once(':')
+        .is_some_and(|(l, c)| number(l) && number(c))
+        && rest
+            .trim_start()
+            .strip_prefix("error")
+            .is_some_and(|m| m.starts_with(char::is_whitespace) && !m.trim().is_empty())
+}
+
+/// A connection that failed, as a client or the system says it: `Could not connect to
+/// Redis at 127.0.0.1:6379: Connection refused`, `dial tcp 10.0.3.4:5432: connect:
+/// connection refused`, `context deadline exceeded`, `x509: certificate signed by unknown
+/// authority`.
+fn network_failure(t: &str) -> bool {
+    const FAILURES: &[&str] = &[
+        "connection refused",
+        "connection reset",
+        "reset by peer",
+        "no route to host",
+        "name or service not known",
+        "temporary failure in name resolution",
+        "could not resolve host",
+        "deadline exceeded",
+        "certificate verify failed",
+        "unknown authority",
+        "certificate has expired",
+        "broken pipe",
+        "network is unreachable",
+        "host is unreachable",
+    ];
+    let lower = t.to_ascii_lowercase();
+    FAILURES.iter().any(|f| lower.contains(f))
+}
+
+/// A short line that opens by saying what could not be done: `Could not find a version
+/// that satisfies the requirement x`, `Unable to locate package y`, `Failed to fetch z`,
+/// `Cannot find module './w'`; not a question ("Unable to log in? ...").
+fn failure_first(t: &str) -> bool {
+    const OPENINGS: &[&str] = &[
+        "Could not ",
+        "Cannot ",
+        "Can't ",
+        "Unable to ",
+        "Failed to ",
+    ];
+    t.len() <= 200 && !t.contains('?') && OPENINGS.iter().any(|o| t.starts_with(o))
+}
+
+/// make's line for a target whose recipe failed: `make: *** [Makefile:23: build] Error
+/// 2`, `make[1]: *** No rule to make target 'x'`.
+fn make_failed(t: &str) -> bool {
+    t.strip_prefix("make")
+        .map(|rest| rest.trim_start_matches(|c: char| c == '[' || c == ']' || c.is_ascii_digit()))
+        .is_some_and(|rest| rest.starts_with(": *** "))
 }
 
 /// What follows a place in a file, `tests/a.py:41: ` or `src/b.c:3:9: `: the report made
@@ -247,6 +368,7 @@ const FAILURE_WORDS: &[&str] = &[
     "denied",
     "not found",
     "no such ",
+    "timed out",
 ];
 
 /// A program's own complaint: its name, a colon, and a failure said in words (`curl: (7)
@@ -276,6 +398,7 @@ fn nonzero_exit(t: &str) -> bool {
         "exit code ",
         "exit status ",
         "exited with status ",
+        "non-zero code: ",
     ]
     .iter()
     .any(|p| {
@@ -472,6 +595,33 @@ static CANDIDATES: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
             "violation",
             "exceeded",
             "invalid",
+            // Connections that failed, merge conflicts, Jest's failed tests, a linker's
+            // missing symbol, make's failed recipe.
+            "reset by peer",
+            "connection reset",
+            "no route to host",
+            "not known",
+            "name resolution",
+            "unknown authority",
+            "broken pipe",
+            "unreachable",
+            "conflict (",
+            "\u{25cf} ",
+            "undefined reference",
+            "non-zero",
+            ": *** ",
+            // A place's line and column before a diagnostic's message
+            // (`main.go:41:9: undefined: x`): a digit, a colon and a space.
+            "0: ",
+            "1: ",
+            "2: ",
+            "3: ",
+            "4: ",
+            "5: ",
+            "6: ",
+            "7: ",
+            "8: ",
+            "9: ",
             // pytest's detail lines, `E   assert 3 == 4`, at a line's start.
             "\nE ",
         ])
@@ -569,11 +719,66 @@ mod tests {
             assert_eq!(error_line(&out).as_deref(), Some(line), "{line}");
             assert!(line_score(line) >= 4, "{line}: {}", line_score(line));
         }
-        // pytest's detail lines report too (spaces run together, as every line is
-        // kept), below the exception that names the failure.
+        // pytest's detail lines report too, below the exception that names the
+        // failure; a line is quoted as written, its spaces included.
         let pytest =
             "    def test_total():\n>       assert total([1, 2]) == 4\nE       assert 3 == 4\n";
-        assert_eq!(error_line(pytest).as_deref(), Some("E assert 3 == 4"));
+        assert_eq!(error_line(pytest).as_deref(), Some("E       assert 3 == 4"));
+    }
+
+    #[test]
+    fn diagnostics_without_the_word_error_are_error_lines() {
+        for line in [
+            // At a line and a column: Go's compiler and vet, linters of other languages.
+            "services/ledger/post.go:212:14: undefined: ledgerClient",
+            "cmd/worker/run.go:9:2: \"os/signal\" imported and not used",
+            "api/v2/users.go:58:23: too many arguments in call to s.Save",
+            "billing/rates.py:14:1: F811 redefinition of unused 'Decimal' from line 3",
+            "lib/tokenize.rb:40:7: Lint/UselessAssignment: Useless assignment to variable - idx.",
+            // ESLint's default format.
+            "31:7  error  'retryCount' is defined but never used  no-unused-vars",
+            "112:3  error  Unexpected console statement  no-console",
+            // Connections.
+            "Could not connect to Postgres at db.internal:5432: Connection refused",
+            "read tcp 172.18.0.4:51522->172.18.0.2:6379: read: connection reset by peer",
+            "urlopen error [Errno -3] Temporary failure in name resolution",
+            "Get \"https://registry.local/v2/\": context deadline exceeded",
+            "SSL: CERTIFICATE_VERIFY_FAILED certificate verify failed: self-signed certificate",
+            // Other tools' ways of saying it.
+            "CONFLICT (modify/delete): config/limits.toml deleted in HEAD",
+            "\u{25cf} Checkout \u{203a} rejects an expired card",
+            "/usr/bin/ld: cache.o: undefined reference to `lru_evict'",
+            "make[2]: *** [CMakeFiles/app.dir/build.make:76: app] Error 1",
+            "make: *** No rule to make target 'dist/bundle.js'.  Stop.",
+            "ORA-01017: invalid username/password; logon denied",
+            "Unable to locate package libssl1.1",
+            "Failed to start nginx.service: Unit nginx.service not found.",
+            "Could not find a version that satisfies the requirement torch==1.0.0",
+            "The command '/bin/sh -c make release' returned a non-zero code: 2",
+            "wget: unable to resolve host address 'mirror.example'",
+            "Killed",
+            "OOMKilled",
+        ] {
+            assert!(line_score(line) >= 3, "{line}: {}", line_score(line));
+            let out = format!("fetching\n  building step 2\n{line}\nwaiting\n");
+            assert_eq!(error_line(&out).as_deref(), Some(line), "{line}");
+        }
+        // A search's hits (one number, or the code indented after the column), a
+        // warning or a note at a place, a count, a question, a setting: no failure.
+        for line in [
+            "services/ledger/post.go:212: func post(ctx context.Context) error {",
+            "src/app/models.py:12:    retries: int = 3",
+            "src/app/models.py:12:5:     return None",
+            "lib/a.c:3:5: warning: unused variable 'n'",
+            "lib/a.c:3:5: note: declared here",
+            "ui/App.tsx:4:1: Hint: prefer a const",
+            "31:7  warning  'x' is defined but never used  no-unused-vars",
+            "Unable to log in? Reset your password from the start page.",
+            "retries: 3",
+            "12:30: standup",
+        ] {
+            assert!(line_score(line) < 3, "{line}: {}", line_score(line));
+        }
     }
 
     #[test]

@@ -376,11 +376,19 @@ pub fn keep_ends(s: &str, head: usize, tail: usize) -> String {
 /// Secrets are masked before the text is clipped.
 pub fn one_line(s: &str, max: usize) -> String {
     let masked = crate::redact::redact(s);
-    let flat: String = clip(masked.trim(), max * 4)
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
+    // Line breaks and tabs join the lines with one space; the spaces inside a line stay
+    // as written, so an error line is quoted exactly (`FATAL:  database "x" does not
+    // exist`, which a search for the message finds only with both spaces).
+    let mut flat = String::new();
+    for piece in clip(masked.trim(), max * 4).split(char::is_control) {
+        let piece = piece.trim();
+        if !piece.is_empty() {
+            if !flat.is_empty() {
+                flat.push(' ');
+            }
+            flat.push_str(piece);
+        }
+    }
     if flat.len() > max {
         format!("{}...", clip(&flat, max))
     } else {
@@ -440,8 +448,12 @@ mod tests {
     }
 
     #[test]
-    fn one_line_flattens_whitespace() {
-        assert_eq!(one_line("  a\n\tb   c ", 80), "a b c");
+    fn one_line_joins_lines_and_keeps_a_line_as_written() {
+        assert_eq!(one_line("  a\n\tb c ", 80), "a b c");
+        assert_eq!(
+            one_line("FATAL:  database \"x\" does not exist\n", 80),
+            "FATAL:  database \"x\" does not exist"
+        );
         assert_eq!(one_line("abcdef", 3), "abc...");
     }
 }

@@ -57,25 +57,9 @@ const STRONG_DECISION: &[&str] = &[
     // How agents report a choice made ("I chose the streaming parser", "opted for").
     "chose",
     "opted",
-    "settled on",
-    "switch to",
     "from now on",
     "going forward",
-    // Committing to an option, in the forms agents say it in: "going with orjson",
-    // "sticking with the v1 client", "switched to Postgres", "in favour of zstd".
-    "going with",
-    "went with",
-    "stick with",
-    "sticking with",
-    "stay with",
-    "staying with",
-    "stick to",
-    "sticking to",
-    "switching to",
-    "switched to",
-    "migrate to",
-    "migrating to",
-    "migrated to",
+    // Committing to an option, beside the verbs of [`COMMITTING`]: "in favour of zstd".
     "in favor of",
     "in favour of",
     "rather than",
@@ -83,17 +67,10 @@ const STRONG_DECISION: &[&str] = &[
     "we'd rather",
     "choosing",
     "chosen",
-    "opt for",
-    "opting for",
-    "settle on",
-    "settling on",
     "prefer",
     "preferring",
-    "standardize on",
-    "standardise on",
     "adopt",
     "adopting",
-    "commit to",
     "be using",
     "the plan is",
     "the approach is",
@@ -105,6 +82,11 @@ const STRONG_DECISION: &[&str] = &[
     "right choice",
     "way to go",
     "way forward",
+    "path forward",
+    "final call",
+    "bottom line",
+    "my call is",
+    "our call is",
     "best bet",
     "better fit",
     "best fit",
@@ -115,6 +97,108 @@ const STRONG_DECISION: &[&str] = &[
     "my pick",
     "our pick",
 ];
+/// Verbs of committing to an option, in every form an agent writes them ("we're
+/// standardising on pnpm", "stuck with SQLite", "the team agreed on gRPC"), each with
+/// the word before the option. Forms that also ask or offer ("decide", "choose", "pick")
+/// are left out: "you can choose any port" chooses nothing.
+const COMMITTING: &[(&[&str], &[&str])] = &[
+    (
+        &[
+            "standardise",
+            "standardised",
+            "standardising",
+            "standardize",
+            "standardized",
+            "standardizing",
+        ],
+        &["on"],
+    ),
+    (&["opt", "opted", "opting"], &["for"]),
+    (&["settle", "settled", "settling"], &["on", "for"]),
+    (&["switch", "switched", "switching"], &["to", "over to"]),
+    // Not "stuck with", which complains ("I'm stuck with this error").
+    (&["stick", "sticking"], &["with", "to"]),
+    (&["stay", "stayed", "staying"], &["with"]),
+    (
+        &["go", "went", "going", "gone"],
+        &["with", "ahead with", "for"],
+    ),
+    (
+        &["move", "moved", "moving"],
+        &["ahead with", "forward with"],
+    ),
+    (&["commit", "committed", "committing"], &["to"]),
+    (&["migrate", "migrated", "migrating"], &["to"]),
+    (&["converge", "converged", "converging"], &["on"]),
+    (&["agree", "agreed", "agreeing"], &["on", "to"]),
+];
+
+/// The phrases [`COMMITTING`] makes, "standardising on" and the rest.
+fn committing_phrases() -> Vec<String> {
+    COMMITTING
+        .iter()
+        .flat_map(|(forms, then)| {
+            forms
+                .iter()
+                .flat_map(move |f| then.iter().map(move |t| format!("{f} {t}")))
+        })
+        .collect()
+}
+
+/// Words that make a sentence's opening label ("Verdict:", "Final call:", "The plan
+/// from here:") announce what was decided.
+const DECIDING_LABELS: &[&str] = &[
+    "decision",
+    "decided",
+    "verdict",
+    "conclusion",
+    "resolution",
+    "resolved",
+    "choice",
+    "outcome",
+    "agreed",
+    "answer",
+    "forward",
+    "fix",
+    "solution",
+    "takeaway",
+    "consensus",
+    "pick",
+    "ruling",
+];
+
+/// Words that make a label of more than one word decide ("The plan from here:", "Revised
+/// approach:"); alone ("Plan:") they head a list of next steps, which narrates.
+const PLANNING_LABELS: &[&str] = &["plan", "approach", "strategy", "direction"];
+
+/// A sentence led by a short label that says it decides: `Verdict: pg_partman handles
+/// the partitions`, `Resolved: the cron moves to a CronJob`, `Final call - RabbitMQ`.
+/// The label is at most four words before a colon or a dash, and the sentence goes on
+/// after it.
+fn decision_label(sentence: &str) -> bool {
+    let colon = sentence.find([':', '\u{2014}', '\u{2013}']);
+    let Some(at) = [colon, sentence.find(" - ")].into_iter().flatten().min() else {
+        return false;
+    };
+    let label = &sentence[..at];
+    let rest = sentence[at..]
+        .trim_start_matches([':', '\u{2014}', '\u{2013}', '-', ' '])
+        .trim();
+    let words: Vec<&str> = label.split_whitespace().collect();
+    let named = |list: &[&str]| {
+        words.iter().any(|w| {
+            let w = w.trim_matches(|c: char| !c.is_alphanumeric());
+            list.iter().any(|l| w.eq_ignore_ascii_case(l))
+        })
+    };
+    // A key of a JSON object (`"plan": ...`) is no label a sentence opens with.
+    !words.is_empty()
+        && words.len() <= 4
+        && !label.trim_start().starts_with(['"', '\'', '{'])
+        && rest.split_whitespace().count() >= 2
+        && (named(DECIDING_LABELS) || (words.len() > 1 && named(PLANNING_LABELS)))
+}
+
 const WEAK_DECISION: &[&str] = &[
     "because", "i'll", "i will", "we'll", "we will", "let's", "let us", "going to",
 ];
@@ -847,11 +931,18 @@ pub fn phrased_decision(sentence: &str) -> Option<bool> {
     // Asked of every line of an output that is cut: the strong and weak phrases and the
     // words the forms read word by word below need are found in one pass.
     static PHRASES: LazyLock<Phrases> = LazyLock::new(|| {
-        Phrases::new(&[STRONG_DECISION, WEAK_DECISION, &["use", "using", "it is"]])
+        let committing = committing_phrases();
+        let committing: Vec<&str> = committing.iter().map(String::as_str).collect();
+        Phrases::new(&[
+            STRONG_DECISION,
+            WEAK_DECISION,
+            &["use", "using", "it is"],
+            &committing,
+        ])
     });
     let lists = PHRASES.lists(sentence, true);
-    let (strong, weak, choice) = (lists & 1 != 0, lists & 2 != 0, lists & 4 != 0);
-    if strong {
+    let (strong, weak, choice) = (lists & 9 != 0, lists & 2 != 0, lists & 4 != 0);
+    if strong || decision_label(sentence) {
         return Some(true);
     }
     if choice {
@@ -1216,6 +1307,41 @@ mod tests {
         }
         // Not a word inside another.
         assert_eq!(decision("Choose the parser that streams."), None);
+    }
+
+    #[test]
+    fn a_verb_of_committing_decides_in_any_of_its_forms_and_so_does_a_deciding_label() {
+        for s in [
+            // The verbs' other forms.
+            "We're standardizing on Bazel for the Java targets.",
+            "The services standardised on OpenTelemetry for traces.",
+            "We migrated to Alembic from hand-written SQL files.",
+            "The reviewers agreed on semantic version tags for the images.",
+            "Both teams converged on one schema registry.",
+            "I'm committing to the single-writer design.",
+            "Moving forward with the Helm chart in deploy/chart.",
+            "I'll go for the table-driven parser.",
+            // Labels that say a decision follows.
+            "Verdict: the queue stays on SQS.",
+            "Resolved - the nightly job moves to 02:00 UTC.",
+            "Final call: Argon2id replaces bcrypt for new hashes.",
+            "The agreed approach: shard the sessions by user id.",
+            "Outcome: Traefik at the edge, nginx retired.",
+        ] {
+            assert_eq!(decision(s), Some(true), "{s}");
+        }
+        // A describing third person, a complaint, a list of steps, a key of an object, a
+        // tool's label, a question left open.
+        for s in [
+            "The client switches to the fallback host when the cache is cold.",
+            "I'm stuck with this error from the linker.",
+            "Plan: read the config, then run the tests.",
+            "\"plan\": \"- read the file - summarise it\"",
+            "Tool call: read_file path=src/app.py",
+            "We need to decide whether to keep the v1 endpoint.",
+        ] {
+            assert_ne!(decision(s), Some(true), "{s}");
+        }
     }
 
     #[test]
