@@ -82,6 +82,16 @@ pub fn error_line(text: &str) -> Option<String> {
             best = Some((score, found));
         }
     }
+    // A diagnostic at a line and a column holds no candidate word as often as not (Go's
+    // `undefined: x`); the first one stands when no line says more.
+    if best.as_ref().is_none_or(|(b, _)| *b < COLUMN_SCORE) {
+        if let Some((start, end)) = first_column_line(text) {
+            let line = one_line(text[start..end].trim(), MAX_LINE);
+            if !line.is_empty() {
+                best = Some((COLUMN_SCORE, line));
+            }
+        }
+    }
     best.map(|(_, line)| line)
 }
 
@@ -111,9 +121,32 @@ pub fn line_score(line: &str) -> u8 {
     let t = line.trim_start();
     if t.starts_with("E ") || coded(t) || CANDIDATES.as_ref().is_some_and(|c| c.is_match(t)) {
         score(t)
+    } else if column_diagnostic(t) {
+        COLUMN_SCORE
     } else {
         0
     }
+}
+
+/// The score of a diagnostic at a line and a column ([`column_diagnostic`]).
+const COLUMN_SCORE: u8 = 4;
+
+/// The first line of `text` that [`column_diagnostic`] reads as a diagnostic, found apart
+/// from the candidate words: where it starts and ends.
+fn first_column_line(text: &str) -> Option<(usize, usize)> {
+    let mut done = 0;
+    for m in COLUMN_ENDS.as_ref()?.find_iter(text) {
+        if m.start() < done {
+            continue;
+        }
+        let start = text[..m.start()].rfind('\n').map_or(0, |at| at + 1);
+        let end = line_end(text, m.start());
+        done = end + 1;
+        if column_diagnostic(text[start..end].trim_start()) {
+            return Some((start, end));
+        }
+    }
+    None
 }
 
 /// How much a line (without its indentation) says about a failure: 0 nothing, 7 the most.
@@ -302,8 +335,17 @@ fn network_failure(t: &str) -> bool {
         "network is unreachable",
         "host is unreachable",
     ];
-    let lower = t.to_ascii_lowercase();
-    FAILURES.iter().any(|f| lower.contains(f))
+    static FOUND: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| insensitive(FAILURES));
+    FOUND.as_ref().is_some_and(|ac| ac.is_match(t))
+}
+
+/// A searcher for `phrases` in any ASCII case: the lines a candidate word finds are asked
+/// several such questions, and a lowercased copy of each was most of their cost.
+fn insensitive(phrases: &[&str]) -> Option<AhoCorasick> {
+    AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .build(phrases)
+        .ok()
 }
 
 /// A short line that opens by saying what could not be done: `Could not find a version
@@ -385,30 +427,30 @@ fn program_complaint(t: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b));
-    let rest = rest.to_ascii_lowercase();
-    program && FAILURE_WORDS.iter().any(|w| rest.contains(w))
+    static FOUND: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| insensitive(FAILURE_WORDS));
+    program && FOUND.as_ref().is_some_and(|ac| ac.is_match(rest))
 }
 
 /// A command that ended with a status other than 0: `exited with code 2`, `exit status
 /// 127`, `returned non-zero exit status 1`.
 fn nonzero_exit(t: &str) -> bool {
-    let lower = t.to_ascii_lowercase();
-    [
-        "exited with code ",
-        "exit code ",
-        "exit status ",
-        "exited with status ",
-        "non-zero code: ",
-    ]
-    .iter()
-    .any(|p| {
-        lower.match_indices(p).any(|(at, _)| {
-            let code: String = lower[at + p.len()..]
-                .chars()
-                .take_while(|c| c.is_ascii_digit() || *c == '-')
-                .collect();
-            !code.is_empty() && code.trim_start_matches('-') != "0"
-        })
+    static FOUND: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+        insensitive(&[
+            "exited with code ",
+            "exit code ",
+            "exit status ",
+            "exited with status ",
+            "non-zero code: ",
+        ])
+    });
+    let Some(ac) = FOUND.as_ref() else {
+        return false;
+    };
+    ac.find_overlapping_iter(t).any(|m| {
+        let code = &t[m.end()..];
+        let code = code.strip_prefix('-').unwrap_or(code);
+        let digits = code.bytes().take_while(u8::is_ascii_digit).count();
+        digits > 0 && code[..digits].bytes().any(|b| b != b'0')
     })
 }
 
@@ -416,14 +458,18 @@ fn nonzero_exit(t: &str) -> bool {
 /// failed`, `Compilation failed.`; not a count of tests (`0 failed`, `3 failed, 9 passed`),
 /// which a runner's summary line reports.
 fn step_failed(t: &str) -> bool {
-    let words: Vec<&str> = t.split_whitespace().collect();
-    words.len() <= 10
-        && words.iter().enumerate().any(|(i, w)| {
-            w.trim_end_matches(['.', ',', '!', ':'])
-                .eq_ignore_ascii_case("failed")
-                && i > 0
-                && !words[i - 1].bytes().all(|b| b.is_ascii_digit())
-        })
+    if t.split_whitespace().nth(10).is_some() {
+        return false;
+    }
+    let mut before: Option<&str> = None;
+    t.split_whitespace().any(|w| {
+        let failed = w
+            .trim_end_matches(['.', ',', '!', ':'])
+            .eq_ignore_ascii_case("failed")
+            && before.is_some_and(|b| !b.bytes().all(|c| c.is_ascii_digit()));
+        before = Some(w);
+        failed
+    })
 }
 
 /// npm's lines that frame an error without saying what it was.
@@ -608,22 +654,23 @@ static CANDIDATES: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
             "conflict (",
             "\u{25cf} ",
             "undefined reference",
+            "ora-",
             "non-zero",
             ": *** ",
-            // A place's line and column before a diagnostic's message
-            // (`main.go:41:9: undefined: x`): a digit, a colon and a space.
-            "0: ",
-            "1: ",
-            "2: ",
-            "3: ",
-            "4: ",
-            "5: ",
-            "6: ",
-            "7: ",
-            "8: ",
-            "9: ",
             // pytest's detail lines, `E   assert 3 == 4`, at a line's start.
             "\nE ",
+        ])
+        .ok()
+});
+
+/// A digit, a colon and a space: how a place's line and column end before a diagnostic's
+/// message (`main.go:41:9: undefined: x`). Searched apart from [`CANDIDATES`]: a file
+/// shown with its line numbers (`237:    return x`) holds one on every line, and only
+/// [`column_diagnostic`] is asked of those.
+static COLUMN_ENDS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+    AhoCorasick::builder()
+        .build([
+            "0: ", "1: ", "2: ", "3: ", "4: ", "5: ", "6: ", "7: ", "8: ", "9: ",
         ])
         .ok()
 });
