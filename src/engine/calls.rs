@@ -35,6 +35,41 @@ const FILE_ARGS: &[&str] = &[
     "paths",
 ];
 
+/// Tools an agent speaks to the person through: MemGPT-style agents answer only with
+/// `send_message`, code agents end with `final_answer`. What they say there is the agent's
+/// own words, read like its text for what it decided.
+const SPEAKING: &[&str] = &[
+    "send_message",
+    "send_user_message",
+    "message_user",
+    "send_reply",
+    "reply",
+    "respond",
+    "respond_to_user",
+    "say",
+    "final_answer",
+    "answer",
+    "notify_user",
+];
+
+/// The arguments of a [`SPEAKING`] tool that hold what it says.
+const SPOKEN_ARGS: &[&str] = &["message", "text", "content", "answer", "response", "reply"];
+
+/// What the agent says to the person in `call`, if it is a tool it speaks through.
+pub fn spoken(call: &Value) -> Option<String> {
+    let (name, args) = call_name_args(call);
+    if !SPEAKING.iter().any(|s| name.eq_ignore_ascii_case(s)) {
+        return None;
+    }
+    let obj: serde_json::Map<String, Value> = serde_json::from_str(args).ok()?;
+    let said: Vec<&str> = SPOKEN_ARGS
+        .iter()
+        .filter_map(|k| obj.get(*k).and_then(Value::as_str))
+        .filter(|s| !s.trim().is_empty())
+        .collect();
+    (!said.is_empty()).then(|| said.join("\n"))
+}
+
 /// A tool call: its function name and the key argument, if one is recognisable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallInfo {

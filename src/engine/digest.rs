@@ -32,7 +32,7 @@ use std::sync::LazyLock;
 
 use aho_corasick::AhoCorasick;
 
-use super::calls::{describe, result_info, CallInfo};
+use super::calls::{self, describe, result_info, CallInfo};
 use super::commitment;
 use super::decision::{decision, Decision};
 use super::envelope::{self, Event};
@@ -852,6 +852,10 @@ impl Digest {
     fn add_calls(&mut self, m: &Message, index: &mut HashMap<String, CallInfo>) {
         let mut infos = Vec::with_capacity(m.tool_calls().len());
         for call in m.tool_calls() {
+            // What the agent said through a tool: its words, not a command it gave.
+            if let Some(said) = calls::spoken(call) {
+                self.add_assistant_text(&said, &mut None);
+            }
             let info = CallInfo::from_call(call);
             if let Some(id) = call_id(call) {
                 index.insert(id.to_string(), info.clone());
@@ -1736,6 +1740,35 @@ mod tests {
             .map(|budget| digest(None, turns, budget))
             .find(|d| !both(d))
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn what_an_agent_says_through_a_tool_is_read_for_its_decisions() {
+        let call = |id: &str, name: &str, args: serde_json::Value| {
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function",
+                "function": {"name": name, "arguments": args.to_string()}}]})
+        };
+        let result = |id: &str| json!({"role": "tool", "tool_call_id": id, "content": "ok"});
+        let turns = parse(json!([
+            {"role": "user", "content": "Pick a store for the events and tell me."},
+            call("c1", "send_message", json!({"message": "We'll go with Postgres for the event store; SQLite can't take the writes."})),
+            result("c1"),
+            call("c2", "final_answer", json!({"answer": "Decision: events_v2 replaces the old table."})),
+            result("c2"),
+            // A file's contents are no words of the agent's.
+            call("c3", "write_file", json!({"path": "notes.md", "content": "Let's go with MongoDB."})),
+            result("c3"),
+            {"role": "user", "content": "thanks"},
+        ]));
+        let d = digest(None, &turns, 10_000);
+        let decisions = d
+            .split("## Decisions")
+            .nth(1)
+            .and_then(|s| s.split("\n\n").next())
+            .unwrap_or("");
+        assert!(decisions.contains("go with Postgres for the event store"), "{d}");
+        assert!(decisions.contains("events_v2 replaces the old table"), "{d}");
+        assert!(!decisions.contains("MongoDB"), "{d}");
     }
 
     #[test]
