@@ -2,8 +2,8 @@
 //! it. [`Message::cut_to`] keeps a text's beginning and end; a fact in the middle (a
 //! user's constraint joined to an observation, an error line, the path of a report, a
 //! decision) would go with the rest. Here the lines that state such facts are kept too,
-//! between the two ends, and the beginning is never shorter than [`OPENING_CHARS`]: a
-//! task's first lines say what the work is.
+//! between the two ends; a task's beginning is never shorter than [`OPENING_CHARS`]: its
+//! first lines say what the work is.
 //!
 //! Secrets are masked before anything is cut (a cut through a key would keep part of it
 //! and drop the prefix the redactor knows it by).
@@ -122,8 +122,8 @@ pub fn cut_to_opening(msg: &mut Message, chars: usize, rules: usize, counter: &C
 }
 
 /// `text` in about `keep` characters: its beginning, the lines of the part left out that
-/// state facts (as many as a third of `keep` holds, the most telling first, written in
-/// their order), a note of what was cut, and its end.
+/// state facts (as many as half of `keep` holds, the most telling first, written in their
+/// order), a note of what was cut, and its end.
 pub fn keep_facts(text: &str, keep: usize) -> String {
     keep_facts_by(text, keep, Writer::Other, Opening::Short)
 }

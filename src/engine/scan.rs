@@ -97,10 +97,12 @@ const STRONG_DECISION: &[&str] = &[
     "my pick",
     "our pick",
 ];
+
 /// Verbs of committing to an option, in every form an agent writes them ("we're
-/// standardising on pnpm", "stuck with SQLite", "the team agreed on gRPC"), each with
+/// standardising on pnpm", "stayed with SQLite", "the team agreed on gRPC"), each with
 /// the word before the option. Forms that also ask or offer ("decide", "choose", "pick")
-/// are left out: "you can choose any port" chooses nothing.
+/// are left out: "you can choose any port" chooses nothing; so is the third person's
+/// present, which describes code ("the client switches to the fallback").
 const COMMITTING: &[(&[&str], &[&str])] = &[
     (
         &[
