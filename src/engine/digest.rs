@@ -1766,8 +1766,14 @@ mod tests {
             .nth(1)
             .and_then(|s| s.split("\n\n").next())
             .unwrap_or("");
-        assert!(decisions.contains("go with Postgres for the event store"), "{d}");
-        assert!(decisions.contains("events_v2 replaces the old table"), "{d}");
+        assert!(
+            decisions.contains("go with Postgres for the event store"),
+            "{d}"
+        );
+        assert!(
+            decisions.contains("events_v2 replaces the old table"),
+            "{d}"
+        );
         assert!(!decisions.contains("MongoDB"), "{d}");
     }
 

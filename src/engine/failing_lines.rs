@@ -696,7 +696,28 @@ static ERROR_MARKERS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Any output, in any script: the error line read is one of its lines, quoted as
+        /// it stands (a place's numbers, a label and a dash are sliced by byte offsets).
+        #[test]
+        fn any_output_gives_one_of_its_lines(
+            text in r#"([a-zé日 .:/()\-\n]|[0-9]{1,3}|error|failed|refused|: |\u{25cf} |make|ORA-|Killed){0,30}"#,
+        ) {
+            if let Some(line) = error_line(&text) {
+                prop_assert!(
+                    text.lines().any(|l| l.contains(line.trim_end_matches("..."))),
+                    "{line:?} not a line of {text:?}"
+                );
+            }
+            for l in text.lines() {
+                line_score(l);
+            }
+        }
+    }
 
     #[test]
     fn python_tracebacks_give_their_last_line() {
