@@ -21,7 +21,8 @@ per kind, each labelled; limits in several units; library exceptions with module
 compiler and HTTP errors; the interjection among a text agent's observations). For it the
 summariser is also shown the transcript at the 75% and 1,024 windows, and further tables
 follow the usual ones: by window, by source and by phrasing (ours, what the summariser
-was shown, Hermes), with secret leaks, structure validity (every tool call answered right
+was shown, Hermes), by the role of the message that held the fact (a user message in a
+session with no tool role is a text agent's, its task apart), with secret leaks, structure validity (every tool call answered right
 after its turn, a user or tool turn last), task kept, and a forbidden path listed in a
 digest as written (the rule inverted). real and generated plant and print what they did.
 
@@ -243,6 +244,18 @@ def unique_probe(msgs, i, fact):
     return fact
 
 
+def holder_kind(src, i):
+    """The holder's role as the agent meant it: a user message that follows an assistant's
+    call or action is an observation where the agent has no tool role."""
+    m = src[i]
+    if m["role"] != "user":
+        return m["role"]
+    if any(x.get("role") == "tool" for x in src):
+        return "user"
+    first = next(j for j, x in enumerate(src) if x["role"] == "user")
+    return "user (task)" if i == first else "user (text agent)"
+
+
 def holder_kept(src, i, out, probe):
     m = src[i]
     if m["role"] == "tool":
@@ -377,7 +390,7 @@ def score(src, facts, out, tally, details, label):
         else:
             tally.kept[k][1] += 1
             tally.kept[k][0] += int(present)
-            rec["dropped"][k] = {"fact": fact, "kept": present}
+            rec["dropped"][k] = {"fact": fact, "kept": present, "holder": holder_kind(src, i)}
     first = next(m for m in src if m["role"] == "user")
     opening = planting.text_of(first).strip()[:200]
     tally.task[1] += 1
@@ -675,6 +688,16 @@ def print_breakdown(name, details, have_hermes):
                 tail = (f" | {_p(share(recs, leak, of))} | {_p(share(recs, lambda d: d['structure_ok'], of))}"
                         f" | {_p(share(recs, lambda d: d['task_kept'], of))} | {_p(share(recs, lambda d: d['inverted'], of))} |")
             print(f"| {src} | {'shown to summariser' if who == 'shown' else who} | {row}{tail}")
+    print()
+    print(f"### {name}: by the role of the message that held the fact (ours, kept when dropped)\n")
+    print("| kind | holder | all four windows | " + " | ".join(windows) + " |")
+    print("| --- | --- | --- |" + " --- |" * len(windows))
+    for k in KINDS:
+        for holder in sorted({d["dropped"][k].get("holder") for d in runs["ours"] if k in d.get("dropped", {})}):
+            of = lambda d, k=k, holder=holder: d["dropped"].get(k, {}).get("holder") == holder  # noqa: E731
+            per_w = " | ".join(_p(count(runs["ours"], k, lambda d, w=w, of=of: of(d) and d["wname"] == w))
+                               for w in windows)
+            print(f"| {k} | {holder} | {_p(count(runs['ours'], k, of))} | {per_w} |")
     print()
     print(f"### {name}: by phrasing, all four windows (kept when dropped, ours; shown to the summariser; Hermes)\n")
     print("| kind | phrasing | ours | shown to summariser | Hermes | ours at 25% | ours at 50% | ours at 75% | ours at 1024 |")

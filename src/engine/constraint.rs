@@ -498,14 +498,12 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         Rule::No => {
             // One word may say which changes: "no direct commits to main", "no manual
             // edits".
-            let (then, then_end) = next_word(&ahead[after_end..]);
-            let (noun, rest) = if is_one_of(after, NO_CHANGES) {
-                (after, &ahead[after_end..])
-            } else if is_one_of(after, NO_KINDS) {
-                (then, &ahead[after_end + then_end..])
-            } else {
-                return false;
-            };
+            let mut rest = &ahead[after_end..];
+            let mut noun = after;
+            if is_one_of(after, NO_KINDS) {
+                let (then, then_end) = next_word(rest);
+                (noun, rest) = (then, &rest[then_end..]);
+            }
             is_one_of(noun, NO_CHANGES) && !is_one_of(next_word(rest).0, NO_REPORTS)
         }
     }

@@ -178,8 +178,11 @@ const PLANNING_LABELS: &[&str] = &["plan", "approach", "strategy", "direction"];
 /// The label is at most four words before a colon or a dash, and the sentence goes on
 /// after it.
 fn decision_label(sentence: &str) -> bool {
-    let colon = sentence.find([':', '\u{2014}', '\u{2013}']);
-    let Some(at) = [colon, sentence.find(" - ")].into_iter().flatten().min() else {
+    // The label ends at its first separator: a colon, a dash, or a hyphen between spaces.
+    let Some((at, _)) = sentence.char_indices().find(|&(i, c)| {
+        matches!(c, ':' | '\u{2014}' | '\u{2013}')
+            || (c == '-' && sentence[..i].ends_with(' ') && sentence[i + 1..].starts_with(' '))
+    }) else {
         return false;
     };
     let label = &sentence[..at];
