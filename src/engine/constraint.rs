@@ -486,7 +486,7 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
             let passive = same(after, "be") && is_change(next_word(&ahead[after_end..]).0);
             (same(before, "you") && !is_verb_of(after, REPORT_VERBS)) || is_change(after) || passive
         }
-        Rule::Requirement => !same(before, "i"),
+        Rule::Requirement => !same(before, "i") && !released(behind),
         Rule::Bound => !measured(before) && quantity_within(ahead, 3),
         Rule::Limit => !measured(before) && (quantity_within(ahead, 6) || quantity_before(behind)),
         Rule::Only => only(before, after),
@@ -530,6 +530,10 @@ fn window_after(text: &str, end: usize) -> &str {
 /// A negation forbids a change, or commands ("Please don't ..."), or states a wish; it
 /// does not when it reports ("I don't know", "the tests don't pass").
 fn negation(before: &str, after: &str) -> bool {
+    // "You don't need to rerun it" releases.
+    if is_one_of(after, &["need", "needs"]) {
+        return false;
+    }
     if is_change(after) || is_one_of(after, WISH_VERBS) {
         return true;
     }
@@ -568,6 +572,22 @@ fn is_word_char(c: char) -> bool {
 
 /// The word that ends `head`, past blank space; empty at the start of a sentence, a
 /// clause, a line or a bullet, where a command starts.
+/// Whether the clause before a requirement takes it back: "you don't need to", "nothing
+/// we have to", "no one needs to", "you won't need to" say what is not required.
+fn released(behind: &str) -> bool {
+    let clause = behind
+        .rsplit(['.', '!', '?', ',', ';', ':', '\n'])
+        .next()
+        .unwrap_or(behind);
+    clause.split_whitespace().rev().take(3).any(|w| {
+        let w = w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'' && c != '\u{2019}');
+        is_one_of(w, RELEASES) || w.ends_with("n't") || w.ends_with("n\u{2019}t")
+    })
+}
+
+/// Words that take a requirement after them back.
+const RELEASES: &[&str] = &["not", "never", "nothing", "no", "nobody", "none"];
+
 fn prev_word(head: &str) -> &str {
     let head = head.trim_end_matches([' ', '\t']);
     if head.ends_with(['.', '!', '?', ',', ';', ':', '\n', '(', '-']) || head.is_empty() {
@@ -1020,6 +1040,20 @@ mod tests {
             "Signing is mandatory for every release.",
         ]);
         assert!(!is_constraint("I have to admit the error is odd."));
+        // Said not to be required: a release, not a rule.
+        for s in [
+            "We talked about the offsite, nothing you need to act on there.",
+            "You don't need to rerun the whole suite.",
+            "No one has to sign off on the docs change.",
+            "You won't need to touch the migrations.",
+            "There's no need to page anyone tonight.",
+        ] {
+            assert!(!is_constraint(s), "{s}");
+        }
+        // Still a rule when the negation belongs to another clause.
+        assert!(is_constraint(
+            "It's not urgent, but every handler needs to log its request id."
+        ));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use serde_json::Value;
 
+use super::commitment;
 use super::decision::decision;
 use super::failing_lines::line_score;
 use super::message::{clip, clip_end, one_line, Message, Role};
@@ -145,9 +146,14 @@ enum Writer {
     /// The agent: its own sentences state what it chose, read by how they are built
     /// ([`commitment::commits`]) as well as by their phrases.
     Agent,
-    /// A person, a tool, a pasted page: a sentence there decides only by its phrases (a
-    /// structure read in a log's line, "retiring for good", decides nothing).
+    /// A tool, a pasted page: a sentence there decides only by its phrases (a structure
+    /// read in a log's line, "retiring for good", decides nothing).
     Other,
+    /// A person's own words, read as [`Writer::Other`]'s, and where no reading finds a
+    /// fact, a sentence that names something (a number, a file, an identifier, a name)
+    /// still outranks their chatter: a rule or a limit said in words no reading knows
+    /// names what it is about.
+    Person,
 }
 
 /// [`keep_facts`] for a text `writer` wrote.
@@ -246,12 +252,16 @@ fn fact_lines(
         if score > 0 && wanted(score, t) {
             found.push((score, start, one_line(t, FACT_LINE_CHARS)));
         }
-        // A long line's sentences may be kept alone when the line does not fit.
+        // A long line's sentences may be kept alone when the line does not fit; each at
+        // its own place, so that of two of the same rank the later goes first, as lines
+        // do.
         if t.len() > LONG_LINE {
+            let lead = start + (line.len() - line.trim_start().len());
             for sentence in scan::sentences(t) {
                 let score = fact_score(sentence, writer);
                 if score > 0 && wanted(score, sentence) && sentence.len() < t.len() {
-                    found.push((score, start, one_line(sentence, FACT_LINE_CHARS)));
+                    let at = lead + (sentence.as_ptr() as usize - t.as_ptr() as usize);
+                    found.push((score, at, one_line(sentence, FACT_LINE_CHARS)));
                 }
             }
         }
@@ -261,9 +271,7 @@ fn fact_lines(
     let mut kept: Vec<(usize, String)> = Vec::new();
     for (_, start, line) in found {
         // A sentence of a line already kept adds nothing.
-        let said = kept
-            .iter()
-            .any(|(at, l)| *at == start && l.contains(line.as_str()));
+        let said = kept.iter().any(|(_, l)| l.contains(line.as_str()));
         if said || used + line.len() + 1 > room {
             continue;
         }
@@ -284,6 +292,14 @@ fn is_cut_note(line: &str) -> bool {
 /// to keep of a text that has room for little else.
 pub fn facts_within(text: &str, room: usize) -> Vec<String> {
     fact_lines(text, text.len(), room, Writer::Other, |_, _| true)
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect()
+}
+
+/// [`facts_within`] for a person's own words ([`Writer::Person`]).
+pub fn said_within(text: &str, room: usize) -> Vec<String> {
+    fact_lines(text, text.len(), room, Writer::Person, |_, _| true)
         .into_iter()
         .map(|(_, l)| l)
         .collect()
@@ -310,7 +326,7 @@ fn fact_score(line: &str, writer: Writer) -> u8 {
     // good") would take the room of a rule or a number.
     let decides = match writer {
         Writer::Agent => decision(line).chooses(),
-        Writer::Other => scan::phrased_decision(line) == Some(true),
+        Writer::Other | Writer::Person => scan::phrased_decision(line) == Some(true),
     };
     if decides || amount == Some(Amount::Limit) {
         return 3;
@@ -318,8 +334,11 @@ fn fact_score(line: &str, writer: Writer) -> u8 {
     if error >= 2 || amount == Some(Amount::Measure) {
         return 2;
     }
-    // A count or an id: four digits or more in a row.
-    u8::from(amount == Some(Amount::Count))
+    // A count or an id: four digits or more in a row; in a person's words, anything named.
+    u8::from(
+        amount == Some(Amount::Count)
+            || (writer == Writer::Person && commitment::names_something(line)),
+    )
 }
 
 #[cfg(test)]

@@ -1578,7 +1578,7 @@ fn cut_ask(text: &str, head: usize, tail: usize) -> String {
         return text.to_string();
     }
     let opening = clip(text, (keep / 3).max(64).min(keep));
-    let facts: Vec<String> = super::cut::facts_within(&text[opening.len()..], keep * 2 / 3);
+    let facts: Vec<String> = super::cut::said_within(&text[opening.len()..], keep * 2 / 3);
     if facts.is_empty() {
         return keep_ends(text, head, tail);
     }
@@ -1775,6 +1775,27 @@ mod tests {
             "{d}"
         );
         assert!(!decisions.contains("MongoDB"), "{d}");
+    }
+
+    #[test]
+    fn a_persons_long_message_cut_keeps_what_it_names_over_its_chatter() {
+        // One line of chatter with a rule in its middle, said in words no reading
+        // knows, and a release that reads like a requirement ("nothing you need to").
+        let text = "Morning! Quick context dump from the standup before you carry on with the \
+            search, sorry it rambles a bit. We talked about the roadmap and the offsite and who \
+            is on call next week, nothing you need to act on there. Priya says \
+            deploy/values-prod.yaml belongs to the platform crew now, they alone edit it. \
+            Anyway, that is all from me for now, keep going with what you were doing and ping \
+            me when you have something.";
+        for budget in [600, 900, 1200] {
+            let d = Digest::new(budget);
+            let cut = cut_ask(text, d.ask_head, d.ask_tail);
+            assert!(cut.len() < text.len(), "{budget}: {cut}");
+            assert!(
+                cut.contains("Priya says deploy/values-prod.yaml belongs to the platform crew"),
+                "{budget}: {cut}"
+            );
+        }
     }
 
     #[test]

@@ -946,8 +946,8 @@ pub fn phrased_decision(sentence: &str) -> Option<bool> {
         ])
     });
     let lists = PHRASES.lists(sentence, true);
-    let (strong, weak, choice) = (lists & 9 != 0, lists & 2 != 0, lists & 4 != 0);
-    if strong || decision_label(sentence) {
+    let (strong, weak, choice) = (lists & 1 != 0, lists & 2 != 0, lists & 4 != 0);
+    if strong || decision_label(sentence) || (lists & 8 != 0 && commits_to_an_option(sentence)) {
         return Some(true);
     }
     if choice {
@@ -958,6 +958,40 @@ pub fn phrased_decision(sentence: &str) -> Option<bool> {
     }
     weak.then_some(false)
 }
+
+/// Whether a verb of [`COMMITTING`] in `sentence` goes on to an option: "keep going with
+/// what you were doing" carries on, "switching to whatever works" names nothing.
+fn commits_to_an_option(sentence: &str) -> bool {
+    static COMMITTING_PHRASES: LazyLock<Vec<String>> = LazyLock::new(committing_phrases);
+    let lower = sentence.to_ascii_lowercase();
+    COMMITTING_PHRASES.iter().any(|phrase| {
+        lower.match_indices(phrase.as_str()).any(|(at, found)| {
+            let before = lower[..at].split_whitespace().next_back().unwrap_or("");
+            let next = lower[at + found.len()..]
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
+            let whole = (at == 0 || !lower.as_bytes()[at - 1].is_ascii_alphanumeric())
+                && !next.is_empty()
+                && lower[at + found.len()..].starts_with(' ');
+            whole
+                && !matches!(before, "keep" | "keeps" | "kept")
+                && !NAMES_NO_OPTION.contains(&next)
+        })
+    })
+}
+
+/// Words after a verb of committing that name no option.
+const NAMES_NO_OPTION: &[&str] = &[
+    "what",
+    "whatever",
+    "whichever",
+    "wherever",
+    "how",
+    "it",
+    "that",
+    "this",
+];
 
 /// "Redis it is.", "orjson it is, then", "Plan B it is: ...": an option named, then
 /// settled on, the sentence ending or breaking into its next clause there.
@@ -1344,6 +1378,10 @@ mod tests {
             "\"plan\": \"- read the file - summarise it\"",
             "Tool call: read_file path=src/app.py",
             "We need to decide whether to keep the v1 endpoint.",
+            // Carrying on, or a verb of committing that goes on to no option.
+            "Keep going with what you were doing and ping me later.",
+            "We'll switch to whatever the platform team picks.",
+            "Just go ahead with it once the tests pass.",
         ] {
             assert_ne!(decision(s), Some(true), "{s}");
         }
