@@ -480,11 +480,21 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         Rule::Always => true,
         Rule::Never => !is_one_of(before, NEVER_REPORTS),
         Rule::Negation => negation(before, after),
-        Rule::Without => is_change(after),
+        // "Nobody but the release manager touches it": who alone may change it.
+        Rule::Without => {
+            is_change(after) || (is_one_of(after, EXCEPT) && change_within(&ahead[after_end..], 6))
+        }
         Rule::Not => is_change(after) && !is_one_of(before, REPORT_AUXILIARIES),
         Rule::Cannot => {
             let passive = same(after, "be") && is_change(next_word(&ahead[after_end..]).0);
-            (same(before, "you") && !is_verb_of(after, REPORT_VERBS)) || is_change(after) || passive
+            // "We can't have anyone editing it."
+            let anyone = same(after, "have")
+                && is_one_of(next_word(&ahead[after_end..]).0, ANYONE)
+                && change_within(&ahead[after_end..], 3);
+            (same(before, "you") && !is_verb_of(after, REPORT_VERBS))
+                || is_change(after)
+                || passive
+                || anyone
         }
         Rule::Requirement => !same(before, "i") && !released(behind),
         Rule::Bound => !measured(before) && quantity_within(ahead, 3),
@@ -493,7 +503,13 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         Rule::Closing => after.is_empty(),
         Rule::Keep => quantity_within(ahead, 4),
         Rule::Nothing => modal_change_within(ahead, 6),
-        Rule::Alone => leave_before(behind),
+        // "Leave it alone"; "they alone edit it", "ops alone may deploy".
+        Rule::Alone => {
+            // Not what one did alone ("she alone fixed the build").
+            leave_before(behind)
+                || (is_change(after) && !after.ends_with("ed"))
+                || (is_one_of(after, MODALS) && is_change(next_word(&ahead[after_end..]).0))
+        }
         Rule::State => is_one_of(before, STATE_VERBS),
         Rule::No => {
             // One word may say which changes: "no direct commits to main", "no manual
@@ -662,6 +678,26 @@ const MEASURED: &[&str] = &[
 
 /// Whether, within the first `words` words, a modal verb comes and a change verb
 /// later ("under infra/ should be edited").
+/// Whether a change ([`is_change`]) is among the first `words` words of `text`, in its
+/// clause.
+fn change_within(text: &str, words: usize) -> bool {
+    for word in text.split_whitespace().take(words) {
+        if is_change(word.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())) {
+            return true;
+        }
+        if word.ends_with(['.', '!', '?', ';', ',', ':']) {
+            return false;
+        }
+    }
+    false
+}
+
+/// Words after "nobody" or "no one" that name who alone may ("nobody but ops").
+const EXCEPT: &[&str] = &["but", "except", "besides", "other", "apart"];
+
+/// Whom "we can't have ... editing it" keeps from a change.
+const ANYONE: &[&str] = &["anyone", "anybody", "others", "people", "you", "agents"];
+
 fn modal_change_within(text: &str, words: usize) -> bool {
     let mut modal = false;
     for word in text.split_whitespace().take(words) {
@@ -1024,6 +1060,25 @@ mod tests {
             "It has never worked on Windows.",
         ] {
             assert!(old_list(s) && !is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn who_alone_may_change_a_thing_sets_a_rule() {
+        all_new(&[
+            "deploy/values-prod.yaml belongs to the platform crew, they alone edit it.",
+            "Nobody but the release manager touches infra/main.tf.",
+            "No one except ops may deploy the gateway.",
+            "We can't have anyone editing the schema right now.",
+            "Ops alone may edit the runbook.",
+        ]);
+        for s in [
+            "Nobody but me seems to read this channel.",
+            "She alone fixed the build last night.",
+            "I was alone on call last night.",
+            "We can't have lunch before the demo.",
+        ] {
+            assert!(!is_constraint(s), "{s}");
         }
     }
 
