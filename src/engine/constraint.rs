@@ -210,7 +210,17 @@ const LIMIT: &[&str] = &[
     "allowance",
 ];
 const ONLY: &[&str] = &["only"];
-const CLOSING: &[&str] = &["no more", "no less", "no fewer"];
+const CLOSING: &[&str] = &[
+    "no more",
+    "no less",
+    "no fewer",
+    "no higher",
+    "not more",
+    "not higher",
+    "not above",
+    "not beyond",
+    "not one more",
+];
 const KEEP: &[&str] = &["keep", "hold"];
 const NOTHING: &[&str] = &["nothing"];
 const ALONE: &[&str] = &["alone"];
@@ -918,6 +928,8 @@ mod tests {
     fn a_bound_closing_its_clause_or_kept_to() {
         all_new(&[
             "We get 30 requests a minute from the provider, no more.",
+            "Batch size 384, not higher.",
+            "Room for 128 shards, not one more.",
             "Keep the batch to 500 rows.",
             "Each request may take 2 seconds or less.",
             "The provider throttles us at 30 req/min.",
@@ -925,6 +937,7 @@ mod tests {
         ]);
         for s in [
             "I have no more ideas.",
+            "It is not more expensive than the old one.",
             "Keep going with the next file.",
             "It is more or less done.",
         ] {
