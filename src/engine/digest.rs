@@ -27,7 +27,7 @@
 //! and linear in the size of what it reads.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::LazyLock;
 
 use aho_corasick::AhoCorasick;
@@ -1115,7 +1115,10 @@ impl Digest {
         }
         // Lowest tier first; within a tier, what was said longest ago (the order items
         // were pushed in, but for a request said again: a stable sort of runs already
-        // in order is linear).
+        // in order is linear), taken from the section that holds the most of the tier
+        // first, so that one kind (the ninth file written) never crowds out another
+        // (the one decision), and a digest read back, its items in the order of its
+        // sections, gives them up as fairly.
         let mut order: Vec<usize> = TIERS
             .into_iter()
             .flat_map(|t| {
@@ -1124,6 +1127,9 @@ impl Digest {
             })
             .collect();
         order.sort_by_key(|&i| (self.items[i].tier, self.items[i].said_at));
+        for run in order.chunk_by_mut(|&a, &b| self.items[a].tier == self.items[b].tier) {
+            fair_share(run, &self.items);
+        }
         let mut left = Left {
             budget,
             size,
@@ -1245,6 +1251,25 @@ impl Digest {
             }
         }
         out.trim_end().to_string()
+    }
+}
+
+/// Orders `run` (items of one tier, oldest first) to be given up one at a time from the
+/// section holding the most of them still, the oldest of it first; between sections
+/// holding as many, the older item first.
+fn fair_share(run: &mut [usize], items: &[Item]) {
+    let mut by_section: [VecDeque<usize>; SECTIONS.len()] = Default::default();
+    for &i in run.iter() {
+        by_section[items[i].section as usize].push_back(i);
+    }
+    for slot in run.iter_mut() {
+        let next = by_section
+            .iter_mut()
+            .filter(|q| !q.is_empty())
+            .max_by_key(|q| (q.len(), std::cmp::Reverse(items[q[0]].said_at)));
+        if let Some(i) = next.and_then(VecDeque::pop_front) {
+            *slot = i;
+        }
     }
 }
 
@@ -1740,6 +1765,38 @@ mod tests {
             .map(|budget| digest(None, turns, budget))
             .find(|d| !both(d))
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn one_kind_of_fact_never_crowds_out_another() {
+        // A decision said early, then a dozen files written: the same rank. Short of
+        // room, the files give up their oldest before the one decision goes.
+        let mut turns = vec![
+            json!({"role": "user", "content": "Port the reports to the new schema."}),
+            json!({"role": "assistant", "content": "Decision: reports_v2 keeps the old column names as views."}),
+        ];
+        for n in 0..12 {
+            turns.push(
+                json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("c{n}"),
+                "type": "function", "function": {"name": "run", "arguments": "{}"}}]}),
+            );
+            turns.push(json!({"role": "tool", "tool_call_id": format!("c{n}"),
+                "content": format!("Wrote src/reports/part_{n:02}.py")}));
+        }
+        turns.push(json!({"role": "user", "content": "thanks"}));
+        let turns = parse(Value::Array(turns));
+        let whole = digest(None, &turns, 10_000);
+        assert!(whole.contains("written: src/reports/part_00.py"), "{whole}");
+        let small = digest(None, &turns, whole.len() / 2);
+        assert!(
+            small.contains("reports_v2 keeps the old column names"),
+            "{small}"
+        );
+        assert!(small.contains("written: src/reports/part_11.py"), "{small}");
+        assert!(
+            !small.contains("written: src/reports/part_00.py"),
+            "{small}"
+        );
     }
 
     #[test]
