@@ -970,7 +970,8 @@ fn commits_to_an_option(sentence: &str) -> bool {
             let next = lower[at + found.len()..]
                 .split_whitespace()
                 .next()
-                .unwrap_or("");
+                .unwrap_or("")
+                .trim_end_matches(|c: char| !c.is_alphanumeric());
             let whole = (at == 0 || !lower.as_bytes()[at - 1].is_ascii_alphanumeric())
                 && !next.is_empty()
                 && lower[at + found.len()..].starts_with(' ');
@@ -1382,6 +1383,7 @@ mod tests {
             "Keep going with what you were doing and ping me later.",
             "We'll switch to whatever the platform team picks.",
             "Just go ahead with it once the tests pass.",
+            "Fine, going with that.",
         ] {
             assert_ne!(decision(s), Some(true), "{s}");
         }
