@@ -289,15 +289,16 @@ fn is_cut_note(line: &str) -> bool {
 /// The lines of `text` that state facts, within `room` characters, in their order: what
 /// to keep of a text that has room for little else.
 pub fn facts_within(text: &str, room: usize) -> Vec<String> {
-    fact_lines(text, text.len(), room, Writer::Other, |_, _| true)
-        .into_iter()
-        .map(|(_, l)| l)
-        .collect()
+    lines_within(text, room, Writer::Other)
 }
 
 /// [`facts_within`] for a person's own words ([`Writer::Person`]).
 pub fn said_within(text: &str, room: usize) -> Vec<String> {
-    fact_lines(text, text.len(), room, Writer::Person, |_, _| true)
+    lines_within(text, room, Writer::Person)
+}
+
+fn lines_within(text: &str, room: usize, writer: Writer) -> Vec<String> {
+    fact_lines(text, text.len(), room, writer, |_, _| true)
         .into_iter()
         .map(|(_, l)| l)
         .collect()

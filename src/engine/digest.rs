@@ -1841,7 +1841,7 @@ mod tests {
         let text = "Morning! Quick context dump from the standup before you carry on with the \
             search, sorry it rambles a bit. We talked about the roadmap and the offsite and who \
             is on call next week, nothing you need to act on there. Priya says \
-            deploy/values-prod.yaml belongs to the platform crew now, they alone edit it. \
+            deploy/values-prod.yaml belongs to the platform crew now. \
             Anyway, that is all from me for now, keep going with what you were doing and ping \
             me when you have something.";
         for budget in [600, 900, 1200] {
