@@ -268,13 +268,16 @@ impl Options {
     /// constraints, errors, paths and decisions of a long stretch need a few hundred
     /// tokens however small the window, and escalation finds them elsewhere first (see
     /// [`escalate`]). A few messages get a few lines; a single short one still gets the
-    /// summary's smallest size, room for a heading and a line. `extra` is room found
-    /// free once the request fits ([`finish`] offers it), up to the summary's cap.
-    fn digest_budget(&self, target: Limit, replaced: usize, extra: usize) -> usize {
+    /// summary's smallest size, room for a heading and a line; at least `least`, the room
+    /// the tail left for the stretch's facts ([`digest_room`]), up to the summary's cap.
+    /// `extra` is room found free once the request fits ([`finish`] offers it), up to
+    /// the summary's cap.
+    fn digest_budget(&self, target: Limit, replaced: usize, least: usize, extra: usize) -> usize {
         let base = (replaced / 4)
             .max(replaced.min(DIGEST_FLOOR))
             .max(SUMMARY_MIN)
-            .min(self.summary_budget(target).max(DIGEST_FLOOR));
+            .min(self.summary_budget(target).max(DIGEST_FLOOR))
+            .max(least.min(self.summary_max_tokens));
         base.saturating_add(extra)
             .min(self.summary_max_tokens.max(base))
     }
@@ -376,6 +379,9 @@ pub struct Plan {
     /// Tokens the deterministic digest may take beyond its budget: room a first try left
     /// free under the target.
     digest_extra: usize,
+    /// Tokens the tail was chosen to leave the digest: what the dropped stretch's facts
+    /// take ([`digest_room`]).
+    digest_room: usize,
     /// The messages as merged, before any was pruned or cut: what escalation digests when
     /// it folds a message it had pruned or cut first.
     originals: Vec<Message>,
@@ -572,7 +578,12 @@ pub fn summarize_deterministic(plan: &Plan, opts: &Options) -> Summary {
         text: digest::digest(
             plan.previous_summary(),
             plan.turns(),
-            chars_for(opts.digest_budget(plan.target, replaced, plan.digest_extra)),
+            chars_for(opts.digest_budget(
+                plan.target,
+                replaced,
+                plan.digest_room,
+                plan.digest_extra,
+            )),
         ),
         source: SummarySource::Fallback,
     }
@@ -647,6 +658,7 @@ pub fn plan_with_counts(
         previous_summary: None,
         notes: Vec::new(),
         digest_extra: 0,
+        digest_room: 0,
         originals: Vec::new(),
         originals_by_call: OriginalsByCall::default(),
         task: None,
@@ -820,6 +832,7 @@ fn make_room_for_a_summary(
     if need > reserved {
         plan.messages = before.clone();
         plan.tail_start = choose_tail(plan, opts, pruner, turn_start, floor, need);
+        plan.digest_room = need;
     }
     let reshaped = plan.messages[plan.tail_start..turn_start]
         .iter()
@@ -883,18 +896,30 @@ fn choose_tail(
 }
 
 /// Tokens the digest of the middle the plan's tail leaves (from `floor`, past an earlier
-/// summary, which is carried whole) is given, up to a quarter of the target: a larger
-/// share would leave the turn's history too little at small windows.
+/// summary, which is carried whole) is given: its budget for a stretch that size, up to a
+/// quarter of the target, or, where more, what the stretch's facts take (its rules,
+/// decisions, errors and written files, [`digest::facts_len`]), up to a third: a
+/// verbatim turn of the tail can be read again later in the work, a fact the digest gives
+/// up is gone, and the head, the turn in progress and the recent turns keep two thirds.
 fn digest_room(plan: &Plan, opts: &Options, floor: usize) -> usize {
     let Limit::At(target) = plan.target else {
         return 0;
     };
-    let replaced = plan.messages[floor..plan.tail_start]
+    let dropped = plan.messages[floor..plan.tail_start]
         .iter()
         .filter(|m| !m.role.is_instruction())
-        .map(|m| plan.original_of(m).tokens)
-        .sum::<usize>();
-    opts.digest_budget(plan.target, replaced, 0).min(target / 4)
+        .map(|m| plan.original_of(m));
+    let replaced = dropped.clone().map(|m| m.tokens).sum::<usize>();
+    let budget = opts
+        .digest_budget(plan.target, replaced, 0, 0)
+        .min(target / 4);
+    let turns: Vec<Message> = dropped.cloned().collect();
+    let previous = plan.messages[plan.head_end..floor]
+        .iter()
+        .rev()
+        .find_map(|m| summary::extract(&m.text()).map(|(body, _)| body));
+    let facts = digest::facts_len(previous.as_deref(), &turns, chars_for(target / 3));
+    budget.max((facts / 3).min(target / 3))
 }
 
 fn note_prunes(notes: &mut Vec<String>, pass: &str, stats: prune::PruneStats) {
@@ -1624,6 +1649,59 @@ mod tests {
     }
 
     #[test]
+    fn the_tail_gives_way_to_the_facts_of_the_stretch_it_drops() {
+        // Twelve rounds, each failing with an error of its own and ending in a choice,
+        // then long replies that only talk the work through: the digest's budget for a
+        // stretch that size is a few hundred tokens, under what its errors and decisions
+        // take, while the replies stayed whole in the tail (at a 1,200-token window two
+        // errors and two decisions were given up).
+        let mut msgs = vec![
+            json!({"role": "system", "content": "You are a careful coding agent."}),
+            json!({"role": "user", "content": "Make the importer pass its tests."}),
+        ];
+        let name = |r: u8| format!("{}{}", char::from(b'a' + r), char::from(b'z' - r));
+        for r in 0..12 {
+            let id = format!("c{r}");
+            msgs.push(
+                json!({"role": "assistant", "content": null, "tool_calls": [{"id": id,
+                "type": "function", "function": {"name": "bash",
+                "arguments": format!("{{\"command\": \"pytest tests/test_part_{r}.py\"}}")}}]}),
+            );
+            msgs.push(json!({"role": "tool", "tool_call_id": id, "content": format!(
+                "collected 3 items\nE   KeyError: 'column_{}' is missing from the export header\n1 failed",
+                name(r))}));
+            msgs.push(json!({"role": "assistant", "content": format!(
+                "Going with reader_{} for part {r}.", name(r))}));
+            msgs.push(json!({"role": "user", "content": "ok"}));
+        }
+        for part in 0..6 {
+            let line = format!("Part {part} of the walk-through reads each row and checks it. ");
+            msgs.push(json!({"role": "assistant", "content": line.repeat(12)}));
+            msgs.push(json!({"role": "user", "content": "ok, next part"}));
+        }
+        *msgs.last_mut().unwrap() = json!({"role": "user", "content": "Go on."});
+        let request = json!({"model": "gpt-4o", "max_tokens": 100, "messages": msgs});
+        // Where the errors and decisions take under a third of the target.
+        for window in (1100..=1600).step_by(100) {
+            let opts = Options::with_window(window);
+            let outcome = compact(&request, &opts).unwrap();
+            assert!(outcome.report.fits, "{}", outcome.report);
+            let text = outcome.rewritten.unwrap().to_string();
+            for r in 0..12 {
+                let n = name(r);
+                assert!(
+                    text.contains(&format!("column_{n}")),
+                    "window {window}: error {r}"
+                );
+                assert!(
+                    text.contains(&format!("reader_{n}")),
+                    "window {window}: decision {r}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn the_tail_leaves_the_digest_the_room_the_dropped_stretch_needs() {
         // A text agent's session: observations with errors and paths, a user's rule and
         // a choice, then long replies. The tail was chosen beside a tenth of the target for
@@ -1660,7 +1738,9 @@ mod tests {
                 panic!("a window gives a target");
             };
             let replaced: usize = plan.turns().iter().map(|m| m.tokens).sum();
-            let need = opts.digest_budget(plan.target, replaced, 0).min(target / 4);
+            let need = opts
+                .digest_budget(plan.target, replaced, 0, 0)
+                .min(target / 4);
             let kept = plan.overhead
                 + plan
                     .head()
