@@ -53,7 +53,7 @@ fn announces_file(text: &str) -> bool {
 /// ([`keyed_products`]); none in a rule ("never modify config/prod.yaml, it is
 /// generated"): the file it names is one not to write.
 pub fn reported_paths<'a>(line: &'a str, mut found: impl FnMut(&'a str) -> bool) {
-    if !line.contains(['/', '.']) {
+    if !line.contains(['/', '.']) && !says_directory(line) {
         return;
     }
     let mut made: Vec<&'a str> = Vec::new();
@@ -72,6 +72,11 @@ pub fn reported_paths<'a>(line: &'a str, mut found: impl FnMut(&'a str) -> bool)
     if made.is_empty() && line.contains([':', '=']) {
         made = keyed_products(line);
     }
+    // A directory made: its name need not read as a file's (`mkdir: created directory
+    // 'build/out_x9'`).
+    if made.is_empty() {
+        made.extend(directory_made(line));
+    }
     if made.is_empty() || is_constraint(line) {
         return;
     }
@@ -80,6 +85,58 @@ pub fn reported_paths<'a>(line: &'a str, mut found: impl FnMut(&'a str) -> bool)
             return;
         }
     }
+}
+
+/// Whether a line may say a directory was made: the cheap test before [`directory_made`]
+/// lowers its case.
+fn says_directory(line: &str) -> bool {
+    ["irector", "older", "dir "]
+        .iter()
+        .any(|w| line.contains(w))
+}
+
+/// Words for a directory, and the verbs that say one was made.
+const DIRECTORY_WORDS: &[&str] = &["directory", "folder", "dir"];
+const MAKING_WORDS: &[&str] = &["created", "creating", "made"];
+
+/// The directory a line of output says was made (GNU `mkdir -v`'s `created directory
+/// 'x'`, `Created folder: x/`, `directory x created`): the word after the word for a
+/// directory, or else the one before it, unquoted and as written, when it holds a `/` or
+/// reads as a name
+/// (a digit, `_` or `-` in it), which a word of prose ("successfully") does not.
+fn directory_made(line: &str) -> Option<&str> {
+    if !says_directory(line) {
+        return None;
+    }
+    let quotes = |c: char| "'\"`\u{2018}\u{2019}\u{201c}\u{201d}():,;".contains(c);
+    let words: Vec<&str> = line
+        .split_whitespace()
+        .map(|w| w.trim_matches(quotes))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let low = |w: &str| w.to_ascii_lowercase();
+    if !words
+        .iter()
+        .any(|w| MAKING_WORDS.contains(&low(w).as_str()))
+    {
+        return None;
+    }
+    let at = words
+        .iter()
+        .position(|w| DIRECTORY_WORDS.contains(&low(w).as_str()))?;
+    let named = |w: &&&str| {
+        let name = w.trim_end_matches(['/', '.']);
+        let looks =
+            name.contains('/') || name.contains(|c: char| c.is_ascii_digit() || "_-".contains(c));
+        let clean = name
+            .chars()
+            .all(|c| c.is_alphanumeric() || "_-./~@+".contains(c));
+        name.len() >= 2 && looks && clean && name.bytes().any(|b| b.is_ascii_alphabetic())
+    };
+    let after = words.get(at + 1).filter(named);
+    let before = at.checked_sub(1).and_then(|i| words.get(i)).filter(named);
+    // As the output wrote it (`'out/x9/'`), less a sentence's full stop.
+    after.or(before).map(|w| w.trim_end_matches('.'))
 }
 
 /// Whether a line of output says the run made a file ([`reported_paths`]).
@@ -536,6 +593,46 @@ mod tests {
             "Copied src/a.py to src/b.py and out/c.py was written",
         ] {
             assert_eq!(reported_path(line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_directory_made_is_a_product_whatever_its_name_looks_like() {
+        for (line, dir) in [
+            (
+                "mkdir: created directory 'build/artifacts_x9'",
+                "build/artifacts_x9",
+            ),
+            (
+                "mkdir: created directory 'build/reports_x9/'",
+                "build/reports_x9/",
+            ),
+            (
+                "mkdir: created directory \u{2018}exports_q7\u{2019}",
+                "exports_q7",
+            ),
+            ("Created folder: reports/nightly_k3/", "reports/nightly_k3/"),
+            ("created dir /data/cache/shards_7b", "/data/cache/shards_7b"),
+            (
+                "[setup] directory out/run-2024-05 created",
+                "out/run-2024-05",
+            ),
+            ("Creating directory \"tmp/work_a1\" ... done", "tmp/work_a1"),
+        ] {
+            let mut made = Vec::new();
+            reported_paths(line, |p| {
+                made.push(p);
+                true
+            });
+            assert_eq!(made, vec![dir], "{line}");
+        }
+        for line in [
+            "Directory created successfully.",
+            "mkdir: cannot create directory 'build/x': File exists",
+            "created directory listing for the report",
+            "Never touch the directory config/prod_q1, it is created by ops.",
+        ] {
+            assert!(!reports_path(line), "{line}");
         }
     }
 
