@@ -123,10 +123,39 @@ pub fn is_narration(sentence: &str) -> bool {
 /// (`ContextCompressor`) or a `.` between letters (`config.yaml`), or a capitalised name
 /// inside the sentence ("in Redis", "with Postgres").
 pub fn names_something(sentence: &str) -> bool {
-    sentence
-        .split_whitespace()
-        .enumerate()
-        .any(|(i, word)| is_name(word, i))
+    let mut before = "";
+    sentence.split_whitespace().enumerate().any(|(i, word)| {
+        let named = is_name(word, i) || is_option_label(before, word);
+        before = word;
+        named
+    })
+}
+
+/// Nouns that a letter or a number after them makes the name of one option among those
+/// laid out: "Option B", "plan 2", "approach C".
+const LABELLED_NOUNS: &[&str] = &[
+    "option",
+    "plan",
+    "approach",
+    "variant",
+    "alternative",
+    "proposal",
+    "candidate",
+    "choice",
+    "design",
+    "strategy",
+];
+
+/// Whether `word` labels one of the options laid out, after such a noun (`before`): a
+/// capital letter or a number of up to two digits, as in "Option B wins".
+fn is_option_label(before: &str, word: &str) -> bool {
+    let before = before.trim_matches(|c: char| !c.is_ascii_alphabetic());
+    let label = word.trim_matches(|c: char| ",.;:!?\"'()[]*".contains(c));
+    LABELLED_NOUNS
+        .iter()
+        .any(|n| before.eq_ignore_ascii_case(n))
+        && (matches!(label.as_bytes(), [b'A'..=b'Z'])
+            || ((1..=2).contains(&label.len()) && label.bytes().all(|b| b.is_ascii_digit())))
 }
 
 fn is_name(word: &str, at: usize) -> bool {
@@ -168,10 +197,13 @@ struct Word {
 }
 
 fn words(sentence: &str) -> Vec<Word> {
+    let mut before = "";
     sentence
         .split_whitespace()
         .enumerate()
         .map(|(i, raw)| {
+            let label = is_option_label(before, raw);
+            before = raw;
             let raw = raw.replace('\u{2019}', "'");
             let core = raw.trim_end_matches(['.', '!', '?', '"', ')', '*']);
             let mark = core
@@ -191,7 +223,7 @@ fn words(sentence: &str) -> Vec<Word> {
                     .to_string(),
                 shouted,
                 mark,
-                name: is_name(&raw, i),
+                name: is_name(&raw, i) || label,
             }
         })
         .collect()
@@ -999,13 +1031,19 @@ fn under_label(w: &[Word]) -> bool {
 /// (a modal before it), or of a verb that says it stays or is chosen.
 fn option_in_role(w: &[Word]) -> bool {
     (0..w.len()).filter(|&k| w[k].name).any(|k| {
-        let subject = k == 0
-            || w[k - 1].mark.is_some()
+        // "Option B wins": the noun and its label are the subject.
+        let k0 = if k > 0 && LABELLED_NOUNS.contains(&w[k - 1].low.as_str()) {
+            k - 1
+        } else {
+            k
+        };
+        let subject = k0 == 0
+            || w[k0 - 1].mark.is_some()
             || [
                 "the", "a", "an", "our", "my", "so", "then", "and", "but", "now", "this",
             ]
-            .contains(&w[k - 1].low.as_str())
-            || clause_start(w) == k;
+            .contains(&w[k0 - 1].low.as_str())
+            || clause_start(w) == k0;
         if !subject {
             return false;
         }
@@ -1380,6 +1418,26 @@ fn evaluation_selects(w: &[Word]) -> bool {
 mod tests {
     use super::*;
     use crate::engine::scan::{decision, decisions};
+
+    #[test]
+    fn an_option_named_by_its_label_is_chosen_like_any_name() {
+        for s in [
+            "Option B wins: the queue worker owns retries.",
+            "Plan C it is.",
+            "We'll go with approach 2 for the importer.",
+            "Variant A stays; the other one is dropped.",
+        ] {
+            assert_eq!(decision(s), Some(true), "{s}");
+            assert_eq!(decisions(&format!("```\nx = 1\n```\n{s}")).len(), 1, "{s}");
+        }
+        none_commit(&[
+            "Option B and option C both time out on the large file.",
+            "Plan 2 failed the load test.",
+            "Is option A any faster?",
+        ]);
+        assert!(names_something("Option B wins."));
+        assert!(!names_something("Option by option, nothing wins."));
+    }
 
     /// Each is a strong decision, found as one in a message's prose, after code too.
     fn all_commit(cases: &[&str]) {

@@ -50,6 +50,10 @@ enum Rule {
     State,
     /// "no": a prohibition before a kind of change ("no new dependencies").
     No,
+    /// "needs", "requires", "wait for": a change gated on someone's word when their
+    /// review, approval or go-ahead follows within a few words ("needs legal review",
+    /// "wait for security to approve it").
+    Gate,
 }
 
 /// Markers that set a constraint by themselves.
@@ -226,6 +230,34 @@ const NOTHING: &[&str] = &["nothing"];
 const ALONE: &[&str] = &["alone"];
 const STATE: &[&str] = &["frozen", "locked", "immutable"];
 const NO: &[&str] = &["no"];
+const GATE: &[&str] = &[
+    "need",
+    "needs",
+    "require",
+    "requires",
+    "go through",
+    "goes through",
+    "wait for",
+    "wait until",
+    "pending",
+];
+
+/// What someone gives before a change may go ahead: their review, approval, sign-off.
+const GATE_WORDS: &[&str] = &[
+    "review",
+    "approval",
+    "approve",
+    "approves",
+    "sign-off",
+    "signoff",
+    "thumbs-up",
+    "go-ahead",
+    "blessing",
+    "okay",
+    "ok",
+    "green-light",
+    "greenlight",
+];
 
 const RULES: &[(Rule, &[&str])] = &[
     (Rule::Always, ALWAYS),
@@ -244,6 +276,7 @@ const RULES: &[(Rule, &[&str])] = &[
     (Rule::Alone, ALONE),
     (Rule::State, STATE),
     (Rule::No, NO),
+    (Rule::Gate, GATE),
 ];
 
 /// Verbs of changing something (and of using what is forbidden): what a prohibition
@@ -492,7 +525,9 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         Rule::Negation => negation(before, after),
         // "Nobody but the release manager touches it": who alone may change it.
         Rule::Without => {
-            is_change(after) || (is_one_of(after, EXCEPT) && change_within(&ahead[after_end..], 6))
+            is_change(after)
+                || (is_one_of(after, EXCEPT) && change_within(&ahead[after_end..], 6))
+                || gate_within(ahead, 2)
         }
         Rule::Not => is_change(after) && !is_one_of(before, REPORT_AUXILIARIES),
         Rule::Cannot => {
@@ -532,6 +567,8 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
             }
             is_one_of(noun, NO_CHANGES) && !is_one_of(next_word(rest).0, NO_REPORTS)
         }
+        // "It needs legal review", not "I need a review of this" (the speaker's own ask).
+        Rule::Gate => !same(before, "i") && gate_within(ahead, 4),
     }
 }
 
@@ -690,6 +727,30 @@ const MEASURED: &[&str] = &[
 /// later ("under infra/ should be edited").
 /// Whether a change ([`is_change`]) is among the first `words` words of `text`, in its
 /// clause.
+/// Whether someone's review, approval or go-ahead ([`GATE_WORDS`], "sign off", "thumbs
+/// up", "green light") is among the first `words` words of `text`, in its clause.
+fn gate_within(text: &str, words: usize) -> bool {
+    let mut last = "";
+    for word in text.split_whitespace().take(words + 1) {
+        let w = word.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-');
+        let pair = [("sign", "off"), ("thumbs", "up"), ("green", "light")]
+            .iter()
+            .any(|(a, b)| same(last, a) && same(w, b));
+        if is_one_of(w, GATE_WORDS) || pair {
+            return true;
+        }
+        // "It needs no review" waives it.
+        if is_one_of(w, &["no", "not", "never"]) {
+            return false;
+        }
+        if word.ends_with(['.', '!', '?', ';', ',', ':']) {
+            return false;
+        }
+        last = w;
+    }
+    false
+}
+
 fn change_within(text: &str, words: usize) -> bool {
     for word in text.split_whitespace().take(words) {
         if is_change(word.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())) {
@@ -1020,6 +1081,30 @@ mod tests {
             "Edits to the pricing table need approval, ask Dana first.",
         ]);
         assert!(!is_constraint("Dana approved the pricing table yesterday."));
+    }
+
+    #[test]
+    fn a_change_waiting_on_someones_word_is_a_rule() {
+        for said in [
+            "docs/privacy.md needs legal review before it ships.",
+            "Wait for security to approve the new IAM policy before applying it.",
+            "Nothing goes to prod without a thumbs-up from compliance.",
+            "The migration in 0042_users.sql requires the DBA's sign-off.",
+            "Publishing the SDK has to go through a review by the platform team first.",
+            "Keep the rollout pending approval from Priya.",
+            "Don't cut the release; wait until QA gives the green light.",
+        ] {
+            assert!(is_constraint(said), "missed: {said}");
+        }
+        for said in [
+            "I need a review of this PR when you have a minute.",
+            "This refactor needs no review.",
+            "The PR needs a rebase onto main.",
+            "The tests require Python 3.11 or newer.",
+            "Legal reviewed the notice yesterday.",
+        ] {
+            assert!(!is_constraint(said), "{said}");
+        }
     }
 
     #[test]

@@ -119,7 +119,11 @@ fn traceback_end(text: &str, from: usize) -> Option<(&str, usize)> {
 /// reporting: the digest lists every such line of an output, not only the best.
 pub fn line_score(line: &str) -> u8 {
     let t = line.trim_start();
-    if t.starts_with("E ") || coded(t) || CANDIDATES.as_ref().is_some_and(|c| c.is_match(t)) {
+    if t.starts_with("E ")
+        || coded(t)
+        || kotlin_error(t)
+        || CANDIDATES.as_ref().is_some_and(|c| c.is_match(t))
+    {
         score(t)
     } else if column_diagnostic(t) {
         COLUMN_SCORE
@@ -192,6 +196,7 @@ fn score(t: &str) -> u8 {
     }
     if t.contains("panicked at")
         || coded(t)
+        || kotlin_error(t)
         || t.starts_with("--- FAIL:")
         || t.starts_with("panic: ")
         || t.starts_with("fatal: ")
@@ -268,6 +273,16 @@ fn coded(t: &str) -> bool {
         && (3..=5).contains(&digits)
         && t[end..].starts_with(": ")
         && t.len() > end + 4
+}
+
+/// The Kotlin compiler's error, `e: ` then where and what (`e: file:///app/Main.kt:12:5
+/// Unresolved reference: foo`, older `e: /app/Main.kt: (12, 5): Type mismatch`); its
+/// warnings start `w: `.
+fn kotlin_error(t: &str) -> bool {
+    t.strip_prefix("e: ").is_some_and(|rest| {
+        let place = rest.split_whitespace().next().unwrap_or("");
+        place.contains(['/', '.']) && rest.len() > place.len() + 4
+    })
 }
 
 /// A report at a line and a column of a file, then its message: `cmd/api/main.go:41:9:
@@ -655,8 +670,10 @@ static CANDIDATES: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
         "ora-",
         "non-zero",
         ": *** ",
-        // pytest's detail lines, `E   assert 3 == 4`, at a line's start.
+        // pytest's detail lines, `E   assert 3 == 4`, and the Kotlin compiler's errors,
+        // `e: Main.kt:3:9 ...`, at a line's start.
         "\nE ",
+        "\ne: ",
     ])
 });
 
@@ -759,6 +776,26 @@ mod tests {
             error_line("ERRORS:\nerror: boom").as_deref(),
             Some("error: boom")
         );
+    }
+
+    #[test]
+    fn the_kotlin_compilers_error_is_the_line_that_says_what_failed() {
+        for e in [
+            "e: file:///home/u/app/src/main/kotlin/Main.kt:12:5 Unresolved reference: fooBar",
+            "e: /work/app/src/Config.kt: (40, 17): Type mismatch: inferred type is String? but String was expected",
+            "e: src/main/kotlin/Retry.kt:7:1 Expecting a top level declaration",
+        ] {
+            let gradle = format!(
+                "> Task :app:compileKotlin FAILED\nw: /work/app/src/Old.kt: (3, 5): Parameter 'x' is never used\n{e}\n\nFAILURE: Build failed with an exception.\nBUILD FAILED in 3s"
+            );
+            assert_eq!(error_line(&gradle).as_deref(), Some(e), "{gradle}");
+        }
+        // A warning, and a line that only starts like one, are not.
+        assert_eq!(
+            line_score("w: /work/app/src/Old.kt: (3, 5): Parameter 'x' is never used"),
+            0
+        );
+        assert_eq!(line_score("e: 4"), 0);
     }
 
     #[test]
