@@ -1206,10 +1206,21 @@ fn chosen_passively(w: &[Word]) -> bool {
 /// "`msgspec` over `pydantic` for decoding", "`uvloop`, not the default loop", "`ruff` in
 /// place of `flake8`": a contrast that keeps one option and not the other.
 fn contrast_selects(w: &[Word]) -> bool {
+    // "`X` wins over `Y`", "`X` wins out over `Y`", "`X` won over `Y`": the option, then
+    // the verb of its winning.
+    let option_before = |i: usize| {
+        let mut at = i;
+        if at > 0 && w[at - 1].low == "out" {
+            at -= 1;
+        }
+        if at > 0 && ["wins", "won", "win", "prevails"].contains(&w[at - 1].low.as_str()) {
+            at -= 1;
+        }
+        at > 0 && w[at - 1].name && w[at - 1].mark.is_none()
+    };
     let over = (1..w.len()).any(|i| {
         w[i].low == "over"
-            && w[i - 1].name
-            && w[i - 1].mark.is_none()
+            && option_before(i)
             && w.get(i + 1).is_some_and(|n| {
                 ![
                     "time", "network", "ssh", "http", "https", "tcp", "udp", "it", "them", "and",
@@ -1418,6 +1429,17 @@ fn evaluation_selects(w: &[Word]) -> bool {
 mod tests {
     use super::*;
     use crate::engine::scan::{decision, decisions};
+
+    #[test]
+    fn an_option_winning_over_another_is_chosen_wherever_it_stands() {
+        all_commit(&[
+            "After the benchmark, I think `orjson` wins over `ujson` for our payloads.",
+            "On balance redis_7 wins out over memcached here.",
+            "In the end, `sqlite_wal` won over the Postgres sidecar.",
+            "For the parser, the `nom` crate wins over hand-rolled code.",
+        ]);
+        none_commit(&["Does `orjson` win over `ujson` for small payloads?"]);
+    }
 
     #[test]
     fn an_option_named_by_its_label_is_chosen_like_any_name() {
