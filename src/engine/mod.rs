@@ -1596,30 +1596,56 @@ mod tests {
         assert!(shortened > 3, "{shortened}");
     }
 
-    #[test]
-    fn a_digest_that_gives_up_facts_leaves_little_of_the_target_unused() {
-        // Twenty rounds each failing with an error of its own (the column's name in
-        // letters: errors that differ only in their digits are one error said again): at
-        // small windows the digest cannot list them all. Written again once, in three
-        // characters a token with a part of the room left, it left up to a tenth of the
-        // target unused while errors were given up (82 tokens of 832, 6 errors lost).
+    /// Two letters of its own for round `r` (errors that differ only in their digits are
+    /// one error said again).
+    fn two_letters(r: u8) -> String {
+        format!("{}{}", char::from(b'a' + r), char::from(b'z' - r))
+    }
+
+    /// A session of `rounds` test runs, each failing with an error of its own (`KeyError:
+    /// 'column_<letters>' <detail>`), and, where `choose`, ending in a choice of its own
+    /// (`Going with reader_<letters>`) and the user's "ok".
+    fn failing_rounds(rounds: u8, detail: &str, choose: bool) -> Vec<Value> {
         let mut msgs = vec![
             json!({"role": "system", "content": "You are a careful coding agent."}),
             json!({"role": "user", "content": "Make the importer pass its tests."}),
         ];
-        let column = |r: u8| format!("column_{}{}", char::from(b'a' + r), char::from(b'z' - r));
-        for r in 0..20 {
+        for r in 0..rounds {
             let id = format!("c{r}");
+            let letters = two_letters(r);
             msgs.push(
                 json!({"role": "assistant", "content": null, "tool_calls": [{"id": id,
                 "type": "function", "function": {"name": "bash",
                 "arguments": format!("{{\"command\": \"pytest tests/test_part_{r}.py\"}}")}}]}),
             );
             msgs.push(json!({"role": "tool", "tool_call_id": id, "content": format!(
-                "collected 3 items\nE   KeyError: '{}' is missing from the header row of the staging export\n1 failed in 0.{r}s",
-                column(r))}));
-            msgs.push(json!({"role": "assistant", "content": format!("Part {r} still fails.")}));
+                "collected 3 items\nE   KeyError: 'column_{letters}' {detail}\n1 failed in 0.{r}s")}));
+            if choose {
+                msgs.push(json!({"role": "assistant",
+                    "content": format!("Going with reader_{letters} for part {r}.")}));
+                msgs.push(json!({"role": "user", "content": "ok"}));
+            } else {
+                msgs.push(
+                    json!({"role": "assistant", "content": format!("Part {r} still fails.")}),
+                );
+            }
         }
+        msgs
+    }
+
+    #[test]
+    fn a_digest_that_gives_up_facts_leaves_little_of_the_target_unused() {
+        // Twenty rounds each failing with an error of its own (the column's name in
+        // letters: errors that differ only in their digits are one error said again): at
+        // small windows the digest cannot list them all. Written again once, in three
+        // characters a token with a part of the room left, it left up to a tenth of the
+        // target unused while errors were given up (101 tokens of 782, 6 errors lost).
+        let column = |r: u8| format!("column_{}", two_letters(r));
+        let mut msgs = failing_rounds(
+            20,
+            "is missing from the header row of the staging export",
+            false,
+        );
         msgs.push(json!({"role": "user", "content": "Keep going."}));
         let request = json!({"model": "gpt-4o", "max_tokens": 100, "messages": msgs});
         let mut short = 0;
@@ -1655,25 +1681,8 @@ mod tests {
         // stretch that size is a few hundred tokens, under what its errors and decisions
         // take, while the replies stayed whole in the tail (at a 1,200-token window two
         // errors and two decisions were given up).
-        let mut msgs = vec![
-            json!({"role": "system", "content": "You are a careful coding agent."}),
-            json!({"role": "user", "content": "Make the importer pass its tests."}),
-        ];
-        let name = |r: u8| format!("{}{}", char::from(b'a' + r), char::from(b'z' - r));
-        for r in 0..12 {
-            let id = format!("c{r}");
-            msgs.push(
-                json!({"role": "assistant", "content": null, "tool_calls": [{"id": id,
-                "type": "function", "function": {"name": "bash",
-                "arguments": format!("{{\"command\": \"pytest tests/test_part_{r}.py\"}}")}}]}),
-            );
-            msgs.push(json!({"role": "tool", "tool_call_id": id, "content": format!(
-                "collected 3 items\nE   KeyError: 'column_{}' is missing from the export header\n1 failed",
-                name(r))}));
-            msgs.push(json!({"role": "assistant", "content": format!(
-                "Going with reader_{} for part {r}.", name(r))}));
-            msgs.push(json!({"role": "user", "content": "ok"}));
-        }
+        let name = two_letters;
+        let mut msgs = failing_rounds(12, "is missing from the export header", true);
         for part in 0..6 {
             let line = format!("Part {part} of the walk-through reads each row and checks it. ");
             msgs.push(json!({"role": "assistant", "content": line.repeat(12)}));
