@@ -898,9 +898,10 @@ fn choose_tail(
 /// Tokens the digest of the middle the plan's tail leaves (from `floor`, past an earlier
 /// summary, which is carried whole) is given: its budget for a stretch that size, up to a
 /// quarter of the target, or, where more, what the stretch's facts take (its rules,
-/// decisions, errors and written files, [`digest::facts_len`]), up to a third: a
-/// verbatim turn of the tail can be read again later in the work, a fact the digest gives
-/// up is gone, and the head, the turn in progress and the recent turns keep two thirds.
+/// decisions, errors and written files, [`digest::facts_len`]), up to a third of the
+/// target and to the summary's cap: a verbatim turn of the tail can be read again later
+/// in the work, a fact the digest gives up is gone, and the head, the turn in progress
+/// and the recent turns keep two thirds.
 fn digest_room(plan: &Plan, opts: &Options, floor: usize) -> usize {
     let Limit::At(target) = plan.target else {
         return 0;
@@ -913,13 +914,19 @@ fn digest_room(plan: &Plan, opts: &Options, floor: usize) -> usize {
     let budget = opts
         .digest_budget(plan.target, replaced, 0, 0)
         .min(target / 4);
+    // The digest never takes more than the summary's cap, whatever its facts: room the
+    // tail gave beyond it would go unused.
+    let most = (target / 3).min(opts.summary_max_tokens);
+    if budget >= most {
+        return budget;
+    }
     let turns: Vec<Message> = dropped.cloned().collect();
     let previous = plan.messages[plan.head_end..floor]
         .iter()
         .rev()
         .find_map(|m| summary::extract(&m.text()).map(|(body, _)| body));
     let facts = digest::facts_len(previous.as_deref(), &turns, chars_for(target / 3));
-    budget.max((facts / 3).min(target / 3))
+    budget.max((facts / 3).min(most))
 }
 
 fn note_prunes(notes: &mut Vec<String>, pass: &str, stats: prune::PruneStats) {
@@ -1674,6 +1681,36 @@ mod tests {
         assert!(short > 3, "{short}");
     }
 
+    /// Twelve failing rounds, each with its choice, then long replies that only talk the
+    /// work through.
+    fn facts_then_talk() -> Value {
+        let mut msgs = failing_rounds(12, "is missing from the export header", true);
+        for part in 0..6 {
+            let line = format!("Part {part} of the walk-through reads each row and checks it. ");
+            msgs.push(json!({"role": "assistant", "content": line.repeat(12)}));
+            msgs.push(json!({"role": "user", "content": "ok, next part"}));
+        }
+        *msgs.last_mut().unwrap() = json!({"role": "user", "content": "Go on."});
+        json!({"model": "gpt-4o", "max_tokens": 100, "messages": msgs})
+    }
+
+    #[test]
+    fn the_tail_gives_the_facts_no_more_room_than_the_summary_may_take() {
+        // Room the tail gave beyond the summary's cap went unused: at a 60,000-token
+        // window a million-token session kept 74 messages instead of 113, and 23k tokens
+        // of a 55k target.
+        let request = facts_then_talk();
+        for cap in [300, 340] {
+            let opts = Options {
+                summary_max_tokens: cap,
+                ..Options::with_window(2000)
+            };
+            let plan = plan(&request, &opts).unwrap();
+            assert!(plan.needs_summary());
+            assert!(plan.digest_room <= cap, "{} > {cap}", plan.digest_room);
+        }
+    }
+
     #[test]
     fn the_tail_gives_way_to_the_facts_of_the_stretch_it_drops() {
         // Twelve rounds, each failing with an error of its own and ending in a choice,
@@ -1682,14 +1719,7 @@ mod tests {
         // take, while the replies stayed whole in the tail (at a 1,200-token window two
         // errors and two decisions were given up).
         let name = two_letters;
-        let mut msgs = failing_rounds(12, "is missing from the export header", true);
-        for part in 0..6 {
-            let line = format!("Part {part} of the walk-through reads each row and checks it. ");
-            msgs.push(json!({"role": "assistant", "content": line.repeat(12)}));
-            msgs.push(json!({"role": "user", "content": "ok, next part"}));
-        }
-        *msgs.last_mut().unwrap() = json!({"role": "user", "content": "Go on."});
-        let request = json!({"model": "gpt-4o", "max_tokens": 100, "messages": msgs});
+        let request = facts_then_talk();
         // Where the errors and decisions take under a third of the target.
         for window in (1100..=1600).step_by(100) {
             let opts = Options::with_window(window);
