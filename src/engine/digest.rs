@@ -378,23 +378,6 @@ fn digest_turns(
     redact(&d.render()).into_owned()
 }
 
-/// Characters the items of [`digest`]'s turns that it gives up last take, in the layout of
-/// a `budget_chars` digest: the rules, decisions, errors and written files
-/// ([`Tier::Choice`] and above), with their headings; not the plain requests (a later one
-/// or the tail usually says what is wanted now), the call log, paths seen or previews.
-/// What the digest of a dropped stretch needs room for, whatever its size.
-pub fn facts_len(previous: Option<&str>, turns: &[Message], budget_chars: usize) -> usize {
-    let mut d = Digest::new(budget_chars);
-    if let Some(p) = previous {
-        d.read_previous(p);
-    }
-    d.add_turns(turns);
-    for item in &mut d.items {
-        item.alive &= item.tier >= Tier::Choice;
-    }
-    d.rendered_len()
-}
-
 /// [`shorten`], giving up whole items only: no item at all when none fits whole. For a
 /// summary giving way to the task, where the last item cut to its first words ("Don't add
 /// new dependencies to") would say what the user did not.

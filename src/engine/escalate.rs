@@ -242,8 +242,7 @@ impl<'p> Draft<'p> {
             Fold::TailHistory | Fold::EarlierRounds => self.folds.later.extend_from_slice(&turns),
         }
         let extra = self.plan.digest_extra;
-        let room = self.plan.digest_room;
-        let budget = chars_for(opts.digest_budget(self.target, self.replaced, room, extra));
+        let budget = chars_for(opts.digest_budget(self.target, self.replaced, extra));
         let previous = self.body.as_deref();
         self.body = Some(match fold {
             Fold::FirstExchange => digest_from_task(previous, &turns, budget),

@@ -268,16 +268,13 @@ impl Options {
     /// constraints, errors, paths and decisions of a long stretch need a few hundred
     /// tokens however small the window, and escalation finds them elsewhere first (see
     /// [`escalate`]). A few messages get a few lines; a single short one still gets the
-    /// summary's smallest size, room for a heading and a line; at least `least`, the room
-    /// the tail left for the stretch's facts ([`digest_room`]), up to the summary's cap.
-    /// `extra` is room found free once the request fits ([`finish`] offers it), up to
-    /// the summary's cap.
-    fn digest_budget(&self, target: Limit, replaced: usize, least: usize, extra: usize) -> usize {
+    /// summary's smallest size, room for a heading and a line. `extra` is room found
+    /// free once the request fits ([`finish`] offers it), up to the summary's cap.
+    fn digest_budget(&self, target: Limit, replaced: usize, extra: usize) -> usize {
         let base = (replaced / 4)
             .max(replaced.min(DIGEST_FLOOR))
             .max(SUMMARY_MIN)
-            .min(self.summary_budget(target).max(DIGEST_FLOOR))
-            .max(least.min(self.summary_max_tokens));
+            .min(self.summary_budget(target).max(DIGEST_FLOOR));
         base.saturating_add(extra)
             .min(self.summary_max_tokens.max(base))
     }
@@ -379,9 +376,6 @@ pub struct Plan {
     /// Tokens the deterministic digest may take beyond its budget: room a first try left
     /// free under the target.
     digest_extra: usize,
-    /// Tokens the tail was chosen to leave the digest: what the dropped stretch's facts
-    /// take ([`digest_room`]).
-    digest_room: usize,
     /// The messages as merged, before any was pruned or cut: what escalation digests when
     /// it folds a message it had pruned or cut first.
     originals: Vec<Message>,
@@ -578,12 +572,7 @@ pub fn summarize_deterministic(plan: &Plan, opts: &Options) -> Summary {
         text: digest::digest(
             plan.previous_summary(),
             plan.turns(),
-            chars_for(opts.digest_budget(
-                plan.target,
-                replaced,
-                plan.digest_room,
-                plan.digest_extra,
-            )),
+            chars_for(opts.digest_budget(plan.target, replaced, plan.digest_extra)),
         ),
         source: SummarySource::Fallback,
     }
@@ -658,7 +647,6 @@ pub fn plan_with_counts(
         previous_summary: None,
         notes: Vec::new(),
         digest_extra: 0,
-        digest_room: 0,
         originals: Vec::new(),
         originals_by_call: OriginalsByCall::default(),
         task: None,
@@ -832,7 +820,6 @@ fn make_room_for_a_summary(
     if need > reserved {
         plan.messages = before.clone();
         plan.tail_start = choose_tail(plan, opts, pruner, turn_start, floor, need);
-        plan.digest_room = need;
     }
     let reshaped = plan.messages[plan.tail_start..turn_start]
         .iter()
@@ -896,37 +883,18 @@ fn choose_tail(
 }
 
 /// Tokens the digest of the middle the plan's tail leaves (from `floor`, past an earlier
-/// summary, which is carried whole) is given: its budget for a stretch that size, up to a
-/// quarter of the target, or, where more, what the stretch's facts take (its rules,
-/// decisions, errors and written files, [`digest::facts_len`]), up to a third of the
-/// target and to the summary's cap: a verbatim turn of the tail can be read again later
-/// in the work, a fact the digest gives up is gone, and the head, the turn in progress
-/// and the recent turns keep two thirds.
+/// summary, which is carried whole) is given, up to a quarter of the target: a larger
+/// share would leave the turn's history too little at small windows.
 fn digest_room(plan: &Plan, opts: &Options, floor: usize) -> usize {
     let Limit::At(target) = plan.target else {
         return 0;
     };
-    let dropped = plan.messages[floor..plan.tail_start]
+    let replaced = plan.messages[floor..plan.tail_start]
         .iter()
         .filter(|m| !m.role.is_instruction())
-        .map(|m| plan.original_of(m));
-    let replaced = dropped.clone().map(|m| m.tokens).sum::<usize>();
-    let budget = opts
-        .digest_budget(plan.target, replaced, 0, 0)
-        .min(target / 4);
-    // The digest never takes more than the summary's cap, whatever its facts: room the
-    // tail gave beyond it would go unused.
-    let most = (target / 3).min(opts.summary_max_tokens);
-    if budget >= most {
-        return budget;
-    }
-    let turns: Vec<Message> = dropped.cloned().collect();
-    let previous = plan.messages[plan.head_end..floor]
-        .iter()
-        .rev()
-        .find_map(|m| summary::extract(&m.text()).map(|(body, _)| body));
-    let facts = digest::facts_len(previous.as_deref(), &turns, chars_for(target / 3));
-    budget.max((facts / 3).min(most))
+        .map(|m| plan.original_of(m).tokens)
+        .sum::<usize>();
+    opts.digest_budget(plan.target, replaced, 0).min(target / 4)
 }
 
 fn note_prunes(notes: &mut Vec<String>, pass: &str, stats: prune::PruneStats) {
@@ -1603,43 +1571,6 @@ mod tests {
         assert!(shortened > 3, "{shortened}");
     }
 
-    /// Two letters of its own for round `r` (errors that differ only in their digits are
-    /// one error said again).
-    fn two_letters(r: u8) -> String {
-        format!("{}{}", char::from(b'a' + r), char::from(b'z' - r))
-    }
-
-    /// A session of `rounds` test runs, each failing with an error of its own (`KeyError:
-    /// 'column_<letters>' <detail>`), and, where `choose`, ending in a choice of its own
-    /// (`Going with reader_<letters>`) and the user's "ok".
-    fn failing_rounds(rounds: u8, detail: &str, choose: bool) -> Vec<Value> {
-        let mut msgs = vec![
-            json!({"role": "system", "content": "You are a careful coding agent."}),
-            json!({"role": "user", "content": "Make the importer pass its tests."}),
-        ];
-        for r in 0..rounds {
-            let id = format!("c{r}");
-            let letters = two_letters(r);
-            msgs.push(
-                json!({"role": "assistant", "content": null, "tool_calls": [{"id": id,
-                "type": "function", "function": {"name": "bash",
-                "arguments": format!("{{\"command\": \"pytest tests/test_part_{r}.py\"}}")}}]}),
-            );
-            msgs.push(json!({"role": "tool", "tool_call_id": id, "content": format!(
-                "collected 3 items\nE   KeyError: 'column_{letters}' {detail}\n1 failed in 0.{r}s")}));
-            if choose {
-                msgs.push(json!({"role": "assistant",
-                    "content": format!("Going with reader_{letters} for part {r}.")}));
-                msgs.push(json!({"role": "user", "content": "ok"}));
-            } else {
-                msgs.push(
-                    json!({"role": "assistant", "content": format!("Part {r} still fails.")}),
-                );
-            }
-        }
-        msgs
-    }
-
     #[test]
     fn a_digest_that_gives_up_facts_leaves_little_of_the_target_unused() {
         // Twenty rounds each failing with an error of its own (the column's name in
@@ -1647,12 +1578,23 @@ mod tests {
         // small windows the digest cannot list them all. Written again once, in three
         // characters a token with a part of the room left, it left up to a tenth of the
         // target unused while errors were given up (101 tokens of 782, 6 errors lost).
-        let column = |r: u8| format!("column_{}", two_letters(r));
-        let mut msgs = failing_rounds(
-            20,
-            "is missing from the header row of the staging export",
-            false,
-        );
+        let column = |r: u8| format!("column_{}{}", char::from(b'a' + r), char::from(b'z' - r));
+        let mut msgs = vec![
+            json!({"role": "system", "content": "You are a careful coding agent."}),
+            json!({"role": "user", "content": "Make the importer pass its tests."}),
+        ];
+        for r in 0..20 {
+            let id = format!("c{r}");
+            msgs.push(
+                json!({"role": "assistant", "content": null, "tool_calls": [{"id": id,
+                "type": "function", "function": {"name": "bash",
+                "arguments": format!("{{\"command\": \"pytest tests/test_part_{r}.py\"}}")}}]}),
+            );
+            msgs.push(json!({"role": "tool", "tool_call_id": id, "content": format!(
+                "collected 3 items\nE   KeyError: '{}' is missing from the header row of the staging export\n1 failed in 0.{r}s",
+                column(r))}));
+            msgs.push(json!({"role": "assistant", "content": format!("Part {r} still fails.")}));
+        }
         msgs.push(json!({"role": "user", "content": "Keep going."}));
         let request = json!({"model": "gpt-4o", "max_tokens": 100, "messages": msgs});
         let mut short = 0;
@@ -1679,65 +1621,6 @@ mod tests {
             );
         }
         assert!(short > 3, "{short}");
-    }
-
-    /// Twelve failing rounds, each with its choice, then long replies that only talk the
-    /// work through.
-    fn facts_then_talk() -> Value {
-        let mut msgs = failing_rounds(12, "is missing from the export header", true);
-        for part in 0..6 {
-            let line = format!("Part {part} of the walk-through reads each row and checks it. ");
-            msgs.push(json!({"role": "assistant", "content": line.repeat(12)}));
-            msgs.push(json!({"role": "user", "content": "ok, next part"}));
-        }
-        *msgs.last_mut().unwrap() = json!({"role": "user", "content": "Go on."});
-        json!({"model": "gpt-4o", "max_tokens": 100, "messages": msgs})
-    }
-
-    #[test]
-    fn the_tail_gives_the_facts_no_more_room_than_the_summary_may_take() {
-        // Room the tail gave beyond the summary's cap went unused: at a 60,000-token
-        // window a million-token session kept 74 messages instead of 113, and 23k tokens
-        // of a 55k target.
-        let request = facts_then_talk();
-        for cap in [300, 340] {
-            let opts = Options {
-                summary_max_tokens: cap,
-                ..Options::with_window(2000)
-            };
-            let plan = plan(&request, &opts).unwrap();
-            assert!(plan.needs_summary());
-            assert!(plan.digest_room <= cap, "{} > {cap}", plan.digest_room);
-        }
-    }
-
-    #[test]
-    fn the_tail_gives_way_to_the_facts_of_the_stretch_it_drops() {
-        // Twelve rounds, each failing with an error of its own and ending in a choice,
-        // then long replies that only talk the work through: the digest's budget for a
-        // stretch that size is a few hundred tokens, under what its errors and decisions
-        // take, while the replies stayed whole in the tail (at a 1,200-token window two
-        // errors and two decisions were given up).
-        let name = two_letters;
-        let request = facts_then_talk();
-        // Where the errors and decisions take under a third of the target.
-        for window in (1100..=1600).step_by(100) {
-            let opts = Options::with_window(window);
-            let outcome = compact(&request, &opts).unwrap();
-            assert!(outcome.report.fits, "{}", outcome.report);
-            let text = outcome.rewritten.unwrap().to_string();
-            for r in 0..12 {
-                let n = name(r);
-                assert!(
-                    text.contains(&format!("column_{n}")),
-                    "window {window}: error {r}"
-                );
-                assert!(
-                    text.contains(&format!("reader_{n}")),
-                    "window {window}: decision {r}"
-                );
-            }
-        }
     }
 
     #[test]
@@ -1777,9 +1660,7 @@ mod tests {
                 panic!("a window gives a target");
             };
             let replaced: usize = plan.turns().iter().map(|m| m.tokens).sum();
-            let need = opts
-                .digest_budget(plan.target, replaced, 0, 0)
-                .min(target / 4);
+            let need = opts.digest_budget(plan.target, replaced, 0).min(target / 4);
             let kept = plan.overhead
                 + plan
                     .head()
