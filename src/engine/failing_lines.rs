@@ -782,17 +782,17 @@ mod tests {
     fn the_kotlin_compilers_error_is_the_line_that_says_what_failed() {
         for e in [
             "e: file:///home/u/app/src/main/kotlin/Main.kt:12:5 Unresolved reference: fooBar",
-            "e: /work/app/src/Config.kt: (40, 17): Type mismatch: inferred type is String? but String was expected",
+            "e: /srv/app/src/Config.kt: (40, 17): Type mismatch: inferred type is String? but String was expected",
             "e: src/main/kotlin/Retry.kt:7:1 Expecting a top level declaration",
         ] {
             let gradle = format!(
-                "> Task :app:compileKotlin FAILED\nw: /work/app/src/Old.kt: (3, 5): Parameter 'x' is never used\n{e}\n\nFAILURE: Build failed with an exception.\nBUILD FAILED in 3s"
+                "> Task :app:compileKotlin FAILED\nw: /srv/app/src/Old.kt: (3, 5): Parameter 'x' is never used\n{e}\n\nFAILURE: Build failed with an exception.\nBUILD FAILED in 3s"
             );
             assert_eq!(error_line(&gradle).as_deref(), Some(e), "{gradle}");
         }
         // A warning, and a line that only starts like one, are not.
         assert_eq!(
-            line_score("w: /work/app/src/Old.kt: (3, 5): Parameter 'x' is never used"),
+            line_score("w: /srv/app/src/Old.kt: (3, 5): Parameter 'x' is never used"),
             0
         );
         assert_eq!(line_score("e: 4"), 0);
