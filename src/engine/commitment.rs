@@ -105,6 +105,12 @@ pub fn is_narration(sentence: &str) -> bool {
     ] {
         for (at, _) in lower.match_indices(lead) {
             let after = lower[at + lead.len()..].trim_start();
+            // "I'll go ahead and rewrite it": the verb after the phrase that only says
+            // it is about to happen.
+            let after = ["go ahead and ", "go on and ", "just go ahead and "]
+                .iter()
+                .find_map(|p| after.strip_prefix(p))
+                .unwrap_or(after);
             // "We will further examine", "I'll now look": the verb after an adverb.
             let verb = after
                 .split(|c: char| !c.is_ascii_alphabetic() && c != '_')

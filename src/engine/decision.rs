@@ -39,3 +39,28 @@ pub fn decision(sentence: &str) -> Decision {
         Some(false) | None => Decision::Unnamed,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_after_go_ahead_is_read_by_the_verb_that_follows() {
+        for s in [
+            "I'll go ahead and replace the retry loop with backoff_q2().",
+            "We'll go ahead and move the validation into checks_q4.py.",
+            "Let's go ahead and rename the flag to --dry-run-q7 everywhere.",
+            "I will just go ahead and drop the legacy_q1 table.",
+        ] {
+            assert!(decision(s).chooses(), "{s}");
+        }
+        for s in [
+            "I'll go ahead and run the tests in tests/unit_q3.",
+            "Let's go ahead and check the logs in /var/log/app_q5.log.",
+            "We'll go ahead and read src/app_q8.py first.",
+            "I'll go ahead and see what config_q2.yaml holds.",
+        ] {
+            assert_eq!(decision(s), Decision::Narration, "{s}");
+        }
+    }
+}

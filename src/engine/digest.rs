@@ -1186,13 +1186,24 @@ impl Digest {
                 .collect();
             (!named.is_empty() && named.len() < parts.len()).then(|| named.join(" "))
         });
+        // A path that another item names already (the rule that forbids it, the request
+        // that asks to edit it) says nothing more as a line of its own, unless the line
+        // says the work wrote it. Asked once the items have their shortest texts: a
+        // request that gave up its paste may no longer name it.
+        let echoed = self.echoed_paths();
+        left.drop(&mut self.items, &order, |i, _| echoed[i]);
         left.drop(&mut self.items, &order, |_, _| true);
         // Items go whole, oldest first, so the last one dropped may leave more room than
         // the excess it had to cover: a smaller one dropped before it fits there again
         // (at a 256-token window an error line, after a decision made the room). The
         // most valuable come back first, the newest first within a tier.
         if left.size <= budget {
+            // Not a path that what is left still names.
+            let echoed = self.echoed_paths();
             for &i in order.iter().rev() {
+                if echoed[i] {
+                    continue;
+                }
                 if refill[i] && !self.items[i].alive {
                     left.put_back(&mut self.items[i]);
                 }
@@ -1205,6 +1216,36 @@ impl Digest {
             size = self.rendered_len();
         }
         (size > budget).then_some(size)
+    }
+
+    /// The path items whose path a living item of another section and no lower tier names
+    /// (a call log line that names it goes first), but for the files the work wrote
+    /// (their line says more than the path).
+    fn echoed_paths(&self) -> Vec<bool> {
+        let mut echoed = vec![false; self.items.len()];
+        let paths: Vec<usize> = (0..self.items.len())
+            .filter(|&i| {
+                let item = &self.items[i];
+                item.section == Section::Files && item.lead() != WRITTEN
+            })
+            .collect();
+        if paths.is_empty() {
+            return echoed;
+        }
+        let Ok(names) = AhoCorasick::new(paths.iter().map(|&i| &self.items[i].text)) else {
+            return echoed;
+        };
+        for item in self
+            .items
+            .iter()
+            .filter(|i| i.alive && i.section != Section::Files)
+        {
+            for m in names.find_overlapping_iter(&item.text) {
+                let at = paths[m.pattern().as_usize()];
+                echoed[at] |= item.tier >= self.items[at].tier;
+            }
+        }
+        echoed
     }
 
     /// An upper bound on the length of [`Digest::render`]'s text.
@@ -1797,6 +1838,31 @@ mod tests {
             !small.contains("written: src/reports/part_00.py"),
             "{small}"
         );
+    }
+
+    #[test]
+    fn a_path_another_item_names_is_the_first_line_given_up() {
+        // The rule names the file it forbids: short of room, the file's own line goes
+        // before anything that says something (the rule, the error, the calls made).
+        let rule = "Never modify config/prod_q5.yaml; the ops team deploys it by hand.";
+        let turns = parse(json!([
+            {"role": "user", "content": format!("Fix the deploy script. {rule}")},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "r", "type": "function",
+                "function": {"name": "read_file", "arguments": "{\"path\":\"config/prod_q5.yaml\"}"}}]},
+            {"role": "tool", "tool_call_id": "r", "content": "replicas: 3"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "t", "type": "function",
+                "function": {"name": "run", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "t", "content": "error: deploy.sh: line 14: kubectl_q5: command not found"},
+            {"role": "user", "content": "go on"},
+        ]));
+        let whole = digest(None, &turns, 10_000);
+        assert!(whole.contains("forbidden: config/prod_q5.yaml"), "{whole}");
+        let d = first_giving_up(&turns, |d| d.contains("forbidden: config/prod_q5.yaml"));
+        assert!(d.contains(rule), "{d}");
+        assert!(d.contains("kubectl_q5: command not found"), "{d}");
+        // Before the log of the calls made, ranked below any path.
+        let d = first_giving_up(&turns, |d| listed(d, "run"));
+        assert!(!d.contains("config/prod_q5.yaml\n"), "{d}");
     }
 
     #[test]

@@ -68,6 +68,17 @@ const LIMIT_WORDS: &str = concat!(
     "budget threshold ceiling quota upto < <= ≤ > >= ≥ only over ",
 );
 
+/// Nouns of a setting whose value a number gives: "a batch size of 512", "the TTL is
+/// 300", "set concurrency to 8", "pool_size = 20" (a name ending in one of them).
+const SETTINGS: &str = concat!(
+    "size sizes timeout timeouts ttl concurrency parallelism depth capacity interval ",
+    "retention length width height backlog lifetime expiry ratio factor threshold ",
+    "precision scale port workers replicas retries",
+);
+
+/// Words between a setting and its value.
+const SETTING_LINKS: &str = "of is are = to at: : be";
+
 /// How many words before a number a limit word may stand ("limit the pool to 8").
 const LIMIT_REACH: usize = 4;
 
@@ -88,6 +99,8 @@ static RATE_SET: WordSet = LazyLock::new(|| RATE_WORDS.split(' ').collect());
 static RATE_TIME_SET: WordSet = LazyLock::new(|| RATE_TIMES.split(' ').collect());
 static LIMIT_SET: WordSet = LazyLock::new(|| LIMIT_WORDS.split(' ').collect());
 static NUMBER_SET: WordSet = LazyLock::new(|| NUMBER_WORDS.split(' ').collect());
+static SETTING_SET: WordSet = LazyLock::new(|| SETTINGS.split(' ').collect());
+static SETTING_LINK_SET: WordSet = LazyLock::new(|| SETTING_LINKS.split(' ').collect());
 
 /// Whether `word` is in `words`, ASCII case ignored.
 fn listed(words: &WordSet, word: &str) -> bool {
@@ -136,7 +149,7 @@ fn amount_at(words: &[&str], i: usize, spelled: bool) -> Option<Amount> {
     let word = word.trim_end_matches([',', '.', ';', ':', ')', ']', '"', '\'', '!', '?']);
     let (digits, suffix) = split_number(word, spelled)?;
     let measure = if suffix.is_empty() {
-        unit_follows(words, i)
+        unit_follows(words, i) || (digits > 0 && setting_before(words, i))
     } else {
         is_unit(suffix, true) || unit_follows(words, i)
     };
@@ -238,6 +251,28 @@ fn unit_follows(words: &[&str], i: usize) -> bool {
     listed(&RATE_SET, next) && listed(&RATE_TIME_SET, after)
 }
 
+/// Whether the number at `i` gives a setting its value: the word before it, or the one
+/// before a linking word ("of", "is", "to", "="), names one ("batch size of 512",
+/// "max_connections = 200"; "timeout: 90").
+fn setting_before(words: &[&str], i: usize) -> bool {
+    let bare = |w: &str| {
+        let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_');
+        // `pool_size`, `max-connections`: the name's last part says what it sets.
+        w.rsplit(['_', '-']).next().unwrap_or(w).to_string()
+    };
+    let Some(prev) = i.checked_sub(1).map(|j| words[j]) else {
+        return false;
+    };
+    if listed(&SETTING_SET, &bare(prev)) {
+        return !prev.ends_with([',', '.', ';']);
+    }
+    let linked = listed(&SETTING_LINK_SET, prev.trim_end_matches(':')) || prev == "=";
+    linked
+        && i.checked_sub(2).is_some_and(|j| {
+            listed(&SETTING_SET, &bare(words[j])) && !words[j].ends_with([',', '.', ';'])
+        })
+}
+
 /// Whether a limit word stands up to [`LIMIT_REACH`] words before the number at `i`, in
 /// the same clause.
 fn limit_before(words: &[&str], i: usize) -> bool {
@@ -298,6 +333,28 @@ mod tests {
             "about thirty calls a minute",
         ] {
             assert_eq!(amount(s), Some(Amount::Measure), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_number_a_setting_takes_is_a_measure() {
+        for s in [
+            "Use a batch size of 512 for the backfill.",
+            "The session TTL is 300 on staging.",
+            "set concurrency to 8 for the crawler",
+            "pool_size = 20 in the worker config",
+            "timeout: 90",
+            "the ring buffer has a capacity of 64",
+        ] {
+            assert_eq!(amount(s), Some(Amount::Measure), "{s}");
+        }
+        // A setting in an earlier clause, or a position, gives nothing its value.
+        for s in [
+            "Raise the timeout, 3 of the jobs hit it.",
+            "See the size column on line 12.",
+            "The retention job ran at step 2.",
+        ] {
+            assert_eq!(amount(s), None, "{s}");
         }
     }
 

@@ -75,6 +75,14 @@ const STRONG_DECISION: &[&str] = &[
     "the plan is",
     "the approach is",
     "the solution is",
+    "the fix will be",
+    "the plan will be",
+    "the approach will be",
+    "the solution will be",
+    "i've concluded",
+    "we've concluded",
+    "i concluded",
+    "we concluded",
     "best option",
     "better option",
     "best choice",
@@ -167,7 +175,13 @@ const DECIDING_LABELS: &[&str] = &[
     "consensus",
     "pick",
     "ruling",
+    "settled",
+    "concluded",
 ];
+
+/// Words a possessive or "final" makes a deciding label ("My call:", "Our take -",
+/// "Final word:"); alone ("Call: get_weather") they name a tool's step.
+const OWNED_LABELS: &[&str] = &["call", "take", "vote", "word"];
 
 /// Words that make a label of more than one word decide ("The plan from here:", "Revised
 /// approach:"); alone ("Plan:") they head a list of next steps, which narrates.
@@ -201,7 +215,20 @@ fn decision_label(sentence: &str) -> bool {
         && words.len() <= 4
         && !label.trim_start().starts_with(['"', '\'', '{'])
         && rest.split_whitespace().count() >= 2
-        && (named(DECIDING_LABELS) || (words.len() > 1 && named(PLANNING_LABELS)))
+        && (named(DECIDING_LABELS)
+            || (words.len() > 1 && named(PLANNING_LABELS))
+            || owned_label(&words))
+}
+
+/// "My call", "our take", "final word": a label of two words, someone's or final.
+fn owned_label(words: &[&str]) -> bool {
+    let [whose, what] = words else {
+        return false;
+    };
+    ["my", "our", "final", "the"]
+        .iter()
+        .any(|w| whose.eq_ignore_ascii_case(w))
+        && OWNED_LABELS.iter().any(|w| what.eq_ignore_ascii_case(w))
 }
 
 const WEAK_DECISION: &[&str] = &[
@@ -1367,6 +1394,14 @@ mod tests {
             "Final call: Argon2id replaces bcrypt for new hashes.",
             "The agreed approach: shard the sessions by user id.",
             "Outcome: Traefik at the edge, nginx retired.",
+            "Settled: retries move into the client wrapper.",
+            "My call: keep the monolith and split only the billing module out.",
+            "Our take - the importer keys rows on the file hash.",
+            "Concluded: the leak is in the websocket buffer pool.",
+            // A plan stated in the future, a conclusion reached.
+            "The fix will be to pin urllib3 below 2.0 until the TLS change lands.",
+            "The approach will be to stream rows from the export API in pages.",
+            "I've concluded the leak is in the websocket handler, so its buffer pool goes.",
         ] {
             assert_eq!(decision(s), Some(true), "{s}");
         }
@@ -1384,6 +1419,9 @@ mod tests {
             "We'll switch to whatever the platform team picks.",
             "Just go ahead with it once the tests pass.",
             "Fine, going with that.",
+            // A tool's step, a report of how a run ended.
+            "Call: get_weather(city=\"Oslo\")",
+            "The test run concluded after 41 seconds.",
         ] {
             assert_ne!(decision(s), Some(true), "{s}");
         }
