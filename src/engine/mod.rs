@@ -967,7 +967,7 @@ fn regrow(plan: &Plan, first: Rewrite, opts: &Options) -> Rewrite {
     for _ in 0..REGROW_TRIES {
         let tokens = best.report.tokens_after;
         let free = match plan.target {
-            Limit::At(target) if tokens > target || target - tokens < REGROW_MIN => break,
+            Limit::At(target) if tokens > target || target - tokens < regrow_min(target) => break,
             Limit::At(target) => target - tokens,
             // Nothing bounds the digest but its own cap: one try at that.
             Limit::Unbounded if extra == 0 => opts.summary_max_tokens * 3 / 2,
@@ -1003,6 +1003,13 @@ fn stand_in_summary(tokens: usize, counter: &Counter) -> String {
 
 /// Less free room than this under the target is not worth another digest.
 const REGROW_MIN: usize = 40;
+
+/// Free room under `target` worth another digest: [`REGROW_MIN`], but in a small target
+/// a twentieth of it (at least a dozen tokens), since there a path or a short error line
+/// is the size of the room a larger target would not bother about.
+fn regrow_min(target: usize) -> usize {
+    (target / 20).clamp(12, REGROW_MIN)
+}
 /// Digests written again at most, beyond the first.
 const REGROW_TRIES: usize = 4;
 
@@ -1569,6 +1576,29 @@ mod tests {
             assert!(report.tokens_after + 40 > target, "{report}");
         }
         assert!(shortened > 3, "{shortened}");
+    }
+
+    #[test]
+    fn in_a_small_target_a_dozen_tokens_left_is_worth_another_digest() {
+        // aider's session building a pong game (fixtures/transcripts/real, from aider's
+        // own chat history) at windows of a few hundred tokens: with forty tokens the
+        // least room worth a larger digest, up to 27 of a 307-token target were left
+        // unused while the digest gave up what it could not hold.
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/transcripts/real/bodies/aider-pong.chat.json"
+        );
+        let request: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        for window in [340, 420, 520, 600, 700] {
+            let outcome = compact(&request, &Options::with_window(window)).unwrap();
+            let report = &outcome.report;
+            let Limit::At(target) = report.target_tokens else {
+                panic!("a window gives a target");
+            };
+            assert!(report.fits, "{report}");
+            let unused = target - report.tokens_after;
+            assert!(unused <= regrow_min(target), "window {window}: {report}");
+        }
     }
 
     #[test]

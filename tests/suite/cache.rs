@@ -314,7 +314,7 @@ fn heavy_round(n: usize) -> Vec<Value> {
     round[1]["content"] = json!(format!(
         "{}\n{}",
         round[1]["content"].as_str().unwrap(),
-        format!("   Compiling module_{n} v0.1.0 (/work/module_{n})\n").repeat(60)
+        format!("   Compiling module_{n} v0.1.0 (/srv/module_{n})\n").repeat(60)
     ));
     round
 }

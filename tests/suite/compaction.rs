@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use support::{client, metrics, Mock, Proxy};
 
-const SYSTEM: &str = "You are a careful coding agent working in the repository at /work/app. \
+const SYSTEM: &str = "You are a careful coding agent working in the repository at /srv/app. \
 Use the tools to read files and run commands. Keep answers short.";
 
 /// A client-side agent: it keeps the whole history and resends it every turn, as real
@@ -52,7 +52,7 @@ impl Agent {
             .collect();
         let log = format!(
             "running 1 test\nerror[E0382]: borrow of moved value: `value_{n}`\n{}test result: FAILED\n",
-            "   Compiling app v0.1.0 (/work/app)\n".repeat(30)
+            "   Compiling app v0.1.0 (/srv/app)\n".repeat(30)
         );
         self.messages
             .push(json!({"role": "tool", "tool_call_id": read, "content": file}));

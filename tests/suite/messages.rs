@@ -36,7 +36,7 @@ fn system() -> Value {
 /// fields and the third breakpoint.
 fn instructions() -> Vec<Value> {
     vec![
-        json!({"role": "system", "content": [{"type": "text", "text": "<env>Working directory: /work/app</env>"}],
+        json!({"role": "system", "content": [{"type": "text", "text": "<env>Working directory: /srv/app</env>"}],
             "output_config": {"effort": "medium"}, "cache_control": {"type": "ephemeral"}}),
         json!({"role": "system", "content": "Deferred tools: WebFetch, NotebookEdit"}),
     ]
@@ -48,7 +48,7 @@ fn turn(n: usize) -> [Value; 4] {
     let id = format!("toolu_{n:04}");
     let log = format!(
         "running test_{n}\nerror[E0382]: borrow of moved value\n{}test result: FAILED\n",
-        "   Compiling app v0.1.0 (/work/app)\n".repeat(40)
+        "   Compiling app v0.1.0 (/srv/app)\n".repeat(40)
     );
     [
         json!({"role": "user", "content": [{"type": "text", "text": format!("turn {n}: fix test_{n}")}]}),

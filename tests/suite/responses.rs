@@ -31,7 +31,7 @@ fn turn(n: usize) -> Vec<Value> {
     let id = format!("call_{n}");
     let log = format!(
         "running test_{n}\nerror[E0382]: borrow of moved value\n{}test result: FAILED\n",
-        "   Compiling app v0.1.0 (/work/app)\n".repeat(40)
+        "   Compiling app v0.1.0 (/srv/app)\n".repeat(40)
     );
     vec![
         json!({"role": "user", "content": format!("turn {n}: fix test_{n}")}),
