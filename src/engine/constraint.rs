@@ -631,8 +631,9 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         Rule::Gate => !same(before, "i") && gate_within(ahead, 4),
         // "Ask before changing it", not "I asked before running it".
         Rule::Consult => !same(before, "i") && !same(before, "we") && change_after_before(ahead),
+        // "Leave it be" ends its clause there; "leave it be changed" is no rule.
         Rule::Leave => {
-            leave_before(behind) && (text[at..end].len() > 2 || next_word(ahead).0.is_empty())
+            leave_before(behind) && (!same(&text[at..end], "be") || next_word(ahead).0.is_empty())
         }
         Rule::Lost => is_one_of(before, LOST_AUXILIARIES) && lost_change_before(behind),
     }
@@ -651,9 +652,9 @@ const KEEP_CARRIES_ON: &[&str] = &[
     "going", "trying", "working", "reading", "digging", "calm", "quiet",
 ];
 
-/// Whether what follows an opening "keep" is a thing and the state it must stay in:
-/// an object (not [`KEEP_CARRIES_ON`], not a verb in -ing), then a word of the state
-/// within the clause's next five words.
+/// Whether what follows an opening "keep" is a thing and the state it must stay in: an
+/// object (not [`KEEP_CARRIES_ON`], not a verb in -ing), and the clause going on past its
+/// first word ("keep the README short", not "keep quiet").
 fn keeps_a_state(ahead: &str) -> bool {
     let first = ahead
         .split_whitespace()
@@ -683,15 +684,24 @@ fn is_past(word: &str) -> bool {
 /// words after it: "ask the owners before renaming anything", "check with me before you
 /// merge".
 fn change_after_before(text: &str) -> bool {
-    let words: Vec<&str> = text.split_whitespace().take(8).collect();
-    for (i, word) in words.iter().enumerate() {
-        let w = word.trim_matches(|c: char| !c.is_ascii_alphanumeric());
-        if same(w, "before") {
-            return change_within(&text[text.find(word).map_or(0, |p| p + word.len())..], 3);
-        }
-        if i + 1 < words.len() && word.ends_with(['.', '!', '?', ';']) {
+    let mut rest = text;
+    for _ in 0..8 {
+        rest = rest.trim_start();
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let (word, after) = rest.split_at(end);
+        if word.is_empty() {
             return false;
         }
+        if same(
+            word.trim_matches(|c: char| !c.is_ascii_alphanumeric()),
+            "before",
+        ) {
+            return change_within(after, 3);
+        }
+        if word.ends_with(['.', '!', '?', ';']) {
+            return false;
+        }
+        rest = after;
     }
     false
 }

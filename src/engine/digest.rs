@@ -1242,7 +1242,8 @@ impl Digest {
         {
             for m in names.find_overlapping_iter(&item.text) {
                 let at = paths[m.pattern().as_usize()];
-                echoed[at] |= item.tier >= self.items[at].tier;
+                echoed[at] |=
+                    item.tier >= self.items[at].tier && names_whole(&item.text, m.start(), m.end());
             }
         }
         echoed
@@ -1293,6 +1294,21 @@ impl Digest {
         }
         out.trim_end().to_string()
     }
+}
+
+/// Whether `text[start..end]` stands as a name of its own: `app.py` in "edit app.py.",
+/// not in "webapp.py" nor "app.py.bak".
+fn names_whole(text: &str, start: usize, end: usize) -> bool {
+    let part = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'/' | b'-');
+    let bytes = text.as_bytes();
+    let before = start.checked_sub(1).map(|i| bytes[i]);
+    let after = bytes.get(end).copied();
+    let goes_on = match after {
+        Some(b'.') => bytes.get(end + 1).is_some_and(|&b| part(b)),
+        Some(b) => part(b),
+        None => false,
+    };
+    !before.is_some_and(|b| part(b) || b == b'.') && !goes_on
 }
 
 /// Orders `run` (items of one tier, oldest first) to be given up one at a time from the
@@ -1860,6 +1876,10 @@ mod tests {
         let d = first_giving_up(&turns, |d| d.contains("forbidden: config/prod_q5.yaml"));
         assert!(d.contains(rule), "{d}");
         assert!(d.contains("kubectl_q5: command not found"), "{d}");
+        // A name inside a longer one is not that name.
+        assert!(names_whole("edit app.py.", 5, 11));
+        assert!(!names_whole("edit webapp.py", 8, 14));
+        assert!(!names_whole("keep app.py.bak", 5, 11));
         // Before the log of the calls made, ranked below any path.
         let d = first_giving_up(&turns, |d| listed(d, "run"));
         assert!(!d.contains("config/prod_q5.yaml\n"), "{d}");

@@ -77,7 +77,7 @@ const SETTINGS: &str = concat!(
 );
 
 /// Words between a setting and its value.
-const SETTING_LINKS: &str = "of is are = to at: : be";
+const SETTING_LINKS: &str = "of is are = to :";
 
 /// How many words before a number a limit word may stand ("limit the pool to 8").
 const LIMIT_REACH: usize = 4;
@@ -255,22 +255,23 @@ fn unit_follows(words: &[&str], i: usize) -> bool {
 /// before a linking word ("of", "is", "to", "="), names one ("batch size of 512",
 /// "max_connections = 200"; "timeout: 90").
 fn setting_before(words: &[&str], i: usize) -> bool {
-    let bare = |w: &str| {
-        let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_');
-        // `pool_size`, `max-connections`: the name's last part says what it sets.
-        w.rsplit(['_', '-']).next().unwrap_or(w).to_string()
-    };
+    // A name that ends its clause ("the timeout, 3 of the jobs") sets nothing after it.
+    let names_setting =
+        |w: &str| listed(&SETTING_SET, setting_name(w)) && !w.ends_with([',', '.', ';']);
     let Some(prev) = i.checked_sub(1).map(|j| words[j]) else {
         return false;
     };
-    if listed(&SETTING_SET, &bare(prev)) {
-        return !prev.ends_with([',', '.', ';']);
+    if names_setting(prev) {
+        return true;
     }
-    let linked = listed(&SETTING_LINK_SET, prev.trim_end_matches(':')) || prev == "=";
-    linked
-        && i.checked_sub(2).is_some_and(|j| {
-            listed(&SETTING_SET, &bare(words[j])) && !words[j].ends_with([',', '.', ';'])
-        })
+    listed(&SETTING_LINK_SET, prev) && i.checked_sub(2).is_some_and(|j| names_setting(words[j]))
+}
+
+/// The part of a word that names a setting: `timeout` of `timeout:`, `size` of
+/// `pool_size` and of `max-size` (a name's last part says what it sets).
+fn setting_name(word: &str) -> &str {
+    let w = word.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_');
+    w.rsplit(['_', '-']).next().unwrap_or(w)
 }
 
 /// Whether a limit word stands up to [`LIMIT_REACH`] words before the number at `i`, in

@@ -225,7 +225,7 @@ fn owned_label(words: &[&str]) -> bool {
     let [whose, what] = words else {
         return false;
     };
-    ["my", "our", "final", "the"]
+    ["my", "our", "final"]
         .iter()
         .any(|w| whose.eq_ignore_ascii_case(w))
         && OWNED_LABELS.iter().any(|w| what.eq_ignore_ascii_case(w))
