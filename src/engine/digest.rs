@@ -1190,7 +1190,8 @@ impl Digest {
         // that asks to edit it) says nothing more as a line of its own, unless the line
         // says the work wrote it. Asked once the items have their shortest texts: a
         // request that gave up its paste may no longer name it.
-        let echoed = self.echoed_paths();
+        let paths = PathNames::of(&self.items);
+        let echoed = paths.echoed(&self.items);
         left.drop(&mut self.items, &order, |i, _| echoed[i]);
         left.drop(&mut self.items, &order, |_, _| true);
         // Items go whole, oldest first, so the last one dropped may leave more room than
@@ -1199,7 +1200,7 @@ impl Digest {
         // most valuable come back first, the newest first within a tier.
         if left.size <= budget {
             // Not a path that what is left still names.
-            let echoed = self.echoed_paths();
+            let echoed = paths.echoed(&self.items);
             for &i in order.iter().rev() {
                 if echoed[i] {
                     continue;
@@ -1216,37 +1217,6 @@ impl Digest {
             size = self.rendered_len();
         }
         (size > budget).then_some(size)
-    }
-
-    /// The path items whose path a living item of another section and no lower tier names
-    /// (a call log line that names it goes first), but for the files the work wrote
-    /// (their line says more than the path).
-    fn echoed_paths(&self) -> Vec<bool> {
-        let mut echoed = vec![false; self.items.len()];
-        let paths: Vec<usize> = (0..self.items.len())
-            .filter(|&i| {
-                let item = &self.items[i];
-                item.section == Section::Files && item.lead() != WRITTEN
-            })
-            .collect();
-        if paths.is_empty() {
-            return echoed;
-        }
-        let Ok(names) = AhoCorasick::new(paths.iter().map(|&i| &self.items[i].text)) else {
-            return echoed;
-        };
-        for item in self
-            .items
-            .iter()
-            .filter(|i| i.alive && i.section != Section::Files)
-        {
-            for m in names.find_overlapping_iter(&item.text) {
-                let at = paths[m.pattern().as_usize()];
-                echoed[at] |=
-                    item.tier >= self.items[at].tier && names_whole(&item.text, m.start(), m.end());
-            }
-        }
-        echoed
     }
 
     /// An upper bound on the length of [`Digest::render`]'s text.
@@ -1293,6 +1263,50 @@ impl Digest {
             }
         }
         out.trim_end().to_string()
+    }
+}
+
+/// The path items a fit may find named by other items, and the automaton that finds them:
+/// built once per fit (the items' paths do not change in it), asked before the last drops
+/// and again before the refill.
+struct PathNames {
+    /// Indexes of the path items, but for the files the work wrote (their line says more
+    /// than the path).
+    paths: Vec<usize>,
+    names: Option<AhoCorasick>,
+}
+
+impl PathNames {
+    fn of(items: &[Item]) -> PathNames {
+        let paths: Vec<usize> = (0..items.len())
+            .filter(|&i| items[i].section == Section::Files && items[i].lead() != WRITTEN)
+            .collect();
+        let names = if paths.is_empty() {
+            None
+        } else {
+            AhoCorasick::new(paths.iter().map(|&i| &items[i].text)).ok()
+        };
+        PathNames { paths, names }
+    }
+
+    /// Which path items a living item of another section and no lower tier names (a call
+    /// log line that names one goes first).
+    fn echoed(&self, items: &[Item]) -> Vec<bool> {
+        let mut echoed = vec![false; items.len()];
+        let Some(names) = &self.names else {
+            return echoed;
+        };
+        for item in items
+            .iter()
+            .filter(|i| i.alive && i.section != Section::Files)
+        {
+            for m in names.find_overlapping_iter(&item.text) {
+                let at = self.paths[m.pattern().as_usize()];
+                echoed[at] |=
+                    item.tier >= items[at].tier && names_whole(&item.text, m.start(), m.end());
+            }
+        }
+        echoed
     }
 }
 
