@@ -351,23 +351,45 @@ impl Item {
 /// forward, within about `budget_chars` characters. Never empty when there is anything
 /// to digest. Secrets are masked.
 pub fn digest(previous: Option<&str>, turns: &[Message], budget_chars: usize) -> String {
-    digest_turns(previous, turns, budget_chars, false)
+    digest_in(previous, turns, budget_chars, false, &Beside::default())
 }
 
-/// [`digest`] of turns that open with the conversation's task, folded in where a request
-/// cannot keep it apart: their first request is the goal, and ranks with the facts.
-pub fn digest_from_task(previous: Option<&str>, turns: &[Message], budget_chars: usize) -> String {
-    digest_turns(previous, turns, budget_chars, true)
+/// The sentences of what a request keeps whole beside its summary, which no pass cuts:
+/// its instructions and its latest user message. A request's sentence said there again
+/// is not written into the digest: the model reads it there, and the room goes to what
+/// only the digest can say (agents that brief one another restate the task and their
+/// rules in every brief, the latest one included).
+#[derive(Debug, Default)]
+pub struct Beside {
+    said: HashSet<String>,
 }
 
-fn digest_turns(
+impl Beside {
+    pub fn of<'m>(kept: impl IntoIterator<Item = &'m Message>) -> Beside {
+        let mut said = HashSet::new();
+        for m in kept {
+            let text = m.text();
+            for sentence in text.lines().flat_map(scan::sentences) {
+                said.extend(said_key(sentence));
+            }
+        }
+        Beside { said }
+    }
+}
+
+/// [`digest`] of turns written beside what the request keeps whole ([`Beside`]); where
+/// `opens_with_task` (the conversation's task folded in where a request cannot keep it
+/// apart), their first request is the goal, and ranks with the facts.
+pub fn digest_in(
     previous: Option<&str>,
     turns: &[Message],
     budget_chars: usize,
     opens_with_task: bool,
+    beside: &Beside,
 ) -> String {
     let mut d = Digest::new(budget_chars);
     d.opens_with_task = opens_with_task;
+    d.beside = Some(beside);
     if let Some(p) = previous {
         d.read_previous(p);
     }
@@ -415,7 +437,7 @@ enum Answers {
     Bare,
 }
 
-struct Digest {
+struct Digest<'b> {
     /// Text of earlier summaries not in this format (an LLM's), carried whole.
     earlier: Vec<String>,
     items: Vec<Item>,
@@ -433,14 +455,16 @@ struct Digest {
     /// The request that holds each sentence the user said ([`said_key`]), the first to
     /// say it: a sentence said again is not listed again.
     said: HashMap<String, usize>,
+    /// What the request keeps whole beside the digest: a sentence said there is left out.
+    beside: Option<&'b Beside>,
     /// How it is written: its headings.
     layout: Layout,
     ask_head: usize,
     ask_tail: usize,
 }
 
-impl Digest {
-    fn new(budget: usize) -> Digest {
+impl Digest<'_> {
+    fn new(budget: usize) -> Self {
         Digest {
             earlier: Vec::new(),
             items: Vec::new(),
@@ -450,6 +474,7 @@ impl Digest {
             opens_with_task: false,
             forbidden: HashSet::new(),
             said: HashMap::new(),
+            beside: None,
             layout: Layout::of_budget(budget),
             // However large the budget, one message may take a quarter of it at most: a
             // pasted brief or another agent's long prompt would otherwise hold the room
@@ -771,23 +796,37 @@ impl Digest {
     }
 
     /// `text` without the sentences an earlier request said already (agents that brief
-    /// one another restate their role, the task and the rules in every brief): the room a
-    /// message is cut to goes to what it says anew. The request that said them first
-    /// stays at the higher of its tier and theirs, and as recent as this one.
+    /// one another restate their role, the task and the rules in every brief), nor those
+    /// the request keeps whole beside the digest ([`Beside`]): the room a message is cut
+    /// to goes to what it says anew. The request that said them first stays at the higher
+    /// of its tier and theirs, and as recent as this one.
     fn not_said_before<'t>(&mut self, text: &'t str) -> Cow<'t, str> {
         let mut again: Vec<(usize, &str)> = Vec::new();
+        let mut left_out = 0;
         let mut fresh = String::with_capacity(text.len());
         for line in text.lines() {
-            let before = again.len();
+            let before = (again.len(), left_out);
             let mut kept: Vec<&str> = Vec::new();
             for sentence in scan::sentences(line) {
-                let holder = said_key(sentence).and_then(|k| self.said.get(&k).copied());
-                match holder.filter(|&at| self.items[at].alive) {
+                let Some(key) = said_key(sentence) else {
+                    kept.push(sentence);
+                    continue;
+                };
+                if self.beside.is_some_and(|b| b.said.contains(&key)) {
+                    left_out += 1;
+                    continue;
+                }
+                match self
+                    .said
+                    .get(&key)
+                    .copied()
+                    .filter(|&at| self.items[at].alive)
+                {
                     Some(at) => again.push((at, sentence)),
                     None => kept.push(sentence),
                 }
             }
-            if again.len() == before {
+            if (again.len(), left_out) == before {
                 fresh.push_str(line);
                 fresh.push('\n');
             } else if !kept.is_empty() {
@@ -797,7 +836,7 @@ impl Digest {
                 fresh.push('\n');
             }
         }
-        if again.is_empty() {
+        if again.is_empty() && left_out == 0 {
             return Cow::Borrowed(text);
         }
         let now = self.items.len();
@@ -2022,7 +2061,9 @@ mod tests {
             };
             let later = first_given_up(digest);
             assert!(item(&later, choice) && !item(&later, ask), "{later}");
-            let task = first_given_up(digest_from_task);
+            let task = first_given_up(|previous, turns, budget| {
+                digest_in(previous, turns, budget, true, &Beside::default())
+            });
             assert!(item(&task, ask) && !item(&task, choice), "{task}");
         }
     }
@@ -2068,6 +2109,40 @@ mod tests {
             for sentence in preamble.lines().flat_map(scan::sentences) {
                 assert_eq!(asks.matches(sentence).count(), 1, "{sentence}: {d}");
             }
+        }
+    }
+
+    #[test]
+    fn a_sentence_the_request_keeps_whole_beside_the_digest_is_not_written_again() {
+        for preamble in PREAMBLES {
+            // Every brief restates the preamble, the latest one (kept whole) too.
+            let first = format!("{preamble}First, sketch the modules.");
+            let rule = "Never edit the generated schema in gen/schema_v2.json by hand.";
+            let second = format!("{preamble}{rule}");
+            let latest = format!("{preamble}Now write the tests for the converter.");
+            let turns = parse(json!([
+                {"role": "user", "content": first},
+                {"role": "assistant", "content": "Here is a sketch of the modules."},
+                {"role": "user", "content": second},
+                {"role": "assistant", "content": "Understood."},
+            ]));
+            let kept = parse(json!([
+                {"role": "system", "content": "You are a careful engineer."},
+                {"role": "user", "content": latest},
+            ]));
+            let beside = Beside::of(&kept);
+            let d = digest_in(None, &turns, 10_000, false, &beside);
+            let asks = asks_of(&d);
+            assert!(asks.contains(rule), "{d}");
+            assert!(asks.contains("First, sketch the modules."), "{d}");
+            for sentence in preamble.lines().flat_map(scan::sentences) {
+                let said_beside = said_key(sentence).is_some();
+                assert_eq!(asks.contains(sentence), !said_beside, "{sentence}: {d}");
+            }
+            // Without the latest brief beside it, the digest lists the preamble once.
+            let alone = digest(None, &turns, 10_000);
+            let sentence = preamble.lines().flat_map(scan::sentences).next().unwrap();
+            assert_eq!(asks_of(&alone).matches(sentence).count(), 1, "{alone}");
         }
     }
 

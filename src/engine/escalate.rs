@@ -23,10 +23,12 @@
 //! than a quarter of the next group to fold, the unfolded messages are cut that little
 //! instead. The smallest candidate wins if none fits.
 
+use std::rc::Rc;
+
 use serde_json::Value;
 
 use super::cut::{cut_keeping, cut_task, cut_to, cut_to_opening};
-use super::digest::{digest, digest_from_task, shorten, shorten_to_items};
+use super::digest::{digest_in, shorten, shorten_to_items, Beside};
 use super::message::{clip, Message, Role};
 use super::prune::Pruner;
 use super::roles::OPENING;
@@ -113,6 +115,9 @@ struct Draft<'p> {
     /// escalation folded into it. The digest's budget follows it.
     replaced: usize,
     folds: Folds,
+    /// What the candidate keeps whole beside the summary, which the digest leaves out
+    /// (shared by the drafts tried).
+    beside: Rc<Beside>,
 }
 
 #[derive(Clone)]
@@ -140,6 +145,7 @@ impl<'p> Draft<'p> {
             replaced: plan.turns.iter().map(|m| m.tokens).sum::<usize>()
                 + plan.previous_summary().map_or(0, |p| plan.counter.text(p)),
             folds: Folds::default(),
+            beside: Rc::new(plan.beside()),
         };
         let (first, notes) = d.build();
         let best = Best {
@@ -244,10 +250,14 @@ impl<'p> Draft<'p> {
         let extra = self.plan.digest_extra;
         let budget = chars_for(opts.digest_budget(self.target, self.replaced, extra));
         let previous = self.body.as_deref();
-        self.body = Some(match fold {
-            Fold::FirstExchange => digest_from_task(previous, &turns, budget),
-            Fold::TailHistory | Fold::EarlierRounds => digest(previous, &turns, budget),
-        });
+        let opens_with_task = matches!(fold, Fold::FirstExchange);
+        self.body = Some(digest_in(
+            previous,
+            &turns,
+            budget,
+            opens_with_task,
+            &self.beside,
+        ));
         self.summarised = true;
     }
 
@@ -1099,6 +1109,7 @@ fn regrow_summary(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::digest::digest;
 
     #[test]
     fn what_is_not_folded_goes_back_in_place_as_given() {

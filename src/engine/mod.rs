@@ -425,6 +425,19 @@ impl Plan {
         &self.messages[self.tail_start..]
     }
 
+    /// What the request keeps whole beside its summary, which no pass cuts: the
+    /// instructions and the latest user message ([`digest::Beside`]).
+    pub(crate) fn beside(&self) -> digest::Beside {
+        let instructions = self
+            .head()
+            .iter()
+            .chain(&self.kept_instructions)
+            .chain(self.tail())
+            .filter(|m| m.role.is_instruction());
+        let latest = self.tail().iter().rev().find(|m| m.role == Role::User);
+        digest::Beside::of(instructions.chain(latest))
+    }
+
     /// How long a summary may be, in tokens.
     pub fn summary_budget_tokens(&self, opts: &Options) -> usize {
         opts.summary_budget(self.target)
@@ -569,10 +582,12 @@ pub fn summarize_deterministic(plan: &Plan, opts: &Options) -> Summary {
     let replaced = plan.turns.iter().map(|m| m.tokens).sum::<usize>()
         + plan.previous_summary().map_or(0, |p| plan.counter.text(p));
     Summary {
-        text: digest::digest(
+        text: digest::digest_in(
             plan.previous_summary(),
             plan.turns(),
             chars_for(opts.digest_budget(plan.target, replaced, plan.digest_extra)),
+            false,
+            &plan.beside(),
         ),
         source: SummarySource::Fallback,
     }
@@ -1599,6 +1614,50 @@ mod tests {
             let unused = target - report.tokens_after;
             assert!(unused <= regrow_min(target), "window {window}: {report}");
         }
+    }
+
+    #[test]
+    fn what_the_latest_brief_says_again_is_left_out_of_the_digest() {
+        // Agents that brief one another restate the whole brief in every prompt, the
+        // latest one too, which the request keeps whole. The digest listed the first
+        // brief's restatement (hundreds of tokens) while the rule stated once in between
+        // had no room.
+        let brief = "You are the reviewer of a billing service written in Go. The service \
+            sends invoices to the customers of a small shop every month. Every invoice \
+            carries the shop's tax number and a due date thirty days out. Review each \
+            change line by line and answer in plain English. The team deploys twice a \
+            week, on Tuesdays and Thursdays, from the main branch. ";
+        let rule = "Never change the rounding in money/round_c4.go, the auditors signed it off.";
+        let mut msgs = vec![json!({"role": "system", "content": "You work in a team of agents."})];
+        for r in 0..6 {
+            let news = if r == 3 {
+                rule.to_string()
+            } else {
+                format!("Phase {r}: look at the change set number {r} and list what it breaks.")
+            };
+            msgs.push(json!({"role": "user", "content": format!("{brief}{news}")}));
+            msgs.push(json!({"role": "assistant", "content": format!(
+                "Phase {r} reviewed: the change set compiles and its tests pass. {}",
+                "Nothing else to report on it, the diff only moves code around. ".repeat(6))}));
+        }
+        msgs.push(json!({"role": "user", "content": format!("{brief}Now sum up the review.")}));
+        let request = json!({"model": "gpt-4o", "messages": msgs});
+        let opts = Options::with_window(900);
+        let outcome = compact(&request, &opts).unwrap();
+        assert!(outcome.report.fits, "{}", outcome.report);
+        let body = outcome.rewritten.unwrap();
+        let texts: Vec<&str> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["content"].as_str())
+            .collect();
+        let holder = texts.iter().find(|t| summary::has_marker(t)).unwrap();
+        let (digest, _) = summary::extract(holder).unwrap();
+        assert!(digest.contains(rule), "{digest}");
+        let restated = "Every invoice carries the shop's tax number";
+        assert!(!digest.contains(restated), "{digest}");
+        assert!(texts.last().unwrap().contains(restated));
     }
 
     #[test]
