@@ -6,7 +6,7 @@ static fallback) on the same transcripts, and in what the proxy's LLM summariser
 
     python3 bench/fidelity.py --binary target/debug/compaction-proxy \
         [--hermes-python ~/.cache/compaction-proxy-bench/hermes-0.19.0/bin/python] \
-        [--corpora real,generated,real2,real3,real4,real5,real6,real7] [--generated-n 10] [--details out.jsonl] [--out table.md]
+        [--corpora real,generated,real2,real3,real4,real5,real6,real7,real8] [--generated-n 10] [--details out.jsonl] [--out table.md]
 
 Facts are planted by fixtures/transcripts/plant.py (seeded: every run plants the same
 bytes): a constraint and a number in a user interjection, an exact error line appended to
@@ -42,7 +42,9 @@ fixtures/transcripts/plant6.py in wordings of its own, with the seed prefix fide
 and reported as real3 is. The real7 corpus (fixtures/transcripts/real7: FireAct's GPT-4
 ReAct trajectories, saved sessions of Google's ADK sample agents, Qwen-Agent's notebook
 runs) is held out likewise: planted by fixtures/transcripts/plant7.py in wordings of its
-own, with the seed prefix fidelity7, and reported as real3 is.
+own, with the seed prefix fidelity7, and reported as real3 is. real8 is no new corpus but
+a held-out planting: real3's sessions planted again by fixtures/transcripts/plant8.py in
+wordings of its own, with the seed prefix fidelity8, and reported as real3 is.
 
 Each planted transcript (chat completions) is compacted offline with
 
@@ -100,6 +102,7 @@ import plant4  # noqa: E402
 import plant5  # noqa: E402
 import plant6  # noqa: E402
 import plant7  # noqa: E402
+import plant8  # noqa: E402
 import digest_facts  # noqa: E402
 
 KINDS = ["constraint", "number", "error", "path", "decision"]
@@ -179,10 +182,11 @@ def planted_corpus(folder, planter, prefix):
     return out
 
 
-# The held-apart corpora: folder, planter, seed prefix.
+# The held-apart corpora: folder, planter, seed prefix (real8 plants real3's sessions again).
 PLANTED = {"real2": ("real2", plant2, "fidelity2"), "real3": ("real3", plant3, "fidelity3"),
            "real4": ("real4", plant4, "fidelity4"), "real5": ("real5", plant5, "fidelity5"),
-           "real6": ("real6", plant6, "fidelity6"), "real7": ("real7", plant7, "fidelity7")}
+           "real6": ("real6", plant6, "fidelity6"), "real7": ("real7", plant7, "fidelity7"),
+           "real8": ("real3", plant8, "fidelity8")}
 
 
 def generated_corpus(n, steps):
