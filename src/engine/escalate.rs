@@ -1012,10 +1012,8 @@ fn regrow_to(d: &mut Draft, best: &mut Best, whole: Option<&str>) {
     let (Some(whole), Some(now)) = (whole, d.body.as_deref()) else {
         return;
     };
-    let counter = d.plan.counter;
-    let (fits, size) = (counter.text(now), counter.text(whole));
-    if fits < size {
-        regrow_summary(d, best, whole, (fits, size), shorten_to_items);
+    if now.len() < whole.len() {
+        regrow_summary(d, best, whole, now.len(), shorten_to_items);
     }
 }
 
@@ -1046,7 +1044,7 @@ fn shorten_summary(d: &mut Draft, best: &mut Best, floor: usize, cut: Shorten) -
         }
         let now = d.measure(best);
         if d.target.admits(now) {
-            regrow_summary(d, best, &body, (keep, tokens), cut);
+            regrow_summary(d, best, &body, chars_for(keep), cut);
             return true;
         }
         (size, over) = (keep, d.target.excess(now) + ROUND_MARGIN);
@@ -1061,34 +1059,31 @@ fn shorten_summary(d: &mut Draft, best: &mut Best, floor: usize, cut: Shorten) -
 const SHORTEN_TRIES: usize = 3;
 
 /// Halvings [`regrow_summary`] tries: each costs a digest and a count of the request.
-/// Eight find the size to a token or two over the few hundred tokens a small window's
-/// summary spans; four left up to 14 tokens, a path or an error line, unused
-/// (bench/results/fidelity-2026-11-26e.md).
+/// Eight find the size to a few characters (a token or two) over the thousand or so
+/// characters a small window's summary spans; four left up to 14 tokens, a path or an
+/// error line, unused (bench/results/fidelity-2026-11-26e.md).
 const REGROW_STEPS: usize = 8;
 
-/// A summary shortened to `fits` tokens made the request fit: gives it back the room the
-/// cut did not need, up to `whole` tokens. The digest gives up whole items and three
+/// A summary `body` cut to `fits` characters made the request fit: gives it back the room
+/// the cut did not need, up to the whole body. The digest gives up whole items and three
 /// characters a token is a low guess, so the first cut often left the request well under
 /// its target (on the real corpus a tenth of the target at small windows), a decision or
-/// an error line dropped for nothing. The largest size that still fits is kept: the search
-/// runs to its end even when the request is already a few tokens under its target, since a
-/// few tokens hold a path, and a larger size may cost fewer tokens (the digest counts
-/// characters: a masked key, `[REDACTED:openai-key]`, is 21 characters and 10 tokens, and a
-/// larger size may give up such an item for a longer, lighter decision).
-fn regrow_summary(
-    d: &mut Draft,
-    best: &mut Best,
-    body: &str,
-    (fits, whole): (usize, usize),
-    cut: Shorten,
-) {
-    let (mut lo, mut hi) = (fits, whole);
+/// an error line dropped for nothing. The search runs in characters, up to the body's
+/// own length: bounded by its tokens at three characters each, it could never give back
+/// a body of prose (four characters a token), and left 86 tokens of a 718-token target
+/// unused while a decision was given up. The largest size that still fits is kept: the
+/// search runs to its end even when the request is already a few tokens under its
+/// target, since a few tokens hold a path, and a larger size may cost fewer tokens (the
+/// digest counts characters: a masked key, `[REDACTED:openai-key]`, is 21 characters and
+/// 10 tokens, and a larger size may give up such an item for a longer, lighter decision).
+fn regrow_summary(d: &mut Draft, best: &mut Best, body: &str, fits: usize, cut: Shorten) {
+    let (mut lo, mut hi) = (fits, body.len() + 1);
     for _ in 0..REGROW_STEPS {
         if hi <= lo + 1 {
             return;
         }
         let mid = lo + (hi - lo) / 2;
-        let shorter = d.body.replace(cut(body, chars_for(mid)));
+        let shorter = d.body.replace(cut(body, mid));
         let (candidate, notes) = d.build();
         let tokens = d.plan.total(&candidate);
         if d.target.admits(tokens) {

@@ -1661,6 +1661,63 @@ mod tests {
     }
 
     #[test]
+    fn a_summary_of_prose_shortened_to_fit_takes_back_the_room_left() {
+        // Decisions in prose (over four characters a token) and a latest user message,
+        // never cut, that leaves the summary less room than it takes: the summary
+        // shortened to fit was given room back only up to its tokens at three characters
+        // each, so a digest of prose never came back whole, and up to 75 tokens stayed
+        // unused while a decision of 45 was given up.
+        let module = |r: u8| format!("parser_{}{}", char::from(b'a' + r), char::from(b'z' - r));
+        let decision = |r: u8| {
+            format!(
+                "We will keep the existing cache layer and move the slow parsing of part {r} \
+                 into {}, because the nightly export depends on the cache and rewriting \
+                 that would take much longer than anybody here would like.",
+                module(r)
+            )
+        };
+        let mut msgs = vec![
+            json!({"role": "system", "content": "You are a careful coding agent."}),
+            json!({"role": "user", "content": "Speed up the report generator without changing its output."}),
+        ];
+        for r in 0..12 {
+            msgs.push(json!({"role": "assistant", "content": decision(r)}));
+            msgs.push(json!({"role": "user", "content": "Fine, carry on with the next part."}));
+        }
+        let log: String = (0..20)
+            .map(|i| format!("tests/test_report_{i}.py::test_totals PASSED in 0.{i}s\n"))
+            .collect();
+        msgs.push(json!({"role": "user", "content": format!("Here is the suite's log:\n{log}")}));
+        let request = json!({"model": "gpt-4o", "max_tokens": 100, "messages": msgs});
+        // A decision's line: its text, the bullet and the line break.
+        let one = Counter::for_model("gpt-4o").text(&decision(0)) + 3;
+        let mut shortened = 0;
+        for window in (560..=800).step_by(5) {
+            let outcome = compact(&request, &Options::with_window(window)).unwrap();
+            let report = &outcome.report;
+            let Limit::At(target) = report.target_tokens else {
+                panic!("a window gives a target");
+            };
+            let Some(body) = outcome.rewritten else {
+                continue;
+            };
+            let text = body.to_string();
+            let kept = (0..12).filter(|&r| text.contains(&module(r))).count();
+            let cut = report.notes.iter().any(|n| n.contains("summary shortened"));
+            if kept == 12 || !cut {
+                continue;
+            }
+            shortened += 1;
+            assert!(report.fits, "{report}");
+            assert!(
+                report.tokens_after + one > target,
+                "window {window}: {kept} of 12 decisions kept, a decision is {one} tokens, {report}"
+            );
+        }
+        assert!(shortened > 10, "{shortened}");
+    }
+
+    #[test]
     fn a_digest_that_gives_up_facts_leaves_little_of_the_target_unused() {
         // Twenty rounds each failing with an error of its own (the column's name in
         // letters: errors that differ only in their digits are one error said again): at
