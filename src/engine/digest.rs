@@ -779,7 +779,11 @@ impl Digest<'_> {
             return;
         }
         let said = scan::shorten_fences(text, None);
-        let parts = salient_parts(&said);
+        let mut parts = kept_parts(&said);
+        if parts.iter().map(|p| p.len() + 1).sum::<usize>() > self.ask_head + self.ask_tail {
+            // A long message that names things everywhere: its rules and numbers alone.
+            parts = salient_parts(&said);
+        }
         let rules = redact(&parts.join(" ")).into_owned();
         item.rules = (!rules.is_empty()).then_some(rules);
         // Cut to its ends, the message may no longer say a rule or a limit it sets (one
@@ -1114,7 +1118,8 @@ impl Digest<'_> {
     /// 3. the other items below [`Tier::Finding`], lowest tier and oldest first, sparing the
     ///    newest few of each section so the call log and the paths keep their latest
     ///    entries;
-    /// 4. what a rule-setting user message says besides its rules and numbers;
+    /// 4. what a rule-setting user message says besides its rules, its numbers and (where
+    ///    no rule was read in it) the sentences that name something; then those;
     /// 5. the end of a long decision, beyond its first [`DENSE_DECISION`] characters;
     /// 6. the rules of a brief ([`BRIEF_RULES`] or more) that name nothing the model could
     ///    not guess;
@@ -1184,47 +1189,7 @@ impl Digest<'_> {
         left.drop(&mut self.items, &order, |i, item| {
             !spared[i] && item.tier < Tier::Finding
         });
-        // A message that sets a rule keeps its rules and its numbers before any fact of
-        // the same rank is given up: its other words (a greeting, a pasted token, "carry
-        // on") say least per character.
-        left.shorten(&mut self.items, |item| {
-            // A rule, or a message that states a number.
-            let holds = item.tier == Tier::Rule || item.rules.is_some();
-            if item.section != Section::Asks || !holds {
-                return None;
-            }
-            let rules = item
-                .rules
-                .take()
-                .unwrap_or_else(|| rules_and_numbers(&item.text));
-            (!rules.is_empty() && rules.len() < item.text.len()).then_some(rules)
-        });
-        // A long decision gives up its end before a fact is dropped whole: its first
-        // words state it (the rest is mostly the reasoning, or the next sentence run on
-        // without a space), and the room pays for another fact.
-        left.shorten(&mut self.items, |item| {
-            let long = item.section == Section::Decisions && item.text.len() > DENSE_DECISION;
-            long.then(|| one_line(&item.text, DENSE_DECISION))
-        });
-        // A brief (a request setting many rules at once, as another agent's prompt does)
-        // keeps the rules that name something the model could not guess (a file, a
-        // branch, a limit) before a fact is dropped whole: its general ones ("write
-        // complete code") the next brief usually says again.
-        left.shorten(&mut self.items, |item| {
-            if item.section != Section::Asks || item.tier != Tier::Rule {
-                return None;
-            }
-            let parts = salient_parts(&item.text);
-            if parts.len() < BRIEF_RULES {
-                return None;
-            }
-            let named: Vec<&str> = parts
-                .iter()
-                .map(|p| p.as_ref())
-                .filter(|p| commitment::names_something(p))
-                .collect();
-            (!named.is_empty() && named.len() < parts.len()).then(|| named.join(" "))
-        });
+        left.shorten_facts(&mut self.items);
         // A path that another item names already (the rule that forbids it, the request
         // that asks to edit it) says nothing more as a line of its own, unless the line
         // says the work wrote it. Asked once the items have their shortest texts: a
@@ -1454,6 +1419,61 @@ impl Left {
                 self.size += item.rendered_len();
             }
         }
+    }
+
+    /// Steps 4 to 6 of [`Digest::fit`]: the items that say a fact in fewer words than
+    /// they hold are given those words, until the digest fits.
+    fn shorten_facts(&mut self, items: &mut [Item]) {
+        // A message that sets a rule keeps its rules and its numbers before any fact of
+        // the same rank is given up: its other words (a greeting, a pasted token, "carry
+        // on") say least per character. Where no reading found a rule in it, it keeps
+        // what it names too ([`kept_parts`]), given up next.
+        self.shorten(items, |item| {
+            // A rule, or a message that states a number.
+            let holds = item.tier == Tier::Rule || item.rules.is_some();
+            if item.section != Section::Asks || !holds {
+                return None;
+            }
+            let rules = item
+                .rules
+                .take()
+                .unwrap_or_else(|| rules_and_numbers(&item.text));
+            let shorter = !rules.is_empty() && rules.len() < item.text.len();
+            let bare = salient_parts(&rules).join(" ");
+            item.rules = (shorter && !bare.is_empty() && bare.len() < rules.len()).then_some(bare);
+            shorter.then_some(rules)
+        });
+        // What such a message names besides its rules and numbers goes next, still before
+        // a fact is given up whole.
+        self.shorten(items, |item| {
+            item.rules.take().filter(|_| item.section == Section::Asks)
+        });
+        // A long decision gives up its end before a fact is dropped whole: its first
+        // words state it (the rest is mostly the reasoning, or the next sentence run on
+        // without a space), and the room pays for another fact.
+        self.shorten(items, |item| {
+            let long = item.section == Section::Decisions && item.text.len() > DENSE_DECISION;
+            long.then(|| one_line(&item.text, DENSE_DECISION))
+        });
+        // A brief (a request setting many rules at once, as another agent's prompt does)
+        // keeps the rules that name something the model could not guess (a file, a
+        // branch, a limit) before a fact is dropped whole: its general ones ("write
+        // complete code") the next brief usually says again.
+        self.shorten(items, |item| {
+            if item.section != Section::Asks || item.tier != Tier::Rule {
+                return None;
+            }
+            let parts = salient_parts(&item.text);
+            if parts.len() < BRIEF_RULES {
+                return None;
+            }
+            let named: Vec<&str> = parts
+                .iter()
+                .map(|p| p.as_ref())
+                .filter(|p| commitment::names_something(p))
+                .collect();
+            (!named.is_empty() && named.len() < parts.len()).then(|| named.join(" "))
+        });
     }
 
     /// Brings a dropped item back if it fits within the budget.
@@ -1736,27 +1756,52 @@ fn cut_ask(text: &str, head: usize, tail: usize) -> String {
 /// A user message reduced to what it asks to hold: its [`salient_parts`] on one line.
 /// Empty when it holds none.
 fn rules_and_numbers(text: &str) -> String {
-    salient_parts(text).join(" ")
+    kept_parts(text).join(" ")
 }
 
 /// Each sentence of a user message that sets a rule, whole, and each number that says
 /// something ([`quantity::amount`]: a limit, a size with its unit, a count or an id) in
 /// the clause that says what it counts, in their order.
 fn salient_parts(text: &str) -> Vec<Cow<'_, str>> {
-    let mut kept: Vec<Cow<'_, str>> = Vec::new();
+    parts_of(text, false)
+}
+
+/// What a message that sets a rule or states a number keeps of its words when it gives up
+/// the rest: its [`salient_parts`], and where no reading finds a rule in it, each other
+/// sentence that names something the model could not guess (a file, a branch, an
+/// identifier: [`commitment::names_something`]). A rule in a wording no reading knows
+/// ("we can't afford to break the v1 endpoints") still names what it is about, and is
+/// said once, where the greeting and the "carry on" around it name nothing.
+fn kept_parts(text: &str) -> Vec<Cow<'_, str>> {
+    parts_of(text, true)
+}
+
+fn parts_of(text: &str, named: bool) -> Vec<Cow<'_, str>> {
+    // Each sentence's part, and whether it is one only for what it names.
+    let mut parts: Vec<(Cow<'_, str>, bool)> = Vec::new();
+    let mut rules = false;
     for sentence in text.lines().flat_map(scan::sentences) {
         if scan::is_constraint(sentence) {
-            kept.push(Cow::Borrowed(sentence));
+            rules = true;
+            parts.push((Cow::Borrowed(sentence), false));
         } else if quantity::amount(sentence).is_some() {
             let clause = number_clause(sentence);
-            kept.push(if clause.ends_with(['.', '!', '?']) {
+            let part = if clause.ends_with(['.', '!', '?']) {
                 Cow::Borrowed(clause)
             } else {
                 Cow::Owned(format!("{clause}."))
-            });
+            };
+            parts.push((part, false));
+        } else if named && commitment::names_something(sentence) {
+            parts.push((Cow::Borrowed(sentence), true));
         }
     }
-    kept
+    // A rule found says what the message forbids or asks: its other sentences are not.
+    parts
+        .into_iter()
+        .filter(|(_, only_named)| !(rules && *only_named))
+        .map(|(part, _)| part)
+        .collect()
 }
 
 /// The clause of `sentence` (between `,`, `;` and `:`) that holds its number, when that
@@ -2611,6 +2656,37 @@ mod tests {
             assert!(d.contains(fact), "{fact:?} missing in\n{d}");
         }
         assert!(!d.contains("Quick note"), "{d}");
+    }
+
+    #[test]
+    fn a_message_stating_a_number_keeps_what_it_names_when_it_gives_up_its_small_talk() {
+        // Rules in wordings no reading takes as one still name what they are about; cut
+        // to its rules and numbers, the message kept the number and lost them.
+        for said in [
+            "We can't afford to break the v1 endpoints in api/routes_v1.py.",
+            "The schema in db/schema_k4.sql is owned by the data team, changes go through them.",
+            "The rounding in money/round_c4.go was signed off by the auditors last week.",
+            "Whatever else happens, payments_v3 keeps its current wire format.",
+        ] {
+            assert!(!scan::is_constraint(said), "{said}: read as a rule already");
+            let turns = parse(json!([
+                {"role": "user", "content": format!(
+                    "Quick note before you go on, I had a long day and my lunch was late \
+                     again. {said} The nightly import handles 749540 rows. Carry on, thanks \
+                     a lot, and have a good evening.")},
+                {"role": "assistant", "content": "Decision: we keep the existing cache and drop the prefetch_q7 layer."},
+            ]));
+            // A message may take a quarter of this budget: cut to its ends, it keeps
+            // its rules, numbers and what it names.
+            let budget = 600;
+            let d = digest(None, &turns, budget);
+            assert!(d.len() <= budget, "{d}");
+            for fact in [said, "749540", "prefetch_q7"] {
+                assert!(d.contains(fact), "{fact:?} missing in\n{d}");
+            }
+            // The request gave up its small talk (the previews of the last turns quote it).
+            assert!(!d.lines().any(|l| l.starts_with("- Quick note")), "{d}");
+        }
     }
 
     #[test]
