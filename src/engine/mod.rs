@@ -1660,6 +1660,25 @@ mod tests {
         assert!(texts.last().unwrap().contains(restated));
     }
 
+    /// The compactions of `request` at `windows` that rewrote it: each window, its target,
+    /// the report and the rewritten body as text.
+    fn rewrites(
+        request: &Value,
+        windows: impl IntoIterator<Item = usize>,
+    ) -> Vec<(usize, usize, Report, String)> {
+        windows
+            .into_iter()
+            .filter_map(|window| {
+                let outcome = compact(request, &Options::with_window(window)).unwrap();
+                let Limit::At(target) = outcome.report.target_tokens else {
+                    panic!("a window gives a target");
+                };
+                let text = outcome.rewritten?.to_string();
+                Some((window, target, outcome.report, text))
+            })
+            .collect()
+    }
+
     #[test]
     fn a_summary_of_prose_shortened_to_fit_takes_back_the_room_left() {
         // Decisions in prose (over four characters a token) and a latest user message,
@@ -1692,16 +1711,7 @@ mod tests {
         // A decision's line: its text, the bullet and the line break.
         let one = Counter::for_model("gpt-4o").text(&decision(0)) + 3;
         let mut shortened = 0;
-        for window in (560..=800).step_by(5) {
-            let outcome = compact(&request, &Options::with_window(window)).unwrap();
-            let report = &outcome.report;
-            let Limit::At(target) = report.target_tokens else {
-                panic!("a window gives a target");
-            };
-            let Some(body) = outcome.rewritten else {
-                continue;
-            };
-            let text = body.to_string();
+        for (window, target, report, text) in rewrites(&request, (560..=800).step_by(5)) {
             let kept = (0..12).filter(|&r| text.contains(&module(r))).count();
             let cut = report.notes.iter().any(|n| n.contains("summary shortened"));
             if kept == 12 || !cut {
@@ -1744,17 +1754,7 @@ mod tests {
         msgs.push(json!({"role": "user", "content": "Keep going."}));
         let request = json!({"model": "gpt-4o", "max_tokens": 100, "messages": msgs});
         let mut short = 0;
-        for window in (300..=1400).step_by(50) {
-            let opts = Options::with_window(window);
-            let outcome = compact(&request, &opts).unwrap();
-            let report = &outcome.report;
-            let Limit::At(target) = report.target_tokens else {
-                panic!("a window gives a target");
-            };
-            let Some(body) = outcome.rewritten else {
-                continue;
-            };
-            let text = body.to_string();
+        for (window, target, report, text) in rewrites(&request, (300..=1400).step_by(50)) {
             let kept = (0..20).filter(|&r| text.contains(&column(r))).count();
             if kept == 20 {
                 continue;
