@@ -365,6 +365,7 @@ pub struct Beside {
 }
 
 impl Beside {
+    /// The sentences of the `kept` messages, as [`said_key`] knows them again.
     pub fn of<'m>(kept: impl IntoIterator<Item = &'m Message>) -> Beside {
         let mut said = HashSet::new();
         for m in kept {
