@@ -17,7 +17,8 @@ enum Rule {
     /// "never": not in a report of what happened ("I never saw it fail").
     Never,
     /// "don't", "do not": a prohibition when it governs a change verb or stands as a
-    /// command; not "I don't know".
+    /// command, or forbids so much as thinking of a change ("don't even think about
+    /// touching it"); not "I don't know".
     Negation,
     /// "without", "not to", "won't", "nobody": a prohibition only before a change
     /// ("without asking", "nobody edits"); "it ran without errors" sets nothing.
@@ -26,7 +27,8 @@ enum Rule {
     /// done ("it was not modified").
     Not,
     /// "can't", "cannot": a prohibition on the listener or on a change ("you can't use
-    /// the network", "we cannot rename it"); not "I can't reproduce it".
+    /// the network", "we cannot rename it", "we can't afford to break it"); not "I can't
+    /// reproduce it".
     Cannot,
     /// "has to", "need to": a requirement, unless the speaker says what they must do.
     Requirement,
@@ -579,7 +581,7 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         Rule::Always => true,
         // "It never loaded": a verb in the past after it reports.
         Rule::Never => !is_one_of(before, NEVER_REPORTS) && !is_past(after),
-        Rule::Negation => negation(before, after),
+        Rule::Negation => negation(before, after) || thinks_of_a_change(after, &ahead[after_end..]),
         // "Nobody but the release manager touches it": who alone may change it.
         Rule::Without => {
             is_change(after)
@@ -593,10 +595,13 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
             let anyone = same(after, "have")
                 && is_one_of(next_word(&ahead[after_end..]).0, ANYONE)
                 && change_within(&ahead[after_end..], 3);
+            // "We can't afford to break the v1 endpoints."
+            let afford = same(after, "afford") && change_within(&ahead[after_end..], 2);
             (same(before, "you") && !is_verb_of(after, REPORT_VERBS))
                 || is_change(after)
                 || passive
                 || anyone
+                || afford
         }
         Rule::Requirement => !same(before, "i") && !released(behind),
         Rule::Bound => !measured(before) && quantity_within(ahead, 3),
@@ -748,6 +753,16 @@ fn negation(before: &str, after: &str) -> bool {
         return true;
     }
     !is_verb_of(after, REPORT_VERBS) && !is_one_of(before, REPORT_SUBJECTS)
+}
+
+/// "Don't even think about touching it", "do not dream of renaming it": thinking of a
+/// change is forbidden along with it; "don't think it matters" is an opinion.
+fn thinks_of_a_change(verb: &str, rest: &str) -> bool {
+    if !is_verb_of(verb, &["think", "dream"]) {
+        return false;
+    }
+    let (about, end) = next_word(rest);
+    is_one_of(about, &["about", "of"]) && change_within(&rest[end..], 2)
 }
 
 /// "only" restricts ("use only the stdlib", "touch only src/"), unless it is part of a
@@ -1347,6 +1362,30 @@ mod tests {
             "It has never worked on Windows.",
         ] {
             assert!(old_list(s) && !is_constraint(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn thinking_of_a_change_or_affording_one_is_forbidden_with_it() {
+        for s in [
+            "Don't even think about touching billing/ledger.py.",
+            "Do not think of renaming the public functions.",
+            "Please don't even dream of pushing to main on a Friday.",
+            "Don't think about deleting the old migrations yet.",
+            "We can't afford to break the v1 endpoints.",
+            "You cannot afford to change the wire format now.",
+            "We simply can't afford to drop support for Python 3.9.",
+            "The team cannot afford to rename the exported symbols.",
+        ] {
+            assert!(is_constraint(s), "missed: {s}");
+        }
+        for s in [
+            "I don't think about the cache much.",
+            "Don't think it matters, the tests pass.",
+            "We can't afford another cloud bill like last month's.",
+            "I can't afford to spend another evening on flaky tests.",
+        ] {
+            assert!(!is_constraint(s), "{s}");
         }
     }
 
