@@ -23,7 +23,7 @@
 //! than a quarter of the next group to fold, the unfolded messages are cut that little
 //! instead. The smallest candidate wins if none fits.
 
-use std::rc::Rc;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -117,7 +117,7 @@ struct Draft<'p> {
     folds: Folds,
     /// What the candidate keeps whole beside the summary, which the digest leaves out
     /// (shared by the drafts tried).
-    beside: Rc<Beside>,
+    beside: Arc<Beside>,
 }
 
 #[derive(Clone)]
@@ -145,7 +145,7 @@ impl<'p> Draft<'p> {
             replaced: plan.turns.iter().map(|m| m.tokens).sum::<usize>()
                 + plan.previous_summary().map_or(0, |p| plan.counter.text(p)),
             folds: Folds::default(),
-            beside: Rc::new(plan.beside()),
+            beside: plan.beside(),
         };
         let (first, notes) = d.build();
         let best = Best {

@@ -54,6 +54,7 @@ pub mod tokens;
 mod validate;
 
 use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value};
 
@@ -390,6 +391,9 @@ pub struct Plan {
     /// The user messages right after the first one, as the client sent them: those the
     /// merge may have joined to the task.
     task_joined: Vec<String>,
+    /// [`Plan::beside`], read once for every digest the plan writes (each regrowth and
+    /// each fold of escalation writes one), and shared by its clones.
+    beside: OnceLock<Arc<digest::Beside>>,
 }
 
 impl Plan {
@@ -427,15 +431,18 @@ impl Plan {
 
     /// What the request keeps whole beside its summary, which no pass cuts: the
     /// instructions and the latest user message ([`digest::Beside`]).
-    pub(crate) fn beside(&self) -> digest::Beside {
-        let instructions = self
-            .head()
-            .iter()
-            .chain(&self.kept_instructions)
-            .chain(self.tail())
-            .filter(|m| m.role.is_instruction());
-        let latest = self.tail().iter().rev().find(|m| m.role == Role::User);
-        digest::Beside::of(instructions.chain(latest))
+    pub(crate) fn beside(&self) -> Arc<digest::Beside> {
+        let read = || {
+            let instructions = self
+                .head()
+                .iter()
+                .chain(&self.kept_instructions)
+                .chain(self.tail())
+                .filter(|m| m.role.is_instruction());
+            let latest = self.tail().iter().rev().find(|m| m.role == Role::User);
+            Arc::new(digest::Beside::of(instructions.chain(latest)))
+        };
+        Arc::clone(self.beside.get_or_init(read))
     }
 
     /// How long a summary may be, in tokens.
@@ -666,6 +673,7 @@ pub fn plan_with_counts(
         originals_by_call: OriginalsByCall::default(),
         task: None,
         task_joined: Vec::new(),
+        beside: OnceLock::new(),
     };
     if target.admits(tokens_before) && plan.max_messages.admits(raw.len()) {
         return Ok(plan);
