@@ -265,6 +265,94 @@ pub fn commits(sentence: &str) -> bool {
         || chosen_passively(&w)
         || settled_from_now(&w)
         || opens_with_a_verdict(&w)
+        || future_plan(&w)
+}
+
+/// "Server state will be managed by `react-query`", "navigation will go through
+/// `expo-router`", "there'll be one `Dockerfile`", "the log level will be `INFO`": what the
+/// work will be, said of a part of it, with the option named after the modal. A
+/// prediction of an outcome ("the test will fail on `parse`", "it will print `None`") or
+/// of what something is ("this will be slow") commits to nothing.
+fn future_plan(w: &[Word]) -> bool {
+    (0..w.len()).any(|i| {
+        let modal = match w[i].low.as_str() {
+            "will" | "shall" => i + 1,
+            "there'll" => return w.get(i + 1).is_some_and(|x| x.low == "be") && named(&w[i + 1..]),
+            "going" if i > 0 && ["is", "are"].contains(&w[i - 1].low.as_str()) => {
+                if w.get(i + 1).is_none_or(|x| x.low != "to") {
+                    return false;
+                }
+                i + 2
+            }
+            _ => return false,
+        };
+        // The subject: a part of the work, not the agent (see [`agent_commits`]) nor what
+        // a prediction is of.
+        let subject = i.checked_sub(1).map(|k| w[k].low.as_str());
+        let subject = if w[i].low == "going" {
+            i.checked_sub(2).map(|k| w[k].low.as_str())
+        } else {
+            subject
+        };
+        if subject.is_none_or(|s| PREDICTED.contains(&s)) {
+            return false;
+        }
+        if i == 1 && w[0].low == "there" {
+            return w.get(modal).is_some_and(|x| x.low == "be") && named(&w[modal..]);
+        }
+        let Some(verb) = w.get(modal) else {
+            return false;
+        };
+        let after = &w[modal + 1..];
+        if verb.low == "be" {
+            // "will be `INFO`", "will be handled by `tenacity`", "will be 3 attempts via
+            // `backoff`".
+            let Some(next) = after.first() else {
+                return false;
+            };
+            if next.name {
+                return true;
+            }
+            let participle = next.low.ends_with("ed") || next.low.ends_with("en");
+            return participle
+                && !OUTCOMES
+                    .iter()
+                    .any(|o| lemmas(&next.low).iter().any(|l| l == o))
+                && after[1..]
+                    .iter()
+                    .take(4)
+                    .any(|x| PLACING.contains(&x.low.as_str()))
+                && named(after);
+        }
+        let lemma = lemmas(&verb.low);
+        let role = lemma
+            .iter()
+            .any(|l| ROLES.contains(&l.as_str()) || ["rely", "use", "go"].contains(&l.as_str()));
+        role && named(after)
+    })
+}
+
+/// Subjects of a prediction: "it will fail", "this will take a while", "you'll see".
+const PREDICTED: &[&str] = &[
+    "it", "this", "that", "these", "those", "you", "they", "i", "we", "which", "what", "who", "he",
+    "she", "he'll", "test", "tests", "build", "error", "output", "command",
+];
+
+/// Verbs of what happens to a value rather than of the work's design: "will be printed",
+/// "will be raised".
+const OUTCOMES: &[&str] = &[
+    "print", "show", "raise", "throw", "return", "log", "display", "emit", "ignore", "lose",
+    "call", "invoke", "trigger", "skip", "fail", "break",
+];
+
+/// Words that place a part of the work with its option: "managed by", "built with",
+/// "verified via".
+const PLACING: &[&str] = &[
+    "by", "with", "via", "through", "in", "on", "using", "under", "as", "into", "to",
+];
+
+fn named(w: &[Word]) -> bool {
+    w.iter().any(|x| x.name)
 }
 
 /// Phrases that set a choice for the rest of the work: "`X` handles retries from here
@@ -360,7 +448,11 @@ fn opens_with_verb(w: &[Word]) -> bool {
     }
     // "Upgrading both legs would cost $1,023": a gerund whose clause goes on to its own
     // verb is that verb's subject, a consequence weighed rather than a step taken.
-    let clause = w[i + 1..].iter().take_while(|x| x.mark.is_none());
+    // "Locking `urllib3` at 1.26 until the issue is resolved": a clause of its own ends
+    // the gerund's.
+    let clause = w[i + 1..]
+        .iter()
+        .take_while(|x| x.mark.is_none() && !SUBORDINATORS.contains(&x.low.as_str()));
     let weighed = clause.map(|x| x.low.as_str()).any(|x| {
         [
             "would", "could", "will", "is", "was", "means", "results", "costs",
@@ -374,6 +466,12 @@ fn opens_with_verb(w: &[Word]) -> bool {
                 .iter()
                 .any(|l| CHOOSING_VERBS.contains(&l.as_str())))
 }
+
+/// Words that open a clause of its own inside a sentence.
+const SUBORDINATORS: &[&str] = &[
+    "until", "unless", "once", "when", "if", "because", "since", "so", "while", "after", "before",
+    "whereas",
+];
 
 /// Words in -ing that are no step: nouns, prepositions, what a log line opens with.
 const NOT_GERUNDS: &[&str] = &[
@@ -1658,5 +1756,31 @@ mod tests {
             "`Config.load` reads `APP_ENV` before anything else.",
             "We have three failing tests in `tests/unit`.",
         ]);
+    }
+
+    #[test]
+    fn a_plan_said_of_a_part_of_the_work_commits() {
+        all_commit(&[
+            "Session tokens will be stored in `redis` with a 24h TTL.",
+            "The ingest path will go through `kafka_bridge` from now on.",
+            "Feature flags will live in `flags.yaml` next to the chart.",
+            "Image resizing will rely on `sharp` rather than ImageMagick.",
+            "The default log format will be `json`.",
+            "Scheduled jobs are going to live in `apscheduler` inside the API process.",
+            "There'll be one `Makefile` target per service.",
+        ]);
+        none_commit(&[
+            "This will fail on `parse_date` if the input is empty.",
+            "It will print `None` when the key is missing.",
+            "The error will be raised by `load_config` before anything else.",
+            "You will see `ECONNRESET` in the logs.",
+            "The build will take a while on `ci-small`.",
+        ]);
+    }
+
+    #[test]
+    fn a_clause_of_its_own_does_not_weigh_a_step() {
+        all_commit(&["Holding `openssl` at 3.0.13 until the FIPS module is certified."]);
+        none_commit(&["Upgrading both `numpy` and `scipy` would cost a day of fixes."]);
     }
 }

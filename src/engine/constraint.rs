@@ -26,9 +26,9 @@ enum Rule {
     /// "not" before a change ("we are not touching the API"), unless it reports what was
     /// done ("it was not modified").
     Not,
-    /// "can't", "cannot": a prohibition on the listener or on a change ("you can't use
-    /// the network", "we cannot rename it", "we can't afford to break it"); not "I can't
-    /// reproduce it".
+    /// "can't", "cannot", "may not": a prohibition on the listener or on a change ("you
+    /// can't use the network", "we cannot rename it", "we can't afford to break it"), or
+    /// a bound ("the queue can't grow past 5,000"); not "I can't reproduce it".
     Cannot,
     /// "has to", "need to": a requirement, unless the speaker says what they must do.
     Requirement,
@@ -64,6 +64,20 @@ enum Rule {
     /// "be", "in place", "in peace" after "leave": "leave it be", "leave the header in
     /// place".
     Leave,
+    /// "stop", "quit": a prohibition when a change follows ("stop editing the lockfile by
+    /// hand").
+    Stop,
+    /// "before" a change, in a sentence that asks for someone's word on it: "before you
+    /// touch `payments/`, get Olga to approve it", "before deleting any branch, check with
+    /// me".
+    Before,
+    /// "stays", "remains" of a thing, then where it must stay: "Django stays on 4.2",
+    /// "the cron schedule stays at 02:00 UTC"; not a report ("it stays in memory").
+    Stays,
+    /// "should" with a bound after it: "uploads should be refused over 25 MB".
+    Should,
+    /// "use", "prefer" opening a command: "Use `pnpm` in this repo", "prefer `httpx`".
+    Use,
     /// "overwritten", "reverted", "wiped": a warning that changes will not last ("any
     /// manual edit will be reverted", "generated files get overwritten on every build"),
     /// not a report of what happened ("my edits were reverted").
@@ -172,6 +186,20 @@ const ALWAYS: &[&str] = &[
     "out of the diff",
     "no-go",
     "off the table",
+    "shall not",
+    "unacceptable",
+    "not acceptable",
+    "not an option",
+    "not our call",
+    "not your call",
+    "isn't our call",
+    "not our job",
+    "not your job",
+    "not our place",
+    "not something to",
+    "absolutely no",
+    "strictly no",
+    "without fail",
     // A change gated on someone's approval: "needs sign-off from the DBA", "changes to
     // the chart require approval from the SRE on call".
     "sign-off",
@@ -197,10 +225,24 @@ const NEVER: &[&str] = &["never"];
 const NEGATION: &[&str] = &["don't", "do not", "dont"];
 const WITHOUT: &[&str] = &["without", "not to", "won't", "nobody", "no one", "no-one"];
 const NOT: &[&str] = &["not"];
-const CANNOT: &[&str] = &["can't", "cannot", "can not"];
+const CANNOT: &[&str] = &["can't", "cannot", "can not", "may not"];
 const REQUIREMENT: &[&str] = &[
-    "has to", "have to", "need to", "needs to", "got to", "gotta",
+    "has to",
+    "have to",
+    "need to",
+    "needs to",
+    "got to",
+    "gotta",
+    "supposed to",
+    "not supposed to",
+    "isn't supposed to",
+    "aren't supposed to",
 ];
+const STOP: &[&str] = &["stop", "quit", "cease"];
+const BEFORE: &[&str] = &["before"];
+const STAYS: &[&str] = &["stays", "remains", "stay", "remain"];
+const SHOULD: &[&str] = &["should"];
+const USE: &[&str] = &["use", "prefer"];
 const BOUND: &[&str] = &[
     "up to",
     "within",
@@ -333,6 +375,11 @@ const RULES: &[(Rule, &[&str])] = &[
     (Rule::Consult, CONSULT),
     (Rule::Leave, LEAVE),
     (Rule::Lost, LOST),
+    (Rule::Stop, STOP),
+    (Rule::Before, BEFORE),
+    (Rule::Stays, STAYS),
+    (Rule::Should, SHOULD),
+    (Rule::Use, USE),
 ];
 
 /// Verbs of changing something (and of using what is forbidden): what a prohibition
@@ -580,7 +627,9 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
     match rule {
         Rule::Always => true,
         // "It never loaded": a verb in the past after it reports.
-        Rule::Never => !is_one_of(before, NEVER_REPORTS) && !is_past(after),
+        Rule::Never => {
+            !is_one_of(before, NEVER_REPORTS) && !is_past(after) && !is_one_of(after, PAST_FORMS)
+        }
         Rule::Negation => negation(before, after) || thinks_of_a_change(after, &ahead[after_end..]),
         // "Nobody but the release manager touches it": who alone may change it.
         Rule::Without => {
@@ -589,30 +638,34 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
                 || gate_within(ahead, 2)
         }
         Rule::Not => is_change(after) && !is_one_of(before, REPORT_AUXILIARIES),
-        Rule::Cannot => {
-            let passive = same(after, "be") && is_change(next_word(&ahead[after_end..]).0);
-            // "We can't have anyone editing it."
-            let anyone = same(after, "have")
-                && is_one_of(next_word(&ahead[after_end..]).0, ANYONE)
-                && change_within(&ahead[after_end..], 3);
-            // "We can't afford to break the v1 endpoints."
-            let afford = same(after, "afford") && change_within(&ahead[after_end..], 2);
-            (same(before, "you") && !is_verb_of(after, REPORT_VERBS))
-                || is_change(after)
-                || passive
-                || anyone
-                || afford
+        Rule::Cannot => cannot(before, after, &ahead[after_end..], ahead),
+        // "The bot is not supposed to quote prices" forbids; "I'm not supposed to be on
+        // call" is the speaker's own lot.
+        Rule::Requirement => {
+            let marker = &text[at..end];
+            let forbids = marker.ends_with("supposed to") && !marker.starts_with("supposed");
+            !is_one_of(before, &["i", "i'm"]) && (forbids || !released(behind))
         }
-        Rule::Requirement => !same(before, "i") && !released(behind),
         Rule::Bound => !measured(before) && quantity_within(ahead, 3),
-        Rule::Limit => !measured(before) && (quantity_within(ahead, 6) || quantity_before(behind)),
+        // "Cap the eval job's spend at $20 a day": a command's limit may close its clause.
+        Rule::Limit => {
+            !measured(before)
+                && (quantity_within(ahead, 6)
+                    || quantity_before(behind)
+                    || (commands(before) && quantity_within(ahead, 12)))
+        }
         Rule::Only => only(before, after),
         Rule::Closing => after.is_empty(),
         Rule::Keep => {
             quantity_within(ahead, 4)
                 || (same(&text[at..end], "keep") && commands(before) && keeps_a_state(ahead))
         }
-        Rule::Nothing => modal_change_within(ahead, 6),
+        // "Nothing should run as root", "nothing touches prod without a ticket".
+        Rule::Nothing => {
+            modal_change_within(ahead, 6)
+                || is_one_of(after, &["should", "may", "shall", "must", "gets"])
+                || (is_change(after) && !is_past(after))
+        }
         // "Leave it alone"; "they alone edit it", "ops alone may deploy".
         Rule::Alone => {
             // Not what one did alone ("she alone fixed the build").
@@ -641,13 +694,143 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
             leave_before(behind) && (!same(&text[at..end], "be") || next_word(ahead).0.is_empty())
         }
         Rule::Lost => is_one_of(before, LOST_AUXILIARIES) && lost_change_before(behind),
+        Rule::Stop => {
+            (commands(before) || is_one_of(before, &["you", "please"])) && is_change(after)
+        }
+        Rule::Before => change_asked_before(behind, ahead),
+        Rule::Stays => stays_put(before, after, &ahead[after_end..]),
+        Rule::Should => should_bound(before, ahead),
+        Rule::Use => use_command(before, after, ahead),
     }
+}
+
+/// "can't" or "cannot" (`rest` what follows its next word, `after`): said to the
+/// listener ("you can't use the network"), of a change ("we cannot rename it", "it
+/// can't be modified", "we can't have anyone editing it", "we can't afford to break
+/// it") or of a bound ("disk usage can't go past 20 GB"); not "I can't reproduce it".
+fn cannot(before: &str, after: &str, rest: &str, ahead: &str) -> bool {
+    let passive = same(after, "be") && is_change(next_word(rest).0);
+    let anyone =
+        same(after, "have") && is_one_of(next_word(rest).0, ANYONE) && change_within(rest, 3);
+    let afford = same(after, "afford") && change_within(rest, 2);
+    let bound = !is_one_of(before, REPORT_SUBJECTS) && quantity_within(ahead, 4);
+    (same(before, "you") && !is_verb_of(after, REPORT_VERBS))
+        || is_change(after)
+        || bound
+        || passive
+        || anyone
+        || afford
+}
+
+/// "before" a change ("before you touch", "before dropping") in a sentence that asks for
+/// someone's word on it.
+fn change_asked_before(behind: &str, ahead: &str) -> bool {
+    let (who, who_end) = next_word(ahead);
+    let change = is_change(who)
+        || (is_one_of(who, ANYONE) || is_one_of(who, &["we", "i"]))
+            && change_within(&ahead[who_end..], 2);
+    change && asks_for_a_word(sentence_around(behind, ahead))
+}
+
+/// "stays" or "remains" said of a thing (`before` its last word, `rest` what follows
+/// `after`): "on" or "at" a version or a time ("stays on 4.2", "remains at 02:00 UTC"),
+/// not a name ("stays on `rayon_pool`": a choice, not a rule), or in a state it must keep.
+fn stays_put(before: &str, after: &str, rest: &str) -> bool {
+    let pinned = is_one_of(after, &["on", "at"]) && quantity_within(rest, 1);
+    !before.is_empty()
+        && !is_one_of(before, REPORT_SUBJECTS)
+        && (pinned || is_one_of(after, STAY_PLACES))
+}
+
+/// "should" with a bound after it, not any number: "uploads should stay under 25 MB",
+/// not "the page should show 2 decimals".
+fn should_bound(before: &str, ahead: &str) -> bool {
+    let clause = ahead.split(['.', '!', '?', ';', '\n']).next().unwrap_or("");
+    !is_one_of(before, REPORT_SUBJECTS)
+        && !same(before, "i")
+        && super::quantity::amount(clause) == Some(super::quantity::Amount::Limit)
+}
+
+/// "use" or "prefer" opening a command: "Use `pnpm` in this repo"; not a tool's hint of
+/// what to use for what ("Use `--force` to override", "use the arrow keys to scroll"),
+/// which a command's output says as often as a person.
+fn use_command(before: &str, after: &str, ahead: &str) -> bool {
+    let clause = ahead.split(['.', '!', '?', ';', '\n']).next().unwrap_or("");
+    let purpose = clause.split_whitespace().any(|w| same(w, "to"));
+    commands(before) && !clause.trim().is_empty() && !purpose && !is_one_of(after, USE_NOT_COMMANDS)
 }
 
 /// Whether a verb whose previous word is `before` opens a command: the start of a
 /// sentence or a clause, or after a word that only softens or joins it.
 fn commands(before: &str) -> bool {
     before.is_empty() || is_one_of(before, &["please", "always", "and", "just", "also", "so"])
+}
+
+/// Where "stays" or "remains" puts a thing that must stay so: "stays on 4.2", "remains
+/// at 02:00 UTC", "stays put", "stays private".
+const STAY_PLACES: &[&str] = &[
+    "as",
+    "put",
+    "pinned",
+    "where",
+    "fixed",
+    "exactly",
+    "private",
+    "public",
+    "internal",
+    "disabled",
+    "enabled",
+    "off",
+    "unchanged",
+    "untouched",
+    "below",
+    "under",
+];
+
+/// Words after an opening "use" that make it no rule: "Use case: ...", "use that when
+/// you estimate" (what it uses was said before).
+const USE_NOT_COMMANDS: &[&str] = &[
+    "case", "cases", "of", "that", "this", "it", "them", "those", "these", "one", "whatever",
+    "what",
+];
+
+/// Past forms that end in no "-ed": after "never" they report ("we never had this").
+const PAST_FORMS: &[&str] = &[
+    "had", "was", "were", "did", "saw", "got", "made", "went", "came", "knew", "ran", "took",
+    "found", "heard", "thought", "gave", "said", "told", "left", "felt", "seemed",
+];
+
+/// Words in which someone gives their word on a change: a gate ([`GATE_WORDS`]) or a
+/// question put to them.
+const WORD_GIVEN: &[&str] = &[
+    "ask",
+    "check",
+    "consult",
+    "confirm",
+    "clear",
+    "permission",
+    "say-so",
+    "approved",
+    "ping",
+];
+
+/// The sentence a marker stands in, from what lies on each side of it.
+fn sentence_around<'a>(behind: &'a str, ahead: &'a str) -> [&'a str; 2] {
+    let ends = ['.', '!', '?', '\n'];
+    let head = behind.rsplit(ends).next().unwrap_or(behind);
+    let tail = ahead.split(ends).next().unwrap_or(ahead);
+    [head, tail]
+}
+
+/// Whether a sentence asks for someone's word: their approval, a check with them.
+fn asks_for_a_word(sentence: [&str; 2]) -> bool {
+    sentence
+        .iter()
+        .flat_map(|part| part.split_whitespace())
+        .any(|w| {
+            let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-');
+            is_one_of(w, GATE_WORDS) || is_one_of(w, WORD_GIVEN)
+        })
 }
 
 /// Words right after an opening "keep" that carry on or look rather than hold something
@@ -980,6 +1163,11 @@ fn same(word: &str, plain: &str) -> bool {
 }
 
 fn is_change(word: &str) -> bool {
+    // "hand-edited", "hand-edit": the change, done by hand.
+    let word = word
+        .get(..5)
+        .filter(|head| head.eq_ignore_ascii_case("hand-"))
+        .map_or(word, |_| &word[5..]);
     is_verb_of(word, CHANGE_VERBS)
 }
 
@@ -1532,5 +1720,81 @@ mod tests {
         for w in ["touchy", "used_by", "usual", "add_"] {
             assert!(!is_change(w), "{w}");
         }
+    }
+
+    #[test]
+    fn rules_said_as_a_stop_a_gate_before_a_change_or_a_place_to_stay() {
+        all_new(&[
+            "Stop rewriting the migrations after they have shipped.",
+            "Please quit touching the shared fixtures.",
+            "Before you rename any column, run it past Priya for approval.",
+            "Before dropping a table, check with the data team.",
+            "Before we deploy to prod, I need a sign-off from QA.",
+            "The base image stays on 22.04 until the vendor certifies 24.04.",
+            "Nightly backups remain at 03:30 CET, the DBAs plan around that.",
+            "The feature flag stays disabled in production.",
+        ]);
+        for said in [
+            "I stopped editing the file once the tests passed.",
+            "Before deploying it, the script checks the disk.",
+            "Memory stays in the cache between requests.",
+            "It stays on the old branch for some reason.",
+            "The worker pool stays on rayon_pool_3 from here on.",
+        ] {
+            assert!(!is_constraint(said), "{said}");
+        }
+    }
+
+    #[test]
+    fn rules_said_as_a_judgement_a_duty_or_whose_call_it_is() {
+        all_new(&[
+            "Downtime during business hours is unacceptable.",
+            "A second database is not an option for this project.",
+            "The bot is not supposed to promise refunds.",
+            "Every endpoint is supposed to return JSON errors.",
+            "Renaming the public routes isn't our call.",
+            "The retention period is not something to change lightly.",
+            "Absolutely no secrets in the example config.",
+        ]);
+        assert!(is_constraint("Tag every release in git without fail."));
+        for said in [
+            "I'm not supposed to be on call this week, but here I am.",
+            "The old cron job never had a timeout.",
+            "That was not an easy bug to find.",
+        ] {
+            assert!(!is_constraint(said), "{said}");
+        }
+    }
+
+    #[test]
+    fn bounds_said_with_should_cannot_nothing_or_a_command() {
+        all_new(&[
+            "Webhook payloads should be kept below 64 KB.",
+            "Each shard should hold fewer than 10 million rows.",
+            "The queue can't grow beyond 5,000 messages.",
+            "Response time can't creep past 300 ms at p99.",
+            "Nothing should listen on a public port.",
+            "Nothing touches the billing tables on a Friday.",
+            "Cap the nightly crawler's total bandwidth at 50 GB.",
+            "Use `uv` for every Python environment here.",
+            "Prefer composition over inheritance in the new widgets.",
+        ]);
+        for said in [
+            "It should take about 5 minutes to build.",
+            "Exports should be split into files of 100k rows.",
+            "I can't run 2 jobs at once on this laptop.",
+            "Nothing changed after the restart.",
+            "Use case: a customer uploads 3 invoices at once.",
+        ] {
+            assert!(!is_constraint(said), "{said}");
+        }
+    }
+
+    #[test]
+    fn a_change_done_by_hand_is_a_change() {
+        assert!(is_change("hand-edited"));
+        assert!(is_constraint(
+            "Files under `proto/gen/` are not hand-edited; run `buf generate` instead."
+        ));
     }
 }

@@ -407,8 +407,18 @@ fn died(t: &str) -> bool {
         "OOMKilled",
         "Out of memory",
     ];
+    // A shell names the program it lost, in lowercase: `zsh: segmentation fault  python
+    // train.py`.
+    let (t, shell) = match t.split_once(": ") {
+        Some((shell, rest)) if ["sh", "bash", "zsh", "fish", "dash", "ksh"].contains(&shell) => {
+            (rest, true)
+        }
+        _ => (t, false),
+    };
     DEATHS.iter().any(|d| {
-        t.strip_prefix(d)
+        t.get(..d.len())
+            .filter(|head| *head == *d || (shell && head.eq_ignore_ascii_case(d)))
+            .map(|_| &t[d.len()..])
             .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', ':', '(']))
     }) || t.contains("(core dumped)")
 }
@@ -519,6 +529,25 @@ fn names_exception(t: &str) -> bool {
     let said = rest.starts_with(':') && !rest.starts_with("::");
     ((name.ends_with("Error") || name.ends_with("Exception")) && (rest.is_empty() || said))
         || (module_type(name) && rest.starts_with(": "))
+        || namespaced_type(t)
+}
+
+/// `Bundler::GemNotFound: Could not find ...`, `ActiveRecord::RecordNotFound: ...`: a type
+/// in a namespace written with `::` (Ruby, C++, PHP's `\` aside), then its message.
+fn namespaced_type(t: &str) -> bool {
+    let Some((name, _)) = t.split_once(": ") else {
+        return false;
+    };
+    let Some((_, ty)) = name.rsplit_once("::") else {
+        return false;
+    };
+    let ident =
+        |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    name.split("::").all(ident)
+        && ty.len() >= 4
+        && ((ty.starts_with(|c: char| c.is_ascii_uppercase())
+            && ty.bytes().any(|b| b.is_ascii_lowercase()))
+            || ty.ends_with("error"))
 }
 
 /// `psycopg2.errors.UniqueViolation`: a lowercase module path, then a type in CamelCase.
@@ -860,6 +889,12 @@ mod tests {
             "wget: unable to resolve host address 'mirror.example'",
             "Killed",
             "OOMKilled",
+            // A type in a `::` namespace (Ruby, C++), a shell's report of the program it
+            // lost.
+            "ActiveRecord::RecordNotFound: Couldn't find Invoice with 'id'=88",
+            "Bundler::GemNotFound: Could not find rake-13.0.6 in any of the sources",
+            "zsh: segmentation fault (core dumped)  ./bench --threads 8",
+            "bash: killed     python train.py --epochs 40",
         ] {
             assert!(line_score(line) >= 3, "{line}: {}", line_score(line));
             let out = format!("fetching\n  building step 2\n{line}\nwaiting\n");

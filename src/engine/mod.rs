@@ -40,6 +40,8 @@ mod merge;
 pub mod message;
 mod output_facts;
 mod phrases;
+#[cfg(test)]
+mod phrasings;
 mod placeholders;
 mod pretoken;
 mod products;

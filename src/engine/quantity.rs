@@ -73,7 +73,7 @@ const LIMIT_WORDS: &str = concat!(
 const SETTINGS: &str = concat!(
     "size sizes timeout timeouts ttl concurrency parallelism depth capacity interval ",
     "retention length width height backlog lifetime expiry ratio factor threshold ",
-    "precision scale port workers replicas retries",
+    "precision scale port workers replicas retries level",
 );
 
 /// Words between a setting and its value.
@@ -144,12 +144,16 @@ pub fn amount(text: &str) -> Option<Amount> {
 fn amount_at(words: &[&str], i: usize, spelled: bool) -> Option<Amount> {
     // `≤30`, `<200ms`: the bound glued to its number.
     let glued_bound = words[i].starts_with(['<', '>', '≤', '≥']);
-    let word =
-        words[i].trim_start_matches(['(', '~', '$', '≈', '[', '"', '\'', '<', '>', '=', '≤', '≥']);
+    let money = words[i]
+        .trim_start_matches(['(', '~', '≈'])
+        .starts_with(['$', '€', '£', '¥']);
+    let word = words[i].trim_start_matches([
+        '(', '~', '$', '€', '£', '¥', '≈', '[', '"', '\'', '<', '>', '=', '≤', '≥',
+    ]);
     let word = word.trim_end_matches([',', '.', ';', ':', ')', ']', '"', '\'', '!', '?']);
     let (digits, suffix) = split_number(word, spelled)?;
     let measure = if suffix.is_empty() {
-        unit_follows(words, i) || (digits > 0 && setting_before(words, i))
+        (money && digits > 0) || unit_follows(words, i) || (digits > 0 && setting_before(words, i))
     } else {
         is_unit(suffix, true) || unit_follows(words, i)
     };
@@ -332,6 +336,9 @@ mod tests {
             "we were billed 40 USD for the run",
             "it processes 75 requests per second at peak",
             "about thirty calls a minute",
+            "egress costs us €0.08 per gigabyte",
+            "the license is $1200 a seat",
+            "the target API level is 24",
         ] {
             assert_eq!(amount(s), Some(Amount::Measure), "{s}");
         }
