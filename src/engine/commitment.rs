@@ -1286,7 +1286,8 @@ const CHOSEN: &[&str] = &[
 ];
 
 /// "`ed25519` was picked for the signing keys", "`node:18` is pinned as the base
-/// image", "`nose` got ditched": an option chosen or turned down, told in the passive;
+/// image", "`nose` got ditched", "the split is fixed at 80/10/10": an option or a value
+/// chosen or turned down, told in the passive;
 /// not what code does to a value ("the row is selected by the query", "... when").
 fn chosen_passively(w: &[Word]) -> bool {
     (1..w.len()).any(|i| {
@@ -1303,9 +1304,30 @@ fn chosen_passively(w: &[Word]) -> bool {
             ]
             .contains(&n.low.as_str())
         });
-        auxiliary && CHOSEN.contains(&w[i].low.as_str()) && !by_code
+        // "The split is fixed at 80/10/10", "the pool is set to 8": a value chosen.
+        let valued = SET_AT.contains(&w[i].low.as_str())
+            && w
+                .get(i + 1)
+                .is_some_and(|n| ["at", "to", "on"].contains(&n.low.as_str()))
+            // "fixed at last" is a repair.
+            && w
+                .get(i + 2)
+                .is_none_or(|n| !["last", "first", "once"].contains(&n.low.as_str()));
+        auxiliary && (CHOSEN.contains(&w[i].low.as_str()) || valued) && !by_code
     })
 }
+
+/// Participles that, with "at", "to" or "on" after them, say a value was chosen: "fixed at
+/// 80/10/10", "locked to `v2`", "standardised on `ruff`".
+const SET_AT: &[&str] = &[
+    "fixed",
+    "set",
+    "locked",
+    "frozen",
+    "hardcoded",
+    "standardised",
+    "standardized",
+];
 
 /// "`msgspec` over `pydantic` for decoding", "`uvloop`, not the default loop", "`ruff` in
 /// place of `flake8`": a contrast that keeps one option and not the other.
@@ -1782,5 +1804,15 @@ mod tests {
     fn a_clause_of_its_own_does_not_weigh_a_step() {
         all_commit(&["Holding `openssl` at 3.0.13 until the FIPS module is certified."]);
         none_commit(&["Upgrading both `numpy` and `scipy` would cost a day of fixes."]);
+    }
+
+    #[test]
+    fn a_value_set_told_in_the_passive_commits() {
+        all_commit(&[
+            "The train/test split is fixed at 80/20 with seed 7.",
+            "The pool size is set to 16 for `prod`.",
+            "Lint rules are standardised on `ruff` across the repos.",
+        ]);
+        none_commit(&["The flaky `test_login` is fixed at last."]);
     }
 }

@@ -686,7 +686,9 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
             is_one_of(noun, NO_CHANGES) && !is_one_of(next_word(rest).0, NO_REPORTS)
         }
         // "It needs legal review", not "I need a review of this" (the speaker's own ask).
-        Rule::Gate => !same(before, "i") && gate_within(ahead, 4),
+        Rule::Gate => {
+            !same(before, "i") && (gate_within(ahead, 4) || routed(&text[at..end], behind))
+        }
         // "Ask before changing it", not "I asked before running it".
         Rule::Consult => !same(before, "i") && !same(before, "we") && change_after_before(ahead),
         // "Leave it be" ends its clause there; "leave it be changed" is no rule.
@@ -758,6 +760,23 @@ fn use_command(before: &str, after: &str, ahead: &str) -> bool {
     let clause = ahead.split(['.', '!', '?', ';', '\n']).next().unwrap_or("");
     let purpose = clause.split_whitespace().any(|w| same(w, "to"));
     commands(before) && !clause.trim().is_empty() && !purpose && !is_one_of(after, USE_NOT_COMMANDS)
+}
+
+/// "go through" said of changes: "schema changes go through Maria", "every deploy goes
+/// through the release train"; not a path through code ("the request goes through the
+/// proxy").
+fn routed(marker: &str, behind: &str) -> bool {
+    let clause = behind
+        .rsplit(['.', '!', '?', ';', ',', '\n', '\u{2014}'])
+        .next()
+        .unwrap_or(behind);
+    marker.starts_with("go")
+        && clause.split_whitespace().rev().take(4).any(|w| {
+            let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+            is_change(w)
+                || is_one_of(w, NO_CHANGES)
+                || is_one_of(w, &["anything", "everything", "all"])
+        })
 }
 
 /// Whether a verb whose previous word is `before` opens a command: the start of a
@@ -1796,5 +1815,14 @@ mod tests {
         assert!(is_constraint(
             "Files under `proto/gen/` are not hand-edited; run `buf generate` instead."
         ));
+    }
+
+    #[test]
+    fn changes_routed_through_someone_are_gated() {
+        all_new(&[
+            "All schema changes go through Maria.",
+            "Every deploy goes through the release train on Thursdays.",
+        ]);
+        assert!(!is_constraint("The request goes through the proxy first."));
     }
 }

@@ -2665,7 +2665,7 @@ mod tests {
         // to its rules and numbers, the message kept the number and lost them.
         for said in [
             "Customers still call the v1 endpoints in api/routes_v1.py every day.",
-            "The schema in db/schema_k4.sql is owned by the data team, changes go through them.",
+            "The colour tokens in ui/theme_k4.ts come from the brand team's design file.",
             "The rounding in money/round_c4.go was signed off by the auditors last week.",
             "Whatever else happens, payments_v3 keeps its current wire format.",
         ] {
