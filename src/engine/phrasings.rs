@@ -64,9 +64,9 @@ fn fresh_phrasings_of_each_kind_are_read_as_it() {
     // The least share read right, per file, in percent: what the tuning half reached
     // when it was written down (2026-11-29), so that a change that loses ground fails.
     const LEAST: &[(&str, usize)] = &[
-        ("constraint_yes.txt", 93),
+        ("constraint_yes.txt", 95),
         ("constraint_no.txt", 95),
-        ("decision_yes.txt", 85),
+        ("decision_yes.txt", 87),
         ("decision_no.txt", 95),
         ("number_yes.txt", 92),
         ("error_yes.txt", 94),
@@ -87,12 +87,13 @@ fn fresh_phrasings_of_each_kind_are_read_as_it() {
 }
 
 /// Counts, and nothing else, of the held-out half: `cargo test --lib held_out_half --
-/// --ignored --nocapture`. Its sentences are not to be read by whoever changes the
-/// readings (fixtures/phrasings/README.md).
+/// --ignored --nocapture` (`PHRASINGS_HALF=tune` counts the other). Its sentences are not
+/// to be read by whoever changes the readings (fixtures/phrasings/README.md).
 #[test]
 #[ignore = "a measurement, run by hand"]
 fn held_out_half_counted() {
-    for (file, total, wrong) in read_half("held") {
+    let half = std::env::var("PHRASINGS_HALF").unwrap_or_else(|_| "held".into());
+    for (file, total, wrong) in read_half(&half) {
         println!("{file}: {}/{total} read right", total - wrong.len());
     }
 }
