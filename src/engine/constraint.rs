@@ -44,7 +44,7 @@ enum Rule {
     Closing,
     /// "keep" (or "hold") to a quantity: "keep the batch to 500 rows"; or "keep" opening
     /// a command with what it keeps and how: "keep all timestamps in UTC", "keep the
-    /// README short" (not "keep going", "keep me posted").
+    /// README short", "keep it short" (not "keep going", "keep me posted", "keep it up").
     Keep,
     /// "nothing" that may change: "nothing under infra/ should be edited".
     Nothing,
@@ -868,6 +868,15 @@ fn keeps_a_state(ahead: &str) -> bool {
         .next()
         .unwrap_or("")
         .trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    // "Keep it short", "keep things simple": a pronoun, then the state it must keep.
+    if is_one_of(first, &["it", "them", "things", "everything"]) {
+        let state = ahead
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("")
+            .trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+        return is_one_of(state, KEPT_STATES);
+    }
     if first.is_empty() || is_one_of(first, KEEP_CARRIES_ON) || first.ends_with("ing") {
         return false;
     }
@@ -877,6 +886,35 @@ fn keeps_a_state(ahead: &str) -> bool {
         .unwrap_or("");
     clause.split_whitespace().count() >= 2
 }
+
+/// States a thing is kept in after "keep it": "keep it short", "keep them private".
+const KEPT_STATES: &[&str] = &[
+    "short",
+    "brief",
+    "simple",
+    "small",
+    "minimal",
+    "concise",
+    "private",
+    "internal",
+    "stable",
+    "lean",
+    "tight",
+    "focused",
+    "readable",
+    "compatible",
+    "backwards-compatible",
+    "offline",
+    "local",
+    "sorted",
+    "consistent",
+    "deterministic",
+    "boring",
+    "dependency-free",
+    "under",
+    "below",
+    "within",
+];
 
 /// Whether a verb in the past tense reports ("loaded", "finished"), not a verb whose
 /// base form ends so ("need", "embed", "proceed").
@@ -1824,5 +1862,17 @@ mod tests {
             "Every deploy goes through the release train on Thursdays.",
         ]);
         assert!(!is_constraint("The request goes through the proxy first."));
+    }
+
+    #[test]
+    fn keep_it_in_a_state_is_a_rule() {
+        all_new(&[
+            "Keep it short, the reviewers read these on their phones.",
+            "Please keep them private until the launch.",
+            "Keep things boring in the deploy scripts.",
+        ]);
+        for said in ["Keep it up!", "Keep it coming, this is great."] {
+            assert!(!is_constraint(said), "{said}");
+        }
     }
 }
