@@ -274,31 +274,32 @@ pub fn commits(sentence: &str) -> bool {
 /// prediction of an outcome ("the test will fail on `parse`", "it will print `None`") or
 /// of what something is ("this will be slow") commits to nothing.
 fn future_plan(w: &[Word]) -> bool {
+    // "there will be `X`", "there'll be `X`": a part of the work that will exist.
+    let be_named = |rest: &[Word]| rest.first().is_some_and(|x| x.low == "be") && named(rest);
     (0..w.len()).any(|i| {
-        let modal = match w[i].low.as_str() {
-            "will" | "shall" => i + 1,
-            "there'll" => return w.get(i + 1).is_some_and(|x| x.low == "be") && named(&w[i + 1..]),
-            "going" if i > 0 && ["is", "are"].contains(&w[i - 1].low.as_str()) => {
-                if w.get(i + 1).is_none_or(|x| x.low != "to") {
-                    return false;
-                }
-                i + 2
+        // Where the subject stands and where the verb after the modal does.
+        let (subject, modal) = match w[i].low.as_str() {
+            "will" | "shall" => (i.checked_sub(1), i + 1),
+            "there'll" => return be_named(&w[i + 1..]),
+            "going"
+                if i > 0
+                    && ["is", "are"].contains(&w[i - 1].low.as_str())
+                    && w.get(i + 1).is_some_and(|x| x.low == "to") =>
+            {
+                (i.checked_sub(2), i + 2)
             }
             _ => return false,
         };
         // The subject: a part of the work, not the agent (see [`agent_commits`]) nor what
         // a prediction is of.
-        let subject = i.checked_sub(1).map(|k| w[k].low.as_str());
-        let subject = if w[i].low == "going" {
-            i.checked_sub(2).map(|k| w[k].low.as_str())
-        } else {
-            subject
-        };
-        if subject.is_none_or(|s| PREDICTED.contains(&s)) {
+        let Some(subject) = subject.map(|k| w[k].low.as_str()) else {
             return false;
+        };
+        if subject == "there" {
+            return be_named(&w[modal..]);
         }
-        if i == 1 && w[0].low == "there" {
-            return w.get(modal).is_some_and(|x| x.low == "be") && named(&w[modal..]);
+        if PREDICTED.contains(&subject) {
+            return false;
         }
         let Some(verb) = w.get(modal) else {
             return false;
@@ -315,17 +316,16 @@ fn future_plan(w: &[Word]) -> bool {
             }
             let participle = next.low.ends_with("ed") || next.low.ends_with("en");
             return participle
-                && !OUTCOMES
+                && !lemmas(&next.low)
                     .iter()
-                    .any(|o| lemmas(&next.low).iter().any(|l| l == o))
+                    .any(|l| OUTCOMES.contains(&l.as_str()))
                 && after[1..]
                     .iter()
                     .take(4)
                     .any(|x| PLACING.contains(&x.low.as_str()))
                 && named(after);
         }
-        let lemma = lemmas(&verb.low);
-        let role = lemma
+        let role = lemmas(&verb.low)
             .iter()
             .any(|l| ROLES.contains(&l.as_str()) || ["rely", "use", "go"].contains(&l.as_str()));
         role && named(after)

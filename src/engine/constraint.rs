@@ -747,7 +747,7 @@ fn stays_put(before: &str, after: &str, rest: &str) -> bool {
 /// "should" with a bound after it, not any number: "uploads should stay under 25 MB",
 /// not "the page should show 2 decimals".
 fn should_bound(before: &str, ahead: &str) -> bool {
-    let clause = ahead.split(['.', '!', '?', ';', '\n']).next().unwrap_or("");
+    let clause = clause_ahead(ahead);
     !is_one_of(before, REPORT_SUBJECTS)
         && !same(before, "i")
         && super::quantity::amount(clause) == Some(super::quantity::Amount::Limit)
@@ -757,9 +757,14 @@ fn should_bound(before: &str, ahead: &str) -> bool {
 /// what to use for what ("Use `--force` to override", "use the arrow keys to scroll"),
 /// which a command's output says as often as a person.
 fn use_command(before: &str, after: &str, ahead: &str) -> bool {
-    let clause = ahead.split(['.', '!', '?', ';', '\n']).next().unwrap_or("");
+    let clause = clause_ahead(ahead);
     let purpose = clause.split_whitespace().any(|w| same(w, "to"));
     commands(before) && !clause.trim().is_empty() && !purpose && !is_one_of(after, USE_NOT_COMMANDS)
+}
+
+/// What `ahead` holds of the clause it starts: up to a sentence's end or a `;`.
+fn clause_ahead(ahead: &str) -> &str {
+    ahead.split(['.', '!', '?', ';', '\n']).next().unwrap_or("")
 }
 
 /// "go through" said of changes: "schema changes go through Maria", "every deploy goes

@@ -780,11 +780,13 @@ impl Digest<'_> {
             return;
         }
         let said = scan::shorten_fences(text, None);
-        let mut parts = kept_parts(&said);
-        if parts.iter().map(|p| p.len() + 1).sum::<usize>() > self.ask_head + self.ask_tail {
-            // A long message that names things everywhere: its rules and numbers alone.
-            parts = salient_parts(&said);
+        let mut tagged = parts_of(&said, true);
+        if tagged.iter().map(|(p, _)| p.len() + 1).sum::<usize>() > self.ask_head + self.ask_tail {
+            // A long message that names things everywhere: its rules and numbers alone
+            // (its [`salient_parts`]).
+            tagged.retain(|(_, only_named)| !only_named);
         }
+        let parts: Vec<Cow<'_, str>> = tagged.into_iter().map(|(part, _)| part).collect();
         let rules = redact(&parts.join(" ")).into_owned();
         item.rules = (!rules.is_empty()).then_some(rules);
         // Cut to its ends, the message may no longer say a rule or a limit it sets (one
@@ -1764,7 +1766,7 @@ fn rules_and_numbers(text: &str) -> String {
 /// something ([`quantity::amount`]: a limit, a size with its unit, a count or an id) in
 /// the clause that says what it counts, in their order.
 fn salient_parts(text: &str) -> Vec<Cow<'_, str>> {
-    parts_of(text, false)
+    untagged(parts_of(text, false))
 }
 
 /// What a message that sets a rule or states a number keeps of its words when it gives up
@@ -1774,10 +1776,16 @@ fn salient_parts(text: &str) -> Vec<Cow<'_, str>> {
 /// ("customers still call the v1 endpoints every day") still names what it is about, and is
 /// said once, where the greeting and the "carry on" around it name nothing.
 fn kept_parts(text: &str) -> Vec<Cow<'_, str>> {
-    parts_of(text, true)
+    untagged(parts_of(text, true))
 }
 
-fn parts_of(text: &str, named: bool) -> Vec<Cow<'_, str>> {
+fn untagged(parts: Vec<(Cow<'_, str>, bool)>) -> Vec<Cow<'_, str>> {
+    parts.into_iter().map(|(part, _)| part).collect()
+}
+
+/// The parts [`kept_parts`] keeps (`named`) or [`salient_parts`] does, each with whether
+/// it is one only for what it names.
+fn parts_of(text: &str, named: bool) -> Vec<(Cow<'_, str>, bool)> {
     // Each sentence's part, and whether it is one only for what it names.
     let mut parts: Vec<(Cow<'_, str>, bool)> = Vec::new();
     let mut rules = false;
@@ -1798,11 +1806,10 @@ fn parts_of(text: &str, named: bool) -> Vec<Cow<'_, str>> {
         }
     }
     // A rule found says what the message forbids or asks: its other sentences are not.
+    if rules {
+        parts.retain(|(_, only_named)| !only_named);
+    }
     parts
-        .into_iter()
-        .filter(|(_, only_named)| !(rules && *only_named))
-        .map(|(part, _)| part)
-        .collect()
 }
 
 /// The clause of `sentence` (between `,`, `;` and `:`) that holds its number, when that
