@@ -325,12 +325,32 @@ fn future_plan(w: &[Word]) -> bool {
                     .any(|x| PLACING.contains(&x.low.as_str()))
                 && named(after);
         }
-        let role = lemmas(&verb.low)
+        // "Errors will follow RFC 7807", "secrets will come from `vault`", "nginx will
+        // terminate TLS": any verb of what the part does, but for what happens to a
+        // value or what a prediction says of it ("will take a while", "will need `x`").
+        let verb_lemmas = lemmas(&verb.low);
+        let role = verb_lemmas
             .iter()
             .any(|l| ROLES.contains(&l.as_str()) || ["rely", "use", "go"].contains(&l.as_str()));
-        role && named(after)
+        let told = verb_lemmas
+            .iter()
+            .any(|l| OUTCOMES.contains(&l.as_str()) || FORECASTS.contains(&l.as_str()));
+        let plain = verb.mark.is_none() && verb.low.bytes().all(|b| b.is_ascii_lowercase());
+        (role || (plain && !told)) && named(after)
     })
 }
+
+/// Verbs after "will" that forecast rather than plan: "the build will take 5 minutes",
+/// "the job will need `jq`", "the page will look broken".
+const FORECASTS: &[&str] = &[
+    "take", "need", "cost", "look", "seem", "happen", "appear", "work", "finish", "complete",
+    "pass", "succeed", "change", "get", "have", "help", "cause", "affect", "not", "never",
+    "probably", "likely", "still", "also", "only", "just", "now", "then", "try", "want", "see",
+    "find", "notice", "hit", "reach", "crash", "time", "hang", "stop", "start", "continue",
+    "depend", "require", "match", "contain", "include", "mean", "end", "let", "tell", "say",
+    "report", "warn", "complain", "wait", "increase", "decrease", "grow", "drop", "rise", "fall",
+    "improve", "degrade", "slow", "speed", "shrink", "double",
+];
 
 /// Subjects of a prediction: "it will fail", "this will take a while", "you'll see".
 const PREDICTED: &[&str] = &[
@@ -365,6 +385,15 @@ const FROM_NOW: &[&[&str]] = &[
     &["for", "the", "rest", "of"],
     &["from", "the", "next", "release"],
     &["by", "default", "now"],
+    // What closes a sentence to say the choice stands: "... — going ahead with that",
+    // "... and leaving it there", "that's where it'll stay", "and keeping it that way".
+    &["going", "ahead", "with", "that"],
+    &["leaving", "it", "there"],
+    &["leave", "it", "there"],
+    &["where", "it'll", "stay"],
+    &["where", "it", "will", "stay"],
+    &["where", "it", "stays"],
+    &["it", "that", "way"],
 ];
 
 fn settled_from_now(w: &[Word]) -> bool {
@@ -1308,7 +1337,7 @@ fn chosen_passively(w: &[Word]) -> bool {
         let valued = SET_AT.contains(&w[i].low.as_str())
             && w
                 .get(i + 1)
-                .is_some_and(|n| ["at", "to", "on"].contains(&n.low.as_str()))
+                .is_some_and(|n| ["at", "to", "on", "as"].contains(&n.low.as_str()))
             // "fixed at last" is a repair.
             && w
                 .get(i + 2)
@@ -1327,6 +1356,7 @@ const SET_AT: &[&str] = &[
     "hardcoded",
     "standardised",
     "standardized",
+    "settled",
 ];
 
 /// "`msgspec` over `pydantic` for decoding", "`uvloop`, not the default loop", "`ruff` in
@@ -1390,7 +1420,26 @@ fn contrast_selects(w: &[Word]) -> bool {
     ]
     .iter()
     .any(|p| has_words(w, p));
-    over || not || phrase
+    over || not || phrase || picked_between(w)
+}
+
+/// "Between `sentry` and `rollbar`, `sentry`.", "Of pnpm and yarn, pnpm": the options
+/// weighed, then the one taken, named again after the comma.
+fn picked_between(w: &[Word]) -> bool {
+    let i = clause_start(w);
+    if !w
+        .get(i)
+        .is_some_and(|x| ["between", "of"].contains(&x.low.as_str()))
+    {
+        return false;
+    }
+    let Some(comma) = (i + 1..w.len().min(i + 10)).find(|&k| w[k].mark == Some(',')) else {
+        return false;
+    };
+    let weighed = &w[i + 1..=comma];
+    weighed.iter().any(|x| x.low == "and" || x.low == "or")
+        && w.get(comma + 1)
+            .is_some_and(|taken| taken.name && weighed.iter().any(|x| x.name && x.low == taken.low))
 }
 
 /// Adjectives that select whatever noun they stand before, or alone: "the cleanest", "a
@@ -1814,5 +1863,46 @@ mod tests {
             "Lint rules are standardised on `ruff` across the repos.",
         ]);
         none_commit(&["The flaky `test_login` is fixed at last."]);
+    }
+
+    #[test]
+    fn a_part_of_the_work_planned_with_any_verb_commits() {
+        all_commit(&[
+            "Log lines will carry `request_id` from the gateway down.",
+            "Thumbnails will come from `imgproxy`, not the app servers.",
+            "Every service will expose `/healthz` on its admin port.",
+            "Release notes will follow `keep-a-changelog` from the next tag.",
+        ]);
+        none_commit(&[
+            "The queue will grow by 10% a day at this rate on `kafka-3`.",
+            "The page will look broken on `Safari 15`.",
+            "The migration will need `psql` on the path.",
+            "The cache will probably speed up `GET /items` a lot.",
+        ]);
+    }
+
+    #[test]
+    fn the_option_taken_from_a_pair_named_again_commits() {
+        all_commit(&[
+            "Between `pnpm` and `yarn`, `pnpm`: the lockfile is smaller.",
+            "Of `jest` and `vitest`, `vitest`, since the config already uses Vite.",
+            "Between `zstd` or `lz4`, `lz4` for the hot path.",
+        ]);
+        none_commit(&[
+            "Between `pnpm` and `yarn`, neither handles the workspace links.",
+            "Of the two jobs, one timed out on `ci-large`.",
+        ]);
+    }
+
+    #[test]
+    fn a_choice_closed_by_saying_it_stands_commits() {
+        all_commit(&[
+            "Moving the retry logic into `net/retry.go` and leaving it there.",
+            "The feature flags now live in `flags.yaml`, and that's where it'll stay.",
+            "Pinning `tokio` at 1.38 and keeping it that way until the audit.",
+            "The export uses `parquet` files, going ahead with that.",
+            "The bucket naming is settled as `team-env-purpose`.",
+        ]);
+        none_commit(&["I left it there for a while and it still failed."]);
     }
 }

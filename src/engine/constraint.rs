@@ -78,6 +78,9 @@ enum Rule {
     Should,
     /// "use", "prefer" opening a command: "Use `pnpm` in this repo", "prefer `httpx`".
     Use,
+    /// "is to", "are to" with a step after it: "SSH access is to go through the bastion",
+    /// "all changes are to be reviewed"; not a goal or a plan told ("the goal is to ship").
+    Duty,
     /// "overwritten", "reverted", "wiped": a warning that changes will not last ("any
     /// manual edit will be reverted", "generated files get overwritten on every build"),
     /// not a report of what happened ("my edits were reverted").
@@ -219,6 +222,21 @@ const ALWAYS: &[&str] = &[
     "no matter what",
     "at all costs",
     "at any cost",
+    // Said to set what holds from here on: "from now on, every endpoint needs a test".
+    "from now on",
+    "going forward",
+    "moving forward",
+    // A thing that is another's to change: "the Android code is someone else's problem".
+    "someone else's",
+    "somebody else's",
+    // A rule named as one: "we have a standing policy that ...", "the rule is ...".
+    "standing policy",
+    "policy is to",
+    "policy is that",
+    "the rule is",
+    "house rule",
+    "ground rule",
+    "hard rule",
 ];
 
 const NEVER: &[&str] = &["never"];
@@ -243,6 +261,7 @@ const BEFORE: &[&str] = &["before"];
 const STAYS: &[&str] = &["stays", "remains", "stay", "remain"];
 const SHOULD: &[&str] = &["should"];
 const USE: &[&str] = &["use", "prefer"];
+const DUTY: &[&str] = &["is to", "are to"];
 const BOUND: &[&str] = &[
     "up to",
     "within",
@@ -274,6 +293,7 @@ const LIMIT: &[&str] = &[
     "maximum",
     "max",
     "allowance",
+    "deadline",
 ];
 const ONLY: &[&str] = &["only"];
 const CLOSING: &[&str] = &[
@@ -317,7 +337,23 @@ const CONSULT: &[&str] = &[
     "ping",
     "loop in",
 ];
-const LEAVE: &[&str] = &["be", "in place", "in peace"];
+const LEAVE: &[&str] = &[
+    "be",
+    "in place",
+    "in peace",
+    // "Leave the flag set to false", "leave the job switched off".
+    "set to",
+    "set at",
+    "turned off",
+    "turned on",
+    "switched off",
+    "switched on",
+    "disabled",
+    "enabled",
+    "pinned",
+    "where it is",
+    "where they are",
+];
 const LOST: &[&str] = &[
     "overwritten",
     "reverted",
@@ -380,6 +416,7 @@ const RULES: &[(Rule, &[&str])] = &[
     (Rule::Stays, STAYS),
     (Rule::Should, SHOULD),
     (Rule::Use, USE),
+    (Rule::Duty, DUTY),
 ];
 
 /// Verbs of changing something (and of using what is forbidden): what a prohibition
@@ -553,6 +590,14 @@ const NO_CHANGES: &[&str] = &[
     "renames",
     "rewrites",
     "upgrades",
+    "upgrade",
+    "downgrade",
+    "downgrades",
+    "migration",
+    "rename",
+    "rewrite",
+    "bump",
+    "bumps",
 ];
 
 /// Words between "no" and a change that say which ones ("no direct commits"); "no
@@ -618,7 +663,7 @@ const AROUND: usize = 120;
 /// Whether the marker at `at..end` sets a constraint by its rule.
 fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
     if rule == Rule::Always {
-        return true;
+        return !inferred(&text[at..end], window_after(text, end));
     }
     let ahead = window_after(text, end);
     let behind = window_before(text, at);
@@ -627,13 +672,18 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
     match rule {
         Rule::Always => true,
         // "It never loaded": a verb in the past after it reports.
+        // "It should never have shipped": what ought to have been, told after.
         Rule::Never => {
-            !is_one_of(before, NEVER_REPORTS) && !is_past(after) && !is_one_of(after, PAST_FORMS)
+            !is_one_of(before, NEVER_REPORTS)
+                && !is_past(after)
+                && !is_one_of(after, PAST_FORMS)
+                && !is_one_of(after, &["have", "has"])
         }
         Rule::Negation => negation(before, after) || thinks_of_a_change(after, &ahead[after_end..]),
         // "Nobody but the release manager touches it": who alone may change it.
         Rule::Without => {
             is_change(after)
+                || (same(after, "be") && is_change(next_word(&ahead[after_end..]).0))
                 || (is_one_of(after, EXCEPT) && change_within(&ahead[after_end..], 6))
                 || gate_within(ahead, 2)
         }
@@ -648,13 +698,21 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         }
         Rule::Bound => !measured(before) && quantity_within(ahead, 3),
         // "Cap the eval job's spend at $20 a day": a command's limit may close its clause.
+        // "The deadline for the API freeze is March 3": a deadline's date may end its
+        // clause.
         Rule::Limit => {
+            let reach = if same(&text[at..end], "deadline") || commands(before) {
+                12
+            } else {
+                6
+            };
+            // "The deadline slipped", "the budget ran out": what became of it, reported.
+            let reported = is_past(after) || is_one_of(after, PAST_FORMS);
             !measured(before)
-                && (quantity_within(ahead, 6)
-                    || quantity_before(behind)
-                    || (commands(before) && quantity_within(ahead, 12)))
+                && !reported
+                && (quantity_within(ahead, reach) || quantity_before(behind))
         }
-        Rule::Only => only(before, after),
+        Rule::Only => only(before, after, behind),
         Rule::Closing => after.is_empty(),
         Rule::Keep => {
             quantity_within(ahead, 4)
@@ -690,7 +748,12 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
             !same(before, "i") && (gate_within(ahead, 4) || routed(&text[at..end], behind))
         }
         // "Ask before changing it", not "I asked before running it".
-        Rule::Consult => !same(before, "i") && !same(before, "we") && change_after_before(ahead),
+        // "Whenever you change the limiter, ping Lena first".
+        Rule::Consult => {
+            !same(before, "i")
+                && !same(before, "we")
+                && (change_after_before(ahead) || consulted_first(behind, ahead))
+        }
         // "Leave it be" ends its clause there; "leave it be changed" is no rule.
         Rule::Leave => {
             leave_before(behind) && (!same(&text[at..end], "be") || next_word(ahead).0.is_empty())
@@ -703,8 +766,41 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         Rule::Stays => stays_put(before, after, &ahead[after_end..]),
         Rule::Should => should_bound(before, ahead),
         Rule::Use => use_command(before, after, ahead),
+        Rule::Duty => !is_one_of(before, INTENTS) && !is_one_of(after, &["say", "blame", "come"]),
     }
 }
+
+/// "must have" and a participle infers what happened ("clients must have hit the old
+/// endpoint"); "must have a ticket" still requires.
+fn inferred(marker: &str, ahead: &str) -> bool {
+    let (have, end) = next_word(ahead);
+    if !same(marker, "must") || !same(have, "have") {
+        return false;
+    }
+    let done = next_word(&ahead[end..]).0;
+    is_past(done) || is_one_of(done, PAST_FORMS) || is_one_of(done, PARTICIPLES)
+}
+
+/// Participles that end in no "-ed": after "must have" they infer.
+const PARTICIPLES: &[&str] = &[
+    "been",
+    "hit",
+    "seen",
+    "gone",
+    "done",
+    "run",
+    "taken",
+    "broken",
+    "written",
+    "forgotten",
+    "gotten",
+    "known",
+    "read",
+    "set",
+    "put",
+    "given",
+    "shown",
+];
 
 /// "can't" or "cannot" (`rest` what follows its next word, `after`): said to the
 /// listener ("you can't use the network"), of a change ("we cannot rename it", "it
@@ -762,6 +858,62 @@ fn use_command(before: &str, after: &str, ahead: &str) -> bool {
     commands(before) && !clause.trim().is_empty() && !purpose && !is_one_of(after, USE_NOT_COMMANDS)
 }
 
+/// Subjects of "is to" that tell a goal, a plan or a way rather than set a duty: "the
+/// goal is to ship", "the fix is to pin it", "this is to confirm".
+const INTENTS: &[&str] = &[
+    "goal",
+    "plan",
+    "idea",
+    "aim",
+    "point",
+    "purpose",
+    "task",
+    "job",
+    "step",
+    "option",
+    "fix",
+    "trick",
+    "answer",
+    "solution",
+    "way",
+    "thing",
+    "hope",
+    "intention",
+    "objective",
+    "target",
+    "priority",
+    "next",
+    "best",
+    "easiest",
+    "simplest",
+    "only",
+    "what",
+    "all",
+    "problem",
+    "question",
+    "reason",
+    "default",
+    "workaround",
+    "approach",
+    "strategy",
+    "mission",
+    "role",
+    "alternative",
+    "that",
+    "this",
+    "it",
+    "there",
+    "which",
+    "who",
+    "one",
+    "first",
+    "idea",
+    "dream",
+    "wish",
+    "challenge",
+    "key",
+];
+
 /// What `ahead` holds of the clause it starts: up to a sentence's end or a `;`.
 fn clause_ahead(ahead: &str) -> &str {
     ahead.split(['.', '!', '?', ';', '\n']).next().unwrap_or("")
@@ -787,7 +939,11 @@ fn routed(marker: &str, behind: &str) -> bool {
 /// Whether a verb whose previous word is `before` opens a command: the start of a
 /// sentence or a clause, or after a word that only softens or joins it.
 fn commands(before: &str) -> bool {
-    before.is_empty() || is_one_of(before, &["please", "always", "and", "just", "also", "so"])
+    before.is_empty()
+        || is_one_of(
+            before,
+            &["please", "always", "and", "just", "also", "so", "but"],
+        )
 }
 
 /// Where "stays" or "remains" puts a thing that must stay so: "stays on 4.2", "remains
@@ -821,7 +977,8 @@ const USE_NOT_COMMANDS: &[&str] = &[
 /// Past forms that end in no "-ed": after "never" they report ("we never had this").
 const PAST_FORMS: &[&str] = &[
     "had", "was", "were", "did", "saw", "got", "made", "went", "came", "knew", "ran", "took",
-    "found", "heard", "thought", "gave", "said", "told", "left", "felt", "seemed",
+    "found", "heard", "thought", "gave", "said", "told", "left", "felt", "seemed", "broke",
+    "began", "became", "lost", "sent", "built", "wrote", "spent", "fell", "grew", "shipped",
 ];
 
 /// Words in which someone gives their word on a change: a gate ([`GATE_WORDS`]) or a
@@ -956,6 +1113,28 @@ fn change_after_before(text: &str) -> bool {
     false
 }
 
+/// Whether a consult ("ping Lena") is asked for "first", in a sentence that names a change
+/// before it: "whenever you change the limiter, ping Lena first".
+fn consulted_first(behind: &str, ahead: &str) -> bool {
+    // A dot inside a name ("ratelimit.lua") ends no sentence.
+    let head = ["\n", ". ", "! ", "? "]
+        .iter()
+        .filter_map(|end| behind.rfind(end).map(|at| at + end.len()))
+        .max()
+        .map_or(behind, |at| &behind[at..]);
+    let [_, tail] = sentence_around(behind, ahead);
+    let first = tail.split_whitespace().any(|w| {
+        same(
+            w.trim_matches(|c: char| !c.is_ascii_alphanumeric()),
+            "first",
+        )
+    });
+    first
+        && head
+            .split_whitespace()
+            .any(|w| is_change(w.trim_matches(|c: char| !c.is_ascii_alphanumeric())))
+}
+
 /// Whether the clause before a warning names a change or a file a tool writes: "anything
 /// you change there", "manual edits", "the generated files".
 fn lost_change_before(behind: &str) -> bool {
@@ -1010,19 +1189,44 @@ fn thinks_of_a_change(verb: &str, rest: &str) -> bool {
     is_one_of(about, &["about", "of"]) && change_within(&rest[end..], 2)
 }
 
-/// "only" restricts ("use only the stdlib", "touch only src/"), unless it is part of a
-/// noun phrase, reports how something behaves, or reports a count.
-fn only(before: &str, after: &str) -> bool {
-    if is_one_of(before, ONLY_NOT_RULES) || is_verb_of(after, REPORT_VERBS) {
+/// "only" restricts ("use only the stdlib", "touch only src/", "only work inside
+/// `web/`"), unless it is part of a noun phrase, reports how something behaves ("it only
+/// works on CI", "it only broke after the upgrade", "we didn't run it, only on staging"),
+/// or reports a count.
+fn only(before: &str, after: &str, behind: &str) -> bool {
+    // Opening a command, a verb in its plain form is one: "Only work inside `web/`".
+    let command = commands(before) && is_one_of(after, REPORT_VERBS);
+    let reports = is_verb_of(after, REPORT_VERBS) || is_past(after) || is_one_of(after, PAST_FORMS);
+    if is_one_of(before, ONLY_NOT_RULES) || (reports && !command) || reported_before(behind) {
         return false;
     }
     !(is_quantity(after) && is_one_of(before, COUNT_REPORTS))
 }
 
-/// Whether "leave" (or "leaving") comes within the six words before, in the same
-/// sentence ("leave db/schema.sql alone": a dot inside a name ends nothing).
+/// Whether the sentence before a marker reports what was done: "we didn't run the
+/// migration on the replica, only ...".
+fn reported_before(behind: &str) -> bool {
+    let sentence = behind
+        .rsplit(['.', '!', '?', '\n'])
+        .next()
+        .unwrap_or(behind);
+    sentence.split_whitespace().any(|w| {
+        let w =
+            w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '\'' && c != '\u{2019}');
+        is_one_of(
+            w,
+            &[
+                "didn't", "did", "wasn't", "weren't", "was", "were", "hadn't",
+            ],
+        )
+    })
+}
+
+/// Whether "leave" (or "leaving") comes within the ten words before, in the same
+/// sentence ("leave db/schema.sql alone": a dot inside a name ends nothing; "leave the
+/// vendored copy of libsodium in third_party/ alone").
 fn leave_before(text: &str) -> bool {
-    for word in text.split_whitespace().rev().take(6) {
+    for word in text.split_whitespace().rev().take(10) {
         if word.ends_with(['.', '!', '?', ';', ':']) {
             return false;
         }
@@ -1879,5 +2083,56 @@ mod tests {
         for said in ["Keep it up!", "Keep it coming, this is great."] {
             assert!(!is_constraint(said), "{said}");
         }
+    }
+
+    #[test]
+    fn rules_said_as_a_duty_a_standing_change_or_a_deadline() {
+        all_new(&[
+            "Database access from laptops is to go through the VPN.",
+            "Hotfixes are to be tagged with the incident number.",
+            "From now on, each migration gets a rollback script in db/down/.",
+            "Going forward, every public function in sdk/ needs a docstring.",
+            "The firmware in boards/legacy/ is someone else's problem, leave it.",
+            "The hard deadline for the API freeze is March 3.",
+        ]);
+        assert!(is_constraint(
+            "We have a standing policy that prod data never lands in staging."
+        ));
+        for said in [
+            "The goal is to ship the export feature.",
+            "The fix is to pin the resolver version.",
+            "This is to confirm the backup ran last night.",
+            "The deadline slipped once already last quarter.",
+        ] {
+            assert!(!is_constraint(said), "{said}");
+        }
+    }
+
+    #[test]
+    fn rules_said_of_scope_or_of_a_thing_left_as_it_is() {
+        assert!(is_constraint(
+            "Only edit inside services/search; the rest belongs to other teams."
+        ));
+        all_new(&[
+            "Leave the generated protobuf stubs in api/gen/ alone.",
+            "Leave the `LEGACY_AUTH` toggle switched off in staging.",
+            "I'm happy with renames, but keep the REST paths backwards compatible.",
+            "Whenever you touch the billing cron, ping Ana in #payments first.",
+            "We won't be moving the mobile app to Kotlin 2 in this project.",
+            "Keep React on 17 for now, no upgrade to 18.",
+        ]);
+        for said in [
+            "The staging deploy only broke after the cert rotated.",
+            "We didn't patch the edge nodes, only the core ones.",
+            "The payment SDK should never have shipped with debug logging.",
+            "Someone must have rotated the key without telling us.",
+            "It only works when the VPN is up.",
+        ] {
+            assert!(!is_constraint(said), "{said}");
+        }
+        // "must have" with what it requires still requires.
+        assert!(is_constraint(
+            "Every deploy must have a ticket number in its message."
+        ));
     }
 }

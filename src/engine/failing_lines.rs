@@ -154,7 +154,61 @@ fn first_column_line(text: &str) -> Option<(usize, usize)> {
 }
 
 /// How much a line (without its indentation) says about a failure: 0 nothing, 7 the most.
+/// A line that counts no failure at all ("0 failed", "errors_total 0", "failed jobs:
+/// none") says nothing, unless a stronger form marks it a report.
 fn score(t: &str) -> u8 {
+    match scored(t) {
+        1..=3 if counts_none(t) => 0,
+        s => s,
+    }
+}
+
+/// Words a count of failures is said in.
+const FAILURE_COUNTED: &[&str] = &[
+    "fail",
+    "failed",
+    "failures",
+    "failure",
+    "error",
+    "errors",
+    "exception",
+    "exceptions",
+    "warning",
+    "warnings",
+    "fatal",
+];
+
+/// Whether every failure word of a line counts none: a zero right before or after it ("0
+/// failed", "0 records failed", "failed: 0"), or ending the line ("errors_total{svc=\"a\"} 0",
+/// "error_rate=0.00", "failed jobs: none", "Exception count (last 24h): 0").
+fn counts_none(t: &str) -> bool {
+    let words: Vec<&str> = t
+        .split(|c: char| c.is_whitespace() || "=:{},;()[]".contains(c))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let zero = |w: &str| {
+        let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+        w.eq_ignore_ascii_case("none")
+            || (!w.is_empty() && w.bytes().all(|b| b == b'0' || b == b'.') && w.starts_with('0'))
+    };
+    let failing: Vec<usize> = (0..words.len())
+        .filter(|&i| {
+            let w = words[i].to_ascii_lowercase();
+            let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_');
+            w.split('_').any(|part| FAILURE_COUNTED.contains(&part))
+        })
+        .collect();
+    let last_zero = words.last().is_some_and(|w| zero(w));
+    !failing.is_empty()
+        && failing.iter().all(|&i| {
+            // "0 failed", "0 records failed"; "failed: 0", "error_rate=0.00".
+            let near = i.saturating_sub(2)..(i + 2).min(words.len());
+            last_zero || near.into_iter().any(|j| j != i && zero(words[j]))
+        })
+}
+
+/// [`score`] before a count of none is taken into account.
+fn scored(t: &str) -> u8 {
     // A heading (`ERRORS:`, `=== FAILURES ===`) or a bare word says nothing on its own.
     let words = t
         .trim_matches(|c: char| !c.is_alphanumeric())
@@ -228,6 +282,9 @@ fn score(t: &str) -> u8 {
     let t = t.strip_prefix("Caused by: ").unwrap_or(t);
     if names_exception(t)
         || died(t)
+        || severity_in_brackets(t)
+        || K8S_FAILURES.iter().any(|r| t.contains(r))
+        || error_code_first(t)
         || t.starts_with("FAIL:")
         || t.starts_with("FAIL ")
         || t.starts_with("[ERROR] ")
@@ -437,6 +494,41 @@ const FAILURE_WORDS: &[&str] = &[
     "no such ",
     "timed out",
 ];
+
+/// A server's log line by its level: nginx's `2024/05/12 09:14:03 [emerg] 1#1: bind()
+/// failed`, Apache's `[error]`, `[crit]`.
+fn severity_in_brackets(t: &str) -> bool {
+    ["[emerg]", "[alert]", "[crit]", "[error]"]
+        .iter()
+        .any(|level| t.contains(level))
+}
+
+/// Why Kubernetes says a pod or a scheduling failed: `Reason: OOMKilled`, `Warning
+/// FailedScheduling ... 0/6 nodes are available`, `Back-off ... CrashLoopBackOff`.
+const K8S_FAILURES: &[&str] = &[
+    "OOMKilled",
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "FailedScheduling",
+    "FailedMount",
+    "FailedCreate",
+    "FailedAttachVolume",
+    "CreateContainerConfigError",
+    "Evicted",
+];
+
+/// A line led by an error code in capitals: `ERR_PNPM_OUTDATED_LOCKFILE  Cannot
+/// install`, `ERR_MODULE_NOT_FOUND`.
+fn error_code_first(t: &str) -> bool {
+    let first = t.split_whitespace().next().unwrap_or("");
+    let code = first.trim_end_matches(':');
+    code.len() > 4
+        && code.starts_with("ERR_")
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
 
 /// A program's own complaint: its name, a colon, and a failure said in words (`curl: (7)
 /// Failed to connect`, `go: cannot find main module`, `tar: Cannot open: No such file`).
@@ -698,6 +790,14 @@ static CANDIDATES: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
         "undefined reference",
         "ora-",
         "non-zero",
+        "[emerg]",
+        "[crit]",
+        "[alert]",
+        "oomkilled",
+        "backoff",
+        "errimagepull",
+        "evicted",
+        "err_",
         ": *** ",
         // pytest's detail lines, `E   assert 3 == 4`, and the Kotlin compiler's errors,
         // `e: Main.kt:3:9 ...`, at a line's start.
@@ -988,5 +1088,30 @@ mod tests {
         ] {
             assert!(line_score(line) < 2, "{line}");
         }
+    }
+
+    #[test]
+    fn server_and_cluster_reports_are_errors_and_counts_of_none_are_not() {
+        for line in [
+            "2025/01/07 10:02:11 [crit] 88#88: *1 connect() to unix:/run/php.sock failed",
+            "[Tue Jan 07 10:02:11 2025] [error] [client 10.1.2.3] File does not exist: /srv/www",
+            "  Reason:       OOMKilled",
+            "api-7d9c-xk2 0/1 CrashLoopBackOff 6 (2m ago) 9m",
+            "Warning  FailedMount  41s  kubelet  MountVolume.SetUp failed for volume \"certs\"",
+            "ERR_MODULE_NOT_FOUND Cannot find package 'zod' imported from /app/index.js",
+        ] {
+            assert!(line_score(line) >= 2, "{line}");
+        }
+        for line in [
+            "sync finished: 1200 rows copied, 0 rows failed",
+            "http_errors_total{route=\"/login\"} 0",
+            "Dead-letter queue (failed messages): none",
+            "warning_count=0 run=nightly",
+            "Unhandled exceptions since restart: 0",
+        ] {
+            assert!(line_score(line) < 2, "{line}");
+        }
+        // A line that names a failure outright stays one, whatever its numbers.
+        assert!(line_score("panic: runtime error: index out of range [0] with length 0") >= 2);
     }
 }

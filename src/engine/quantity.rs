@@ -32,7 +32,7 @@ const UNITS: &str = concat!(
     "b kb mb gb tb pb kib mib gib tib byte bytes bit bits kbps mbps gbps rps qps ",
     "tps rpm hz khz mhz ghz fps ops % percent pct ",
     // money and sizes on a screen or a scale
-    "usd eur gbp dollars euros cents px pt em rem dpi kg g km cm mm ",
+    "usd eur gbp dollars euros cents px pt em rem dpi kg g km cm mm °c °f ",
     // what work is counted in
     "token tokens char chars character characters line lines row rows record ",
     "records item items file files request requests req reqs call calls query ",
@@ -80,13 +80,13 @@ const SETTINGS: &str = concat!(
 const SETTING_LINKS: &str = "of is are = to :";
 
 /// How many words before a number a limit word may stand ("limit the pool to 8").
-const LIMIT_REACH: usize = 4;
+const LIMIT_REACH: usize = 5;
 
 /// Number words that stand for a number with a unit or a limit ("thirty per minute",
 /// "at most two retries"). Not "one": "one of the tests" is no quantity.
 const NUMBER_WORDS: &str = concat!(
     "two three four five six seven eight nine ten eleven twelve fifteen twenty ",
-    "thirty forty fifty sixty hundred thousand million billion dozen half ",
+    "thirty forty fifty sixty hundred thousand million billion dozen half quarter ",
 );
 
 /// A list above as a set, built once: asked of every number of every line of an output
@@ -237,6 +237,12 @@ pub fn is_unit(suffix: &str, glued: bool) -> bool {
         return !per.is_empty() && per.bytes().all(|c| c.is_ascii_alphabetic());
     }
     let unit = suffix.split('/').next().unwrap_or("");
+    // `°C`, `39°F`: a temperature, the degree sign glued to its scale's letter.
+    let unit = unit.strip_prefix('°').map_or(unit, |scale| match scale {
+        "C" | "c" => "°c",
+        "F" | "f" => "°f",
+        _ => unit,
+    });
     listed(&UNIT_SET, unit) || (glued && listed(&GLUED_SET, unit))
 }
 
@@ -244,11 +250,18 @@ pub fn is_unit(suffix: &str, glued: bool) -> bool {
 fn unit_follows(words: &[&str], i: usize) -> bool {
     let word = |j: usize| {
         words.get(j).map_or("", |w| {
-            w.trim_matches(|c: char| !c.is_alphanumeric() && c != '%' && c != '/')
+            w.trim_matches(|c: char| !c.is_alphanumeric() && !"%/°".contains(c))
         })
     };
     let next = word(i + 1);
     if is_unit(next, false) {
+        return true;
+    }
+    // "half a second", "a quarter of an hour"; "half of the tests" counts nothing.
+    let article = |w: &str| ["a", "an"].contains(&w);
+    if article(next) && is_unit(word(i + 2), false)
+        || next == "of" && article(word(i + 2)) && is_unit(word(i + 3), false)
+    {
         return true;
     }
     let after = word(i + 2).trim_end_matches('s');
@@ -429,5 +442,29 @@ mod tests {
             amount("Back in 2021, under the old plan."),
             Some(Amount::Count)
         );
+    }
+
+    #[test]
+    fn temperatures_and_fractions_in_words_are_measures() {
+        for s in [
+            "Keep the cold room at 4 °C or colder.",
+            "The probe reads 39°F at night.",
+            "The oven idles at 180 °C between batches.",
+            "Latency improved by half a second after the fix.",
+            "Syncing takes a quarter of an hour on the old NAS.",
+        ] {
+            assert_eq!(amount(s), Some(Amount::Measure), "{s}");
+        }
+        // A limit word five words before the number still bounds it.
+        assert_eq!(
+            amount("The minimum supported Node version is 18."),
+            Some(Amount::Limit)
+        );
+        for s in [
+            "Half of the tests are flaky.",
+            "A quarter of the team is out.",
+        ] {
+            assert_eq!(amount(s), None, "{s}");
+        }
     }
 }
