@@ -266,7 +266,63 @@ pub fn commits(sentence: &str) -> bool {
         || settled_from_now(&w)
         || opens_with_a_verdict(&w)
         || future_plan(&w)
+        || designated(&w)
 }
+
+/// "The branch for this work is `feat/tax-v2`", "our charting library for the report is
+/// `matplotlib`", "for the review, the framework is `thematic-analysis`": a part of the
+/// work, scoped by "for", said to be a named option. What something is for a case the
+/// work meets (an error, an output, a value printed) describes it instead.
+fn designated(w: &[Word]) -> bool {
+    let Some(is) = w.iter().position(|x| x.low == "is" || x.low == "are") else {
+        return false;
+    };
+    let named_next = w.get(is + 1).is_some_and(|x| x.name);
+    // "For the dashboards, the library is ...": the subject starts after the comma.
+    let start = (0..is)
+        .rev()
+        .find(|&k| w[k].mark == Some(','))
+        .map_or(clause_start(w), |k| k + 1);
+    let subject = &w[start..is];
+    let scoped = w[..is].iter().any(|x| x.low == "for");
+    let opened = subject
+        .first()
+        .is_some_and(|x| ["the", "our", "my"].contains(&x.low.as_str()));
+    let described = subject
+        .iter()
+        .any(|x| DESCRIBED.contains(&x.low.as_str()) || x.name);
+    named_next && scoped && opened && !described && subject.len() <= 8
+}
+
+/// Nouns whose value a sentence reports rather than chooses: "the error for this input is
+/// `KeyError`", "the output for `ls` is empty".
+const DESCRIBED: &[&str] = &[
+    "error",
+    "errors",
+    "output",
+    "result",
+    "results",
+    "value",
+    "response",
+    "reason",
+    "cause",
+    "problem",
+    "issue",
+    "bug",
+    "exception",
+    "status",
+    "message",
+    "log",
+    "logs",
+    "answer",
+    "return",
+    "type",
+    "size",
+    "count",
+    "total",
+    "difference",
+    "culprit",
+];
 
 /// "Server state will be managed by `react-query`", "navigation will go through
 /// `expo-router`", "there'll be one `Dockerfile`", "the log level will be `INFO`": what the
@@ -1357,6 +1413,7 @@ const SET_AT: &[&str] = &[
     "standardised",
     "standardized",
     "settled",
+    "assigned",
 ];
 
 /// "`msgspec` over `pydantic` for decoding", "`uvloop`, not the default loop", "`ruff` in
@@ -1904,5 +1961,21 @@ mod tests {
             "The bucket naming is settled as `team-env-purpose`.",
         ]);
         none_commit(&["I left it there for a while and it still failed."]);
+    }
+
+    #[test]
+    fn a_part_of_the_work_said_to_be_a_named_option_commits() {
+        all_commit(&[
+            "The branch for the rewrite is `feat/parser-v3`; every commit goes there.",
+            "Our queue for the webhooks is `rabbitmq`, with one exchange per tenant.",
+            "For the dashboards, the charting library is `plotly`.",
+            "The image for the workers is `python:3.12-slim`.",
+            "Overnight loads on that lane are assigned to `carrier_17`.",
+        ]);
+        none_commit(&[
+            "The error for an empty input is `ValueError`.",
+            "The output for `ls build/` is empty.",
+            "Is the branch for this `main` or `develop`?",
+        ]);
     }
 }

@@ -78,6 +78,9 @@ enum Rule {
     Should,
     /// "use", "prefer" opening a command: "Use `pnpm` in this repo", "prefer `httpx`".
     Use,
+    /// "whenever", "every time" with a command after the clause it opens: "whenever you
+    /// produce a forecast, show the 80% interval".
+    Habit,
     /// "is to", "are to" with a step after it: "SSH access is to go through the bastion",
     /// "all changes are to be reviewed"; not a goal or a plan told ("the goal is to ship").
     Duty,
@@ -237,6 +240,29 @@ const ALWAYS: &[&str] = &[
     "house rule",
     "ground rule",
     "hard rule",
+    "standing instruction",
+    "standing order",
+    "as a rule",
+    // What forbids, as a verb: "our agreement forbids joining ...", "the travel policy
+    // blacklists them".
+    "forbids",
+    "prohibits",
+    "bans",
+    "disallows",
+    "blacklists",
+    "blacklisted",
+    // Who or what alone: "writes go to staging and nowhere else".
+    "and nowhere else",
+    "and nobody else",
+    "and no one else",
+    "and nothing else",
+    // A step tied to every occurrence of another: "run the linter before every commit".
+    "before every",
+    "before each",
+    // For as long as the work goes on: "log every call, for the whole session".
+    "for the whole session",
+    "for the rest of the session",
+    "throughout the session",
 ];
 
 const NEVER: &[&str] = &["never"];
@@ -256,12 +282,13 @@ const REQUIREMENT: &[&str] = &[
     "isn't supposed to",
     "aren't supposed to",
 ];
-const STOP: &[&str] = &["stop", "quit", "cease"];
+const STOP: &[&str] = &["stop", "quit", "cease", "hold off on", "hold off"];
 const BEFORE: &[&str] = &["before"];
 const STAYS: &[&str] = &["stays", "remains", "stay", "remain"];
 const SHOULD: &[&str] = &["should"];
 const USE: &[&str] = &["use", "prefer"];
 const DUTY: &[&str] = &["is to", "are to"];
+const HABIT: &[&str] = &["whenever", "every time", "each time", "any time", "anytime"];
 const BOUND: &[&str] = &[
     "up to",
     "within",
@@ -326,6 +353,12 @@ const GATE: &[&str] = &[
 
 const CONSULT: &[&str] = &[
     "ask",
+    "run it past",
+    "run that past",
+    "escalate it to",
+    "tell",
+    "notify",
+    "inform",
     "check with",
     "consult",
     "talk to",
@@ -417,6 +450,7 @@ const RULES: &[(Rule, &[&str])] = &[
     (Rule::Should, SHOULD),
     (Rule::Use, USE),
     (Rule::Duty, DUTY),
+    (Rule::Habit, HABIT),
 ];
 
 /// Verbs of changing something (and of using what is forbidden): what a prohibition
@@ -719,8 +753,10 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
                 || (same(&text[at..end], "keep") && commands(before) && keeps_a_state(ahead))
         }
         // "Nothing should run as root", "nothing touches prod without a ticket".
+        // "Nothing departing after 10pm", "nothing over $200": a bound on what may be.
         Rule::Nothing => {
-            modal_change_within(ahead, 6)
+            quantity_within(ahead, 4)
+                || modal_change_within(ahead, 6)
                 || is_one_of(after, &["should", "may", "shall", "must", "gets"])
                 || (is_change(after) && !is_past(after))
         }
@@ -741,11 +777,19 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
                 let (then, then_end) = next_word(rest);
                 (noun, rest) = (then, &rest[then_end..]);
             }
-            is_one_of(noun, NO_CHANGES) && !is_one_of(next_word(rest).0, NO_REPORTS)
+            // "No entries without an invoice number": what may not be done without.
+            let without = clause_ahead(ahead)
+                .split_whitespace()
+                .take(4)
+                .any(|w| same(w, "without"));
+            (is_one_of(noun, NO_CHANGES) || without) && !is_one_of(next_word(rest).0, NO_REPORTS)
         }
         // "It needs legal review", not "I need a review of this" (the speaker's own ask).
         Rule::Gate => {
-            !same(before, "i") && (gate_within(ahead, 4) || routed(&text[at..end], behind))
+            !same(before, "i")
+                && (gate_within(ahead, 4)
+                    || routed(&text[at..end], behind)
+                    || (text[at..end].starts_with("need") && quantified(behind)))
         }
         // "Ask before changing it", not "I asked before running it".
         // "Whenever you change the limiter, ping Lena first".
@@ -759,22 +803,29 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
             leave_before(behind) && (!same(&text[at..end], "be") || next_word(ahead).0.is_empty())
         }
         Rule::Lost => is_one_of(before, LOST_AUXILIARIES) && lost_change_before(behind),
+        // "Stop rewriting the migrations", "hold off on touching the flags".
         Rule::Stop => {
             (commands(before) || is_one_of(before, &["you", "please"])) && is_change(after)
         }
+        // "Whenever a ticket mentions a chargeback, escalate it": a step asked for each
+        // time something happens, its command after the comma.
+        Rule::Habit => habit(ahead),
         Rule::Before => change_asked_before(behind, ahead),
         Rule::Stays => stays_put(before, after, &ahead[after_end..]),
-        Rule::Should => should_bound(before, ahead),
+        Rule::Should => should_bound(before, ahead) || quantified(behind),
         Rule::Use => use_command(before, after, ahead),
         Rule::Duty => !is_one_of(before, INTENTS) && !is_one_of(after, &["say", "blame", "come"]),
     }
 }
 
 /// "must have" and a participle infers what happened ("clients must have hit the old
-/// endpoint"); "must have a ticket" still requires.
+/// endpoint"), "shouldn't have" and one regrets it; "must have a ticket" still
+/// requires.
 fn inferred(marker: &str, ahead: &str) -> bool {
     let (have, end) = next_word(ahead);
-    if !same(marker, "must") || !same(have, "have") {
+    // "We shouldn't have promised that": a regret, told after.
+    let modal = is_one_of(marker, &["must", "should not", "shouldn't"]);
+    if !modal || !same(have, "have") {
         return false;
     }
     let done = next_word(&ahead[end..]).0;
@@ -856,6 +907,74 @@ fn use_command(before: &str, after: &str, ahead: &str) -> bool {
     let clause = clause_ahead(ahead);
     let purpose = clause.split_whitespace().any(|w| same(w, "to"));
     commands(before) && !clause.trim().is_empty() && !purpose && !is_one_of(after, USE_NOT_COMMANDS)
+}
+
+/// Whether the clause a "whenever" opens (`ahead`) is followed, after its comma, by a
+/// command: a word that is no subject of a statement ("whenever it rains, the job
+/// fails" reports; "every time I run it, it crashes" too).
+fn habit(ahead: &str) -> bool {
+    let sentence = ahead.split(['.', '!', '?', '\n']).next().unwrap_or("");
+    let Some((_, then)) = sentence.split_once(", ") else {
+        return false;
+    };
+    let first = then
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '\'');
+    !first.is_empty()
+        && first.starts_with(|c: char| c.is_ascii_lowercase())
+        && !is_one_of(first, STATEMENT_OPENINGS)
+        && !is_past(first)
+        && !is_one_of(first, PAST_FORMS)
+        && !first.ends_with('s')
+}
+
+/// Words that open a statement rather than a command after a clause.
+const STATEMENT_OPENINGS: &[&str] = &[
+    "it",
+    "i",
+    "we",
+    "they",
+    "he",
+    "she",
+    "you",
+    "the",
+    "a",
+    "an",
+    "this",
+    "that",
+    "there",
+    "our",
+    "my",
+    "its",
+    "their",
+    "his",
+    "her",
+    "your",
+    "these",
+    "those",
+    "something",
+    "nothing",
+    "everything",
+    "all",
+    "some",
+    "no",
+    "which",
+    "what",
+    "then",
+];
+
+/// Whether the clause before a "should" or a "needs" opens with a quantifier over its
+/// subject: "every query against `events` should have a date filter", "all new
+/// endpoints need an OpenAPI entry": a requirement on each of them.
+fn quantified(behind: &str) -> bool {
+    let clause = behind
+        .rsplit(['.', '!', '?', ';', ',', ':', '\n'])
+        .next()
+        .unwrap_or(behind);
+    let first = clause.split_whitespace().next().unwrap_or("");
+    is_one_of(first, &["every", "each", "all", "any"]) && clause.split_whitespace().count() <= 8
 }
 
 /// Subjects of "is to" that tell a goal, a plan or a way rather than set a duty: "the
@@ -1124,10 +1243,8 @@ fn consulted_first(behind: &str, ahead: &str) -> bool {
         .map_or(behind, |at| &behind[at..]);
     let [_, tail] = sentence_around(behind, ahead);
     let first = tail.split_whitespace().any(|w| {
-        same(
-            w.trim_matches(|c: char| !c.is_ascii_alphanumeric()),
-            "first",
-        )
+        let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+        same(w, "first") || same(w, "before")
     });
     first
         && head
@@ -2134,5 +2251,34 @@ mod tests {
         assert!(is_constraint(
             "Every deploy must have a ticket number in its message."
         ));
+    }
+
+    #[test]
+    fn rules_said_of_each_occurrence_or_of_who_alone() {
+        all_new(&[
+            "Whenever a build goes red on main, open an incident in #eng-oncall.",
+            "Every time a refund is over the limit, route it to Priya.",
+            "Each invoice needs a PO number before it is paid.",
+            "Every migration should ship with a down step in db/down/.",
+            "Hold off on touching the payment webhooks until the audit ends.",
+            "Deploys go through the release bot and nobody else.",
+            "Our contract with the lab prohibits sharing the raw scans outside the EU.",
+            "Run the formatter before every push to the shared branch.",
+            "Nothing over $300 a night for the hotels in Lisbon.",
+            "As a rule, cite the ticket id in each commit message.",
+            "If you modify the Helm chart in deploy/prod, tell Ravi before applying it.",
+        ]);
+        assert!(is_constraint(
+            "No purchase orders without a cost centre code."
+        ));
+        for said in [
+            "Whenever it rains, the delivery app slows down.",
+            "Every time I run the suite, it hangs on test_upload.",
+            "Each invoice needed a manual fix last month.",
+            "We shouldn't have merged that branch on a Friday.",
+            "Nothing happened after the restart.",
+        ] {
+            assert!(!is_constraint(said), "{said}");
+        }
     }
 }
