@@ -270,27 +270,39 @@ pub fn commits(sentence: &str) -> bool {
 }
 
 /// "The branch for this work is `feat/tax-v2`", "our charting library for the report is
-/// `matplotlib`", "for the review, the framework is `thematic-analysis`": a part of the
-/// work, scoped by "for", said to be a named option. What something is for a case the
-/// work meets (an error, an output, a value printed) describes it instead.
+/// `matplotlib`", "for the review, the framework is `thematic-analysis`", "the hotel for
+/// Munich is the Mercure", "Storage for big files: the `bulk-archive` bucket": a part of
+/// the work, scoped by "for", said (or labelled) to be a named option. What something is
+/// for a case the work meets (an error, an output, a value printed) describes it instead.
 fn designated(w: &[Word]) -> bool {
-    let Some(is) = w.iter().position(|x| x.low == "is" || x.low == "are") else {
+    // The link: "is", "are", or the colon closing a label.
+    let Some(link) = w
+        .iter()
+        .position(|x| x.low == "is" || x.low == "are" || x.mark == Some(':'))
+    else {
         return false;
     };
-    let named_next = w.get(is + 1).is_some_and(|x| x.name);
+    let labelled = w[link].mark == Some(':');
+    let after = link + 1;
+    // One article may come before the option: "is the Mercure", ": the `bulk` bucket".
+    let skip = w
+        .get(after)
+        .is_some_and(|x| ["the", "a", "an"].contains(&x.low.as_str()));
+    let named_next = w.get(after + usize::from(skip)).is_some_and(|x| x.name);
     // "For the dashboards, the library is ...": the subject starts after the comma.
-    let start = (0..is)
+    let start = (0..link)
         .rev()
         .find(|&k| w[k].mark == Some(','))
         .map_or(clause_start(w), |k| k + 1);
-    let subject = &w[start..is];
-    let scoped = w[..is].iter().any(|x| x.low == "for");
-    let opened = subject
-        .first()
-        .is_some_and(|x| ["the", "our", "my"].contains(&x.low.as_str()));
-    let described = subject
-        .iter()
-        .any(|x| DESCRIBED.contains(&x.low.as_str()) || x.name);
+    let end = if labelled { link + 1 } else { link };
+    let subject = &w[start..end];
+    let scoped = w[..end].iter().any(|x| x.low == "for");
+    // A label stands alone ("Hotel for Munich:"); a sentence's subject is definite.
+    let opened = labelled
+        || subject
+            .first()
+            .is_some_and(|x| ["the", "our", "my"].contains(&x.low.as_str()));
+    let described = subject.iter().any(|x| DESCRIBED.contains(&x.low.as_str()));
     named_next && scoped && opened && !described && subject.len() <= 8
 }
 
@@ -1971,11 +1983,16 @@ mod tests {
             "For the dashboards, the charting library is `plotly`.",
             "The image for the workers is `python:3.12-slim`.",
             "Overnight loads on that lane are assigned to `carrier_17`.",
+            "The venue for the offsite is the Hotel Arts, two nights.",
+            "Caching for the search API: the `edge-kv` store, 60 s per key.",
+            "Courier for the Leeds orders: DPD Local, next-day before noon.",
         ]);
         none_commit(&[
             "The error for an empty input is `ValueError`.",
             "The output for `ls build/` is empty.",
             "Is the branch for this `main` or `develop`?",
+            "Output for `make test`: 3 failures in `test_io`.",
+            "Logs for the nightly job: `/var/log/etl.log`.",
         ]);
     }
 }
