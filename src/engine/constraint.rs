@@ -710,7 +710,6 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
         Rule::Never => {
             !is_one_of(before, NEVER_REPORTS)
                 && !is_past(after)
-                && !is_one_of(after, PAST_FORMS)
                 && !is_one_of(after, &["have", "has"])
         }
         Rule::Negation => negation(before, after) || thinks_of_a_change(after, &ahead[after_end..]),
@@ -741,7 +740,7 @@ fn holds(rule: Rule, text: &str, at: usize, end: usize) -> bool {
                 6
             };
             // "The deadline slipped", "the budget ran out": what became of it, reported.
-            let reported = is_past(after) || is_one_of(after, PAST_FORMS);
+            let reported = is_past(after);
             !measured(before)
                 && !reported
                 && (quantity_within(ahead, reach) || quantity_before(behind))
@@ -829,7 +828,7 @@ fn inferred(marker: &str, ahead: &str) -> bool {
         return false;
     }
     let done = next_word(&ahead[end..]).0;
-    is_past(done) || is_one_of(done, PAST_FORMS) || is_one_of(done, PARTICIPLES)
+    is_past(done) || is_one_of(done, PARTICIPLES)
 }
 
 /// Participles that end in no "-ed": after "must have" they infer.
@@ -913,7 +912,7 @@ fn use_command(before: &str, after: &str, ahead: &str) -> bool {
 /// command: a word that is no subject of a statement ("whenever it rains, the job
 /// fails" reports; "every time I run it, it crashes" too).
 fn habit(ahead: &str) -> bool {
-    let sentence = ahead.split(['.', '!', '?', '\n']).next().unwrap_or("");
+    let [_, sentence] = sentence_around("", ahead);
     let Some((_, then)) = sentence.split_once(", ") else {
         return false;
     };
@@ -926,7 +925,6 @@ fn habit(ahead: &str) -> bool {
         && first.starts_with(|c: char| c.is_ascii_lowercase())
         && !is_one_of(first, STATEMENT_OPENINGS)
         && !is_past(first)
-        && !is_one_of(first, PAST_FORMS)
         && !first.ends_with('s')
 }
 
@@ -1026,7 +1024,6 @@ const INTENTS: &[&str] = &[
     "who",
     "one",
     "first",
-    "idea",
     "dream",
     "wish",
     "challenge",
@@ -1093,11 +1090,12 @@ const USE_NOT_COMMANDS: &[&str] = &[
     "what",
 ];
 
-/// Past forms that end in no "-ed": after "never" they report ("we never had this").
+/// Past forms that end in no "-ed" ([`is_past`]): after "never" they report ("we never
+/// had this").
 const PAST_FORMS: &[&str] = &[
     "had", "was", "were", "did", "saw", "got", "made", "went", "came", "knew", "ran", "took",
-    "found", "heard", "thought", "gave", "said", "told", "left", "felt", "seemed", "broke",
-    "began", "became", "lost", "sent", "built", "wrote", "spent", "fell", "grew", "shipped",
+    "found", "heard", "thought", "gave", "said", "told", "left", "felt", "broke", "began",
+    "became", "lost", "sent", "built", "wrote", "spent", "fell", "grew",
 ];
 
 /// Words in which someone gives their word on a change: a gate ([`GATE_WORDS`]) or a
@@ -1114,12 +1112,23 @@ const WORD_GIVEN: &[&str] = &[
     "ping",
 ];
 
-/// The sentence a marker stands in, from what lies on each side of it.
+/// The sentence a marker stands in, from what lies on each side of it. A `.`, `!` or `?`
+/// ends it before a space or at the text's end, a line break anywhere: a dot inside a
+/// name ("ratelimit.lua", "v2.1") ends nothing.
 fn sentence_around<'a>(behind: &'a str, ahead: &'a str) -> [&'a str; 2] {
-    let ends = ['.', '!', '?', '\n'];
-    let head = behind.rsplit(ends).next().unwrap_or(behind);
-    let tail = ahead.split(ends).next().unwrap_or(ahead);
-    [head, tail]
+    let ends_at = |text: &str, i: usize| {
+        let b = text.as_bytes();
+        b[i] == b'\n'
+            || (b".!?".contains(&b[i]) && b.get(i + 1).is_none_or(|n| n.is_ascii_whitespace()))
+    };
+    let start = (0..behind.len())
+        .rev()
+        .find(|&i| ends_at(behind, i))
+        .map_or(0, |i| i + 1);
+    let end = (0..ahead.len())
+        .find(|&i| ends_at(ahead, i))
+        .unwrap_or(ahead.len());
+    [&behind[start..], &ahead[..end]]
 }
 
 /// Whether a sentence asks for someone's word: their approval, a check with them.
@@ -1197,13 +1206,14 @@ const KEPT_STATES: &[&str] = &[
     "within",
 ];
 
-/// Whether a verb in the past tense reports ("loaded", "finished"), not a verb whose
-/// base form ends so ("need", "embed", "proceed").
+/// Whether a verb in the past tense reports ("loaded", "finished", "broke"), not a verb
+/// whose base form ends so ("need", "embed", "proceed").
 fn is_past(word: &str) -> bool {
-    word.len() > 4
+    let regular = word.len() > 4
         && word.ends_with("ed")
         && !word.ends_with("eed")
-        && !is_one_of(word, &["embed", "shred"])
+        && !is_one_of(word, &["embed", "shred"]);
+    regular || is_one_of(word, PAST_FORMS)
 }
 
 /// Whether "before" comes within the clause's next eight words, a change within three
@@ -1235,13 +1245,7 @@ fn change_after_before(text: &str) -> bool {
 /// Whether a consult ("ping Lena") is asked for "first", in a sentence that names a change
 /// before it: "whenever you change the limiter, ping Lena first".
 fn consulted_first(behind: &str, ahead: &str) -> bool {
-    // A dot inside a name ("ratelimit.lua") ends no sentence.
-    let head = ["\n", ". ", "! ", "? "]
-        .iter()
-        .filter_map(|end| behind.rfind(end).map(|at| at + end.len()))
-        .max()
-        .map_or(behind, |at| &behind[at..]);
-    let [_, tail] = sentence_around(behind, ahead);
+    let [head, tail] = sentence_around(behind, ahead);
     let first = tail.split_whitespace().any(|w| {
         let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric());
         same(w, "first") || same(w, "before")
@@ -1313,7 +1317,7 @@ fn thinks_of_a_change(verb: &str, rest: &str) -> bool {
 fn only(before: &str, after: &str, behind: &str) -> bool {
     // Opening a command, a verb in its plain form is one: "Only work inside `web/`".
     let command = commands(before) && is_one_of(after, REPORT_VERBS);
-    let reports = is_verb_of(after, REPORT_VERBS) || is_past(after) || is_one_of(after, PAST_FORMS);
+    let reports = is_verb_of(after, REPORT_VERBS) || is_past(after);
     if is_one_of(before, ONLY_NOT_RULES) || (reports && !command) || reported_before(behind) {
         return false;
     }
@@ -1323,10 +1327,7 @@ fn only(before: &str, after: &str, behind: &str) -> bool {
 /// Whether the sentence before a marker reports what was done: "we didn't run the
 /// migration on the replica, only ...".
 fn reported_before(behind: &str) -> bool {
-    let sentence = behind
-        .rsplit(['.', '!', '?', '\n'])
-        .next()
-        .unwrap_or(behind);
+    let [sentence, _] = sentence_around(behind, "");
     sentence.split_whitespace().any(|w| {
         let w =
             w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '\'' && c != '\u{2019}');

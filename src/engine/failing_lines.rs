@@ -191,20 +191,22 @@ fn counts_none(t: &str) -> bool {
         w.eq_ignore_ascii_case("none")
             || (!w.is_empty() && w.bytes().all(|b| b == b'0' || b == b'.') && w.starts_with('0'))
     };
-    let failing: Vec<usize> = (0..words.len())
-        .filter(|&i| {
-            let w = words[i].to_ascii_lowercase();
-            let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_');
-            w.split('_').any(|part| FAILURE_COUNTED.contains(&part))
-        })
-        .collect();
+    let failing = |w: &str| {
+        let w = w.to_ascii_lowercase();
+        let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_');
+        w.split('_').any(|part| FAILURE_COUNTED.contains(&part))
+    };
     let last_zero = words.last().is_some_and(|w| zero(w));
-    !failing.is_empty()
-        && failing.iter().all(|&i| {
-            // "0 failed", "0 records failed"; "failed: 0", "error_rate=0.00".
-            let near = i.saturating_sub(2)..(i + 2).min(words.len());
-            last_zero || near.into_iter().any(|j| j != i && zero(words[j]))
-        })
+    let mut any = false;
+    for i in (0..words.len()).filter(|&i| failing(words[i])) {
+        any = true;
+        // "0 failed", "0 records failed"; "failed: 0", "error_rate=0.00".
+        let near = i.saturating_sub(2)..(i + 2).min(words.len());
+        if !last_zero && !near.into_iter().any(|j| j != i && zero(words[j])) {
+            return false;
+        }
+    }
+    any
 }
 
 /// [`score`] before a count of none is taken into account.
