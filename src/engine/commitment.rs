@@ -12,6 +12,8 @@
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
+use super::verbs;
+
 /// Verbs that, after "let's" or "I'll", narrate the next step of exploring rather than
 /// decide anything: "Let's open the file", "I'll run the tests".
 pub(super) const NARRATION_VERBS: &[&str] = &[
@@ -835,54 +837,6 @@ const THINKING_VERBS: &[&str] = &[
     "return",
 ];
 
-/// Irregular forms of the verbs read here, with their base.
-const IRREGULAR: &[(&str, &str)] = &[
-    ("ran", "run"),
-    ("saw", "see"),
-    ("seen", "see"),
-    ("found", "find"),
-    ("took", "take"),
-    ("taken", "take"),
-    ("began", "begin"),
-    ("begun", "begin"),
-    ("went", "go"),
-    ("gone", "go"),
-    ("did", "do"),
-    ("done", "do"),
-    ("had", "have"),
-    ("has", "have"),
-    ("made", "make"),
-    ("got", "get"),
-    ("gotten", "get"),
-    ("gave", "give"),
-    ("given", "give"),
-    ("wrote", "write"),
-    ("written", "write"),
-    ("thought", "think"),
-    ("knew", "know"),
-    ("known", "know"),
-    ("felt", "feel"),
-    ("meant", "mean"),
-    ("understood", "understand"),
-    ("said", "say"),
-    ("told", "tell"),
-    ("kept", "keep"),
-    ("chose", "choose"),
-    ("chosen", "choose"),
-    ("stuck", "stick"),
-    ("left", "leave"),
-    ("fell", "fall"),
-    ("fallen", "fall"),
-    ("forgot", "forget"),
-    ("learnt", "learn"),
-    ("is", "be"),
-    ("was", "be"),
-    ("were", "be"),
-    ("been", "be"),
-    ("am", "be"),
-    ("are", "be"),
-];
-
 /// The base forms `word` may be an inflection of: itself, without -s, -es, -ed, -d, -ing
 /// (with a dropped `e` put back, a doubled consonant undone, `i` back to `y`), and its
 /// irregular base.
@@ -906,7 +860,7 @@ fn lemmas(word: &str) -> Vec<String> {
             stem(s);
         }
     }
-    if let Some(&(_, base)) = IRREGULAR.iter().find(|(form, _)| *form == word) {
+    if let Some(base) = verbs::base_of(word) {
         out.push(base.to_string());
     }
     out
@@ -1050,9 +1004,7 @@ fn commits_after_subject(w: &[Word], mut at: usize, mut be: bool) -> bool {
         return false;
     };
     // "We have three failing tests": "have" with no participle after it owns, not does.
-    let participle = verb.ends_with("ed")
-        || verb.ends_with("en")
-        || IRREGULAR.iter().any(|(form, _)| *form == verb);
+    let participle = verb.ends_with("ed") || verb.ends_with("en") || verbs::base_of(verb).is_some();
     if (be && !verb.ends_with("ing"))
         || (had && !participle)
         || AUXILIARIES.contains(&verb)

@@ -8,6 +8,7 @@
 use std::sync::LazyLock;
 
 use super::phrases::Phrases;
+use super::verbs;
 
 /// What a marker needs around it to set a constraint.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -828,29 +829,8 @@ fn inferred(marker: &str, ahead: &str) -> bool {
         return false;
     }
     let done = next_word(&ahead[end..]).0;
-    is_past(done) || is_one_of(done, PARTICIPLES)
+    is_past(done) || verbs::is_participle(done)
 }
-
-/// Participles that end in no "-ed": after "must have" they infer.
-const PARTICIPLES: &[&str] = &[
-    "been",
-    "hit",
-    "seen",
-    "gone",
-    "done",
-    "run",
-    "taken",
-    "broken",
-    "written",
-    "forgotten",
-    "gotten",
-    "known",
-    "read",
-    "set",
-    "put",
-    "given",
-    "shown",
-];
 
 /// "can't" or "cannot" (`rest` what follows its next word, `after`): said to the
 /// listener ("you can't use the network"), of a change ("we cannot rename it", "it
@@ -1090,14 +1070,6 @@ const USE_NOT_COMMANDS: &[&str] = &[
     "what",
 ];
 
-/// Past forms that end in no "-ed" ([`is_past`]): after "never" they report ("we never
-/// had this").
-const PAST_FORMS: &[&str] = &[
-    "had", "was", "were", "did", "saw", "got", "made", "went", "came", "knew", "ran", "took",
-    "found", "heard", "thought", "gave", "said", "told", "left", "felt", "broke", "began",
-    "became", "lost", "sent", "built", "wrote", "spent", "fell", "grew",
-];
-
 /// Words in which someone gives their word on a change: a gate ([`GATE_WORDS`]) or a
 /// question put to them.
 const WORD_GIVEN: &[&str] = &[
@@ -1213,7 +1185,7 @@ fn is_past(word: &str) -> bool {
         && word.ends_with("ed")
         && !word.ends_with("eed")
         && !is_one_of(word, &["embed", "shred"]);
-    regular || is_one_of(word, PAST_FORMS)
+    regular || verbs::is_past(word)
 }
 
 /// Whether "before" comes within the clause's next eight words, a change within three

@@ -54,6 +54,7 @@ mod scan;
 pub mod summary;
 pub mod tokens;
 mod validate;
+mod verbs;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
