@@ -781,9 +781,11 @@ impl Digest<'_> {
         }
         let said = scan::shorten_fences(text, None);
         let mut tagged = parts_of(&said, true);
-        if tagged.iter().map(|(p, _)| p.len() + 1).sum::<usize>() > self.ask_head + self.ask_tail {
+        let named = tagged.iter().map(|(p, _)| p.len() + 1).sum::<usize>();
+        if said.len() > ASIDE_CHARS && named > self.ask_head + self.ask_tail {
             // A long message that names things everywhere: its rules and numbers alone
-            // (its [`salient_parts`]).
+            // (its [`salient_parts`]). Not a word in passing, however small the budget
+            // that scales the bound: what its few sentences name is said once.
             tagged.retain(|(_, only_named)| !only_named);
         }
         let parts: Vec<Cow<'_, str>> = tagged.into_iter().map(|(part, _)| part).collect();
@@ -1812,6 +1814,10 @@ fn parts_of(text: &str, named: bool) -> Vec<(Cow<'_, str>, bool)> {
     parts
 }
 
+/// A user message this short is a word in passing (a person's interjection is a few
+/// sentences): never one that names things everywhere.
+const ASIDE_CHARS: usize = 600;
+
 /// The clause of `sentence` (between `,`, `;` and `:`) that holds its number, when that
 /// says enough on its own ("the nightly import handles 749540 rows"); else the sentence.
 fn number_clause(sentence: &str) -> &str {
@@ -2684,16 +2690,20 @@ mod tests {
                      a lot, and have a good evening.")},
                 {"role": "assistant", "content": "Decision: we keep the existing cache and drop the prefetch_q7 layer."},
             ]));
-            // A message may take a quarter of this budget: cut to its ends, it keeps
-            // its rules, numbers and what it names.
-            let budget = 600;
-            let d = digest(None, &turns, budget);
-            assert!(d.len() <= budget, "{d}");
-            for fact in [said, "749540", "prefetch_q7"] {
-                assert!(d.contains(fact), "{fact:?} missing in\n{d}");
+            // A message may take a quarter of these budgets: cut to its ends, it keeps
+            // its rules, numbers and what it names. At the smaller, what it names is more
+            // than a quarter: a word in passing keeps it still, where a long message
+            // naming things everywhere would keep its rules and numbers alone.
+            for budget in [600, 300] {
+                let d = digest(None, &turns, budget);
+                assert!(d.len() <= budget, "{d}");
+                for fact in [said, "749540", "prefetch_q7"] {
+                    assert!(d.contains(fact), "{fact:?} missing in\n{d}");
+                }
+                // The request gave up its small talk (the previews of the last turns
+                // quote it).
+                assert!(!d.lines().any(|l| l.starts_with("- Quick note")), "{d}");
             }
-            // The request gave up its small talk (the previews of the last turns quote it).
-            assert!(!d.lines().any(|l| l.starts_with("- Quick note")), "{d}");
         }
     }
 
