@@ -1202,6 +1202,13 @@ impl Digest<'_> {
         let paths = PathNames::of(&self.items);
         let echoed = paths.echoed(&self.items);
         left.drop(&mut self.items, &order, |i, _| echoed[i]);
+        // A sentence of the user's that names something, beside a number they stated, is
+        // said once; an older plain request, a later turn usually says again. A rule in
+        // a wording no reading knows is such a sentence, and is kept the longer for it.
+        left.drop(&mut self.items, &order, |i, item| {
+            !spared[i] && item.tier <= Tier::Ask
+        });
+        left.shorten_to_salient(&mut self.items);
         left.drop(&mut self.items, &order, |_, _| true);
         // Items go whole, oldest first, so the last one dropped may leave more room than
         // the excess it had to cover: a smaller one dropped before it fits there again
@@ -1432,7 +1439,8 @@ impl Left {
         // A message that sets a rule keeps its rules and its numbers before any fact of
         // the same rank is given up: its other words (a greeting, a pasted token, "carry
         // on") say least per character. Where no reading found a rule in it, it keeps
-        // what it names too ([`kept_parts`]), given up next.
+        // what it names too ([`kept_parts`]), given up after the older plain requests
+        // ([`Left::shorten_to_salient`]).
         self.shorten(items, |item| {
             // A rule, or a message that states a number.
             let holds = item.tier == Tier::Rule || item.rules.is_some();
@@ -1447,11 +1455,6 @@ impl Left {
             let bare = salient_parts(&rules).join(" ");
             item.rules = (shorter && !bare.is_empty() && bare.len() < rules.len()).then_some(bare);
             shorter.then_some(rules)
-        });
-        // What such a message names besides its rules and numbers goes next, still before
-        // a fact is given up whole.
-        self.shorten(items, |item| {
-            item.rules.take().filter(|_| item.section == Section::Asks)
         });
         // A long decision gives up its end before a fact is dropped whole: its first
         // words state it (the rest is mostly the reasoning, or the next sentence run on
@@ -1478,6 +1481,15 @@ impl Left {
                 .filter(|p| commitment::names_something(p))
                 .collect();
             (!named.is_empty() && named.len() < parts.len()).then(|| named.join(" "))
+        });
+    }
+
+    /// What a message that sets a rule or states a number names besides its rules and
+    /// numbers, given up after [`Left::shorten_facts`] and the older plain requests, still
+    /// before a fact is given up whole.
+    fn shorten_to_salient(&mut self, items: &mut [Item]) {
+        self.shorten(items, |item| {
+            item.rules.take().filter(|_| item.section == Section::Asks)
         });
     }
 
@@ -2705,6 +2717,35 @@ mod tests {
                 assert!(!d.lines().any(|l| l.starts_with("- Quick note")), "{d}");
             }
         }
+    }
+
+    #[test]
+    fn an_older_plain_request_goes_before_what_a_message_stating_a_number_names() {
+        // What the user said once beside a number (a rule in a wording no reading takes
+        // as one, naming the file it is about) outlives a request a later turn has moved
+        // past; the two newest requests stay either way.
+        let said = "Customers still call the v1 endpoints in api/routes_v1.py every day.";
+        let turns = parse(json!([
+            {"role": "user", "content": "Can you tidy up the headings of the guide first?"},
+            {"role": "assistant", "content": "Done, the headings are consistent now."},
+            {"role": "user", "content": format!(
+                "Quick note before you go on. {said} The nightly import handles 749540 rows.")},
+            {"role": "assistant", "content": "Noted, I will keep that in mind."},
+            {"role": "user", "content": "Now add a changelog entry for the release."},
+            {"role": "assistant", "content": "The entry is added under the next release."},
+            {"role": "user", "content": "And bump the version in the manifest."},
+            {"role": "assistant", "content": "The version in the manifest is bumped now."},
+        ]));
+        let whole = digest(None, &turns, usize::MAX);
+        let budget = (300..whole.len())
+            .find(|&b| digest(None, &turns, b).contains("tidy up the headings"))
+            .expect("a budget that keeps every request");
+        // A little less room than every request and the message's named sentence take.
+        let d = digest(None, &turns, budget - 10);
+        for kept in [said, "749540", "changelog entry", "bump the version"] {
+            assert!(d.contains(kept), "{kept:?} missing in\n{d}");
+        }
+        assert!(!d.contains("tidy up the headings"), "{d}");
     }
 
     #[test]
