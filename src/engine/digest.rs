@@ -1175,7 +1175,16 @@ impl Digest<'_> {
                 (0..items.len()).filter(move |&i| items[i].alive && items[i].tier == t)
             })
             .collect();
-        order.sort_by_key(|&i| (self.items[i].tier, self.items[i].said_at));
+        // Among the decisions of a tier, a step announced goes before a choice said as
+        // one ("Decision: ...", "we'll go with ..."): the turns after a step usually show
+        // it done.
+        let said_as_choice = |item: &Item| {
+            item.section == Section::Decisions && decision(&item.text) == Decision::Phrased
+        };
+        order.sort_by_cached_key(|&i| {
+            let item = &self.items[i];
+            (item.tier, said_as_choice(item), item.said_at)
+        });
         for run in order.chunk_by_mut(|&a, &b| self.items[a].tier == self.items[b].tier) {
             fair_share(run, &self.items);
         }
@@ -2746,6 +2755,46 @@ mod tests {
             assert!(d.contains(kept), "{kept:?} missing in\n{d}");
         }
         assert!(!d.contains("tidy up the headings"), "{d}");
+    }
+
+    #[test]
+    fn steps_announced_go_before_a_choice_said_as_one() {
+        // The choice is the oldest decision: by age alone it went first.
+        let choice = "Decision: we keep the ledger_q4 table as the source of truth.";
+        let steps = [
+            "I'll move the parser into src/parse_q1.rs.",
+            "I'll rename the config loader to load_q2().",
+            "I'll replace the retry loop in net_q3.rs with backoff().",
+        ];
+        let mut msgs = vec![
+            json!({"role": "user", "content": "Tidy up the billing module."}),
+            json!({"role": "assistant", "content": choice}),
+        ];
+        for step in steps {
+            msgs.push(json!({"role": "user", "content": "Go on with the next part please."}));
+            msgs.push(json!({"role": "assistant", "content": step}));
+        }
+        let turns = parse(Value::Array(msgs));
+        for step in steps {
+            assert_eq!(decision(step), Decision::Step, "{step}");
+        }
+        assert_eq!(decision(choice), Decision::Phrased);
+        // The largest digest with room for all but one decision.
+        let kept = |d: &str| {
+            steps
+                .iter()
+                .chain([&choice])
+                .filter(|s| d.contains(*s))
+                .count()
+        };
+        let whole = digest(None, &turns, usize::MAX);
+        let d = (100..whole.len())
+            .rev()
+            .map(|budget| digest(None, &turns, budget))
+            .find(|d| kept(d) == 3)
+            .expect("a budget that gives up one decision");
+        assert!(d.contains(choice), "{d}");
+        assert!(!d.contains(steps[0]), "{d}");
     }
 
     #[test]
