@@ -310,6 +310,9 @@ struct Item {
     rules: Option<String>,
     /// A path the user forbade modifying.
     forbidden: bool,
+    /// A decision said as one ([`Decision::Phrased`]): of its tier, it goes after the
+    /// steps announced.
+    said_as_choice: bool,
     /// When it was last said, in items pushed so far: a request whose sentences a later
     /// one says again is as recent as that one when items of its tier are given up.
     said_at: usize,
@@ -538,9 +541,7 @@ impl Digest<'_> {
                 let whole = text.clone();
                 self.push_ask(text, &whole, false);
             }
-            Section::Decisions => {
-                self.push(section, decision_tier(&text), &text);
-            }
+            Section::Decisions => self.push_decision(&text, &text),
             Section::Errors => {
                 // Its error line follows the `who: ` that names the call, unless a
                 // short digest wrote it alone; a later occurrence is the same error if it
@@ -875,15 +876,19 @@ impl Digest<'_> {
         self.push(Section::Asks, ask_tier(&own, pasted, task), &ask)
     }
 
+    /// A decision `sentence`, listed as `text`, ranked by how it decides.
+    fn push_decision(&mut self, sentence: &str, text: &str) {
+        let read = decision(sentence);
+        if let Some(at) = self.push(Section::Decisions, tier_of(read), text) {
+            self.items[at].said_as_choice |= read == Decision::Phrased;
+        }
+    }
+
     /// An assistant's decisions and commands; whether it gave a command.
     fn add_assistant_text(&mut self, text: &str, command: &mut Option<String>) -> bool {
         let mut commanded = false;
         for (sentence, _) in scan::decisions(text) {
-            self.push(
-                Section::Decisions,
-                decision_tier(&sentence),
-                &one_line(&sentence, DECISION_CHARS),
-            );
+            self.push_decision(&sentence, &one_line(&sentence, DECISION_CHARS));
         }
         for cmd in scan::commands(text) {
             let label = format!("command: {}", one_line(&cmd, LABEL_CHARS));
@@ -1047,6 +1052,7 @@ impl Digest<'_> {
             short: None,
             rules: None,
             forbidden,
+            said_as_choice: false,
             said_at: at,
         });
         if section == Section::Asks {
@@ -1111,6 +1117,7 @@ impl Digest<'_> {
             short: None,
             rules: None,
             forbidden: false,
+            said_as_choice: false,
             said_at: at,
         });
     }
@@ -1124,12 +1131,15 @@ impl Digest<'_> {
     ///    newest few of each section so the call log and the paths keep their latest
     ///    entries;
     /// 4. what a rule-setting user message says besides its rules, its numbers and (where
-    ///    no rule was read in it) the sentences that name something; then those;
+    ///    no rule was read in it) the sentences that name something;
     /// 5. the end of a long decision, beyond its first [`DENSE_DECISION`] characters;
     /// 6. the rules of a brief ([`BRIEF_RULES`] or more) that name nothing the model could
     ///    not guess;
-    /// 7. any item, lowest tier and oldest first (a request said again counts as said
-    ///    when it was last said).
+    /// 7. the plain requests but the newest few, oldest first, then what step 4 left of a
+    ///    message beside its rules and numbers;
+    /// 8. any item, lowest tier and oldest first (a request said again counts as said
+    ///    when it was last said; among decisions of a tier, steps announced before
+    ///    choices said as one).
     ///
     /// The last item standing is cut rather than dropped, so the digest is never empty.
     fn fit(&mut self, budget: usize) {
@@ -1178,12 +1188,9 @@ impl Digest<'_> {
         // Among the decisions of a tier, a step announced goes before a choice said as
         // one ("Decision: ...", "we'll go with ..."): the turns after a step usually show
         // it done.
-        let said_as_choice = |item: &Item| {
-            item.section == Section::Decisions && decision(&item.text) == Decision::Phrased
-        };
-        order.sort_by_cached_key(|&i| {
+        order.sort_by_key(|&i| {
             let item = &self.items[i];
-            (item.tier, said_as_choice(item), item.said_at)
+            (item.tier, item.said_as_choice, item.said_at)
         });
         for run in order.chunk_by_mut(|&a, &b| self.items[a].tier == self.items[b].tier) {
             fair_share(run, &self.items);
@@ -1604,11 +1611,11 @@ fn said_key(sentence: &str) -> Option<String> {
     (key.len() >= SAID_AGAIN_MIN).then_some(key)
 }
 
-/// The tier of a decision sentence: one said by a phrase or a step that names what it
-/// acts on is a fact; a step that only narrates goes first; one read from its build alone
-/// is a [`Tier::Choice`].
-fn decision_tier(sentence: &str) -> Tier {
-    match decision(sentence) {
+/// The tier of a decision sentence, by how it decides: one said by a phrase or a step
+/// that names what it acts on is a fact; a step that only narrates goes first; one read
+/// from its build alone is a [`Tier::Choice`].
+fn tier_of(decision: Decision) -> Tier {
+    match decision {
         Decision::Phrased | Decision::Step => Tier::Fact,
         Decision::Committed => Tier::Choice,
         Decision::Narration => Tier::Narration,
@@ -2836,15 +2843,15 @@ mod tests {
             "`rustls` is the safest option for the TLS layer.",
             "`blake3` over sha256 for the content hashes.",
         ] {
-            assert_eq!(decision_tier(structural), Tier::Choice, "{structural}");
+            assert_eq!(tier_of(decision(structural)), Tier::Choice, "{structural}");
         }
         // The wordings the phrases know keep their rank.
         assert_eq!(
-            decision_tier("We settled on zstd_v3 for the archives."),
+            tier_of(decision("We settled on zstd_v3 for the archives.")),
             Tier::Fact
         );
         assert_eq!(
-            decision_tier("I'll replace the retry loop with `backoff_v2`."),
+            tier_of(decision("I'll replace the retry loop with `backoff_v2`.")),
             Tier::Fact
         );
     }
@@ -2886,7 +2893,9 @@ mod tests {
         // The next turns say it again in their own words; a named function or file
         // cannot be guessed.
         assert_eq!(
-            decision_tier("I will suggest the necessary changes to add the bounce animation."),
+            tier_of(decision(
+                "I will suggest the necessary changes to add the bounce animation."
+            )),
             Tier::Seen
         );
         for named in [
@@ -2895,7 +2904,7 @@ mod tests {
             "I will rename the class to ContextCompressor everywhere.",
             "I will cap the batch at 500 rows per request.",
         ] {
-            assert_eq!(decision_tier(named), Tier::Fact, "{named}");
+            assert_eq!(tier_of(decision(named)), Tier::Fact, "{named}");
         }
     }
 
