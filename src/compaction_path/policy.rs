@@ -196,7 +196,12 @@ impl AnswerRoom {
     /// The most prompt (the upstream's tokens) a request may carry when the answer's room
     /// is cut to its minimum to keep the turn in progress whole.
     pub fn ceiling(self, usable: f64, window: Window) -> f64 {
-        let least = self.budget(window).0.min(budget::MIN_OUTPUT_ROOM);
+        let least = budget::least_answer_room(
+            self.cap,
+            self.budget(window).0,
+            budget::MIN_OUTPUT_ROOM,
+            window.0,
+        );
         (usable - least as f64).max(0.0)
     }
 }
@@ -531,6 +536,27 @@ mod tests {
             ..refused
         };
         assert_eq!(retry(uncounted), None);
+    }
+
+    #[test]
+    fn in_a_small_window_an_answer_with_no_cap_asked_may_give_up_half_its_room() {
+        let small = Window(4_096);
+        let unasked = AnswerRoom {
+            cap: None,
+            reserve: 4_096,
+        };
+        assert_eq!(unasked.budget(small), Theirs(1_024));
+        assert_eq!(unasked.ceiling(4_000.0, small), 4_000.0 - 512.0);
+        // The upstream holds the prompt to a cap the request asks for.
+        let asked = AnswerRoom {
+            cap: Some(1_024),
+            ..unasked
+        };
+        assert_eq!(asked.ceiling(4_000.0, small), 4_000.0 - 1_024.0);
+        // A large window's answer goes down to the least room whether asked or not.
+        let large = Window(128_000);
+        assert_eq!(unasked.ceiling(120_000.0, large), 120_000.0 - 1_024.0);
+        assert_eq!(asked.ceiling(120_000.0, large), 120_000.0 - 1_024.0);
     }
 
     #[test]

@@ -29,6 +29,22 @@ pub fn reserve(asked: Option<u64>, default: u64, window: u64) -> u64 {
     asked.unwrap_or(default).min(window / 4)
 }
 
+/// The least room the answer is left when the turn in progress cannot be kept whole
+/// otherwise: its `reserve` ([`reserve`]), lowered to `least` (by default
+/// [`MIN_OUTPUT_ROOM`]). A cap the request asks for is not lowered further: the upstream
+/// refuses a prompt that leaves it less room. With none asked the reserve is only our
+/// guess and the upstream gives the answer whatever the prompt leaves, so in a small
+/// window it may go down to an eighth of the window, as a large one's goes down from a
+/// quarter at most (4,096 of 16,384) to `least`: at 256 tokens, 32 of the 64 reserved, the
+/// room of a decision the summary would otherwise give up.
+pub fn least_answer_room(asked: Option<u64>, reserve: u64, least: u64, window: u64) -> u64 {
+    let least = reserve.min(least);
+    match asked {
+        Some(_) => least,
+        None => least.min(window / 8),
+    }
+}
+
 /// Tokens left free beside prompt and completion, for the difference between our count
 /// and the upstream's framing.
 pub fn margin(window: u64) -> u64 {
@@ -76,6 +92,21 @@ mod tests {
         assert_eq!(reserve(Some(32_000), 4096, 28_000), 7_000);
         assert_eq!(reserve(Some(500), 4096, 28_000), 500);
         assert_eq!(reserve(None, 4096, 10_000), 2_500);
+    }
+
+    #[test]
+    fn an_answer_with_no_cap_asked_may_give_up_half_its_room_in_a_small_window() {
+        // Large windows: down to the least room, as before.
+        assert_eq!(least_answer_room(None, 4096, 1024, 128_000), 1024);
+        assert_eq!(least_answer_room(None, 2048, 1024, 8192), 1024);
+        // A reserve set below the least stays whole.
+        assert_eq!(least_answer_room(None, 1000, 1024, 128_000), 1000);
+        // Small windows: an eighth of the window.
+        assert_eq!(least_answer_room(None, 1024, 1024, 4096), 512);
+        assert_eq!(least_answer_room(None, 64, 1024, 256), 32);
+        // A cap the request asks for is what the upstream holds the prompt to.
+        assert_eq!(least_answer_room(Some(64), 64, 1024, 256), 64);
+        assert_eq!(least_answer_room(Some(4096), 4096, 1024, 128_000), 1024);
     }
 
     #[test]

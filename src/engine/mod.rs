@@ -221,9 +221,13 @@ impl Options {
             (None, Some(t)) => Limit::At(t),
             (None, None) => match self.context_window {
                 Some(window) => {
-                    let least = self
-                        .min_output_tokens
-                        .min(self.reserve_for(request, window));
+                    let least = budget::least_answer_room(
+                        budget::asked(request),
+                        self.reserve_for(request, window) as u64,
+                        self.min_output_tokens as u64,
+                        window.0,
+                    );
+                    let least = usize::try_from(least).unwrap_or(usize::MAX);
                     Limit::At(
                         window
                             .usize()
@@ -1274,6 +1278,24 @@ mod tests {
             ..opts
         };
         assert_eq!(fixed.target_for(&json!({"max_tokens": 1})), Limit::At(42));
+    }
+
+    #[test]
+    fn in_a_small_window_the_turn_in_progress_may_take_half_the_answers_room() {
+        // 4,096 tokens: a quarter (1,024) reserved, and 2% (80) of margin.
+        let opts = Options::with_window(4096);
+        assert_eq!(opts.target_for(&json!({})), Limit::At(4096 - 1024 - 80));
+        // No cap asked: the answer may be left an eighth of the window.
+        assert_eq!(opts.ceiling_for(&json!({})), Limit::At(4096 - 512 - 80));
+        // A cap asked is what the upstream holds the prompt to.
+        let asked = json!({"max_tokens": 1024});
+        assert_eq!(opts.ceiling_for(&asked), opts.target_for(&asked));
+        // A large window's answer goes down to the least room, as ever.
+        let large = Options::with_window(128_000);
+        assert_eq!(
+            large.ceiling_for(&json!({})),
+            Limit::At(128_000 - 1024 - 2560)
+        );
     }
 
     #[test]
