@@ -58,7 +58,10 @@ holder that was kept but shortened are counted apart.
 
 The facts and the task are also counted over the runs whose request fits its target only:
 the upstream refuses a request over its target, so what it holds reaches no model (a change
-that makes such a request fit by giving up facts shows as a loss in the raw figure).
+that makes such a request fit by giving up facts shows as a loss in the raw figure). And
+once more over every dropped fact, counted as kept only where its request fits: what
+reaches a model, a figure that a change making more requests fit cannot lower by the runs
+it brings in.
 
 Also: the task statement (the opening 200 characters of the first user message) survives;
 a secret leaks (a 12-character substring of it, outside a whole copy, in text the compactor
@@ -355,6 +358,7 @@ def request_text(req):
 class Tally:
     def __init__(self):
         self.kept = {k: [0, 0] for k in KINDS}   # kept, dropped
+        self.sent = {k: [0, 0] for k in KINDS}   # kept in a request that fits, dropped
         self.cut = {k: [0, 0] for k in KINDS}    # lost, kept holder
         self.task = [0, 0]
         self.leak = [0, 0]
@@ -373,8 +377,9 @@ class Tally:
         return f"{100 * kept // n}% ({kept}/{n})" if n else "n/a"
 
 
-def score(src, facts, out, tally, details, label):
-    """Scores one run: src the planted transcript, out the compacted messages."""
+def score(src, facts, out, tally, details, label, fits=True):
+    """Scores one run: src the planted transcript, out the compacted messages, `fits`
+    whether the request fits its target (else it reaches no model)."""
     text = all_text(out)
     src_texts = {text_of(m) for m in src}
     # Text the compactor wrote: every output message not byte-identical to an input one
@@ -394,6 +399,8 @@ def score(src, facts, out, tally, details, label):
         else:
             tally.kept[k][1] += 1
             tally.kept[k][0] += int(present)
+            tally.sent[k][1] += 1
+            tally.sent[k][0] += int(present and fits)
             rec["dropped"][k] = {"fact": fact, "kept": present, "holder": holder_kind(src, i)}
     first = next(m for m in src if m["role"] == "user")
     opening = planting.text_of(first).strip()[:200]
@@ -509,8 +516,9 @@ def run_corpus(name, corpus, args, details):
             ours.count_over(rc == 3, floor, target)
             t = by_window.setdefault(wname, Tally())
             t.count_over(rc == 3, floor, target)
-            rec = score(body["messages"], facts, out, ours, details, f"{name}/{tname}/ours/{wname}")
-            score(body["messages"], facts, out, t, [], "")
+            rec = score(body["messages"], facts, out, ours, details, f"{name}/{tname}/ours/{wname}",
+                        rc == 0)
+            score(body["messages"], facts, out, t, [], "", rc == 0)
             if rc == 0:
                 score(body["messages"], facts, out, fitting, [], "")
                 score(body["messages"], facts, out, fitting_by_window.setdefault(wname, Tally()), [], "")
@@ -582,6 +590,8 @@ def print_tables(name, count, ours, fitting, hermes, shown, shown_secret, by_win
     print("| our deterministic digest | " + " | ".join(ours.pct(k) for k in KINDS) + " |")
     print("| our deterministic digest, requests that fit only | "
           + " | ".join(fitting.pct(k) for k in KINDS) + " |")
+    print("| our deterministic digest, kept in a request that fits, of every dropped fact | "
+          + " | ".join(ours.pct(k, ours.sent) for k in KINDS) + " |")
     if have_hermes:
         print("| Hermes Agent's compressor (no model, its static fallback), same transcripts | "
               + " | ".join(hermes.pct(k) for k in KINDS) + " |")
@@ -614,6 +624,12 @@ def print_tables(name, count, ours, fitting, hermes, shown, shown_secret, by_win
     for w in by_window:
         t = fitting_by_window.get(w, Tally())
         print(f"| {w} | " + " | ".join(t.pct(k) for k in KINDS) + f" | {frac(t.task)} |")
+    print()
+    print("| our digest, kept in a request that fits, of every dropped fact, by window | "
+          + " | ".join(HEAD) + " |")
+    print("| --- |" + " --- |" * len(HEAD))
+    for w, t in by_window.items():
+        print(f"| {w} | " + " | ".join(t.pct(k, t.sent) for k in KINDS) + " |")
     print()
 
 
