@@ -31,12 +31,12 @@ pub fn reserve(asked: Option<u64>, default: u64, window: u64) -> u64 {
 
 /// The least room the answer is left when the turn in progress cannot be kept whole
 /// otherwise: its `reserve` ([`reserve`]), lowered to `least` (by default
-/// [`MIN_OUTPUT_ROOM`]). A cap the request asks for is not lowered further: the upstream
-/// refuses a prompt that leaves it less room. With none asked the reserve is only our
-/// guess and the upstream gives the answer whatever the prompt leaves, so in a small
-/// window it may go down to an eighth of the window, as a large one's goes down from a
-/// quarter at most (4,096 of 16,384) to `least`: at 256 tokens, 32 of the 64 reserved, the
-/// room of a decision the summary would otherwise give up.
+/// [`MIN_OUTPUT_ROOM`]). A cap the request asks for is the client's word on the answer's
+/// size and keeps that floor (lowered to it, the cap is rewritten to match). With none
+/// asked the reserve is only our guess and the upstream gives the answer whatever the
+/// prompt leaves, so a small window's may go down to an eighth of the window, half of
+/// its quarter, as a large one's goes from 4,096 down to `least`: at 256 tokens, 32 of the
+/// 64 reserved, the room of a decision the summary would otherwise give up.
 pub fn least_answer_room(asked: Option<u64>, reserve: u64, least: u64, window: u64) -> u64 {
     let least = reserve.min(least);
     match asked {

@@ -1135,9 +1135,10 @@ impl Digest<'_> {
     /// 5. the end of a long decision, beyond its first [`DENSE_DECISION`] characters;
     /// 6. the rules of a brief ([`BRIEF_RULES`] or more) that name nothing the model could
     ///    not guess;
-    /// 7. the plain requests but the newest few, oldest first, then what step 4 left of a
+    /// 7. a path another item names, unless its line says the work wrote it;
+    /// 8. the plain requests but the newest few, oldest first, then what step 4 left of a
     ///    message beside its rules and numbers;
-    /// 8. any item, lowest tier and oldest first (a request said again counts as said
+    /// 9. any item, lowest tier and oldest first (a request said again counts as said
     ///    when it was last said; among decisions of a tier, steps announced before
     ///    choices said as one).
     ///
