@@ -474,7 +474,17 @@ impl Summarizer {
             }
         }
         let class = classify::classify(status, content_type.as_deref(), &bytes);
-        if class.kind != Kind::ContextOverflow {
+        // A call's answer cap is sized with its prompt to fit the window, so a refusal of
+        // the two together that names the window ("you requested 6289 tokens (5559 in the
+        // messages, 730 in the completion)", OpenAI's wording whenever a cap is set) says
+        // the prompt counted more than we thought, as an overflow does. One that names no
+        // window (a cap over the model's own) is not fixed by smaller chunks.
+        let too_long = match class.kind {
+            Kind::ContextOverflow => true,
+            Kind::OutputCap => class.numbers.context_window.is_some(),
+            _ => false,
+        };
+        if !too_long {
             return None;
         }
         let numbers = &class.numbers;

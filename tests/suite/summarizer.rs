@@ -455,6 +455,52 @@ async fn a_summariser_request_refused_as_too_long_is_asked_again_smaller() {
     );
 }
 
+/// OpenAI refuses a request that sets a completion cap by prompt and cap together ("you
+/// requested 6289 tokens (5559 in the messages, 730 in the completion)"), which reads as
+/// an output cap when the prompt alone fits. The summariser's calls always set one: such a
+/// refusal of its call says the window holds less than the call was sized for, and the
+/// call is asked again smaller, as for an overflow, rather than the event falling back
+/// to the digest and the model being left alone for its cooldown.
+#[tokio::test]
+async fn a_summariser_call_refused_for_its_prompt_and_cap_together_is_asked_again_smaller() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, "");
+    let window = WINDOW.to_string();
+    // The upstream holds less than the window the proxy was told, by less than a call's
+    // answer cap: the prompt alone fits, the prompt and its cap do not.
+    let holds = (WINDOW - 1500).to_string();
+    let headers = [
+        ("authorization", "Bearer client-key"),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary-window", holds.as_str()),
+        ("x-mock-summary-shape", "openai-capped"),
+    ];
+    let (status, x) = post_chat(&proxy, &headers, &session(40)).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
+    let holds: u64 = holds.parse().unwrap();
+    let asked: Vec<(u64, u64)> = bodies(&mock.summaries())
+        .iter()
+        .map(|call| {
+            let cap = call["max_tokens"].as_u64().unwrap_or(0);
+            (support::mock_tokens(call), cap)
+        })
+        .collect();
+    let refused = asked.iter().position(|&(p, c)| p + c > holds);
+    let refused = refused.unwrap_or_else(|| panic!("none refused: {asked:?}"));
+    assert!(
+        asked[refused].0 <= holds,
+        "the prompt alone was over: {asked:?}"
+    );
+    assert!(
+        asked[refused + 1..].iter().all(|&(p, c)| p + c <= holds),
+        "{asked:?}"
+    );
+    assert!(proxy.logged("refused as too long; asking again in smaller chunks"));
+}
+
 #[tokio::test]
 async fn the_clients_focus_steers_the_summary_and_never_reaches_the_upstream() {
     let mock = Mock::start().await;

@@ -275,7 +275,10 @@ fn stream_answer(body: &[u8], model: &str, reply: &str) -> Response<MockBody> {
 /// tokens, with its completion cap, a reasoning model's included) is refused as llama.cpp refuses it, and the
 /// answers report the mock's count of the prompt. With `x-mock-summary-count: json` as
 /// well, the prompt is counted as the shared client harness's fake upstream counts it
-/// ([`json_tokens`]) and refused as OpenAI refuses it.
+/// ([`json_tokens`]) and refused as OpenAI refuses a request that sets a completion cap
+/// (the summariser's always does): by prompt and cap together, which reads as an output
+/// cap over the window's room when the prompt alone would fit. `x-mock-summary-shape`
+/// names another refusal's shape ([`overflow`]).
 async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> {
     let behaviour = headers
         .get("x-mock-summary")
@@ -293,7 +296,11 @@ async fn summary_answer(headers: &HeaderMap, body: &[u8]) -> Response<MockBody> 
             .or(request["max_tokens"].as_u64())
             .unwrap_or(0);
         if tokens + output > limit {
-            let shape = if json_count { "openai" } else { "llamacpp" };
+            let shape = match header_str(headers, "x-mock-summary-shape") {
+                "" if json_count => "openai-capped",
+                "" => "llamacpp",
+                shape => shape,
+            };
             return overflow(shape, tokens, output, limit, true);
         }
     }
@@ -688,6 +695,10 @@ fn overflow(shape: &str, tokens: u64, output: u64, limit: u64, stream: bool) -> 
     let (status, content_type, body) = match shape {
         "openai" => (400, "application/json", serde_json::json!({"error": {
             "message": format!("This model's maximum context length is {limit} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}).to_string()),
+        // OpenAI's wording for a request with a completion cap.
+        "openai-capped" => (400, "application/json", serde_json::json!({"error": {
+            "message": format!("This model's maximum context length is {limit} tokens. However, you requested {total} tokens ({tokens} in the messages, {output} in the completion). Please reduce the length of the messages or completion."),
             "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}).to_string()),
         "vllm-old" => (400, "application/json", serde_json::json!({"object": "error",
             "message": format!("This model's maximum context length is {limit} tokens. However, you requested {total} tokens ({tokens} in the messages, {output} in the completion). Please reduce the length of the messages or completion."),
