@@ -222,6 +222,28 @@ impl ModelWindows {
         self.unsaved(k, |r| *r.factor(count) = Some(factor));
     }
 
+    /// Raises the factor a `count` of this kind shows for `model` behind `upstream` to
+    /// at least `theirs` over `ours`, where `theirs` is only a lower bound on the
+    /// upstream's count (a refusal that named no number, of a prompt sized to fit): never
+    /// lowered by it, and not smoothed towards it, since the true count is higher still.
+    pub fn raise(&self, upstream: &str, model: &str, count: Count, ours: u64, theirs: u64) {
+        if ours == 0 || theirs == 0 {
+            return;
+        }
+        let bound = clamp_factor(theirs as f64 / ours as f64);
+        let mut map = self.factors.write().unwrap_or_else(PoisonError::into_inner);
+        let k = key(upstream, model);
+        let mut factors = map.get(&k).copied().unwrap_or_default();
+        let slot = factors.slot(count);
+        if slot.is_some_and(|old| old >= bound) {
+            return;
+        }
+        *slot = Some(bound);
+        insert_bounded(&mut map, k.clone(), factors);
+        drop(map);
+        self.unsaved(k, |r| *r.factor(count) = Some(bound));
+    }
+
     fn unsaved(&self, k: ModelKey, change: impl FnOnce(&mut ModelRecord)) {
         let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
         if unsaved.len() >= MAX_ENTRIES && !unsaved.contains_key(&k) {
@@ -822,6 +844,26 @@ mod tests {
         w.calibrate("u", "tiny", usage, 1_000_000, 1);
         assert_eq!(w.factor("u", "tiny"), FACTOR_MIN);
         assert_eq!(w.factor("other", "m"), 1.0);
+    }
+
+    #[test]
+    fn a_lower_bound_on_the_count_raises_the_factor_and_never_lowers_it() {
+        let w = ModelWindows::new(Vec::new());
+        let refusal = Count::Refusal;
+        w.raise("u", "m", refusal, 1_000, 1_300);
+        assert!((w.factor("u", "m") - 1.3).abs() < 1e-9);
+        // A lower bound below what is known says nothing new.
+        w.raise("u", "m", refusal, 1_000, 1_100);
+        assert!((w.factor("u", "m") - 1.3).abs() < 1e-9);
+        // One above it is taken whole, not smoothed towards.
+        w.raise("u", "m", refusal, 1_000, 1_500);
+        assert!((w.factor("u", "m") - 1.5).abs() < 1e-9);
+        w.raise("u", "m", refusal, 0, 1_500);
+        assert!((w.factor("u", "m") - 1.5).abs() < 1e-9);
+        // What was learned goes to the store.
+        let saved = w.take_unsaved();
+        assert_eq!(saved.len(), 1);
+        assert_eq!(saved[0].refusal, Some(1.5));
     }
 
     #[test]

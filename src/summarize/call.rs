@@ -320,6 +320,8 @@ impl Summarizer {
             let sent = Sent {
                 model,
                 tokens,
+                window: chunks.room.window(),
+                cap,
                 expect: &expect,
             };
             match self.send(ledger, call, &body, &sent).await {
@@ -503,6 +505,20 @@ impl Summarizer {
                 theirs,
             );
         }
+        // A refusal that names no number (OpenAI's Responses API) still says the upstream
+        // counted more of the prompt than the window left it beside the answer's cap: a
+        // lower bound on its count, which the next event's first call is sized by (asked
+        // again smaller now, that call would otherwise be refused at every event).
+        if numbers.context_window.is_none() && numbers.prompt_tokens.is_none() {
+            let least = sent.window.saturating_sub(sent.cap) as u64;
+            models.raise(
+                self.base_url(),
+                sent.model,
+                Count::Refusal,
+                sent.tokens as u64,
+                least,
+            );
+        }
         let tokens = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         Some(TooLong {
             window: numbers.context_window.map(tokens),
@@ -523,6 +539,9 @@ pub struct Ledger<'a> {
 struct Sent<'a> {
     model: &'a str,
     tokens: usize,
+    /// The window the call was sized to, in the upstream's tokens, and its answer cap.
+    window: usize,
+    cap: usize,
     expect: &'a Expect<'a>,
 }
 

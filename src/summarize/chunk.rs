@@ -55,6 +55,11 @@ impl ChunkRoom {
         }
     }
 
+    /// The window a call must fit, in the upstream's tokens.
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
     /// The most prompt tokens, by our estimate, a call may send when its answer may take
     /// `answer` tokens.
     pub fn prompt_limit(&self, answer: usize) -> usize {

@@ -501,6 +501,50 @@ async fn a_summariser_call_refused_for_its_prompt_and_cap_together_is_asked_agai
     assert!(proxy.logged("refused as too long; asking again in smaller chunks"));
 }
 
+/// A refusal that names no number (OpenAI's Responses API) says only that the call was
+/// too long: asked again at 80% within the event, and, since its prompt was sized to fit
+/// beside its cap, the upstream counted more of it than that: the next event's first call
+/// is sized by that bound and not refused again.
+#[tokio::test]
+async fn a_summariser_refusal_without_numbers_is_not_met_again_at_the_next_event() {
+    let mock = Mock::start().await;
+    let proxy = proxy(&mock, "");
+    let window = WINDOW.to_string();
+    let holds = (WINDOW - 1500).to_string();
+    let headers = [
+        ("authorization", "Bearer client-key"),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary-window", holds.as_str()),
+        ("x-mock-summary-shape", "blind"),
+    ];
+    let holds: u64 = holds.parse().unwrap();
+    let asked = |calls: &[Value]| -> Vec<u64> {
+        calls
+            .iter()
+            .map(|c| support::mock_tokens(c) + c["max_tokens"].as_u64().unwrap_or(0))
+            .collect()
+    };
+    let (status, x) = post_chat(&proxy, &headers, &session(40)).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
+    let first = asked(&bodies(&mock.summaries()));
+    assert!(first[0] > holds, "the first call fitted: {first:?}");
+    assert!(proxy.logged("refused as too long; asking again in smaller chunks"));
+    // Another conversation, another event: its calls fit from the first.
+    let (status, x) = post_chat(&proxy, &headers, &session(50)).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
+    let all = asked(&bodies(&mock.summaries()));
+    let second = &all[first.len()..];
+    assert!(!second.is_empty(), "{all:?}");
+    assert!(
+        second.iter().all(|&a| a <= holds),
+        "{first:?} then {second:?}"
+    );
+}
+
 #[tokio::test]
 async fn the_clients_focus_steers_the_summary_and_never_reaches_the_upstream() {
     let mock = Mock::start().await;

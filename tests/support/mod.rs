@@ -696,6 +696,10 @@ fn overflow(shape: &str, tokens: u64, output: u64, limit: u64, stream: bool) -> 
         "openai" => (400, "application/json", serde_json::json!({"error": {
             "message": format!("This model's maximum context length is {limit} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
             "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}).to_string()),
+        // OpenAI's Responses API: no number at all.
+        "blind" => (400, "application/json", serde_json::json!({"error": {
+            "message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+            "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}}).to_string()),
         // OpenAI's wording for a request with a completion cap.
         "openai-capped" => (400, "application/json", serde_json::json!({"error": {
             "message": format!("This model's maximum context length is {limit} tokens. However, you requested {total} tokens ({tokens} in the messages, {output} in the completion). Please reduce the length of the messages or completion."),
