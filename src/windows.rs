@@ -204,6 +204,41 @@ impl ModelWindows {
     /// (`theirs`), in a refusal or in an answer's usage. The factor of each kind moves
     /// smoothly so one odd request cannot swing it.
     pub fn calibrate(&self, upstream: &str, model: &str, count: Count, ours: u64, theirs: u64) {
+        self.set_factor(
+            upstream,
+            model,
+            count,
+            ours,
+            theirs,
+            |old, sample| match old {
+                Some(old) => Some(clamp_factor(old + SMOOTHING * (sample - old))),
+                None => Some(sample),
+            },
+        );
+    }
+
+    /// Raises the factor a `count` of this kind shows for `model` behind `upstream` to
+    /// at least `theirs` over `ours`, where `theirs` is only a lower bound on the
+    /// upstream's count (a refusal that named no number, of a prompt sized to fit): never
+    /// lowered by it, and not smoothed towards it, since the true count is higher still.
+    pub fn raise(&self, upstream: &str, model: &str, count: Count, ours: u64, theirs: u64) {
+        self.set_factor(upstream, model, count, ours, theirs, |old, bound| {
+            old.is_none_or(|old| old < bound).then_some(bound)
+        });
+    }
+
+    /// The factor of `count`'s kind set to what `next` makes of the one known and the
+    /// sample `theirs` over `ours` shows (clamped); left as it is where `next` says
+    /// nothing, and where either count is zero.
+    fn set_factor(
+        &self,
+        upstream: &str,
+        model: &str,
+        count: Count,
+        ours: u64,
+        theirs: u64,
+        next: impl FnOnce(Option<f64>, f64) -> Option<f64>,
+    ) {
         if ours == 0 || theirs == 0 {
             return;
         }
@@ -212,36 +247,13 @@ impl ModelWindows {
         let k = key(upstream, model);
         let mut factors = map.get(&k).copied().unwrap_or_default();
         let slot = factors.slot(count);
-        let factor = match *slot {
-            Some(old) => clamp_factor(old + SMOOTHING * (sample - old)),
-            None => sample,
+        let Some(factor) = next(*slot, sample) else {
+            return;
         };
         *slot = Some(factor);
         insert_bounded(&mut map, k.clone(), factors);
         drop(map);
         self.unsaved(k, |r| *r.factor(count) = Some(factor));
-    }
-
-    /// Raises the factor a `count` of this kind shows for `model` behind `upstream` to
-    /// at least `theirs` over `ours`, where `theirs` is only a lower bound on the
-    /// upstream's count (a refusal that named no number, of a prompt sized to fit): never
-    /// lowered by it, and not smoothed towards it, since the true count is higher still.
-    pub fn raise(&self, upstream: &str, model: &str, count: Count, ours: u64, theirs: u64) {
-        if ours == 0 || theirs == 0 {
-            return;
-        }
-        let bound = clamp_factor(theirs as f64 / ours as f64);
-        let mut map = self.factors.write().unwrap_or_else(PoisonError::into_inner);
-        let k = key(upstream, model);
-        let mut factors = map.get(&k).copied().unwrap_or_default();
-        let slot = factors.slot(count);
-        if slot.is_some_and(|old| old >= bound) {
-            return;
-        }
-        *slot = Some(bound);
-        insert_bounded(&mut map, k.clone(), factors);
-        drop(map);
-        self.unsaved(k, |r| *r.factor(count) = Some(bound));
     }
 
     fn unsaved(&self, k: ModelKey, change: impl FnOnce(&mut ModelRecord)) {

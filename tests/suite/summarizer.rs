@@ -455,6 +455,42 @@ async fn a_summariser_request_refused_as_too_long_is_asked_again_smaller() {
     );
 }
 
+/// The upstream holds less than the window the proxy was told (by less than a call's
+/// answer cap: a prompt sized to the window fits alone, not with its cap), and refuses a
+/// summariser call past that in `shape` ([`support`]'s refusal shapes).
+const HOLDS: u64 = WINDOW - 1500;
+
+/// A session of `turns` sent through `proxy` to an upstream that holds [`HOLDS`] for the
+/// summariser and refuses it in `shape`; each summariser call the mock saw, as (prompt
+/// tokens, answer cap) by its count.
+async fn summarised_in_less_room(
+    mock: &Mock,
+    proxy: &Proxy,
+    shape: &str,
+    turns: usize,
+) -> Vec<(u64, u64)> {
+    let window = WINDOW.to_string();
+    let holds = HOLDS.to_string();
+    let headers = [
+        ("authorization", "Bearer client-key"),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window.as_str()),
+        ("x-mock-summary-window", holds.as_str()),
+        ("x-mock-summary-shape", shape),
+    ];
+    let (status, x) = post_chat(proxy, &headers, &session(turns)).await;
+    assert_eq!(status, 200, "{}", proxy.logs());
+    assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
+    bodies(&mock.summaries())
+        .iter()
+        .map(|call| {
+            let cap = call["max_tokens"].as_u64().unwrap_or(0);
+            (support::mock_tokens(call), cap)
+        })
+        .collect()
+}
+
 /// OpenAI refuses a request that sets a completion cap by prompt and cap together ("you
 /// requested 6289 tokens (5559 in the messages, 730 in the completion)"), which reads as
 /// an output cap when the prompt alone fits. The summariser's calls always set one: such a
@@ -465,29 +501,8 @@ async fn a_summariser_request_refused_as_too_long_is_asked_again_smaller() {
 async fn a_summariser_call_refused_for_its_prompt_and_cap_together_is_asked_again_smaller() {
     let mock = Mock::start().await;
     let proxy = proxy(&mock, "");
-    let window = WINDOW.to_string();
-    // The upstream holds less than the window the proxy was told, by less than a call's
-    // answer cap: the prompt alone fits, the prompt and its cap do not.
-    let holds = (WINDOW - 1500).to_string();
-    let headers = [
-        ("authorization", "Bearer client-key"),
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary-window", holds.as_str()),
-        ("x-mock-summary-shape", "openai-capped"),
-    ];
-    let (status, x) = post_chat(&proxy, &headers, &session(40)).await;
-    assert_eq!(status, 200, "{}", proxy.logs());
-    assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
-    let holds: u64 = holds.parse().unwrap();
-    let asked: Vec<(u64, u64)> = bodies(&mock.summaries())
-        .iter()
-        .map(|call| {
-            let cap = call["max_tokens"].as_u64().unwrap_or(0);
-            (support::mock_tokens(call), cap)
-        })
-        .collect();
+    let asked = summarised_in_less_room(&mock, &proxy, "openai-capped", 40).await;
+    let holds = HOLDS;
     let refused = asked.iter().position(|&(p, c)| p + c > holds);
     let refused = refused.unwrap_or_else(|| panic!("none refused: {asked:?}"));
     assert!(
@@ -509,38 +524,16 @@ async fn a_summariser_call_refused_for_its_prompt_and_cap_together_is_asked_agai
 async fn a_summariser_refusal_without_numbers_is_not_met_again_at_the_next_event() {
     let mock = Mock::start().await;
     let proxy = proxy(&mock, "");
-    let window = WINDOW.to_string();
-    let holds = (WINDOW - 1500).to_string();
-    let headers = [
-        ("authorization", "Bearer client-key"),
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary-window", holds.as_str()),
-        ("x-mock-summary-shape", "blind"),
-    ];
-    let holds: u64 = holds.parse().unwrap();
-    let asked = |calls: &[Value]| -> Vec<u64> {
-        calls
-            .iter()
-            .map(|c| support::mock_tokens(c) + c["max_tokens"].as_u64().unwrap_or(0))
-            .collect()
-    };
-    let (status, x) = post_chat(&proxy, &headers, &session(40)).await;
-    assert_eq!(status, 200, "{}", proxy.logs());
-    assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
-    let first = asked(&bodies(&mock.summaries()));
-    assert!(first[0] > holds, "the first call fitted: {first:?}");
+    let asked = |calls: &[(u64, u64)]| -> Vec<u64> { calls.iter().map(|&(p, c)| p + c).collect() };
+    let first = asked(&summarised_in_less_room(&mock, &proxy, "blind", 40).await);
+    assert!(first[0] > HOLDS, "the first call fitted: {first:?}");
     assert!(proxy.logged("refused as too long; asking again in smaller chunks"));
     // Another conversation, another event: its calls fit from the first.
-    let (status, x) = post_chat(&proxy, &headers, &session(50)).await;
-    assert_eq!(status, 200, "{}", proxy.logs());
-    assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
-    let all = asked(&bodies(&mock.summaries()));
+    let all = asked(&summarised_in_less_room(&mock, &proxy, "blind", 50).await);
     let second = &all[first.len()..];
     assert!(!second.is_empty(), "{all:?}");
     assert!(
-        second.iter().all(|&a| a <= holds),
+        second.iter().all(|&a| a <= HOLDS),
         "{first:?} then {second:?}"
     );
 }
