@@ -408,14 +408,7 @@ async fn a_summariser_request_refused_as_too_long_is_asked_again_smaller() {
     let mock = Mock::start().await;
     let proxy = proxy(&mock, "");
     let window = WINDOW.to_string();
-    let headers = [
-        ("authorization", "Bearer client-key"),
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary-window", window.as_str()),
-        ("x-mock-summary-count", "json"),
-    ];
+    let headers = summariser_refused(&window, &window, ("x-mock-summary-count", "json"));
     // Prose, which pruning does not shorten and of which the upstream counts about half as
     // many tokens again as we do, in short replies that fill a call's room closely.
     let mut messages = vec![json!({"role": "system", "content": "You are a careful reviewer."})];
@@ -455,6 +448,24 @@ async fn a_summariser_request_refused_as_too_long_is_asked_again_smaller() {
     );
 }
 
+/// Headers for an upstream of [`WINDOW`] tokens for the client's requests that refuses a
+/// summariser call over `holds` (its tokens with its cap), as `how` says (its count or
+/// its refusal's shape).
+fn summariser_refused<'a>(
+    window: &'a str,
+    holds: &'a str,
+    how: (&'a str, &'a str),
+) -> [(&'a str, &'a str); 6] {
+    [
+        ("authorization", "Bearer client-key"),
+        ("x-mock", "window"),
+        ("x-mock-shape", "openai"),
+        ("x-mock-window", window),
+        ("x-mock-summary-window", holds),
+        how,
+    ]
+}
+
 /// The upstream holds less than the window the proxy was told (by less than a call's
 /// answer cap: a prompt sized to the window fits alone, not with its cap), and refuses a
 /// summariser call past that in `shape` ([`support`]'s refusal shapes).
@@ -471,14 +482,7 @@ async fn summarised_in_less_room(
 ) -> Vec<(u64, u64)> {
     let window = WINDOW.to_string();
     let holds = HOLDS.to_string();
-    let headers = [
-        ("authorization", "Bearer client-key"),
-        ("x-mock", "window"),
-        ("x-mock-shape", "openai"),
-        ("x-mock-window", window.as_str()),
-        ("x-mock-summary-window", holds.as_str()),
-        ("x-mock-summary-shape", shape),
-    ];
+    let headers = summariser_refused(&window, &holds, ("x-mock-summary-shape", shape));
     let (status, x) = post_chat(proxy, &headers, &session(turns)).await;
     assert_eq!(status, 200, "{}", proxy.logs());
     assert!(x.contains("summary=llm"), "{x}\n{}", proxy.logs());
