@@ -106,6 +106,7 @@ import plant5  # noqa: E402
 import plant6  # noqa: E402
 import plant7  # noqa: E402
 import plant8  # noqa: E402
+import plant9  # noqa: E402
 import digest_facts  # noqa: E402
 
 KINDS = ["constraint", "number", "error", "path", "decision"]
@@ -189,7 +190,7 @@ def planted_corpus(folder, planter, prefix):
 PLANTED = {"real2": ("real2", plant2, "fidelity2"), "real3": ("real3", plant3, "fidelity3"),
            "real4": ("real4", plant4, "fidelity4"), "real5": ("real5", plant5, "fidelity5"),
            "real6": ("real6", plant6, "fidelity6"), "real7": ("real7", plant7, "fidelity7"),
-           "real8": ("real3", plant8, "fidelity8")}
+           "real8": ("real3", plant8, "fidelity8"), "real9": ("real9", plant9, "fidelity9")}
 
 
 def generated_corpus(n, steps):
