@@ -269,6 +269,385 @@ pub fn commits(sentence: &str) -> bool {
         || opens_with_a_verdict(&w)
         || future_plan(&w)
         || designated(&w)
+        || set_up(&w)
+}
+
+/// How a part of the work is set up from here on, said of the part rather than of anyone
+/// choosing: "the cache backend is `memcached`", "invoices now go out through
+/// `Postmark`", "`isort` runs on every commit going forward", "thumbnails get generated
+/// with `libvips`", "Storage layout: one bucket per tenant, no shared prefix", "`ruff` is
+/// the linter", "made `Caddy` our reverse proxy". What the work meets (a value printed, a
+/// count, an error) is described, not set up.
+fn set_up(w: &[Word]) -> bool {
+    slot_filled(w)
+        || named_as_slot(w)
+        || changed_now(w)
+        || standing_scope(w)
+        || got_arranged(w)
+        || slot_label(w)
+        || made_the_slot(w)
+        || verdict_clause(w)
+}
+
+/// "`ruff` is the linter", "the 7:40 train from Basel is our route", "the blue Lenovo at
+/// 640 EUR is the one we're ordering": a named option, the subject, said to be a slot of
+/// the work ([`SLOTS`]) or the one the agent takes.
+fn named_as_slot(w: &[Word]) -> bool {
+    let start = clause_start(w);
+    let Some(link) =
+        (start + 1..w.len().min(start + 12)).find(|&k| ["is", "are"].contains(&w[k].low.as_str()))
+    else {
+        return false;
+    };
+    let subject = &w[start..link];
+    let described = subject
+        .iter()
+        .any(|x| PREDICTED.contains(&x.low.as_str()) || DESCRIBED.contains(&x.low.as_str()));
+    if described || !named(subject) {
+        return false;
+    }
+    let Some(det) = w.get(link + 1) else {
+        return false;
+    };
+    if !["the", "our", "my"].contains(&det.low.as_str()) {
+        return false;
+    }
+    let after = &w[link + 2..w.len().min(link + 4)];
+    let slot = after.iter().any(|x| SLOTS.contains(&x.low.as_str()));
+    let taken = after.first().is_some_and(|x| x.low == "one")
+        && w.get(link + 3).is_some_and(|x| {
+            ["i'm", "we're", "i", "we", "i've", "we've"].contains(&x.low.as_str())
+        });
+    slot || taken
+}
+
+/// Nouns of a part of the work an option fills: what one picks a format, a library, a
+/// carrier or a venue for.
+const SLOTS: &[&str] = &[
+    "format",
+    "library",
+    "framework",
+    "policy",
+    "layout",
+    "approach",
+    "strategy",
+    "pattern",
+    "convention",
+    "standard",
+    "stack",
+    "engine",
+    "backend",
+    "database",
+    "store",
+    "queue",
+    "broker",
+    "provider",
+    "vendor",
+    "carrier",
+    "supplier",
+    "tool",
+    "toolchain",
+    "runtime",
+    "platform",
+    "scheme",
+    "structure",
+    "sequence",
+    "outline",
+    "schedule",
+    "style",
+    "template",
+    "naming",
+    "encoding",
+    "method",
+    "setup",
+    "workflow",
+    "linter",
+    "formatter",
+    "bundler",
+    "router",
+    "orm",
+    "driver",
+    "client",
+    "registry",
+    "region",
+    "venue",
+    "hotel",
+    "airline",
+    "route",
+    "plan",
+    "choice",
+    "pick",
+    "winner",
+    "solution",
+    "fix",
+    "option",
+    "proxy",
+    "scheduler",
+    "cache",
+    "serializer",
+    "parser",
+    "model",
+    "optimizer",
+    "loss",
+    "metric",
+    "baseline",
+    "split",
+    "font",
+    "palette",
+    "theme",
+    "license",
+    "licence",
+    "host",
+    "hosting",
+    "deployment",
+    "management",
+    "manager",
+    "handling",
+    "storage",
+    "logging",
+    "auth",
+    "authentication",
+];
+
+/// Words that say a part is as it was found, which a sentence then describes: "the current
+/// format is CSV".
+const AS_FOUND: &[&str] = &[
+    "current",
+    "existing",
+    "old",
+    "original",
+    "previous",
+    "installed",
+    "legacy",
+    "default",
+];
+
+/// "The cache backend is `memcached`", "our font for the slides will be Inter", "the
+/// retry policy is now capped backoff at 5 tries": a part of the work, a slot noun
+/// ([`SLOTS`]) as the head of a definite subject, said to be a named option. Its value
+/// as found ("the current format is CSV"), or a number ("the split is 80/20" is
+/// [`chosen_passively`]'s), describes.
+fn slot_filled(w: &[Word]) -> bool {
+    let start = clause_start(w);
+    let Some(first) = w.get(start) else {
+        return false;
+    };
+    if !["the", "our", "my"].contains(&first.low.as_str()) {
+        return false;
+    }
+    // The subject runs to its copula: at most eight words, a slot noun among them, before
+    // any "for" that scopes it.
+    let Some(link) = (start + 1..w.len().min(start + 10)).find(|&k| {
+        ["is", "are"].contains(&w[k].low.as_str())
+            || (w[k].low == "will" && w.get(k + 1).is_some_and(|n| n.low == "be"))
+    }) else {
+        return false;
+    };
+    let subject = &w[start + 1..link];
+    let head_end = subject
+        .iter()
+        .position(|x| x.low == "for" || x.mark.is_some())
+        .unwrap_or(subject.len());
+    let head = &subject[..head_end];
+    let slot = head.last().is_some_and(|x| SLOTS.contains(&x.low.as_str()));
+    let found = subject
+        .iter()
+        .any(|x| AS_FOUND.contains(&x.low.as_str()) || DESCRIBED.contains(&x.low.as_str()));
+    let mut at = link + if w[link].low == "will" { 2 } else { 1 };
+    if w.get(at)
+        .is_some_and(|x| ["now", "still"].contains(&x.low.as_str()))
+    {
+        at += 1;
+    }
+    // The option, named within its first five words, not a number.
+    let predicate = &w[at..w.len().min(at + 5)];
+    let numeric = predicate
+        .first()
+        .is_some_and(|x| x.low.starts_with(|c: char| c.is_ascii_digit()));
+    slot && !found && !numeric && named(predicate)
+}
+
+/// "Invoices now go out through `Postmark`", "the nightly job is now `cron_v2`",
+/// "`mypy` no longer runs on tests": a part of the work said to be changed, a named option
+/// in what it now does or is. What a run now shows ("the test now passes", "it now prints
+/// `None`") is an outcome.
+fn changed_now(w: &[Word]) -> bool {
+    (1..w.len()).any(|i| {
+        let now = w[i].low == "now" || (w[i].low == "longer" && w[i - 1].low == "no");
+        if !now || w[i].mark.is_some() {
+            return false;
+        }
+        // The subject: the words before, from the clause's start, none of them a pronoun
+        // a prediction is of, nor a value the work meets.
+        let before = if w[i].low == "longer" { i - 1 } else { i };
+        // ("OK now, ...": the openers may run past it.)
+        let start = (0..i)
+            .rev()
+            .find(|&k| w[k].mark.is_some())
+            .map_or(clause_start(w), |k| k + 1)
+            .min(before);
+        let subject = &w[start..before];
+        let subject = match subject.last() {
+            Some(x) if ["is", "are"].contains(&x.low.as_str()) => &subject[..subject.len() - 1],
+            _ => subject,
+        };
+        if subject.is_empty()
+            || subject.len() > 7
+            || subject.iter().any(|x| {
+                PREDICTED.contains(&x.low.as_str())
+                    || DESCRIBED.contains(&x.low.as_str())
+                    || AS_FOUND.contains(&x.low.as_str())
+            })
+        {
+            return false;
+        }
+        let rest = &w[i + 1..];
+        let Some(verb) = rest.first() else {
+            return false;
+        };
+        let told = lemmas(&verb.low).iter().any(|l| {
+            OUTCOMES.contains(&l.as_str()) || FORECASTS.contains(&l.as_str()) || l == "pass"
+        });
+        let numeric = verb.low.starts_with(|c: char| c.is_ascii_digit());
+        !told && !numeric && named(&rest[..rest.len().min(6)])
+    })
+}
+
+/// Phrases that say a choice holds for the work's own later parts: "throughout", "going
+/// forward", "for all remaining runs", "each new endpoint".
+const STANDING: &[&[&str]] = &[
+    &["throughout"],
+    &["going", "forward"],
+    &["from", "now", "on"],
+    &["for", "all", "remaining"],
+    &["for", "all", "future"],
+    &["for", "every", "new"],
+    &["each", "new"],
+    &["every", "new"],
+    &["all", "new"],
+    &["across", "the", "board"],
+];
+
+/// "`isort` runs on every commit going forward", "prices are shown in EUR throughout",
+/// "each new service gets a `Dockerfile` from the template": a named option, said to hold
+/// for what is still to come. What the work meets throughout ("the warning shows up
+/// throughout `build.log`") is an outcome.
+fn standing_scope(w: &[Word]) -> bool {
+    STANDING.iter().any(|p| has_words(w, p))
+        && named(w)
+        && !w.iter().any(|x| {
+            OUTCOMES
+                .iter()
+                .chain(&["appear", "occur"])
+                .any(|v| inflects(&x.low, v))
+        })
+        && !w
+            .first()
+            .is_some_and(|x| PREDICTED.contains(&x.low.as_str()) && x.low != "we")
+}
+
+/// "Thumbnails get generated with `libvips`", "session data gets kept in `Redis`":
+/// a part of the work and the named option it gets done with, told in the get-passive.
+/// What code does to a value when something happens ("the row gets deleted when ...",
+/// "... by the trigger") is described ([`chosen_passively`] has the same limits).
+fn got_arranged(w: &[Word]) -> bool {
+    (1..w.len()).any(|i| {
+        if !["get", "gets", "got"].contains(&w[i - 1].low.as_str()) {
+            return false;
+        }
+        let participle = &w[i].low;
+        let done = participle.ends_with("ed")
+            || participle.ends_with("en")
+            || [
+                "built", "kept", "run", "put", "set", "sent", "made", "held", "stored",
+            ]
+            .contains(&participle.as_str());
+        let told = lemmas(participle)
+            .iter()
+            .any(|l| OUTCOMES.contains(&l.as_str()));
+        let rest = &w[i + 1..w.len().min(i + 6)];
+        let placed = rest
+            .iter()
+            .take(3)
+            .any(|x| PLACING.contains(&x.low.as_str()) && x.low != "by");
+        let by_code = rest.first().is_some_and(|x| {
+            ["when", "whenever", "if", "automatically", "by"].contains(&x.low.as_str())
+        });
+        done && !told && placed && !by_code && named(rest)
+    })
+}
+
+/// "Storage layout: one bucket per tenant, no shared prefix.", "Payment handling for the
+/// shop: `Stripe` checkout": a topic of two to six words ending in a slot noun
+/// ([`SLOTS`]), closed by a colon, and the option after it, named or set against another
+/// ("..., no ...", "..., not ...").
+fn slot_label(w: &[Word]) -> bool {
+    let Some(colon) = w.iter().take(6).position(|x| x.mark == Some(':')) else {
+        return false;
+    };
+    let label = &w[..=colon];
+    let head_end = label
+        .iter()
+        .position(|x| x.low == "for")
+        .map_or(label.len(), |k| k);
+    let slot = head_end >= 2
+        && label[..head_end]
+            .last()
+            .is_some_and(|x| SLOTS.contains(&x.low.as_str()));
+    let rest = &w[colon + 1..];
+    let set_against = rest
+        .windows(2)
+        .any(|p| p[0].mark == Some(',') && ["no", "not"].contains(&p[1].low.as_str()));
+    slot && rest.len() >= 2 && (named(rest) || set_against)
+}
+
+/// "Made `Caddy` our reverse proxy", "I've set `eu-west-1` as the region": an option
+/// named into a slot of the work ([`SLOTS`]) by making or setting it one.
+fn made_the_slot(w: &[Word]) -> bool {
+    (0..w.len()).any(|i| {
+        if !["made", "make", "makes", "making", "set", "sets", "setting"]
+            .contains(&w[i].low.as_str())
+        {
+            return false;
+        }
+        let rest = &w[i + 1..w.len().min(i + 9)];
+        let Some(into) = rest
+            .iter()
+            .position(|x| ["the", "our", "as"].contains(&x.low.as_str()))
+        else {
+            return false;
+        };
+        into > 0
+            && named(&rest[..into])
+            && rest[into + 1..]
+                .iter()
+                .take(3)
+                .any(|x| SLOTS.contains(&x.low.as_str()))
+    })
+}
+
+/// "Of the three quotes, the Lisbon one at 410 EUR wins", "the `v3` schema rewrite goes
+/// ahead": a named option, the subject of its clause in a few words, said to win, stay or
+/// go ahead ([`STAYS`], as [`stays_chosen`] reads the word after).
+fn verdict_clause(w: &[Word]) -> bool {
+    (1..w.len()).any(|i| {
+        if !STAYS.contains(&w[i].low.as_str())
+            || !stays_chosen(&w[i].low, w.get(i + 1).map(|n| n.low.as_str()))
+        {
+            return false;
+        }
+        let start = (0..i)
+            .rev()
+            .find(|&k| w[k].mark.is_some())
+            .map_or(clause_start(w), |k| k + 1)
+            .min(i);
+        let subject = &w[start..i];
+        (1..=7).contains(&subject.len())
+            && named(subject)
+            && !subject
+                .iter()
+                .any(|x| PREDICTED.contains(&x.low.as_str()) || DESCRIBED.contains(&x.low.as_str()))
+    })
 }
 
 /// "The branch for this work is `feat/tax-v2`", "our charting library for the report is
@@ -864,6 +1243,21 @@ fn lemmas(word: &str) -> Vec<String> {
         out.push(base.to_string());
     }
     out
+}
+
+/// Whether `word` is `verb` or one of its inflections: stricter than [`lemmas`], which
+/// also takes nouns for verbs ("loss" for "lose").
+fn inflects(word: &str, verb: &str) -> bool {
+    if word == verb || super::verbs::base_of(word) == Some(verb) {
+        return true;
+    }
+    // "shows", "pushes", "printed", "showing"; "raises", "raised", "raising".
+    match (word.strip_prefix(verb), verb.strip_suffix('e')) {
+        (Some(tail), None) => ["s", "es", "ed", "ing"].contains(&tail),
+        (Some(tail), Some(_)) => ["s", "d"].contains(&tail),
+        (None, Some(stem)) => word.strip_prefix(stem) == Some("ing"),
+        (None, None) => false,
+    }
 }
 
 /// Whether `word` is a form of a verb that explores, reads or thinks.
@@ -1946,5 +2340,152 @@ mod tests {
             "Output for `make test`: 3 failures in `test_io`.",
             "Logs for the nightly job: `/var/log/etl.log`.",
         ]);
+    }
+
+    #[test]
+    fn a_slot_of_the_work_said_to_be_a_named_option_is_set_up() {
+        all_commit(&[
+            "The cache backend is `memcached` with a 64 MB slab.",
+            "Our font for the slides will be Inter at two weights.",
+            "The retry policy is now capped backoff with 5 tries and jitter.",
+            "The event broker for billing is NATS JetStream.",
+        ]);
+        none_commit(&[
+            "The current format is CSV with a header row.",
+            "The error for this input is `KeyError` from the lookup.",
+            "The database is 14 GB after last night's import.",
+            "The queue is empty again after the restart of `worker-2`.",
+        ]);
+    }
+
+    #[test]
+    fn a_named_option_said_to_be_a_slot_of_the_work_is_set_up() {
+        all_commit(&[
+            "`ruff` is the linter and formatter for the whole repo.",
+            "The 7:40 train from Basel is our route to the workshop.",
+            "The blue Lenovo at 640 EUR is the one we're ordering for Mia.",
+            "A single `events_v2` topic per region is the layout we keep.",
+        ]);
+        none_commit(&[
+            "`parse_row` is the function that raises on empty lines.",
+            "Those are the settings `pytest` printed for the run.",
+            "`KeyError` is the error the job logs on every retry.",
+            "`app.log` is the file the test writes to.",
+        ]);
+    }
+
+    #[test]
+    fn a_part_of_the_work_said_to_be_changed_now_is_set_up() {
+        all_commit(&[
+            "Invoices now go out through Postmark instead of the SMTP relay.",
+            "The nightly export is now `export_v2.py` on the shared runner.",
+            "Lint checks no longer run on `tests/`, only on `src/`.",
+            "The staging cluster now pulls images from `ghcr.io/acme` only.",
+        ]);
+        none_commit(&[
+            "The test now passes on `main` after the rebase.",
+            "It now prints `None` for the empty case.",
+            "Memory use is now 3.2 GB on the `m5.large` box.",
+            "The build now fails on `parse_args` with a type error.",
+        ]);
+    }
+
+    #[test]
+    fn an_option_said_to_hold_for_what_is_still_to_come_is_set_up() {
+        all_commit(&[
+            "`isort` runs on every commit going forward, before the tests.",
+            "Prices are quoted in EUR throughout, with VAT included.",
+            "Each new service gets a `Dockerfile` from the shared template.",
+            "Dropout stays at 0.1 for all remaining sweeps on the small model.",
+        ]);
+        none_commit(&[
+            "The warning shows up throughout `build.log`, mostly from `vendor/`.",
+            "Timeouts appear across the board on `eu-west-1` since noon.",
+            "It fails for every new user created through `signup_v1`.",
+        ]);
+    }
+
+    #[test]
+    fn a_part_that_gets_done_with_a_named_option_is_set_up() {
+        all_commit(&[
+            "Thumbnails get generated with `libvips` in the upload worker.",
+            "Session data gets kept in Redis under the `sess:` prefix.",
+            "Receipts get stored as PDF in the `receipts-2024` bucket.",
+            "The seating chart gets built in Figma from the guest list.",
+        ]);
+        none_commit(&[
+            "The row gets deleted when `purge_old` runs at midnight.",
+            "The error gets printed to `stderr` twice on failure.",
+            "The file gets written by `save_state` on every tick.",
+        ]);
+    }
+
+    #[test]
+    fn a_topic_label_ending_in_a_slot_names_its_option() {
+        all_commit(&[
+            "Storage layout: one bucket per tenant, with `tenant_id` as the prefix.",
+            "Payment handling for the shop: Stripe Checkout, hosted page.",
+            "Dependency management: Poetry with a committed `poetry.lock`.",
+            "Venue for the offsite: the Hotel Adler in Zurich, two nights.",
+        ]);
+        none_commit(&[
+            "Error: cannot find module `left-pad` in `node_modules`.",
+            "Note: `make test` needs Docker running first.",
+        ]);
+    }
+
+    #[test]
+    fn an_option_made_or_set_into_a_slot_of_the_work_is_chosen() {
+        all_commit(&[
+            "I've made Caddy our reverse proxy in front of both apps.",
+            "We set `eu-west-1` as the region for every new bucket.",
+            "Making `pnpm` the package manager for the monorepo.",
+            "I went ahead and made Lufthansa the airline for both legs.",
+        ]);
+        none_commit(&[
+            "I made the test pass by fixing `parse_date`.",
+            "Setting a breakpoint in `handler.rs` to see the value.",
+        ]);
+    }
+
+    #[test]
+    fn a_named_option_that_wins_or_goes_ahead_in_its_clause_is_chosen() {
+        all_commit(&[
+            "Of the two drafts, the Nordic layout wins for the brochure.",
+            "After the load test, the `v3` schema rewrite goes ahead next sprint.",
+            "The `legacy-auth` service stays until the SSO cutover.",
+            "Between the quotes, the Acme Freight offer wins on transit time.",
+        ]);
+        none_commit(&[
+            "The `count` stays 0 after the first batch.",
+            "The request goes through `auth_middleware` before the router.",
+        ]);
+    }
+
+    #[test]
+    fn a_verb_is_told_from_a_noun_of_its_letters() {
+        assert!(inflects("shows", "show"));
+        assert!(inflects("raised", "raise"));
+        assert!(inflects("raising", "raise"));
+        assert!(inflects("lost", "lose"));
+        assert!(!inflects("loss", "lose"));
+        assert!(!inflects("showcase", "show"));
+    }
+
+    proptest::proptest! {
+        /// Any run of the words the readings count positions by (openers, copulas, "no
+        /// longer", slots, verdicts), with marks and names among them: no reading panics.
+        #[test]
+        fn any_words_are_read_without_a_panic(
+            words in proptest::collection::vec(
+                r"(OK|OK now|now|now,|no longer|no|longer|is|are|will|be|the|our|this|made|set|as|gets|built|with|wins|stays|goes|ahead|throughout|each|new|format|layout:|one|I'm|`x_1`|Redis|for|,|:|;|-|3)",
+                0..14,
+            ),
+        ) {
+            let s = words.join(" ");
+            let _ = commits(&s);
+            // Each reading alone too, past the cheap tests `commits` asks first.
+            let _ = set_up(&super::words(&s));
+        }
     }
 }
