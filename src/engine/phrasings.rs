@@ -63,13 +63,13 @@ fn read_half(half: &str) -> Vec<(&'static str, usize, Vec<String>)> {
 fn fresh_phrasings_of_each_kind_are_read_as_it() {
     // The least share read right, per file, in percent: what the tuning half reached
     // when it was last written for (2026-11-29, all three batches; decisions again that
-    // night, for the readings of a part of the work set up), so that a change that loses
-    // ground fails.
+    // night, for the readings of a part of the work set up; then a fourth batch of
+    // decisions, as those readings read it), so that a change that loses ground fails.
     const LEAST: &[(&str, usize)] = &[
         ("constraint_yes.txt", 95),
         ("constraint_no.txt", 96),
-        ("decision_yes.txt", 92),
-        ("decision_no.txt", 96),
+        ("decision_yes.txt", 80),
+        ("decision_no.txt", 95),
         ("number_yes.txt", 92),
         ("error_yes.txt", 96),
         ("error_no.txt", 100),
