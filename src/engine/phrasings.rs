@@ -75,8 +75,8 @@ fn fresh_phrasings_of_each_kind_are_read_as_it() {
     // when it was last written for (2026-11-29, all three batches; decisions again that
     // night, for the readings of a part of the work set up; then a fourth batch of
     // decisions, as those readings read it; the fifth batch, of paths an output reports
-    // made, as the readings read it when it came), so that a change that loses ground
-    // fails.
+    // made, once a file's name is read however the tool writes it), so that a change
+    // that loses ground fails.
     const LEAST: &[(&str, usize)] = &[
         ("constraint_yes.txt", 95),
         ("constraint_no.txt", 96),
@@ -85,7 +85,7 @@ fn fresh_phrasings_of_each_kind_are_read_as_it() {
         ("number_yes.txt", 92),
         ("error_yes.txt", 96),
         ("error_no.txt", 100),
-        ("path_yes.txt", 72),
+        ("path_yes.txt", 76),
         ("path_no.txt", 92),
     ];
     for (file, total, wrong) in read_half("tune") {

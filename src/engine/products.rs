@@ -67,6 +67,14 @@ pub fn reported_paths<'a>(line: &'a str, mut found: impl FnMut(&'a str) -> bool)
             }
             true
         });
+        // Names the path reading leaves out: a Windows path, a quoted one with spaces,
+        // a bare file name; not where the writing is denied ("(not saved)").
+        let denied = line.split_whitespace().any(|w| {
+            ["not", "never", "without"].contains(&w.trim_matches('(')) || w.ends_with("n't")
+        });
+        if made.is_empty() && !denied {
+            made.extend(loose_path(line));
+        }
     }
     // A key's value, when the words found none (`{"artifact": "gs://runs/m.tar.gz"}`).
     if made.is_empty() && line.contains([':', '=']) {
@@ -85,6 +93,46 @@ pub fn reported_paths<'a>(line: &'a str, mut found: impl FnMut(&'a str) -> bool)
             return;
         }
     }
+}
+
+/// A file's name as a line that says a file was written may give it, where it holds no
+/// path the path reading takes: quoted (`"figures/loss curve.svg"`, spaces and all), a
+/// Windows path (`bin\Release\app.exe`, `D:\out`), or a bare name with an extension
+/// (`report_final.docx`). The first such word or quoted span.
+fn loose_path(line: &str) -> Option<&str> {
+    let extension = |name: &str| {
+        name.rsplit_once('.').is_some_and(|(stem, ext)| {
+            !stem.is_empty()
+                && (1..=5).contains(&ext.len())
+                && ext.bytes().all(|b| b.is_ascii_alphanumeric())
+                && ext.bytes().any(|b| b.is_ascii_alphabetic())
+        })
+    };
+    for quote in ['"', '\'', '`'] {
+        let mut parts = line.split(quote);
+        parts.next();
+        if let Some(inner) = parts.next().filter(|_| parts.next().is_some()) {
+            let named = inner.contains(['/', '\\']) || extension(inner);
+            if named && (2..=200).contains(&inner.len()) && !inner.starts_with("http") {
+                return Some(inner);
+            }
+        }
+    }
+    line.split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| "()[]{},;:'\"".contains(c))
+                .trim_end_matches('.')
+        })
+        .find(|w| {
+            let windows = w.contains('\\') && (extension(w) || w.as_bytes().get(1) == Some(&b':'));
+            // ("e.g." is no file: a name's stem has two letters at least.)
+            let bare = extension(w)
+                && w.split('.').next().is_some_and(|stem| stem.len() >= 2)
+                && w.chars().all(|c| c.is_alphanumeric() || "_-.".contains(c))
+                && w.bytes().any(|b| b.is_ascii_lowercase() || b == b'_')
+                && !w.contains("..");
+            windows || bare
+        })
 }
 
 /// Whether a line may say a directory was made: the cheap test before [`directory_made`]
@@ -530,6 +578,47 @@ mod tests {
             for p in found {
                 prop_assert!(line.contains(&p), "{p:?} not in {line:?}");
             }
+        }
+    }
+
+    #[test]
+    fn a_file_written_keeps_its_name_however_the_tool_writes_it() {
+        let made = |line: &str| {
+            let mut all = Vec::new();
+            reported_paths(line, |p| {
+                all.push(p.to_string());
+                true
+            });
+            all
+        };
+        for (line, path) in [
+            (
+                "Chart saved as \"plots/revenue by region q3.png\"",
+                "plots/revenue by region q3.png",
+            ),
+            (
+                "Package written to 'C:\\work\\pkg\\acme_tools-2.1.whl'",
+                "C:\\work\\pkg\\acme_tools-2.1.whl",
+            ),
+            (
+                "Build succeeded, created out\\Release\\viewer.exe",
+                "out\\Release\\viewer.exe",
+            ),
+            (
+                "The slide deck q4_board.pptx was generated.",
+                "q4_board.pptx",
+            ),
+        ] {
+            assert_eq!(made(line), vec![path.to_string()], "{line}");
+        }
+        // No word of writing, or no name of a file among its words.
+        for line in [
+            "Reading \"plots/revenue by region q3.png\" for the legend",
+            "Saved your preferences, e.g. the theme and the language.",
+            "Wrote 3 rows in 0.2s",
+            "Skipped attachment payroll_q3.xlsx (not saved)",
+        ] {
+            assert!(made(line).is_empty(), "{line}: {:?}", made(line));
         }
     }
 
