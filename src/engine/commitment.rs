@@ -480,13 +480,7 @@ fn changed_now(w: &[Word]) -> bool {
         // The subject: the words before, from the clause's start, none of them a pronoun
         // a prediction is of, nor a value the work meets.
         let before = if w[i].low == "longer" { i - 1 } else { i };
-        // ("OK now, ...": the openers may run past it.)
-        let start = (0..i)
-            .rev()
-            .find(|&k| w[k].mark.is_some())
-            .map_or(clause_start(w), |k| k + 1)
-            .min(before);
-        let subject = &w[start..before];
+        let subject = &w[clause_before(w, i).min(before)..before];
         let subject = match subject.last() {
             Some(x) if ["is", "are"].contains(&x.low.as_str()) => &subject[..subject.len() - 1],
             _ => subject,
@@ -511,6 +505,17 @@ fn changed_now(w: &[Word]) -> bool {
         let numeric = verb.low.starts_with(|c: char| c.is_ascii_digit());
         !told && !numeric && named(&rest[..rest.len().min(6)])
     })
+}
+
+/// Where the clause that holds word `i` starts: after the last mark before it, else where
+/// the sentence's clause does, never past `i` ("OK now, ...": the openers may run past
+/// it).
+fn clause_before(w: &[Word], i: usize) -> usize {
+    (0..i)
+        .rev()
+        .find(|&k| w[k].mark.is_some())
+        .map_or(clause_start(w), |k| k + 1)
+        .min(i)
 }
 
 /// Phrases that say a choice holds for the work's own later parts: "throughout", "going
@@ -636,12 +641,7 @@ fn verdict_clause(w: &[Word]) -> bool {
         {
             return false;
         }
-        let start = (0..i)
-            .rev()
-            .find(|&k| w[k].mark.is_some())
-            .map_or(clause_start(w), |k| k + 1)
-            .min(i);
-        let subject = &w[start..i];
+        let subject = &w[clause_before(w, i)..i];
         (1..=7).contains(&subject.len())
             && named(subject)
             && !subject
