@@ -11,7 +11,7 @@
 use std::sync::LazyLock;
 
 use super::phrases::Phrases;
-use super::scan::{as_path, is_constraint, paths};
+use super::scan::{as_path, has_extension, is_constraint, paths};
 
 /// Words of a line of output that say a file was written: the path on such a line is
 /// a product of the work (a report, a build artefact), not one of a listing.
@@ -100,19 +100,11 @@ pub fn reported_paths<'a>(line: &'a str, mut found: impl FnMut(&'a str) -> bool)
 /// Windows path (`bin\Release\app.exe`, `D:\out`), or a bare name with an extension
 /// (`report_final.docx`). The first such word or quoted span.
 fn loose_path(line: &str) -> Option<&str> {
-    let extension = |name: &str| {
-        name.rsplit_once('.').is_some_and(|(stem, ext)| {
-            !stem.is_empty()
-                && (1..=5).contains(&ext.len())
-                && ext.bytes().all(|b| b.is_ascii_alphanumeric())
-                && ext.bytes().any(|b| b.is_ascii_alphabetic())
-        })
-    };
     for quote in ['"', '\'', '`'] {
         let mut parts = line.split(quote);
         parts.next();
         if let Some(inner) = parts.next().filter(|_| parts.next().is_some()) {
-            let named = inner.contains(['/', '\\']) || extension(inner);
+            let named = inner.contains(['/', '\\']) || has_extension(inner);
             if named && (2..=200).contains(&inner.len()) && !inner.starts_with("http") {
                 return Some(inner);
             }
@@ -124,9 +116,10 @@ fn loose_path(line: &str) -> Option<&str> {
                 .trim_end_matches('.')
         })
         .find(|w| {
-            let windows = w.contains('\\') && (extension(w) || w.as_bytes().get(1) == Some(&b':'));
+            let windows =
+                w.contains('\\') && (has_extension(w) || w.as_bytes().get(1) == Some(&b':'));
             // ("e.g." is no file: a name's stem has two letters at least.)
-            let bare = extension(w)
+            let bare = has_extension(w)
                 && w.split('.').next().is_some_and(|stem| stem.len() >= 2)
                 && w.chars().all(|c| c.is_alphanumeric() || "_-.".contains(c))
                 && w.bytes().any(|b| b.is_ascii_lowercase() || b == b'_')

@@ -1269,6 +1269,18 @@ fn is_path_char(c: char) -> bool {
     c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '~' | '@' | '+' | ':' | '%')
 }
 
+/// Whether a file's name ends in an extension: up to ten letters and digits, one letter
+/// at least, after a stem (`.env` counts, as a name of more than two characters).
+pub(super) fn has_extension(name: &str) -> bool {
+    name.rsplit_once('.').is_some_and(|(stem, ext)| {
+        !ext.is_empty()
+            && ext.len() <= 10
+            && ext.bytes().all(|b| b.is_ascii_alphanumeric())
+            && ext.bytes().any(|b| b.is_ascii_alphabetic())
+            && (!stem.is_empty() || name.len() > 2)
+    })
+}
+
 pub(super) fn as_path(word: &str) -> Option<&str> {
     let mut w = word.trim_end_matches(['.', ':', ',']);
     // `src/a.rs:12:5` and `a.py:7`: the location is not part of the name.
@@ -1294,13 +1306,7 @@ pub(super) fn as_path(word: &str) -> Option<&str> {
         return None;
     }
     let last = file.rsplit('/').next().unwrap_or(file);
-    let has_ext = last.rsplit_once('.').is_some_and(|(stem, ext)| {
-        !ext.is_empty()
-            && ext.len() <= 10
-            && ext.bytes().all(|b| b.is_ascii_alphanumeric())
-            && ext.bytes().any(|b| b.is_ascii_alphabetic())
-            && (!stem.is_empty() || last.len() > 2)
-    });
+    let has_ext = has_extension(last);
     let is_path = if file.contains('/') {
         let segments = file.split('/').filter(|s| !s.is_empty()).count();
         has_ext
