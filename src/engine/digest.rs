@@ -626,22 +626,7 @@ impl Digest<'_> {
             };
             let text = without_placeholders(&raw);
             answers_command = match m.role {
-                Role::User => {
-                    // An observation and a message the client sent after it, joined: the
-                    // later one, when it addresses the agent, is a person's words, not more
-                    // of the output.
-                    let said = output_then_words(&raw, m.joins_in(&raw), answers_command);
-                    match said {
-                        Some(at) => {
-                            let output = without_placeholders(&raw[..at]);
-                            self.add_user(&output, command.as_deref(), answers_command);
-                            let words = without_placeholders(&raw[at..]);
-                            self.add_user(&words, command.as_deref(), Answers::Nothing);
-                        }
-                        None => self.add_user(&text, command.as_deref(), answers_command),
-                    }
-                    Answers::Nothing
-                }
+                Role::User => self.read_user(m, &raw, &text, command.as_deref(), answers_command),
                 Role::Assistant => {
                     self.add_calls(m, &mut index);
                     if self.add_assistant_text(&text, &mut command) {
@@ -703,6 +688,32 @@ impl Digest<'_> {
                     count(Role::Tool) + count(Role::Function)
                 ),
             );
+        }
+    }
+
+    /// A user message (`raw`, and `text` without placeholders), which may answer the
+    /// command before it; what the next message answers: a command this one had run.
+    fn read_user(
+        &mut self,
+        m: &Message,
+        raw: &str,
+        text: &str,
+        command: Option<&str>,
+        answers: Answers,
+    ) -> Answers {
+        // An observation and a message the client sent after it, joined: the later one,
+        // when it addresses the agent, is a person's words, not more of the output.
+        match output_then_words(raw, m.joins_in(raw), answers) {
+            Some(at) => {
+                self.add_user(&without_placeholders(&raw[..at]), command, answers);
+                self.add_user(&without_placeholders(&raw[at..]), command, Answers::Nothing);
+            }
+            None => self.add_user(text, command, answers),
+        }
+        if scan::runs_command(raw) {
+            Answers::Command
+        } else {
+            Answers::Nothing
         }
     }
 
@@ -1556,6 +1567,27 @@ fn output_then_words(text: &str, joins: &[usize], answers: Answers) -> Option<us
         let part = &text[at..];
         scan::has_prose(part) && scan::says_to_agent(part) && !scan::is_observation(part)
     })
+}
+
+/// Whether the user message `m` hands back an output and nothing else, read by the
+/// message `before` it alone: framed as an observation, or the answer to a command that
+/// message gave (a block or an action of the assistant's, a command the user had run)
+/// that reads as no one's words. Escalation asks it of the latest user message, which
+/// it then cuts like the latest output of a tool; the digest reads a run of turns so.
+pub fn hands_back_output(before: Option<&Message>, m: &Message) -> bool {
+    if m.role != Role::User {
+        return false;
+    }
+    let answers = match before {
+        Some(b) if b.role == Role::Assistant && !scan::commands(&b.text()).is_empty() => {
+            Answers::Command
+        }
+        Some(b) if b.role == Role::User && scan::runs_command(&b.text()) => Answers::Command,
+        _ => Answers::Nothing,
+    };
+    let text = m.text();
+    let (_, added) = scan::split_observation(&text);
+    is_output(&text, answers) && added.trim().is_empty()
 }
 
 /// Whether a user message hands back an output: by its framing, or as the answer to a
@@ -2984,6 +3016,38 @@ mod tests {
         let d = digest(None, &turns, 10_000);
         assert!(!d.contains("written: out/cov_q3.xml"), "{d}");
         assert!(d.contains("- written: out/cov_q4.xml\n"), "{d}");
+    }
+
+    #[test]
+    fn an_output_handed_back_is_told_from_a_persons_words_by_what_came_before() {
+        let m = |role: &str, text: &str| parse(json!([{"role": role, "content": text}])).remove(0);
+        let log = "============ test session starts ============\ncollected 3 items\n\n\
+                   tests/test_io.py ..F [100%]\nE   KeyError: 'tenant'";
+        let block = m(
+            "assistant",
+            "Let me run them.\n\n```bash\npytest tests/\n```",
+        );
+        let typed = m(
+            "user",
+            "Applied edit to tests/test_io.py\n\n/run pytest tests/",
+        );
+        let chat = m("assistant", "The parser now reads both formats.");
+        // After a command the assistant gave or the user had run.
+        assert!(hands_back_output(Some(&block), &m("user", log)));
+        assert!(hands_back_output(Some(&typed), &m("user", log)));
+        // Framed as an observation, after anything.
+        let framed = format!("OBSERVATION:\n{log}");
+        assert!(hands_back_output(Some(&chat), &m("user", &framed)));
+        assert!(hands_back_output(None, &m("user", &framed)));
+        // A person's words, after the same commands; a log pasted after no command; an
+        // output with a person's words added after it.
+        let words = "It still fails on my machine; please keep the fix inside the parser.";
+        assert!(!hands_back_output(Some(&block), &m("user", words)));
+        assert!(!hands_back_output(Some(&typed), &m("user", words)));
+        assert!(!hands_back_output(Some(&chat), &m("user", log)));
+        let added = format!("{framed}\n\nAlso, never touch vendor/ while you are at it.");
+        assert!(!hands_back_output(Some(&block), &m("user", &added)));
+        assert!(!hands_back_output(Some(&block), &m("assistant", log)));
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //! 7. fold the turn's earlier rounds of calls into the summary;
 //! 8. shorten the summary;
 //! 9. cut the latest tool results and what else the turn holds, largest first, keeping
-//!    each one's beginning and end. The latest user message is never cut;
+//!    each one's beginning and end. The latest user message is never cut, but for a
+//!    command's output a text agent hands back as one, which is cut as a tool's result
+//!    is, in a request that then fits (else the steps run again with it whole);
 //! 10. only if that makes the request fit: the summary to its floor; then the turn's
 //!     messages to theirs and the task to its first lines; then the task to its
 //!     statement (its opening) and the summary's items, all of them if need be; last, the
@@ -28,7 +30,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::cut::{cut_keeping, cut_task, cut_to, cut_to_opening};
-use super::digest::{digest_in, shorten, shorten_to_items, Beside};
+use super::digest::{digest_in, hands_back_output, shorten, shorten_to_items, Beside};
 use super::message::{clip, Message, Role};
 use super::prune::Pruner;
 use super::roles::OPENING;
@@ -118,6 +120,8 @@ struct Draft<'p> {
     /// What the candidate keeps whole beside the summary, which the digest leaves out
     /// (shared by the drafts tried).
     beside: Arc<Beside>,
+    /// The latest user message hands back a text agent's output.
+    latest_is_output: bool,
 }
 
 #[derive(Clone)]
@@ -146,6 +150,7 @@ impl<'p> Draft<'p> {
                 + plan.previous_summary().map_or(0, |p| plan.counter.text(p)),
             folds: Folds::default(),
             beside: plan.beside(),
+            latest_is_output: latest_is_output(msgs),
         };
         let (first, notes) = d.build();
         let best = Best {
@@ -206,6 +211,14 @@ impl<'p> Draft<'p> {
     /// Index in the tail of the latest user message, which is never cut.
     fn latest_user(&self) -> Option<usize> {
         self.tail.iter().rposition(|m| m.role == Role::User)
+    }
+
+    /// Index in the tail of the latest user message when it holds a person's words,
+    /// which no step cuts; not when it hands back a text agent's output
+    /// ([`hands_back_output`]), cut at step 9 like the latest results of a tool (in a
+    /// request that then fits: [`build_fitting`]).
+    fn latest_words(&self) -> Option<usize> {
+        self.latest_user().filter(|_| !self.latest_is_output)
     }
 
     /// The task when it stands in the head: its last user message.
@@ -562,10 +575,23 @@ fn water_level(sizes: &[usize], over: usize, floor: usize) -> usize {
 
 /// Returns the assembled messages and notes on the steps taken.
 pub fn build_fitting(plan: &Plan, body: Option<String>, opts: &Options) -> Fitted {
-    let (mut d, mut best) = Draft::start(plan, body);
+    let (mut d, mut best) = Draft::start(plan, body.clone());
     if !d.target.admits(best.tokens) && !escalate(&mut d, &mut best, opts) {
+        // A text agent's latest output is cut only for a request that then fits: one
+        // that stays over its target anyway carries it as the client sent it.
+        if d.latest_is_output {
+            (d, best) = Draft::start(plan, body);
+            d.latest_is_output = false;
+            if escalate(&mut d, &mut best, opts) {
+                return fitted(d, best);
+            }
+        }
         best.notes.push("escalate: no form fits".into());
     }
+    fitted(d, best)
+}
+
+fn fitted(d: Draft, best: Best) -> Fitted {
     Fitted {
         messages: best.messages,
         notes: best.notes,
@@ -740,6 +766,14 @@ fn cut_huge_task(
     false
 }
 
+/// Whether the latest user message of `messages` hands back an output.
+fn latest_is_output(messages: &[Message]) -> bool {
+    let Some(i) = messages.iter().rposition(|m| m.role == Role::User) else {
+        return false;
+    };
+    hands_back_output(i.checked_sub(1).map(|b| &messages[b]), &messages[i])
+}
+
 /// Steps 6 to 9 of [`escalate`]: the turn gives up what it can, its latest user message
 /// and the task kept.
 fn cut_the_turn(
@@ -753,7 +787,7 @@ fn cut_the_turn(
     // The task may stand in the tail (an agent whose only request is the task, with
     // interjections after it): step 5 alone cuts it, and never below its opening.
     let cuttable = |d: &Draft, range: std::ops::Range<usize>| -> Vec<usize> {
-        let latest_user = d.latest_user();
+        let latest_user = d.latest_words();
         range
             .filter(|&i| {
                 Some(i) != latest_user && !d.tail[i].role.is_instruction() && !is_task(&d.tail[i])
@@ -964,7 +998,7 @@ fn last_cut(
     is_task: impl Fn(&Message) -> bool,
 ) -> bool {
     let counter = d.plan.counter;
-    let latest = d.latest_user();
+    let latest = d.latest_words();
     let spared = |m: &Message| m.role.is_instruction() || (least > 0 && is_task(m));
     let all: Vec<usize> = (0..d.tail.len())
         .filter(|&i| Some(i) != latest && !spared(&d.tail[i]))
@@ -1278,6 +1312,61 @@ mod tests {
                 left < item,
                 "{left} tokens left at {target} (an item: {item})"
             );
+        }
+    }
+
+    #[test]
+    fn a_text_agents_latest_output_is_cut_like_a_tools_and_a_persons_words_never_are() {
+        use serde_json::{json, Value};
+        let output = format!(
+            "============ test session starts ============\n{}E   AssertionError: assert 3 == 4\n\
+             ============ 1 failed, 199 passed in 2.41s ============",
+            "tests/test_parser.py ........................................ [ 10%]\n".repeat(200)
+        );
+        let words = "Please keep every public signature of the parser as it is today, other \
+                     teams import it, and tell me before you change a default. "
+            .repeat(60);
+        let request = |before: &Value, latest: &str| {
+            json!({"model": "gpt-4o", "messages": [
+                {"role": "system", "content": "You are a careful agent."},
+                {"role": "user", "content": "Fix the failing parser test."},
+                before,
+                {"role": "user", "content": latest},
+            ]})
+        };
+        let opts = Options::with_window(700);
+        let latest_of = |request: &Value| {
+            let outcome = crate::engine::compact(request, &opts).unwrap();
+            let sent = outcome.rewritten.unwrap_or_else(|| request.clone());
+            let last = sent["messages"].as_array().unwrap().last().unwrap().clone();
+            (
+                outcome.report.fits,
+                last["content"].as_str().unwrap().to_string(),
+            )
+        };
+        for before in [
+            json!({"role": "user", "content": "/run pytest tests/"}),
+            json!({"role": "assistant", "content": "Running them.\n\n```bash\npytest tests/\n```"}),
+        ] {
+            // Its beginning and its end stay, as of a tool's latest result (a message
+            // the user sent before it may be joined to it, for the strict role order).
+            let (fits, latest) = latest_of(&request(&before, &output));
+            assert!(fits, "{latest}");
+            assert!(latest.contains("omitted by compaction"), "{latest}");
+            assert!(
+                latest.contains("============ test session starts ============\ntests/")
+                    && latest.ends_with("in 2.41s ============"),
+                "{latest}"
+            );
+            // The same length of a person's words is sent as it was, fitting or not.
+            let (_, latest) = latest_of(&request(&before, &words));
+            assert!(latest.ends_with(&words), "{latest}");
+            // Where no form fits (the instructions alone fill the window), the output
+            // goes as the client sent it.
+            let mut hopeless = request(&before, &output);
+            hopeless["messages"][0]["content"] = json!("Follow the house rules. ".repeat(400));
+            let (fits, latest) = latest_of(&hopeless);
+            assert!(!fits && latest.ends_with(&output), "{latest}");
         }
     }
 

@@ -16,9 +16,10 @@
 //! (oldest first, no more than needed), then the head and the smallest middle whose summary
 //! makes it fit, assembly, sanitising, the strict role order, and bounded escalation.
 //!
-//! What is given up last: the instructions (never), the latest user message (never), the
-//! results of the latest tool calls, the task (the first user message), the rest of the
-//! turn in progress, and the history, oldest first.
+//! What is given up last: the instructions (never), the latest user message (never, but
+//! for a text agent's output handed back as one, cut with the latest results in a
+//! request that then fits), the results of the latest tool calls, the task (the first
+//! user message), the rest of the turn in progress, and the history, oldest first.
 
 mod assemble;
 mod boundary;

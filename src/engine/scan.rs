@@ -308,6 +308,31 @@ pub fn is_observation(text: &str) -> bool {
         || observation_end(text).is_some()
 }
 
+/// How a person at a text agent's prompt has a command run, its output handed back as
+/// the next user message: aider's `/run` and `/test`, a shell prompt's `$ `, the `!`
+/// escape of aider and Claude Code.
+const RUN_PROMPTS: &[&str] = &["/run ", "/test ", "$ "];
+
+/// Whether a user message ends by having a command run: its last line is typed at a
+/// text agent's prompt ([`RUN_PROMPTS`], or `!` before a command's name).
+pub fn runs_command(text: &str) -> bool {
+    let Some(last) = text.lines().rev().find(|l| !l.trim().is_empty()) else {
+        return false;
+    };
+    let last = last.trim_start();
+    RUN_PROMPTS
+        .iter()
+        .any(|p| last.starts_with(p) && last.len() > p.len())
+        || last.strip_prefix('!').is_some_and(|rest| {
+            // A command's name: `!ls`, `!npm`, not `!important:`.
+            let name = rest.split_whitespace().next().unwrap_or("");
+            name.starts_with(|c: char| c.is_ascii_lowercase())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
+        })
+}
+
 /// Whether a text opens with a label that names what follows as an output, however the
 /// agent names its tool or numbers its step: `Observation 3:`, `MySQL Database Output:`,
 /// `Python Output:`. Words in title case only: a person's "Expected output: 42" is a
@@ -1639,6 +1664,29 @@ mod tests {
             forbidden_paths("You may edit src/a.py, but never touch src/b.py."),
             ["src/b.py"]
         );
+    }
+
+    #[test]
+    fn a_command_typed_at_a_text_agents_prompt_is_known_by_its_prompt() {
+        for t in [
+            "/run pytest tests/test_io.py",
+            "/test cargo test -p parser",
+            "Applied edit to src/app.py\n\n$ make check",
+            "!ls -la build/",
+            "  $ npm run lint  \n",
+        ] {
+            assert!(runs_command(t), "{t}");
+        }
+        for t in [
+            "Please run the tests again.",
+            "/run ",
+            "The budget is $ 40 a month, no more.\nThanks",
+            "!important: keep the API stable",
+            "/run pytest\nand tell me what fails",
+            "",
+        ] {
+            assert!(!runs_command(t), "{t}");
+        }
     }
 
     #[test]
