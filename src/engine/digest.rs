@@ -3051,6 +3051,28 @@ mod tests {
     }
 
     #[test]
+    fn what_a_command_the_user_typed_printed_is_an_output_not_a_request() {
+        for typed in [
+            "/run pytest tests/",
+            "/test pytest tests/",
+            "$ pytest tests/",
+            "!pytest tests/",
+        ] {
+            let turns = parse(json!([
+                {"role": "user", "content": "Add a test for the tenant lookup."},
+                {"role": "assistant", "content": "Added `test_lookup` to tests/test_io.py."},
+                {"role": "user", "content": typed},
+                {"role": "user", "content": "======== test session starts ========\ncollected 3 items\n\n\
+                    tests/test_io.py ..F [100%]\n\
+                    E   KeyError: 'tenant_7'\n1 failed, 2 passed in 0.31s"},
+            ]));
+            let d = digest(None, &turns, 10_000);
+            assert!(d.contains("KeyError: 'tenant_7'"), "{typed}\n{d}");
+            assert!(!asks_of(&d).contains("collected 3 items"), "{typed}\n{d}");
+        }
+    }
+
+    #[test]
     fn a_person_among_a_text_agents_observations_is_heard() {
         let interjections = [
             (
