@@ -205,21 +205,26 @@ fn keep_facts_by(text: &str, keep: usize, writer: Writer, how: Opening) -> Strin
     out
 }
 
-/// The last `about` characters of `text` after `opening`; when they would start inside
-/// a line that states a fact, from that line's start: cut there, "Wrote build/reports/x"
-/// and "/index.html" would each say nothing.
+/// The last `about` characters of `text` after `opening`, starting where a line does:
+/// when they would start inside a line that states a fact, from that line's start (cut
+/// there, "Wrote build/reports/x" and "/index.html" would each say nothing); inside a
+/// line of nothing, from its start when little of it is missing, else from the next
+/// line's ("he output to the chat? y" is no line the tool wrote). Only a fact's line
+/// makes it much longer than `about`: a cut sized to fit stays about its size.
 fn kept_end(text: &str, opening: usize, about: usize, writer: Writer) -> &str {
     let b = clip_end(&text[opening..], about);
     let start = text.len() - b.len();
     let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    if line_start == start || line_start <= opening {
+        return b;
+    }
     let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
     let line = text[line_start..line_end].trim();
-    if line_start > opening
-        && line_start < start
-        && line_end - line_start <= FACT_LINE_CHARS
-        && fact_score(line, writer) > 0
-    {
+    let fact = line_end - line_start <= FACT_LINE_CHARS && fact_score(line, writer) > 0;
+    if fact || start - line_start <= about / 2 {
         &text[line_start..]
+    } else if line_end < text.len() {
+        &text[line_end + 1..]
     } else {
         b
     }
@@ -443,6 +448,32 @@ mod tests {
             assert!(keep / 6 < "Wrote ".len() + path.len());
             let cut = keep_facts(&text, keep);
             assert!(cut.contains(path), "{keep}: {cut}");
+        }
+    }
+
+    #[test]
+    fn the_kept_end_starts_where_a_line_does() {
+        let filler: String = (0..100)
+            .map(|i| format!("tests/test_{i:03}.py ........ [{i:3}%]\n"))
+            .collect();
+        let long = "x".repeat(300);
+        for tail in [
+            "===== 25 passed in 1.41s =====\nAdd the output to the chat? y".to_string(),
+            format!("{long}\nAdd the output to the chat? y"),
+        ] {
+            let text = format!("{filler}{tail}");
+            for keep in [120, 200, 240, 270, 400] {
+                let cut = keep_facts(&text, keep);
+                // What follows the note of the cut (or the facts kept from it).
+                let end = cut
+                    .rsplit(['\n'])
+                    .take_while(|l| !l.starts_with("[..."))
+                    .count();
+                let end: Vec<&str> = cut.lines().rev().take(end).collect();
+                let first = end.last().copied().unwrap_or_default();
+                assert!(text.lines().any(|l| l == first), "{keep}: {first:?}\n{cut}");
+                assert!(cut.ends_with("Add the output to the chat? y"), "{cut}");
+            }
         }
     }
 
