@@ -249,7 +249,7 @@ fn fact_lines(
         }
         let start = at;
         at += line.len();
-        let t = line.trim();
+        let t = undecorated(line);
         if t.len() < 8 || scan::is_numbered_line(line) || is_cut_note(t) {
             continue;
         }
@@ -283,6 +283,28 @@ fn fact_lines(
     }
     kept.sort();
     kept
+}
+
+/// A line without the rules drawn around it (`===== 25 passed in 1.41s =====`, `--- FAIL
+/// ---`): runs of three or more of one mark, which say nothing in a line kept alone.
+fn undecorated(line: &str) -> &str {
+    let t = line.trim();
+    let t = t[rule_len(t.bytes())..].trim_start();
+    t[..t.len() - rule_len(t.bytes().rev())].trim_end()
+}
+
+/// The length of the run of one mark (`=`, `-`, `*`, `#`, `~`, `_`) that `bytes` open
+/// with, when it is three long or more; else 0.
+fn rule_len(mut bytes: impl Iterator<Item = u8>) -> usize {
+    let Some(mark) = bytes.next().filter(|b| b"=-*#~_".contains(b)) else {
+        return 0;
+    };
+    let run = 1 + bytes.take_while(|&b| b == mark).count();
+    if run >= 3 {
+        run
+    } else {
+        0
+    }
 }
 
 /// Whether `line` is the note of an earlier cut: its "600 characters" is no fact of the
@@ -475,6 +497,51 @@ mod tests {
                 assert!(cut.ends_with("Add the output to the chat? y"), "{cut}");
             }
         }
+    }
+
+    #[test]
+    fn a_summary_line_is_kept_without_the_rules_drawn_around_it() {
+        for (progress, summary) in [
+            (
+                "tests/test_{i:03}.py ........ [{i:3}%]",
+                "============ 25 passed, 2 skipped in 1.41s ============",
+            ),
+            (
+                "test parser::case_{i} ... ok (took {i} ms)",
+                "test result: ok. 120 passed; 0 failed; finished in 3.2s",
+            ),
+            (
+                "step {i}: loss 0.{i:03}",
+                "---- Training done: 120 steps, total 14.5 min ----",
+            ),
+            (
+                "PASS src/case_{i}.test.ts (12 ms)",
+                "Tests:       120 passed, 120 total",
+            ),
+        ] {
+            let lines: String = (0..120)
+                .map(|i| {
+                    progress
+                        .replace("{i:03}", &format!("{i:03}"))
+                        .replace("{i:3}", &format!("{i:3}"))
+                        .replace("{i}", &i.to_string())
+                        + "\n"
+                })
+                .collect();
+            let text = format!(
+                "run started\n{lines}{summary}\n{}",
+                "trailing note\n".repeat(20)
+            );
+            let cut = keep_facts(&text, 200);
+            let bare = undecorated(summary);
+            assert!(cut.contains(&format!("\n{bare}\n")), "{summary}\n{cut}");
+        }
+        assert_eq!(
+            undecorated("  --- FAIL: TestParse (0.01s) ---  "),
+            "FAIL: TestParse (0.01s)"
+        );
+        assert_eq!(undecorated("- a list item"), "- a list item");
+        assert_eq!(undecorated("========"), "");
     }
 
     #[test]
